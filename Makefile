@@ -1,0 +1,58 @@
+# TAS-MoE Lab. `make run` and `make test` work on a fresh machine with only Python 3.11 and make.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+UV_VERSION := 0.13.9
+STAMP := $(VENV)/.synced
+
+.PHONY: help venv run test test-fast lint openapi bench cluster cluster-down clean
+
+help:
+	@echo "make run          set up .venv and run the main job (embedded mode)"
+	@echo "make test         set up .venv and run the whole test suite"
+	@echo "make lint         ruff + mypy --strict"
+	@echo "make openapi      write openapi/<service>.json"
+	@echo "make bench        run the benchmarks and write BENCHMARKS.md"
+	@echo "make cluster      start the local cluster (6 uvicorn services + Celery worker); make cluster-down"
+
+$(BIN)/python:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or make PYTHON=python3)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+$(BIN)/uv: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet "uv==$(UV_VERSION)"
+
+$(STAMP): pyproject.toml uv.lock | $(BIN)/uv
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv sync --frozen --inexact --python $(BIN)/python
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+run: venv
+	$(BIN)/python -m scripts.main_job
+
+test: venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(BIN)/python -m pytest -m "not cluster and not slow" $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy .
+
+openapi: venv
+	$(BIN)/tasmoe openapi --out openapi
+
+bench: venv
+	$(BIN)/python -m scripts.bench
+
+cluster: venv
+	$(BIN)/python -m scripts.cluster up
+
+cluster-down: venv
+	$(BIN)/python -m scripts.cluster down
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

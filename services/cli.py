@@ -1,0 +1,113 @@
+"""The ``tasmoe`` command. Platform subcommands live here; each service adds its own through ``services.<name>.cli``.
+
+A service's ``cli.py`` defines ``register(sub: argparse._SubParsersAction) -> None`` and sets ``func`` on its parsers
+(``func(args) -> int``). User errors (`TasmoeError`) print one line and exit 2; nothing prints a stack trace for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from shared import DEFAULT_PORTS, SERVICES
+from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
+from shared.configs.base import StrictModel
+from shared.errors import TasmoeError
+from shared.logging import setup_logging
+from shared.settings import get_settings
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one readable line, exit 2
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from services.root_app import build_app
+
+    port = args.port if args.port is not None else DEFAULT_PORTS.get(args.service, 8000)
+    uvicorn.run(build_app(args.service, get_settings()), host=args.host, port=port,
+                log_level=get_settings().log_level.lower())
+    return 0
+
+
+_CONFIG_KINDS: dict[str, type[StrictModel]] = {"arch": ArchConfig, "workload": WorkloadConfig, "tas": TasParams}
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    model = _CONFIG_KINDS[args.kind]
+    cfg: StrictModel = load_config(args.file, model)
+    if args.json:
+        print(json.dumps(cfg.model_dump(mode="json"), indent=2, sort_keys=True))
+    else:
+        print(f"{args.file}: ok ({args.kind}, hash {cfg.content_hash()})")
+    return 0
+
+
+def _openapi(args: argparse.Namespace) -> int:
+    from services.root_app import write_openapi
+
+    for path in write_openapi(Path(args.out), get_settings()):
+        print(path)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tasmoe", description="TAS-MoE Lab: thermal-aware MoE scheduling on a 3D-stacked chip.")
+    parser.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING, ERROR")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("serve", help="run one service (or 'all' mounted on one port) under uvicorn")
+    p.add_argument("service", choices=[*SERVICES, "all"])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=None, help="default: the service's port (8000-8005)")
+    p.set_defaults(func=_serve)
+
+    p = sub.add_parser("config", help="validate a config file and print its content hash")
+    p.add_argument("kind", choices=sorted(_CONFIG_KINDS))
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true", help="print the config with defaults filled in")
+    p.set_defaults(func=_config_check)
+
+    p = sub.add_parser("openapi", help="write openapi/<service>.json for every service (sorted keys)")
+    p.add_argument("--out", default="openapi")
+    p.set_defaults(func=_openapi)
+
+    for name in SERVICES:
+        try:
+            mod = importlib.import_module(f"services.{name}.cli")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"services.{name}.cli":
+                raise
+            continue
+        mod.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    settings = get_settings()
+    setup_logging(args.log_level or settings.log_level, json_lines=settings.log_json)
+    try:
+        rc = args.func(args)
+    except TasmoeError as exc:
+        print(f"tasmoe {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The lowering service."""

@@ -1,0 +1,204 @@
+"""Service-to-service HTTP client: the only module that imports httpx.
+
+Base URLs come from settings (``TASMOE_<SERVICE>_URL``). Explicit timeouts; retries (tenacity) only on connect
+errors, timeouts and 429/502/503/504; one ``Idempotency-Key`` per logical call, reused across its retries. In
+embedded mode and in tests the same client is built over ``httpx.ASGITransport`` mounts, so the code path is the one
+the cluster uses.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel
+from tenacity import (
+    AsyncRetrying,
+    RetryError,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from shared import SERVICES
+from shared.errors import BadInput, Conflict, NotFound, TasmoeError, UpstreamError
+from shared.logging import RUN_ID_HEADER, current_run_id
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+M = TypeVar("M", bound=BaseModel)
+
+
+class RetryableStatus(Exception):
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, (httpx.ConnectError, httpx.TimeoutException, httpx.RemoteProtocolError, RetryableStatus))
+
+
+def _raise_for_error(service: str, response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        err = response.json().get("error", {})
+        message, field, code = err.get("message", response.text), err.get("field"), err.get("code")
+    except Exception:
+        message, field, code = response.text[:500], None, None
+    text = f"{service}: {message}"
+    exc_type: type[TasmoeError] = {404: NotFound, 409: Conflict, 422: BadInput, 400: BadInput}.get(
+        response.status_code, UpstreamError)
+    raise exc_type(text, field=field, code=code)
+
+
+def _timeout(settings: Settings) -> httpx.Timeout:
+    return httpx.Timeout(settings.http_read_timeout_s, connect=settings.http_connect_timeout_s)
+
+
+class ServiceClient:
+    """A synchronous client for one service (used by the window loop in worker threads and by the CLI)."""
+
+    def __init__(self, service: str, base_url: str, settings: Settings,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.service = service
+        self.settings = settings
+        self._client = httpx.Client(base_url=base_url, timeout=_timeout(settings), transport=transport)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None,
+                idempotency_key: str | None = None, headers: Mapping[str, str] | None = None) -> httpx.Response:
+        key = idempotency_key or str(uuid.uuid4())
+        hdrs = {IDEMPOTENCY_HEADER: key, RUN_ID_HEADER: current_run_id(), **(headers or {})}
+        retrying = Retrying(
+            stop=stop_after_attempt(self.settings.http_retries + 1),
+            wait=wait_exponential(multiplier=self.settings.http_backoff_s, max=5.0),
+            retry=retry_if_exception(_retryable),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    resp = self._client.request(method, path, json=json, params=params, headers=hdrs)
+                    if resp.status_code in RETRY_STATUSES:
+                        raise RetryableStatus(resp)
+        except RetryableStatus as exc:
+            _raise_for_error(self.service, exc.response)
+            raise  # pragma: no cover - _raise_for_error always raises for >= 400
+        except (httpx.TransportError, RetryError) as exc:
+            raise UpstreamError(f"{self.service}: unreachable after {self.settings.http_retries + 1} attempts: "
+                                f"{exc}") from exc
+        _raise_for_error(self.service, resp)
+        return resp
+
+    def get_json(self, path: str, **kw: Any) -> Any:
+        return self.request("GET", path, **kw).json()
+
+    def post_json(self, path: str, body: Any = None, **kw: Any) -> Any:
+        if isinstance(body, BaseModel):
+            body = body.model_dump(mode="json")
+        return self.request("POST", path, json=body, **kw).json()
+
+    def post_model(self, path: str, body: Any, model: type[M], **kw: Any) -> M:
+        return model.model_validate(self.post_json(path, body, **kw))
+
+    def get_model(self, path: str, model: type[M], **kw: Any) -> M:
+        return model.model_validate(self.get_json(path, **kw))
+
+
+class AsyncServiceClient:
+    """The asynchronous twin, for code that runs inside an event loop (the orchestrator's request handlers)."""
+
+    def __init__(self, service: str, base_url: str, settings: Settings,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.service = service
+        self.settings = settings
+        self._client = httpx.AsyncClient(base_url=base_url, timeout=_timeout(settings), transport=transport)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None,
+                      idempotency_key: str | None = None) -> httpx.Response:
+        key = idempotency_key or str(uuid.uuid4())
+        hdrs = {IDEMPOTENCY_HEADER: key, RUN_ID_HEADER: current_run_id()}
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.settings.http_retries + 1),
+            wait=wait_exponential(multiplier=self.settings.http_backoff_s, max=5.0),
+            retry=retry_if_exception(_retryable),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    resp = await self._client.request(method, path, json=json, params=params, headers=hdrs)
+                    if resp.status_code in RETRY_STATUSES:
+                        raise RetryableStatus(resp)
+        except RetryableStatus as exc:
+            _raise_for_error(self.service, exc.response)
+            raise  # pragma: no cover
+        except httpx.TransportError as exc:
+            raise UpstreamError(f"{self.service}: unreachable: {exc}") from exc
+        _raise_for_error(self.service, resp)
+        return resp
+
+
+class ServiceClients:
+    """One `ServiceClient` per service, from settings (real sockets) or from ASGI apps (embedded/tests)."""
+
+    def __init__(self, settings: Settings, asgi_apps: Mapping[str, Any] | None = None) -> None:
+        self.settings = settings
+        self._clients: dict[str, ServiceClient] = {}
+        for name in SERVICES:
+            if asgi_apps is not None and name in asgi_apps:
+                transport: httpx.BaseTransport | None = _SyncASGITransport(asgi_apps[name])
+                base = f"http://{name}"
+            else:
+                transport, base = None, settings.service_url(name)
+            self._clients[name] = ServiceClient(name, base, settings, transport)
+
+    def __getitem__(self, service: str) -> ServiceClient:
+        return self._clients[service]
+
+    def close(self) -> None:
+        for c in self._clients.values():
+            c.close()
+
+
+class _SyncASGITransport(httpx.BaseTransport):
+    """Run an ASGI app for a synchronous httpx client (httpx's ASGITransport is async-only).
+
+    Each request runs the app in a private event loop on the calling thread (`anyio.run`), so worker threads of the
+    embedded pool can each call services concurrently. The app's lifespan must already have been entered by whoever
+    owns the app (see `services.root_app.EmbeddedApps`).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self._transport = httpx.ASGITransport(app=app)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        import anyio
+
+        body = request.read()
+
+        async def _call() -> httpx.Response:
+            areq = httpx.Request(request.method, request.url, headers=request.headers, content=body)
+            resp = await self._transport.handle_async_request(areq)
+            content = await resp.aread()
+            return httpx.Response(resp.status_code, headers=resp.headers, content=content, request=request)
+
+        return anyio.run(_call)
+
+
+def async_asgi_client(service: str, app: Any, settings: Settings) -> AsyncServiceClient:
+    return AsyncServiceClient(service, f"http://{service}", settings, httpx.ASGITransport(app=app))

@@ -1,0 +1,199 @@
+"""Architecture config: the 3D-stacked near-memory chip (seed 001 §2.1, extended with an explicit stack).
+
+Units at this edge follow the key suffix (``_um``, ``_mm``, ``_wmk`` = W/(m·K), ``_jm3k`` = J/(m³·K), ``_c`` = °C,
+``_ghz``, ``_pj``); code converts to SI inside.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from shared.configs.base import StrictModel
+
+Count = Annotated[int, Field(ge=1)]
+
+
+class NocConfig(StrictModel):
+    topology: Literal["mesh"] = "mesh"
+    width_bits: PositiveInt = 256
+    link_latency_ns: PositiveFloat = 5.0
+    link_freq_ghz: PositiveFloat = 1.0  # link bandwidth = width_bits · link_freq (bits/s)
+    pj_per_bit_hop: float = Field(default=0.18, ge=0)  # ISAAC router 0.081 pJ/bit + ~1 mm wire 0.1 pJ/bit (energy/)
+
+
+class MeshConfig(StrictModel):
+    cores: tuple[Count, Count] = (8, 8)
+    noc: NocConfig = NocConfig()
+
+    @property
+    def n_cores(self) -> int:
+        return self.cores[0] * self.cores[1]
+
+
+class DramConfig(StrictModel):
+    banks: tuple[Count, Count, Count] = (32, 32, 8)  # x, y, layers
+    page_kb: PositiveFloat = 8.0
+    bank_capacity_mb: PositiveFloat = 64.0
+    vault_bw_gbps: PositiveFloat = 64.0  # raw bandwidth of one vault (all layers above a core), GB/s
+    pj_per_bit: float = Field(default=3.9, ge=0)  # HBM2 3.9 pJ/bit (energy_anchors.csv, Accelergy/FGDRAM)
+    leak_w_per_bank: float = Field(default=0.0005, ge=0)  # at 45 °C; scaled by the leakage model
+
+    @property
+    def n_layers(self) -> int:
+        return self.banks[2]
+
+
+LayerKind = Literal["logic", "dram", "tim", "other"]
+
+
+class StackLayer(StrictModel):
+    """One die or interface layer. The stack lists layers from the one farthest from the heat sink to the nearest."""
+
+    name: str
+    kind: LayerKind
+    thickness_um: PositiveFloat
+    k_wmk: PositiveFloat
+    rho_c_jm3k: PositiveFloat = 1.6303e6  # silicon-like default (HotSpot reference dies)
+    count: PositiveInt = 1  # repeat this layer `count` times (DRAM dies)
+
+
+class PackagePart(StrictModel):
+    side_mm: PositiveFloat
+    thickness_mm: PositiveFloat
+    k_wmk: PositiveFloat = 400.0  # copper
+    rho_c_jm3k: PositiveFloat = 3.55e6
+
+
+class CoolingConfig(StrictModel):
+    type: Literal["air", "liquid"] = "air"
+    h_wmk2k: PositiveFloat = 10000.0  # convection coefficient on the sink top, W/(m²·K)
+    ambient_c: float = Field(default=45.0, ge=-50, le=150)
+    spreader: PackagePart = PackagePart(side_mm=30.0, thickness_mm=1.0)
+    sink: PackagePart = PackagePart(side_mm=60.0, thickness_mm=6.9)
+
+
+def _default_stack() -> tuple[StackLayer, ...]:
+    return (
+        StackLayer(name="logic", kind="logic", thickness_um=50, k_wmk=120),
+        StackLayer(name="dram", kind="dram", thickness_um=50, k_wmk=2, count=8),
+        StackLayer(name="tim", kind="tim", thickness_um=20, k_wmk=5, rho_c_jm3k=4.0e6),
+    )
+
+
+class GeometryConfig(StrictModel):
+    macro_size_mm: tuple[PositiveFloat, PositiveFloat] = (5.0, 2.0)  # seed default macro size (kept for reference)
+    die_mm: tuple[PositiveFloat, PositiveFloat] = (10.0, 10.0)
+    stack: tuple[StackLayer, ...] = Field(default_factory=_default_stack)
+    cooling: CoolingConfig = CoolingConfig()
+
+    def expanded_stack(self) -> list[StackLayer]:
+        """The stack with `count` unrolled, farthest-from-sink first; DRAM dies named ``dram_1`` ... ``dram_n``."""
+        out: list[StackLayer] = []
+        for layer in self.stack:
+            for i in range(layer.count):
+                name = layer.name if layer.count == 1 else f"{layer.name}_{i + 1}"
+                out.append(layer.model_copy(update={"name": name, "count": 1}))
+        return out
+
+
+class ThermalModelConfig(StrictModel):
+    grid: tuple[PositiveInt, PositiveInt] = (64, 64)
+    variant: Literal["physical", "hotspot"] = "physical"  # see services/thermal: named variants of one builder
+    solver: Literal["auto", "spectral", "sparse"] = "auto"
+    max_substep_ms: PositiveFloat = 0.25
+
+
+class DvfsDomain(StrictModel):
+    cores: Literal["all"] | tuple[int, ...] = "all"
+    steps_ghz: tuple[PositiveFloat, ...] = (2.0, 1.8, 1.6, 1.2)
+    trip_c: tuple[float, ...] = (80.0, 85.0, 90.0)
+    hysteresis_c: float = Field(default=3.0, ge=0)
+    volts: tuple[PositiveFloat, ...] | None = None  # per step; None -> V proportional to f, V0 = 1.0 at steps[0]
+
+    @model_validator(mode="after")
+    def _check(self) -> DvfsDomain:
+        if len(self.trip_c) != len(self.steps_ghz) - 1:
+            raise ValueError("trip_c must have one entry fewer than steps_ghz")
+        if list(self.steps_ghz) != sorted(self.steps_ghz, reverse=True):
+            raise ValueError("steps_ghz must be in descending order")
+        if list(self.trip_c) != sorted(self.trip_c):
+            raise ValueError("trip_c must be in ascending order")
+        if self.volts is not None and len(self.volts) != len(self.steps_ghz):
+            raise ValueError("volts must have one entry per step")
+        return self
+
+
+class DvfsConfig(StrictModel):
+    domains: tuple[DvfsDomain, ...] = (DvfsDomain(),)
+
+
+class RefreshConfig(StrictModel):
+    tref_base_us: PositiveFloat = 7.8
+    tref_curve: tuple[tuple[float, PositiveFloat], ...] = ((40.0, 1.0), (55.0, 2.0), (70.0, 4.0), (85.0, 8.0))
+    trfc_ns: PositiveFloat = 350.0  # DDR4 8Gb tRFC1 (energy_anchors.csv, Micron datasheet)
+    refresh_energy_nj: float = Field(default=30.0, ge=0)  # per refresh command per bank
+
+    @model_validator(mode="after")
+    def _check(self) -> RefreshConfig:
+        temps = [t for t, _ in self.tref_curve]
+        if temps != sorted(temps):
+            raise ValueError("tref_curve temperatures must be ascending")
+        return self
+
+
+class CoreConfig(StrictModel):
+    """Device profile of one logic core: systolic array, scratchpad, DMA and vector unit."""
+
+    array: tuple[PositiveInt, PositiveInt] = (32, 32)
+    dataflow: Literal["os", "ws"] = "ws"
+    spm_kb: PositiveInt = 512
+    dma_bytes_per_cycle: PositiveInt = 64
+    dma_burst_bytes: PositiveInt = 64
+    vector_width: PositiveInt = 64
+    dtype: Literal["fp16", "bf16", "fp32", "int8"] = "bf16"
+
+
+class PowerConfig(StrictModel):
+    """Energy constants (defaults cite ../shared/reference/energy/energy_anchors.csv)."""
+
+    mac_pj: float = Field(default=1.5, ge=0)  # fp16 mult 1.1 + add 0.4 pJ (Horowitz ISSCC 2014, 45 nm)
+    spm_pj_per_access: float = Field(default=10.0, ge=0)  # 8 KB SRAM 64-bit access (Horowitz)
+    vector_pj_per_op: float = Field(default=0.4, ge=0)  # fp16 add (Horowitz)
+    v0: PositiveFloat = 1.0
+    logic_leak_w_per_core: float = Field(default=0.05, ge=0)  # at 45 °C
+    leak_model: Literal["liao", "exp", "none"] = "liao"  # Liao-He-Lepak TCAD 2005 fit, or exp(beta·ΔT)
+    leak_beta_per_k: float = Field(default=0.009, ge=0)  # ~0.9 %/K near 85 °C (energy_anchors.csv)
+
+
+class ArchConfig(StrictModel):
+    mesh: MeshConfig = MeshConfig()
+    dram: DramConfig = DramConfig()
+    geometry: GeometryConfig = GeometryConfig()
+    thermal: ThermalModelConfig = ThermalModelConfig()
+    dvfs: DvfsConfig = DvfsConfig()
+    refresh: RefreshConfig = RefreshConfig()
+    core: CoreConfig = CoreConfig()
+    power: PowerConfig = PowerConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> ArchConfig:
+        stack = self.geometry.expanded_stack()
+        n_logic = sum(1 for layer in stack if layer.kind == "logic")
+        n_dram = sum(1 for layer in stack if layer.kind == "dram")
+        if n_logic != 1:
+            raise ValueError(f"geometry.stack must contain exactly one logic layer, found {n_logic}")
+        if n_dram != self.dram.banks[2]:
+            raise ValueError(f"geometry.stack has {n_dram} DRAM layers but dram.banks[2] = {self.dram.banks[2]}")
+        bx, by, _ = self.dram.banks
+        cx, cy = self.mesh.cores
+        if bx % cx or by % cy:
+            raise ValueError(f"dram.banks {bx}x{by} must be a multiple of mesh.cores {cx}x{cy} (one vault per core)")
+        n = self.mesh.n_cores
+        for d, dom in enumerate(self.dvfs.domains):
+            if dom.cores != "all":
+                bad = [c for c in dom.cores if not 0 <= c < n]
+                if bad:
+                    raise ValueError(f"dvfs.domains[{d}].cores: core {bad[0]} outside the mesh (0..{n - 1})")
+        return self

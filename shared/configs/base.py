@@ -1,0 +1,20 @@
+"""Base model for configs: unknown keys are errors, models are frozen, hashing is canonical."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pydantic import BaseModel, ConfigDict
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    def canonical_json(self) -> str:
+        """Sorted-key JSON of the model with defaults filled in: the input of `content_hash`."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    def content_hash(self, n: int = 16) -> str:
+        """Hex SHA-256 prefix of the canonical JSON: a deterministic id for caches and trace ids."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:n]

@@ -1,0 +1,59 @@
+"""Load YAML configs into the typed models, with one readable error line naming the file and the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from shared.configs.arch import ArchConfig
+from shared.configs.tas import TasParams
+from shared.configs.workload import WorkloadConfig
+from shared.errors import ConfigError, first_validation_error
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_config(data: Any, model: type[M], *, source: str = "config") -> M:
+    """Validate a mapping (already parsed) into ``model``; errors name ``source`` and the field path."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        field, msg = first_validation_error(exc)
+        where = f"{source}: {field}" if field else source
+        raise ConfigError(f"{where}: {msg}", field=field or None) from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: file not found", code="file_not_found")
+    try:
+        return yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{p}: {line}malformed YAML: {problem}", code="malformed_yaml") from None
+
+
+def load_config(path: str | Path, model: type[M]) -> M:
+    return parse_config(read_yaml(path), model, source=str(path))
+
+
+def load_arch(path: str | Path) -> ArchConfig:
+    return load_config(path, ArchConfig)
+
+
+def load_workload(path: str | Path) -> WorkloadConfig:
+    return load_config(path, WorkloadConfig)
+
+
+def load_tas(path: str | Path) -> TasParams:
+    return load_config(path, TasParams)

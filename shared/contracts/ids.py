@@ -1,0 +1,60 @@
+"""Identifier conventions shared by every service.
+
+- expert instance: ``L{layer}E{expert}`` (the unit of placement, ARCHITECTURE §5.2)
+- weight shard tensor: ``W_L{layer}E{expert}_{shard}``
+- DRAM bank: ``B(x,y,layer)`` with x, y bank coordinates on the bank grid and ``layer`` the DRAM die (0-based)
+- core id: row-major on the mesh, ``core = y * X + x`` for ``mesh.cores = [X, Y]``
+"""
+
+from __future__ import annotations
+
+import re
+
+_EXPERT = re.compile(r"^L(\d+)E(\d+)$")
+_BANK = re.compile(r"^B\((\d+),(\d+),(\d+)\)$")
+
+
+def expert_id(layer: int, expert: int) -> str:
+    return f"L{layer}E{expert}"
+
+
+def parse_expert_id(s: str) -> tuple[int, int]:
+    m = _EXPERT.match(s)
+    if not m:
+        raise ValueError(f"not an expert instance id (L<layer>E<expert>): {s!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def weight_tensor_id(layer: int, expert: int, shard: int) -> str:
+    return f"W_L{layer}E{expert}_{shard}"
+
+
+def bank_id(x: int, y: int, layer: int) -> str:
+    return f"B({x},{y},{layer})"
+
+
+def parse_bank_id(s: str) -> tuple[int, int, int]:
+    m = _BANK.match(s.replace(" ", ""))
+    if not m:
+        raise ValueError(f"not a bank id (B(x,y,layer)): {s!r}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def core_xy(core: int, mesh_x: int) -> tuple[int, int]:
+    return core % mesh_x, core // mesh_x
+
+
+def core_index(x: int, y: int, mesh_x: int) -> int:
+    return y * mesh_x + x
+
+
+def vault_core(bx: int, by: int, banks_x: int, banks_y: int, mesh_x: int, mesh_y: int) -> int:
+    """The core under bank (bx, by): its vault owner."""
+    return core_index(bx // (banks_x // mesh_x), by // (banks_y // mesh_y), mesh_x)
+
+
+def hops(core_a: int, core_b: int, mesh_x: int) -> int:
+    """Manhattan distance on the core mesh."""
+    ax, ay = core_xy(core_a, mesh_x)
+    bx, by = core_xy(core_b, mesh_x)
+    return abs(ax - bx) + abs(ay - by)

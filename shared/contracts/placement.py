@@ -1,0 +1,96 @@
+"""Placement (seed 001 §3.2), TACS overlays (§3.3), replica state (§3.5) and telemetry (§4.3).
+
+Owner: placement service. Consumers: lowering (physicalize), orchestrator (files, window loop).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from shared.contracts.columnar import Columnar
+
+
+class ExpertPlacement(BaseModel):
+    cores: list[int] = Field(min_length=1)
+    policy: Literal["single", "replicate"] = "single"
+
+
+class TensorPlacement(BaseModel):
+    dram_bank: str  # "B(x,y,layer)"
+
+
+class PlacementMeta(BaseModel):
+    method: str = "default"
+    predicted_core_temps_c: list[float] | None = None
+    predicted_peak_c: float | None = None
+    objective: dict[str, float] = Field(default_factory=dict)
+    optimality_gap: float | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class Placement(BaseModel):
+    """``placement.json``: ``experts.{L{l}E{e}}.cores`` and ``tensors.{W_L{l}E{e}_{k}}.dram_bank``."""
+
+    experts: dict[str, ExpertPlacement]
+    tensors: dict[str, TensorPlacement] = Field(default_factory=dict)
+    meta: PlacementMeta = Field(default_factory=PlacementMeta)
+
+
+class OverlayReroute(Columnar):
+    """``runtime/overlay_reroute.csv`` columns (seed §3.3); ``mb_ids_json`` holds JSON arrays as strings."""
+
+    t_apply_ns: list[int]
+    scope: list[str]  # "mb" | "expert"
+    from_core: list[int]
+    to_core: list[int]
+    mb_ids_json: list[str]
+    reason: list[str]
+    expected_gain: list[float]
+
+
+class OverlayMigrate(Columnar):
+    """``runtime/overlay_migrate.csv`` columns (seed §3.3)."""
+
+    t_apply_ns: list[int]
+    obj_type: list[str]  # "weight" | "expert"
+    obj_id: list[str]
+    src: list[str]  # bank id or core id as text
+    dst: list[str]
+    size_bytes: list[int]
+    cost: list[float]
+
+
+class Overlays(BaseModel):
+    reroute: OverlayReroute = Field(default_factory=OverlayReroute.empty)
+    migrate: OverlayMigrate = Field(default_factory=OverlayMigrate.empty)
+
+    def is_empty(self) -> bool:
+        return len(self.reroute) == 0 and len(self.migrate) == 0
+
+
+class ReplicaEntry(BaseModel):
+    cores: list[int]
+    ts_created_ns: int = 0
+    last_change_ns: int | None = None  # when TACS last changed this expert's cores (undo cool-down)
+    prev_cores: list[int] | None = None  # the cores before that change (to detect an undo)
+
+
+class ReplicaState(BaseModel):
+    """``runtime/replica_state.json``: ``{expert_id: {cores, ts_created_ns, ...}}`` (seed §3.5)."""
+
+    experts: dict[str, ReplicaEntry] = Field(default_factory=dict)
+
+    def to_json_obj(self) -> dict[str, dict[str, object]]:
+        return {k: v.model_dump(exclude_none=True) for k, v in sorted(self.experts.items())}
+
+
+class Telemetry(BaseModel):
+    """What the chip reported for the last committed window (raw values, °C)."""
+
+    temps_core: list[float]
+    temps_bank: list[float] = Field(default_factory=list)  # per vault, hottest layer
+    util_core: list[float] = Field(default_factory=list)  # 0..1
+    noc_load: float = Field(default=0.0, ge=0)
+    ts_ns: int = 0

@@ -1,0 +1,79 @@
+"""Logging set up once per process, with the run id in every record.
+
+``bind_run_id(run_id)`` sets a context variable that a logging filter copies into each record, so a window loop's
+records (and the services' records for the requests it makes, via the ``X-Run-Id`` header) carry its run id.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_run_id: contextvars.ContextVar[str] = contextvars.ContextVar("tasmoe_run_id", default="-")
+_configured = False
+
+RUN_ID_HEADER = "X-Run-Id"
+
+
+def current_run_id() -> str:
+    return _run_id.get()
+
+
+@contextmanager
+def bind_run_id(run_id: str | None) -> Iterator[None]:
+    token = _run_id.set(run_id or "-")
+    try:
+        yield
+    finally:
+        _run_id.reset(token)
+
+
+class RunIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.run_id = _run_id.get()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        body = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname,
+            "logger": record.name,
+            "run_id": getattr(record, "run_id", "-"),
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            body["exc"] = self.formatException(record.exc_info)
+        return json.dumps(body)
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s run=%(run_id)s %(message)s"
+
+
+def setup_logging(level: str = "INFO", *, json_lines: bool = False, force: bool = False) -> None:
+    """Configure the root logger once (idempotent unless ``force``)."""
+    global _configured
+    if _configured and not force:
+        logging.getLogger().setLevel(level)
+        return
+    handler = logging.StreamHandler()
+    handler.addFilter(RunIdFilter())
+    handler.setFormatter(JsonFormatter() if json_lines else logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(level)
+    _configured = True
+
+
+def run_file_handler(path: str) -> logging.Handler:
+    """A file handler (for ``results/<run>/run.log``) with the run-id filter and the text format."""
+    h = logging.FileHandler(path, encoding="utf-8")
+    h.addFilter(RunIdFilter())
+    h.setFormatter(logging.Formatter(TEXT_FORMAT))
+    return h

@@ -1,0 +1,71 @@
+"""Settings for every service and the CLI (pydantic-settings, environment prefix ``TASMOE_``).
+
+``TASMOE_DATABASE_URL`` selects PostgreSQL (cluster) or the default SQLite file (embedded);
+``TASMOE_<SERVICE>_URL`` gives each service's base URL (``TASMOE_THERMAL_URL=http://thermal:8004``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared import DEFAULT_PORTS, SERVICES
+
+Mode = Literal["embedded", "cluster"]
+
+
+class Settings(BaseSettings):
+    """One settings class for the whole project; each service reads the fields it needs."""
+
+    model_config = SettingsConfigDict(env_prefix="TASMOE_", env_file=".env", extra="ignore")
+
+    mode: Mode = "embedded"
+    results_dir: Path = Path("results")
+    database_url: str = ""  # empty -> sqlite file under results_dir (see `effective_database_url`)
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    log_level: str = "INFO"
+    log_json: bool = False
+
+    orchestrator_url: str = f"http://127.0.0.1:{DEFAULT_PORTS['orchestrator']}"
+    workload_url: str = f"http://127.0.0.1:{DEFAULT_PORTS['workload']}"
+    placement_url: str = f"http://127.0.0.1:{DEFAULT_PORTS['placement']}"
+    lowering_url: str = f"http://127.0.0.1:{DEFAULT_PORTS['lowering']}"
+    thermal_url: str = f"http://127.0.0.1:{DEFAULT_PORTS['thermal']}"
+    metrics_url: str = f"http://127.0.0.1:{DEFAULT_PORTS['metrics']}"
+
+    http_connect_timeout_s: float = Field(default=3.0, gt=0)
+    http_read_timeout_s: float = Field(default=60.0, gt=0)
+    http_retries: int = Field(default=4, ge=0, le=20)
+    http_backoff_s: float = Field(default=0.2, ge=0)
+
+    cache_size: int = Field(default=32, ge=1, description="LRU entries for content-hashed models/traces per service")
+    configs_dir: Path = Path("configs")
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        v = v.upper()
+        if v not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return v
+
+    def service_url(self, service: str) -> str:
+        if service not in SERVICES:
+            raise KeyError(f"unknown service {service!r}; known: {', '.join(SERVICES)}")
+        return str(getattr(self, f"{service}_url")).rstrip("/")
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.results_dir / 'tasmoe.sqlite3').as_posix()}"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Process-wide settings read from the environment once (tests build their own `Settings`)."""
+    return Settings()

@@ -1,0 +1,77 @@
+"""Config models: the shipped configs load, bad ones fail with the file and the field path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.cli import main
+from shared.configs import ArchConfig, load_arch, load_tas, load_workload, parse_config
+from shared.errors import ConfigError
+from tests.conftest import CONFIGS
+
+
+def test_shipped_configs_load_with_seed_values() -> None:
+    arch = load_arch(CONFIGS / "arch_8x8_32x32x8.yaml")
+    assert arch.mesh.cores == (8, 8)
+    assert arch.dram.banks == (32, 32, 8)
+    stack = arch.geometry.expanded_stack()
+    assert [layer.kind for layer in stack] == ["logic"] + ["dram"] * 8 + ["tim"]
+    assert arch.geometry.cooling.h_wmk2k == 10000
+    mix = load_workload(CONFIGS / "workload_mixtral_8x7b.yaml")
+    assert (mix.routing.topk, mix.routing.zipf_s, mix.sequence.steps) == (2, 1.2, 500)
+    ds = load_workload(CONFIGS / "workload_deepseek_v2.yaml")
+    assert (ds.routing.topk, ds.routing.n_group, ds.routing.topk_group) == (6, 8, 3)
+    tas = load_tas(CONFIGS / "tas_params.yaml")
+    assert tas.tacs.thresholds.Thot == 80.0 and tas.taps.replicate_hot_k == 1
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "message"),
+    [
+        ({"mesh": {"cores": [0, 8]}}, "mesh.cores[0]", "must be >= 1"),
+        ({"mesh": {"cores": [8, 8], "bogus": 1}}, "mesh.bogus", "unknown key"),
+        ({"dram": {"page_kb": -1}}, "dram.page_kb", "must be > 0"),
+        ({"mesh": {"cores": "eight"}}, "mesh.cores", ""),
+        ({"dvfs": {"domains": [{"steps_ghz": [2.0, 1.0], "trip_c": [80, 90]}]}}, "dvfs.domains[0]", "one entry fewer"),
+    ],
+)
+def test_bad_arch_names_the_field(data: dict[str, object], field: str, message: str) -> None:
+    with pytest.raises(ConfigError) as ei:
+        parse_config(data, ArchConfig, source="arch.yaml")
+    text = str(ei.value)
+    assert text.startswith(f"arch.yaml: {field}"), text
+    assert message in text
+
+
+def test_cross_field_checks() -> None:
+    with pytest.raises(ConfigError, match="DRAM layers"):
+        parse_config({"dram": {"banks": [32, 32, 4]}}, ArchConfig)
+    with pytest.raises(ConfigError, match=r"Temg must be > thresholds\.Thot"):
+        from shared.configs import TasParams
+
+        parse_config({"tacs": {"thresholds": {"Thot": 90, "Temg": 80}}}, TasParams)
+
+
+def test_content_hash_is_canonical() -> None:
+    a = parse_config({"mesh": {"cores": [8, 8]}}, ArchConfig)
+    b = ArchConfig()
+    assert a.content_hash() == b.content_hash()
+    c = parse_config({"mesh": {"cores": [4, 8]}}, ArchConfig)
+    assert c.content_hash() != a.content_hash()
+
+
+def test_cli_config_errors_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("mesh: {cores: [8, 8]\n", encoding="utf-8")
+    assert main(["config", "arch", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "malformed YAML" in err and str(bad) in err
+    assert main(["config", "arch", str(tmp_path / "missing.yaml")]) == 2
+    assert "file not found" in capsys.readouterr().err
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("mesh:\n  cores: [-1, 8]\n", encoding="utf-8")
+    assert main(["config", "arch", str(wrong)]) == 2
+    assert "mesh.cores[0]: must be >= 1" in capsys.readouterr().err
+    assert main(["config", "arch", str(CONFIGS / "arch_8x8_32x32x8.yaml")]) == 0
