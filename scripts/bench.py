@@ -1,0 +1,53 @@
+"""`make bench`: run every service's benchmarks (``services/<name>/bench.py: bench()``) and write BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import platform
+import sys
+import time
+from pathlib import Path
+
+from shared import SERVICES
+from shared.bench import BenchRow
+
+
+def _table(rows: list[BenchRow]) -> list[str]:
+    out = ["| benchmark | measured | goal | met | note |", "|---|---|---|---|---|"]
+    for r in rows:
+        met = "" if r.met is None else ("yes" if r.met else "**no**")
+        out.append(f"| {r.name} | {r.value} | {r.target} | {met} | {r.note} |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="make bench")
+    ap.add_argument("--only", nargs="*", default=None, help="services to run (default: all)")
+    ap.add_argument("--out", default="BENCHMARKS.md")
+    args = ap.parse_args(argv)
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `make bench` on {time.strftime('%Y-%m-%d %H:%M')} ({platform.machine()}, "
+        f"Python {platform.python_version()}). Goals are reported, not asserted; ratios are measured in one run.",
+        "",
+    ]
+    for name in args.only or SERVICES:
+        try:
+            mod = importlib.import_module(f"services.{name}.bench")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"services.{name}.bench":
+                raise
+            continue
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        rows: list[BenchRow] = mod.bench()
+        lines += [f"## {name}", "", *_table(rows), "", f"({time.perf_counter() - t0:.1f} s)", ""]
+    Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
