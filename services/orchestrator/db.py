@@ -22,7 +22,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 HERE = Path(__file__).resolve().parent
-ALEMBIC_INI = HERE / "alembic.ini"
+ALEMBIC_INI = HERE / "migrations" / "alembic.ini"
 _MIGRATION_LOCK = 0x7A5E_0001  # pg_advisory_xact_lock key for migrations
 
 

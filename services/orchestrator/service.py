@@ -25,6 +25,8 @@ from services.orchestrator.schemas import (
     ExperimentSpec,
     ExperimentView,
     RunProgress,
+    SweepRequest,
+    SweepView,
 )
 from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
 from shared.configs.base import StrictModel
@@ -239,3 +241,45 @@ def apply_point(base: ExperimentSpec, point: dict[str, Any]) -> ExperimentSpec:
 
 def dump(model: BaseModel) -> dict[str, Any]:
     return model.model_dump(mode="json")
+
+
+def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings: Settings) -> tuple[str, list[str]]:
+    """One experiment per grid point (sharing the sweep id); the sweep itself is a job row."""
+    base = resolve_spec(req.base, configs_dir=settings.configs_dir)
+    points = sweep_points(req.grid)
+    specs = [apply_point(base, p) for p in points]
+    sweep_id = f"swp-{uuid.uuid4().hex[:12]}"
+    exp_ids = []
+    for i, spec in enumerate(specs):
+        spec = spec.model_copy(update={"name": f"{req.name or 'sweep'}[{i}]"})
+        exp_id, _ = create_experiment(sessions=sessions, spec=spec, settings=settings, sweep_id=sweep_id,
+                                      out_dir=settings.results_dir / sweep_id / f"p{i:03d}")
+        exp_ids.append(exp_id)
+    with sessions.begin() as s:
+        repo.add_job(session=s, job_id=sweep_id, kind="sweep",
+                     payload={"grid": req.grid, "points": points, "experiments": exp_ids, "name": req.name})
+    return sweep_id, exp_ids
+
+
+def sweep_view(*, session: Session, sweep_id: str) -> SweepView:
+    job = repo.get_job(session=session, job_id=sweep_id)
+    if job is None or job.kind != "sweep":
+        raise NotFound(f"no sweep {sweep_id!r}", field="id")
+    exp_ids: list[str] = list(job.payload["experiments"])
+    points: list[dict[str, Any]] = list(job.payload["points"])
+    table: list[dict[str, Any]] = []
+    statuses = []
+    for exp_id, point in zip(exp_ids, points, strict=True):
+        exp = repo.get_experiment(session=session, exp_id=exp_id)
+        statuses.append(exp.status if exp is not None else RunStatus.failed)
+        for row in result_rows(session=session, exp_id=exp_id):
+            table.append({"experiment": exp_id, **{f"param:{k}": v for k, v in point.items()}, **row})
+    if all(s == RunStatus.succeeded for s in statuses):
+        status = "succeeded"
+    elif all(s in {RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled} for s in statuses):
+        status = "failed" if RunStatus.failed in statuses else "cancelled"
+    elif all(s == RunStatus.queued for s in statuses):
+        status = "queued"
+    else:
+        status = "running"
+    return SweepView(id=sweep_id, status=status, experiments=exp_ids, points=points, table=table)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import Connection, create_engine, pool
+from sqlalchemy import Connection
 
 from services.orchestrator import models  # noqa: F401  (registers the tables on Base.metadata)
 from shared.db import Base
@@ -19,8 +19,14 @@ def _run(connection: Connection) -> None:
         context.run_migrations()
 
 
+def _url() -> str:
+    from shared.settings import Settings
+
+    return context.get_x_argument(as_dictionary=True).get("url") or Settings().effective_database_url
+
+
 def run_offline() -> None:
-    url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option("sqlalchemy.url")
+    url = _url()
     context.configure(url=url, target_metadata=target_metadata, literal_binds=True)
     with context.begin_transaction():
         context.run_migrations()
@@ -31,8 +37,9 @@ def run_online() -> None:
     if conn is not None:
         _run(conn)
         return
-    url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option("sqlalchemy.url")
-    engine = create_engine(str(url), poolclass=pool.NullPool)
+    from services.orchestrator.db import make_engine
+
+    engine = make_engine(_url())
     with engine.connect() as connection:
         _run(connection)
 
