@@ -60,9 +60,16 @@ class Settings(BaseSettings):
 
     @property
     def effective_database_url(self) -> str:
-        if self.database_url:
-            return self.database_url
-        return f"sqlite:///{(self.results_dir / 'tasmoe.sqlite3').as_posix()}"
+        """The SQLAlchemy URL: ``TASMOE_DATABASE_URL`` when set (a bare ``postgresql://`` / ``postgres://`` is given
+        the psycopg v3 driver the project ships; SQLAlchemy's default would be psycopg2), else a SQLite file under
+        ``results_dir``."""
+        url = self.database_url
+        if not url:
+            return f"sqlite:///{(self.results_dir / 'tasmoe.sqlite3').as_posix()}"
+        for bare in ("postgresql://", "postgres://"):
+            if url.startswith(bare):
+                return "postgresql+psycopg://" + url[len(bare):]
+        return url
 
 
 @lru_cache(maxsize=1)
