@@ -194,15 +194,25 @@ class Pipeline:
                               timing=WindowTiming.model_validate(r["timing"]))
 
     # ------------------------------------------------------------------------------------------------ metrics
-    def reduce(self, *, scenario: str, workload: str, thot_c: float,
+    def reduce(self, *, scenario: str, workload: str, thot_c: float, bw_raw_gbps: float | None,
                windows: list[WindowMetrics] | list[dict[str, Any]]) -> ReduceResult:
         wins = [w.model_dump(mode="json") if isinstance(w, WindowMetrics) else w for w in windows]
-        body = {"scenario": scenario, "workload": workload, "thot_c": thot_c, "windows": wins}
+        body = {"scenario": scenario, "workload": workload, "thot_c": thot_c, "bw_raw_gbps": bw_raw_gbps,
+                "windows": wins}
         r = self.clients["metrics"].post_json("/v1/reduce", body, idempotency_key=self._key("reduce"))
         return ReduceResult(row=dict(r["row"]), csv=str(r["csv"]))
 
-    def plot(self, kind: str, body: dict[str, Any]) -> tuple[bytes, str]:
-        """(image bytes, content type) of one plot."""
-        resp = self.clients["metrics"].request("POST", f"/v1/plots/{kind}", json=body,
+    def compare(self, rows: list[dict[str, Any]]) -> tuple[str, str]:
+        """(CSV, Markdown) of the scenario comparison with deltas against baseline."""
+        r = self.clients["metrics"].post_json("/v1/compare", {"rows": rows}, idempotency_key=self._key("compare"))
+        return str(r["csv"]), str(r["markdown"])
+
+    def plot(self, kind: str, *, workload: str, rows: list[dict[str, Any]],
+             windows: dict[str, list[dict[str, Any]]], mesh: tuple[int, int] | None, thot_c: float | None,
+             fmt: Literal["png", "svg"] = "png") -> bytes:
+        """The figure's bytes (metrics ``POST /v1/plots/{kind}?format=``)."""
+        body = {"workload": workload, "rows": rows, "windows": windows, "mesh": list(mesh) if mesh else None,
+                "thot_c": thot_c}
+        resp = self.clients["metrics"].request("POST", f"/v1/plots/{kind}", json=body, params={"format": fmt},
                                                idempotency_key=self._key("plot", kind))
-        return resp.content, resp.headers.get("content-type", "application/octet-stream")
+        return resp.content

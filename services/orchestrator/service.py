@@ -3,9 +3,7 @@ results, per-window series, sweeps. Plain functions with keyword arguments; the 
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import itertools
 import json
 import re
@@ -136,17 +134,11 @@ def experiment_view(*, session: Session, exp_id: str) -> ExperimentView:
 
 
 def result_rows(*, session: Session, exp_id: str) -> list[dict[str, Any]]:
-    """The unified rows of the experiment's finished scenarios, read from their CSV files (scenario order)."""
-    exp = repo.get_experiment(session=session, exp_id=exp_id)
-    if exp is None:
+    """The result rows (seed §3.6 columns + extras, as the metrics service reduced them) of the finished scenarios."""
+    if repo.get_experiment(session=session, exp_id=exp_id) is None:
         raise NotFound(f"no experiment {exp_id!r}", field="id")
-    spec = ExperimentSpec.model_validate(exp.configs)
-    rows: list[dict[str, Any]] = []
-    for run in repo.runs_of(session=session, exp_id=exp_id):
-        path = result_csv_path(Path(exp.out_dir), run.scenario, spec.workload.label)
-        if run.status == RunStatus.succeeded and path.is_file():
-            rows.extend(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))))
-    return rows
+    return [dict(r.result_row) for r in repo.runs_of(session=session, exp_id=exp_id)
+            if r.status == RunStatus.succeeded and r.result_row is not None]
 
 
 def results_csv(*, session: Session, exp_id: str) -> str:

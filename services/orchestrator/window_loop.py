@@ -294,7 +294,8 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
     # reduce over the committed windows, read back from the database (identical whichever worker ran them)
     with sessions() as s:
         wins = repo.window_metrics(session=s, run_id=run_id)
-    red = pipe.reduce(scenario=scenario, workload=wl.label, thot_c=tas.tacs.thresholds.Thot, windows=wins)
+    red = pipe.reduce(scenario=scenario, workload=wl.label, thot_c=tas.tacs.thresholds.Thot,
+                      bw_raw_gbps=arch.mesh.n_cores * arch.dram.vault_bw_gbps, windows=wins)
     out_csv = result_csv_path(out_dir, scenario, wl.label)
     out_csv.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_csv.with_suffix(".csv.tmp")

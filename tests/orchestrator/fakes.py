@@ -1,4 +1,4 @@
-"""Small, deterministic stand-ins for the five compute services, implementing their HTTP contracts with cheap
+"""Small, deterministic stand-ins for four compute services (metrics is the real one), implementing their HTTP
 physics (T = T_amb + H·P with first-order lag), mounted exactly as embedded mode mounts the real apps.
 
 They exist so the orchestrator's durability tests (crash/resume, lease loss, retries) run in well under a second per
@@ -14,13 +14,12 @@ import math
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
 
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
 from shared.contracts.events import ComputeEvents, MemoryEvents, PhysicalState, WindowTiming
 from shared.contracts.ids import expert_id, parse_expert_id
-from shared.contracts.metrics import RESULT_COLUMNS, WindowMetrics
 from shared.contracts.placement import (
     ExpertPlacement,
     OverlayMigrate,
@@ -303,43 +302,10 @@ def lowering_app(settings: Settings) -> FastAPI:
     return create_service_app("lowering", settings, [router])
 
 
-# ------------------------------------------------------------------------------------------------------- metrics
-
-
-def metrics_app(settings: Settings) -> FastAPI:
-    router = APIRouter(tags=["metrics"])
-
-    @router.post("/reduce")
-    def reduce(body: dict[str, Any]) -> dict[str, Any]:
-        wins = [WindowMetrics.model_validate(w) for w in body["windows"]]
-        sim_s = sum(w.dt_ms for w in wins) * 1e-3
-        lats = [x for w in wins for x in w.latencies_ms]
-        row = {"scenario": body["scenario"], "workload": body["workload"],
-               "T_peak_logic": max(w.T_peak_logic for w in wins), "T_peak_dram": max(w.T_peak_dram for w in wins),
-               "T_avg": sum(w.T_mean_logic for w in wins) / len(wins),
-               "ips": sum(w.tokens_completed for w in wins) / sim_s, "lat_ms": sum(lats) / max(len(lats), 1),
-               "bw_util": sum(w.bytes_moved / (w.bw_eff_gbps * 1e9 * w.dt_ms * 1e-3) for w in wins) / len(wins),
-               "refresh_mhz": sum(w.refresh_mhz for w in wins) / len(wins),
-               "noc_load": sum(sum(w.noc_link_util) / max(len(w.noc_link_util), 1) for w in wins) / len(wins)}
-        csv = ",".join(RESULT_COLUMNS) + "\n" + ",".join(
-            str(row[c]) if isinstance(row[c], str) else f"{row[c]:.6f}" for c in RESULT_COLUMNS) + "\n"
-        return {"row": row, "csv": csv}
-
-    @router.post("/compare")
-    def compare(body: dict[str, Any]) -> dict[str, Any]:
-        return {"rows": body.get("rows", [])}
-
-    @router.post("/plots/{kind}")
-    async def plot(kind: str, request: Request) -> Response:
-        await request.body()
-        return Response(f"<svg xmlns='http://www.w3.org/2000/svg'><text>{kind}</text></svg>",
-                        media_type="image/svg+xml")
-
-    return create_service_app("metrics", settings, [router])
-
-
 def build_apps(settings: Settings) -> dict[str, FastAPI]:
     """The five fake compute services (the orchestrator is not one of them)."""
+    from services.metrics.app import create_app as metrics_app  # the real one: cheap and already merged
+
     return {"workload": workload_app(settings), "thermal": thermal_app(settings),
             "placement": placement_app(settings), "lowering": lowering_app(settings),
             "metrics": metrics_app(settings)}
