@@ -1,5 +1,6 @@
 """Small, deterministic stand-ins for four compute services (metrics is the real one), implementing their HTTP
-physics (T = T_amb + H·P with first-order lag), mounted exactly as embedded mode mounts the real apps.
+contracts with cheap physics (T = T_amb + H·P with first-order lag),
+mounted exactly as embedded mode mounts the real apps.
 
 They exist so the orchestrator's durability tests (crash/resume, lease loss, retries) run in well under a second per
 scenario; the end-to-end tests use the real services. `build_apps(settings)` is importable by worker subprocesses.
