@@ -64,7 +64,7 @@ BODY = st.one_of(JSON, st.dictionaries(KEYS, JSON, max_size=6),
                  st.fixed_dictionaries({"grid": st.dictionaries(st.sampled_from(
                      ["tas.tacs.thresholds.Thot", "seed", "workload.routing.zipf_s", "arch", "x.y", ""]),
                      st.lists(HOSTILE_SCALARS, max_size=3), max_size=3)}))
-PATH_PARAM = st.one_of(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="/?#%"),
+PATH_PARAM = st.one_of(st.text(alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="/?#%"),
                                min_size=1, max_size=30), st.just("exp-000000000000"))
 
 
