@@ -21,6 +21,7 @@ import io
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -336,3 +337,26 @@ def render_plot(kind: str, data: PlotRequest, fmt: str = "png") -> bytes:
         buf = io.BytesIO()
         fig.savefig(buf, format=fmt, dpi=DPI, metadata=_METADATA[fmt])
     return buf.getvalue()
+
+
+def write_run_plots(results_dir: Path, *, workload: str | None = None, fmt: str = "png",
+                    dram_layer: int | None = None) -> list[Path]:
+    """Render every kind from a results folder into ``<results_dir>/plots/<workload>_<kind>.<fmt>``.
+
+    Kinds that need per-window series are skipped when the folder has none (``<scenario>/<workload>.windows.jsonl``).
+    """
+    from services.metrics.series import load_plot_inputs
+
+    wl, rows, windows = load_plot_inputs(Path(results_dir), workload)
+    thot = rows[0].thot_c if rows else None
+    data = PlotRequest(workload=wl, rows=rows, windows=windows, dram_layer=dram_layer, thot_c=thot)
+    out_dir = Path(results_dir) / "plots"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for kind in KINDS:
+        if kind != "performance" and not windows:
+            continue
+        path = out_dir / f"{wl}_{kind}.{fmt}"
+        path.write_bytes(render_plot(kind, data, fmt))
+        written.append(path)
+    return written
