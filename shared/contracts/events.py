@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from shared.configs.arch import ArchConfig
 from shared.contracts.columnar import Columnar
-from shared.contracts.placement import ReplicaState
+from shared.contracts.placement import Overlays, Placement, ReplicaState
+from shared.contracts.workload import LogicalWindow
 
 
 class ComputeEvents(Columnar):
@@ -121,3 +123,25 @@ class PhysicalState(BaseModel):
     queue: CoreQueueState = Field(default_factory=CoreQueueState)
     next_evt_id: int = 0
     tensor_banks: dict[str, str] = Field(default_factory=dict)  # weight tensors moved by migrate overlays
+
+
+class PhysicalizeRequest(BaseModel):
+    """``POST /v1/physicalize`` (lowering): one window's logical events plus everything needed to place them."""
+
+    window: int = Field(ge=0)
+    logical: LogicalWindow
+    placement: Placement
+    overlays: Overlays = Field(default_factory=Overlays)
+    state: PhysicalState = Field(default_factory=PhysicalState)
+    arch: ArchConfig = Field(default_factory=ArchConfig)
+    freq_ghz: list[float] | None = None  # per core; None = every core at its DVFS domain's top step
+    window_ms: float = Field(gt=0)
+    bw_eff_factor: float | list[float] = 1.0  # DRAM bandwidth left after refresh: one value or one per vault
+    n_layers: int | None = Field(default=None, ge=1)  # model layers (a micro-batch completes after the last)
+
+
+class PhysicalizeResponse(BaseModel):
+    compute: ComputeEvents
+    memory: MemoryEvents
+    state: PhysicalState
+    timing: WindowTiming
