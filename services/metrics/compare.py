@@ -160,7 +160,8 @@ def compare_markdown(tables: Sequence[CompareTable]) -> str:
     parts = []
     for t in tables:
         lines = [f"### {t.workload}: scenarios vs baseline", "",
-                 "Cells: value (delta vs baseline; °C for temperatures, % for rates and times).", "",
+                 "Cells: value (delta vs baseline: °C for temperatures, plain difference for migrations and time above "
+                 "Thot, % for the others).", "",
                  "| metric | unit | " + " | ".join(t.scenarios) + " |",
                  "|---|---|" + "---:|" * len(t.scenarios)]
         for m, unit, kind in COMPARE_METRICS:

@@ -21,6 +21,7 @@ import io
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -65,7 +66,7 @@ _METADATA: dict[str, dict[str, Any]] = {
 def figure_size(kind: str, n_scenarios: int) -> tuple[float, float]:
     """Figure size in inches (pixels = inches × DPI): fixed per kind; the heat map grows with the scenarios."""
     if kind == "heatmap":
-        return (3.3 * n_scenarios + 1.6, 7.4)
+        return (max(3.3 * n_scenarios + 1.6, 9.0), 7.6)
     return {"temperature": (16.0, 5.0), "performance": (15.0, 4.8)}[kind]
 
 
@@ -116,7 +117,8 @@ def _bar_labels(ax: Axes, bars: Any, fmt: Callable[[float], str]) -> None:
     for b in bars:
         h = b.get_height()
         ax.annotate(fmt(h), (b.get_x() + b.get_width() / 2, h), xytext=(0, 3), textcoords="offset points",
-                    ha="center", va="bottom", fontsize=9)
+                    ha="center", va="bottom", fontsize=9,
+                    bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
 
 
 def _headroom(ax: Axes, lo: float, hi: float, frac: float = 0.15) -> None:
@@ -147,7 +149,7 @@ def _temperature(data: PlotRequest) -> Figure:
     _bar_labels(ax_bar, b1, lambda v: f"{v:.1f}")
     _bar_labels(ax_bar, b2, lambda v: f"{v:.1f}")
     lo = _temp_floor(logic + dram)
-    _headroom(ax_bar, lo, max(logic + dram))
+    _headroom(ax_bar, lo, max(logic + dram), 0.4)  # room for the legend above the bars
     ax_bar.set_xticks(x, scn)
     ax_bar.set_ylabel("peak temperature [°C]")
     ax_bar.set_title("Peak temperature over the run")
@@ -310,8 +312,8 @@ def _heatmap(data: PlotRequest) -> Figure:
     assert im is not None
     cb = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.85, pad=0.02)
     cb.set_label("temperature [°C] (one scale for all panels)")
-    fig.suptitle(f"{data.workload}: temperature maps at each scenario's hottest window "
-                 "(top: logic cores; bottom: DRAM vaults)")
+    fig.suptitle(f"{data.workload}: temperatures at each scenario's hottest window\n"
+                 f"top: logic layer per core; bottom: DRAM layer {layer} per vault; one colour scale")
     return fig
 
 
@@ -336,3 +338,26 @@ def render_plot(kind: str, data: PlotRequest, fmt: str = "png") -> bytes:
         buf = io.BytesIO()
         fig.savefig(buf, format=fmt, dpi=DPI, metadata=_METADATA[fmt])
     return buf.getvalue()
+
+
+def write_run_plots(results_dir: Path, *, workload: str | None = None, fmt: str = "png",
+                    dram_layer: int | None = None) -> list[Path]:
+    """Render every kind from a results folder into ``<results_dir>/plots/<workload>_<kind>.<fmt>``.
+
+    Kinds that need per-window series are skipped when the folder has none (``<scenario>/<workload>.windows.jsonl``).
+    """
+    from services.metrics.series import load_plot_inputs
+
+    wl, rows, windows = load_plot_inputs(Path(results_dir), workload)
+    thot = rows[0].thot_c if rows else None
+    data = PlotRequest(workload=wl, rows=rows, windows=windows, dram_layer=dram_layer, thot_c=thot)
+    out_dir = Path(results_dir) / "plots"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for kind in KINDS:
+        if kind != "performance" and not windows:
+            continue
+        path = out_dir / f"{wl}_{kind}.{fmt}"
+        path.write_bytes(render_plot(kind, data, fmt))
+        written.append(path)
+    return written

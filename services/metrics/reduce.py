@@ -182,48 +182,56 @@ def reduce_window_metrics(windows: Sequence[WindowMetrics], *, scenario: str, wo
     n_l, n_d = _cells(windows, n_cores, banks.shape[1] * banks.shape[2])
 
     # --- reductions (SI-free: ms, °C, GB/s at the edges as in the contract) --------------------------------------
-    dt = sc["dt_ms"]
-    t_ms = float(dt.sum())
-    wt = dt / t_ms  # time weights, sum to 1
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught on the result below
+        dt = sc["dt_ms"]
+        t_ms = float(dt.sum())
+        wt = dt / t_ms  # time weights, sum to 1
 
-    def tmean(x: np.ndarray) -> float:
-        return float(wt @ x)
+        def tmean(x: np.ndarray) -> float:
+            return float(wt @ x)
 
-    tokens = int(sum(w.tokens_completed for w in windows))
-    energy_j = float(sc["power_w"] @ dt) / 1e3
-    bytes_total = float(sc["bytes_moved"].sum())
-    cap_eff = float((sc["bw_eff_gbps"] * 1e9) @ (dt * 1e-3))  # bytes the effective bandwidth could move
-    t_avg_w = (n_l * sc["T_mean_logic"] + n_d * sc["T_mean_dram"]) / (n_l + n_d)
-    p50, p99 = np.percentile(lat_all, [50.0, 99.0])
-    return ResultRow(
-        scenario=scenario,  # checked against SCENARIOS above
-        workload=workload,
-        T_peak_logic=float(sc["T_peak_logic"].max()),
-        T_peak_dram=float(sc["T_peak_dram"].max()),
-        T_avg=tmean(t_avg_w),
-        ips=tokens / (t_ms * 1e-3),
-        lat_ms=float(lat_all.mean()),
-        bw_util=bytes_total / cap_eff,
-        refresh_mhz=tmean(sc["refresh_mhz"]),
-        noc_load=tmean(links.mean(axis=1)),
-        lat_p50_ms=float(p50),
-        lat_p99_ms=float(p99),
-        energy_j=energy_j,
-        power_avg_w=energy_j / (t_ms * 1e-3),
-        migrations=int(sum(w.migrations for w in windows)),
-        time_above_thot_ms=float(dt[sc["T_peak_logic"] > thot_c].sum()),
-        thot_c=float(thot_c),
-        T_var_logic=tmean(core.var(axis=1)),
-        T_mean_logic=tmean(sc["T_mean_logic"]),
-        T_mean_dram=tmean(sc["T_mean_dram"]),
-        freq_avg_ghz=tmean(freq.mean(axis=1)),
-        queue_delay_ms=tmean(sc["queue_delay_ms"]),
-        noc_load_max=float(links.max()),
-        bw_util_raw=None if bw_raw_gbps is None else bytes_total / (bw_raw_gbps * 1e9 * t_ms * 1e-3),
-        tokens=tokens,
-        windows=len(windows),
-        sim_time_ms=t_ms,
-    )
+        tokens = int(sum(w.tokens_completed for w in windows))
+        energy_j = float(sc["power_w"] @ dt) / 1e3
+        bytes_total = float(sc["bytes_moved"].sum())
+        cap_eff = float((sc["bw_eff_gbps"] * 1e9) @ (dt * 1e-3))  # bytes the effective bandwidth could move
+        if not (t_ms * 1e-3 > 0.0 and cap_eff > 0.0):  # positive per window but underflowing in total
+            raise BadInput("windows[*].dt_ms: the run's simulated time or bandwidth rounds to zero",
+                           field="windows[*].dt_ms")
+        t_avg_w = (n_l * sc["T_mean_logic"] + n_d * sc["T_mean_dram"]) / (n_l + n_d)
+        p50, p99 = np.percentile(lat_all, [50.0, 99.0])
+        row = ResultRow(
+            scenario=scenario,  # checked against SCENARIOS above
+            workload=workload,
+            T_peak_logic=float(sc["T_peak_logic"].max()),
+            T_peak_dram=float(sc["T_peak_dram"].max()),
+            T_avg=tmean(t_avg_w),
+            ips=tokens / (t_ms * 1e-3),
+            lat_ms=float(lat_all.mean()),
+            bw_util=bytes_total / cap_eff,
+            refresh_mhz=tmean(sc["refresh_mhz"]),
+            noc_load=tmean(links.mean(axis=1)),
+            lat_p50_ms=float(p50),
+            lat_p99_ms=float(p99),
+            energy_j=energy_j,
+            power_avg_w=energy_j / (t_ms * 1e-3),
+            migrations=int(sum(w.migrations for w in windows)),
+            time_above_thot_ms=float(dt[sc["T_peak_logic"] > thot_c].sum()),
+            thot_c=float(thot_c),
+            T_var_logic=tmean(core.var(axis=1)),
+            T_mean_logic=tmean(sc["T_mean_logic"]),
+            T_mean_dram=tmean(sc["T_mean_dram"]),
+            freq_avg_ghz=tmean(freq.mean(axis=1)),
+            queue_delay_ms=tmean(sc["queue_delay_ms"]),
+            noc_load_max=float(links.max()),
+            bw_util_raw=None if bw_raw_gbps is None else bytes_total / (bw_raw_gbps * 1e9 * t_ms * 1e-3),
+            tokens=tokens,
+            windows=len(windows),
+            sim_time_ms=t_ms,
+        )
+    for name, value in row.model_dump().items():  # e.g. sums that overflow float64
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadInput(f"{name}: the result is not finite ({value}); check the windows' magnitudes", field=name)
+    return row
 
 
 # --- CSV ------------------------------------------------------------------------------------------------------------

@@ -63,7 +63,8 @@ class RoutingStream:
     def probabilities(self) -> FloatArray:
         """(n_layers, E) popularity of each expert id."""
         p: FloatArray = 1.0 / self._inv_p
-        return p / p.sum(axis=1, keepdims=True)
+        out: FloatArray = p / p.sum(axis=1, keepdims=True)
+        return out
 
     def _chunk_size(self) -> int:
         per_mb = max(1, self.n_layers * self.T * (1 + self.E))

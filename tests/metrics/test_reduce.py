@@ -187,3 +187,9 @@ def test_bad_arguments(windows: list[WindowMetrics]) -> None:
     with pytest.raises(BadInput) as ei:
         reduce_window_metrics(windows, scenario="tas", workload="w", thot_c=float("nan"))
     assert ei.value.field == "thot_c"
+
+
+def test_overflowing_result_is_refused(windows: list[WindowMetrics]) -> None:
+    for w in windows:
+        w.bytes_moved = 1.5e308  # finite per window, the run's sum is not
+    assert _err(windows).field == "bw_util"

@@ -239,3 +239,26 @@ def test_bad_routing_names_the_field(over: dict[str, Any], field: str) -> None:
 def test_unknown_model_is_not_found() -> None:
     with pytest.raises(NotFound):
         make_plan(small("nope-1b"))
+
+
+def test_empty_windows_between_micro_batches(tmp_path: Path) -> None:
+    cfg = small("llama-3-8b", sequence={"steps": 3, "step_interval_ms": 5.0})
+    windows = list(iter_windows(cfg, 1.0))
+    assert len(windows) == 11  # arrivals at 0, 5, 10 ms
+    busy = [w.window for w in windows if len(w.compute)]
+    assert busy == [0, 5, 10]
+    assert all(w.tokens_generated == 0 for w in windows if w.window not in busy)
+    cpath, _ = generate_logical_traces(cfg, tmp_path, window_ms=1.0)
+    assert len(Path(cpath).read_text().splitlines()) == 1 + 3 * (32 * 2 + 1)
+
+
+def test_prefill_uses_the_prefill_ir() -> None:
+    cfg = small("llama-2-7b", phase="prefill", sequence={"tokens": 512, "steps": 1})
+    ir = build_ir(get_model_config("llama-2-7b"), phase="prefill", batch=1, seq_len=512)
+    attn_pt = sum(op.compute.total for op in ir.layers[1].ops) / 512
+    w = next(iter_windows(cfg, 10.0))
+    ops = np.asarray(w.compute.op_type)
+    np.testing.assert_allclose(np.asarray(w.compute.flops)[ops == "attn"], 8 * attn_pt)
+    # a prefill token attends to the 512-token prompt: 2·2·512·d·H score FLOPs per layer on top of the projections
+    decode = build_ir(get_model_config("llama-2-7b"), phase="decode", batch=1, seq_len=512)
+    assert attn_pt == pytest.approx(sum(op.compute.total for op in decode.layers[1].ops))
