@@ -27,39 +27,46 @@ from shared.client import ServiceClients
 from shared.logging import setup_logging
 
 
+def build_apps(settings: OrchestratorSettings, factory: str | None) -> dict[str, Any]:
+    """The compute services as ASGI apps: the real ones, or those of ``module:factory(settings)``."""
+    if factory:
+        mod, _, fn = factory.partition(":")
+        make: Callable[[Any], dict[str, Any]] = getattr(importlib.import_module(mod), fn)
+        return make(settings)
+    from services.orchestrator.runtime import COMPUTE_SERVICES
+    from services.root_app import create_service
+
+    return {name: create_service(name, settings) for name in COMPUTE_SERVICES}
+
+
+_portals: list[Any] = []
+
+
+def enter_lifespans(apps: dict[str, Any]) -> None:
+    """Enter the apps' lifespans on a background event-loop thread that lives as long as the process."""
+    from anyio.from_thread import start_blocking_portal
+
+    cm = start_blocking_portal()
+    portal = cm.__enter__()
+    _portals.append((cm, portal))
+    stack = AsyncExitStack()
+    portal.call(stack.__aenter__)
+    for app in apps.values():
+        portal.call(stack.enter_async_context, app.router.lifespan_context(app))
+
+
 @contextmanager
 def service_clients(settings: OrchestratorSettings, *, mode: str, apps: str | None) -> Iterator[ServiceClients]:
     if mode == "urls":
         c = ServiceClients(settings)
-        try:
-            yield c
-        finally:
-            c.close()
-        return
-    from anyio.from_thread import start_blocking_portal
-
-    if apps:
-        mod, _, fn = apps.partition(":")
-        factory: Callable[[Any], dict[str, Any]] = getattr(importlib.import_module(mod), fn)
-        built = factory(settings)
     else:
-        from services.orchestrator.runtime import COMPUTE_SERVICES
-        from services.root_app import create_service
-
-        built = {name: create_service(name, settings) for name in COMPUTE_SERVICES}
-    with start_blocking_portal() as portal:
-        stack = AsyncExitStack()
-        portal.call(stack.__aenter__)
-        try:
-            for app in built.values():
-                portal.call(stack.enter_async_context, app.router.lifespan_context(app))
-            c = ServiceClients(settings, asgi_apps=built)
-            try:
-                yield c
-            finally:
-                c.close()
-        finally:
-            portal.call(stack.__aexit__, None, None, None)
+        built = build_apps(settings, apps)
+        enter_lifespans(built)
+        c = ServiceClients(settings, asgi_apps=built)
+    try:
+        yield c
+    finally:
+        c.close()
 
 
 def unfinished(sessions: Any) -> int:

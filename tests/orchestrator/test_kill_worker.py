@@ -29,7 +29,7 @@ STEPS = 90  # 30 windows of 3 ms
 
 
 def _spec() -> Any:
-    req = small_request(scenarios=["tas"])
+    req = small_request(scenarios=["tas"], plots=False)
     wl = req.workload.model_copy(update={"sequence": req.workload.sequence.model_copy(update={"steps": STEPS})})  # type: ignore[union-attr]
     return resolve_spec(req.model_copy(update={"workload": wl}), configs_dir=CONFIGS)
 
