@@ -134,7 +134,7 @@ class Pipeline:
 
     # ---------------------------------------------------------------------------------------------- placement
     def placement(self, *, arch: ArchConfig, workload: WorkloadConfig, tas: TasParams, method: PlacementMethod,
-                  trace: TraceInfo, expert_load: list[list[float]] | None,
+                  trace: TraceInfo, expert_load: list[list[float]],
                   H: list[list[float]] | None) -> Placement:
         body: dict[str, Any] = {
             "arch": arch.model_dump(mode="json"), "workload": workload.model_dump(mode="json"),
@@ -170,7 +170,8 @@ class Pipeline:
         body: dict[str, Any] = {
             "telemetry": telemetry.model_dump(mode="json"), "placement": placement.model_dump(mode="json"),
             "state": state.model_dump(mode="json"), "params": tas.tacs.model_dump(mode="json"),
-            "arch": arch.model_dump(mode="json"), "smoothed": smoothed, "now_ns": now_ns}
+            "arch": arch.model_dump(mode="json"), "smoothed": smoothed, "now_ns": now_ns,
+            "bank_bw_gbps": tas.taps.capacity.bank_bw_gbps}
         if H is not None:
             body["H"] = H
         if pending is not None:

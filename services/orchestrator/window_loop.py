@@ -171,14 +171,10 @@ def _placement(*, pipe: Pipeline, spec: ExperimentSpec, scenario: str, trace: Tr
         job = repo.get_job(session=s, job_id=job_id)
         if job is not None and job.result is not None:
             return Placement.model_validate(job.result)
-    if scenario in TAPS_SCENARIOS:
-        load = pipe.expert_load(trace, workload=spec.workload, window_ms=spec.tas.tacs.window_ms)
-        method = spec.tas.taps.method
-        plc = pipe.placement(arch=spec.arch, workload=spec.workload, tas=spec.tas, method=method, trace=trace,
-                             expert_load=load, H=H)
-    else:
-        plc = pipe.placement(arch=spec.arch, workload=spec.workload, tas=spec.tas, method="default", trace=trace,
-                             expert_load=None, H=None)
+    load = pipe.expert_load(trace, workload=spec.workload, window_ms=spec.tas.tacs.window_ms)
+    method = spec.tas.taps.method if scenario in TAPS_SCENARIOS else "default"
+    plc = pipe.placement(arch=spec.arch, workload=spec.workload, tas=spec.tas, method=method, trace=trace,
+                         expert_load=load, H=H if scenario in TAPS_SCENARIOS else None)
     with sessions.begin() as s:
         job = repo.get_job(session=s, job_id=job_id)
         if job is None:
