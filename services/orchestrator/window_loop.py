@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.orchestrator import repository as repo
 from services.orchestrator.models import RunStatus
-from services.orchestrator.pipeline_clients import Pipeline, TraceInfo
+from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RawJson, TraceInfo
 from services.orchestrator.run_files import RunFiles, result_csv_path, run_dir_for
 from services.orchestrator.run_log import RunLog, run_log
 from services.orchestrator.schemas import ExperimentSpec
@@ -40,8 +40,8 @@ from shared.client import ServiceClients
 from shared.configs import ArchConfig
 from shared.contracts.events import PhysicalState, WindowTiming
 from shared.contracts.metrics import WindowMetrics
-from shared.contracts.placement import Overlays, Placement, ReplicaEntry, ReplicaState, Telemetry
-from shared.contracts.thermal import ThermalSnapshot, ThermalState
+from shared.contracts.placement import Placement, ReplicaEntry, ReplicaState, Telemetry
+from shared.contracts.thermal import ThermalSnapshot
 from shared.logging import bind_run_id
 
 log = logging.getLogger(__name__)
@@ -129,26 +129,27 @@ def next_telemetry(snap: ThermalSnapshot, timing: WindowTiming, t1_ns: int) -> T
 
 @dataclass
 class Frontier:
-    thermal: ThermalState | None
-    physical: PhysicalState
+    """Everything window k+1 needs, as JSON-ready values (the thermal and physical states are forwarded to the
+    services unchanged, so they are kept in their wire form)."""
+
+    thermal: dict[str, Any] | None  # `ThermalState`
+    physical: dict[str, Any]  # `PhysicalState` (its `replicas` is the replica state)
     smoothed: Any
     telemetry: Telemetry
     freq_ghz: list[float]
-    bw_eff_factor: float
+    bw_eff_factor: float | list[float]
     files: dict[str, int]
 
     def to_json(self) -> dict[str, Any]:
-        return {"thermal": self.thermal.model_dump(mode="json") if self.thermal else None,
-                "physical": self.physical.model_dump(mode="json"), "smoothed": self.smoothed,
+        return {"thermal": self.thermal, "physical": self.physical, "smoothed": self.smoothed,
                 "telemetry": self.telemetry.model_dump(mode="json"), "freq_ghz": self.freq_ghz,
                 "bw_eff_factor": self.bw_eff_factor, "files": self.files}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Frontier:
-        return cls(thermal=ThermalState.model_validate(d["thermal"]) if d.get("thermal") else None,
-                   physical=PhysicalState.model_validate(d["physical"]), smoothed=d.get("smoothed"),
+        return cls(thermal=d.get("thermal"), physical=dict(d["physical"]), smoothed=d.get("smoothed"),
                    telemetry=Telemetry.model_validate(d["telemetry"]), freq_ghz=list(d["freq_ghz"]),
-                   bw_eff_factor=float(d["bw_eff_factor"]), files=dict(d.get("files") or {}))
+                   bw_eff_factor=d["bw_eff_factor"], files=dict(d.get("files") or {}))
 
 
 # ------------------------------------------------------------------------------------------------- the run
@@ -232,7 +233,7 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         files.start_fresh()
         files.write_placement(plc)
         reps = initial_replicas(plc)
-        fr = Frontier(thermal=None, physical=PhysicalState(replicas=reps), smoothed=None,
+        fr = Frontier(thermal=None, physical=PhysicalState(replicas=reps).model_dump(mode="json"), smoothed=None,
                       telemetry=ambient_telemetry(arch), freq_ghz=initial_freqs(arch), bw_eff_factor=1.0,
                       files=files.sizes())
         files.write_replica_state(reps)
@@ -242,6 +243,10 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         files.write_placement(plc)
         rlog.info(f"resuming at window {k0} of {n} (attempt {claim.attempts})")
 
+    # encoded once per run, spliced into every request (see pipeline_clients.RawJson)
+    arch_j, plc_j = RawJson.of(arch), RawJson.of(plc)
+    params_j = RawJson.of(tas.tacs)
+    H_j = RawJson.of(H) if H is not None else None
     tacs_on = scenario in TACS_SCENARIOS
     done = 0
     for k in range(k0, n):
@@ -252,20 +257,21 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         L = pipe.logical_window(trace, k, workload=wl, window_ms=window_ms)
         phys = fr.physical
         if tacs_on:
-            tr = pipe.tacs_step(telemetry=fr.telemetry, placement=plc, state=phys.replicas, tas=tas, arch=arch, H=H,
-                                pending=L, smoothed=fr.smoothed, now_ns=L.t0_ns, window=k)
+            tr = pipe.tacs_step(telemetry=fr.telemetry, placement=plc_j, state=phys.get("replicas", {}),
+                                params=params_j, arch=arch_j, H=H_j, pending=L.raw, smoothed=fr.smoothed,
+                                now_ns=L.t0_ns, bank_bw_gbps=tas.taps.capacity.bank_bw_gbps, window=k)
             overlays, smoothed = tr.overlays, tr.smoothed
-            phys = phys.model_copy(update={"replicas": tr.state})
+            phys = {**phys, "replicas": tr.state}
         else:
-            overlays, smoothed = Overlays(), fr.smoothed
-        P = pipe.physicalize(window=k, logical=L, placement=plc, overlays=overlays, state=phys, arch=arch,
+            overlays, smoothed = EMPTY_OVERLAYS, fr.smoothed
+        P = pipe.physicalize(window=k, logical=L.raw, placement=plc_j, overlays=overlays, state=phys, arch=arch_j,
                              freq_ghz=fr.freq_ghz, window_ms=window_ms, bw_eff_factor=fr.bw_eff_factor,
                              n_layers=trace.n_layers)
-        th_state, snap = pipe.thermal_step(arch=arch, window=k, window_ms=window_ms, state=fr.thermal,
+        th_state, snap = pipe.thermal_step(arch=arch_j, window=k, window_ms=window_ms, state=fr.thermal,
                                            compute=P.compute, memory=P.memory)
         wm = build_window_metrics(window=k, t0_ns=L.t0_ns, t1_ns=L.t1_ns, snap=snap, timing=P.timing, arch=arch)
-        files.append_window(logical=L, reroute=overlays.reroute, migrate=overlays.migrate, compute=P.compute,
-                            memory=P.memory)
+        files.append_window(logical_compute=L.compute, logical_memory=L.memory, overlays=overlays,
+                            compute=P.compute, memory=P.memory)
         new = Frontier(thermal=th_state, physical=P.state, smoothed=smoothed,
                        telemetry=next_telemetry(snap, P.timing, L.t1_ns),
                        freq_ghz=list(snap.freq_ghz) or fr.freq_ghz, bw_eff_factor=snap.refresh.bw_eff_factor,
@@ -279,7 +285,7 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
                 cancelled = run is not None and run.status == RunStatus.cancelled
             rlog.info(f"window {k}: {'cancelled' if cancelled else 'lease lost'}, stopping")
             return RunOutcome(run_id, "cancelled" if cancelled else "lost_lease", done)
-        files.write_replica_state(P.state.replicas)
+        files.write_replica_state(P.state.get("replicas", {}))
         fr = new
         done += 1
         if k % 25 == 0 or k == n - 1:
