@@ -4,6 +4,7 @@ environment values and bad files; `openapi` writes the six specs."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,10 +20,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
-def _fresh_settings() -> Iterator[None]:
+def _fresh_settings_and_logging() -> Iterator[None]:
+    """`main` reads settings once and configures the root logger: give each test fresh ones, restore after."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def test_help_lists_the_platform_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
