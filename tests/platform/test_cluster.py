@@ -85,10 +85,23 @@ def test_bad_flags_are_one_line_errors(tmp_path: Path) -> None:
 
 
 @pytest.fixture()
-def cluster_env(postgres_url: str, redis_url: str) -> dict[str, str]:
+def cluster_env(postgres_url: str, redis_url: str) -> Iterator[dict[str, str]]:
+    """The cluster's environment, with a database of its own (``up`` creates it; dropped afterwards)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    base = make_url(sqlalchemy_url(postgres_url))
+    name = f"tasmoe_cluster_{uuid.uuid4().hex[:10]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASMOE_")}
-    env.update({"TASMOE_DATABASE_URL": postgres_url, "TASMOE_REDIS_URL": redis_url})
-    return env
+    env.update({"TASMOE_DATABASE_URL": base.set(database=name).render_as_string(hide_password=False),
+                "TASMOE_REDIS_URL": redis_url})
+    yield env
+    admin = create_engine(base.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
 
 
 @pytest.fixture()
@@ -136,9 +149,20 @@ def test_cluster_up_serves_all_six_and_the_worker_then_down_stops_them(
 
     app = Celery("tasmoe-test", broker=redis_url, backend=redis_url)
     try:
-        assert app.send_task("tasmoe.ping").get(timeout=20) == "pong"
+        queues = (app.control.inspect([worker_name], timeout=3.0).active_queues() or {})[worker_name]
+        queue = queues[0]["name"]  # whatever queue the orchestrator's app consumes
+        assert app.send_task("tasmoe.ping", queue=queue).get(timeout=20) == "pong"
     finally:
         app.close()
+
+    # `up` created the cluster's database and ran the orchestrator's migrations into it
+    from sqlalchemy import create_engine, inspect
+
+    engine = create_engine(sqlalchemy_url(cluster_env["TASMOE_DATABASE_URL"]))
+    try:
+        assert "alembic_version" in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
 
     status = _run("status", "--state-dir", str(state), env=cluster_env)
     assert status.returncode == 0
