@@ -20,7 +20,7 @@ import pytest
 
 from scripts import cluster
 from shared import SERVICES
-from shared.client import ServiceClients
+from shared.client import ServiceClient, ServiceClients
 from shared.settings import Settings, sqlalchemy_url
 from tests.platform.conftest import free_port
 
@@ -154,6 +154,22 @@ def test_cluster_up_serves_all_six_and_the_worker_then_down_stops_them(
         assert app.send_task("tasmoe.ping", queue=queue).get(timeout=20) == "pong"
     finally:
         app.close()
+
+    # an experiment posted to the orchestrator is claimed by the worker (Celery over Redis, run state in PostgreSQL):
+    # the science may still fail mid-development, the wiring may not
+    orch = ServiceClient("orchestrator", settings.service_url("orchestrator"), settings)
+    try:
+        accepted = orch.post_json("/v1/experiments", {"windows": 1, "scenarios": ["baseline"], "traces": False})
+        deadline = time.monotonic() + 60
+        view = orch.get_json(f"/v1/experiments/{accepted['id']}")
+        while time.monotonic() < deadline and not any(r["attempts"] >= 1 for r in view["runs"]):
+            time.sleep(0.25)
+            view = orch.get_json(f"/v1/experiments/{accepted['id']}")
+        assert any(r["attempts"] >= 1 for r in view["runs"]), f"no worker claimed the run: {view}"
+        if view["status"] in {"queued", "running"}:
+            orch.post_json(f"/v1/experiments/{accepted['id']}/cancel")
+    finally:
+        orch.close()
 
     # `up` created the cluster's database and ran the orchestrator's migrations into it
     from sqlalchemy import create_engine, inspect
