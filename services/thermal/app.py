@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI
 
-from services.thermal import service
+from services.thermal import hotspot_files, service
 from services.thermal.influence import influence_for_model
 from services.thermal.model import lookup_model
 from shared.contracts.thermal import (
+    HotspotExportRequest,
+    HotspotFiles,
+    HotspotImportRequest,
     InfluenceMatrix,
     ModelInfo,
     ModelRequest,
@@ -52,6 +55,18 @@ def influence(model_hash: str) -> InfluenceMatrix:
         raise NotFound(f"unknown model {model_hash}: POST /v1/models with its arch config first", field="model_hash")
     H = influence_for_model(model)
     return InfluenceMatrix(model=model.key, cores=model.n_cores, H=H.tolist())
+
+
+@router.post("/hotspot/export", response_model=HotspotFiles)
+def hotspot_export(req: HotspotExportRequest) -> HotspotFiles:
+    """Our stack and a power map as HotSpot inputs (.flp per layer, .lcf, .ptrace, config)."""
+    return HotspotFiles(files=hotspot_files.export_files(req.arch, req.core_w, req.bank_w))
+
+
+@router.post("/hotspot/import", response_model=HotspotFiles)
+def hotspot_import(req: HotspotImportRequest) -> HotspotFiles:
+    """HotSpot inputs + HotSpot's command line, solved like ``tasmoe hotspot``; returns the output files."""
+    return HotspotFiles(files=hotspot_files.import_and_solve(req.files, req.args))
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

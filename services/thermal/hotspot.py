@@ -131,10 +131,11 @@ def parse_options(args: Sequence[str]) -> HotspotOptions:
 
 
 def _resolve(name: str, base: Path) -> Path:
+    """A floorplan named in a layer file: beside the layer file when it is there, else as given (from the cwd)."""
     p = Path(name)
-    if p.is_absolute() or p.exists():
-        return p
-    return base / p
+    if not p.is_absolute() and (base / p).exists():
+        return base / p
+    return p
 
 
 @dataclass

@@ -131,3 +131,27 @@ class InfluenceMatrix(BaseModel):
     model: str
     cores: int
     H: list[list[float]]
+
+
+class HotspotExportRequest(BaseModel):
+    """``POST /v1/hotspot/export``: our stack and one power map (W) as HotSpot input files."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arch: ArchConfig
+    core_w: list[float]
+    bank_w: list[list[float]] | None = None
+
+
+class HotspotFiles(BaseModel):
+    files: dict[str, str]  # file name -> text
+
+
+class HotspotImportRequest(BaseModel):
+    """``POST /v1/hotspot/import``: HotSpot input files and HotSpot's command line (plain file names), solved like
+    ``tasmoe hotspot``; the answer's ``files`` are the output files it wrote."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    files: dict[str, str]
+    args: list[str]

@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.thermal.app import create_app
+from services.thermal.hotspot_io import parse_temp_file
 from services.thermal.influence import influence_matrix
 from services.thermal.model import get_model
 from services.thermal.service import decode_field, solve_power_map, thermal_step
@@ -130,3 +131,28 @@ def test_http_bad_input_names_field(client: TestClient, arch_small: ArchConfig) 
     body = _step_body(arch_small, 1, ThermalState(window=0, field_b64="AAAA"))
     r = client.post("/v1/step", json=body)
     assert r.status_code == 422 and r.json()["error"]["field"] == "state.field_b64"
+
+
+def test_hotspot_export_import_round_trip(client: TestClient) -> None:
+    """Exported files, solved through the `tasmoe hotspot` path, give the hotspot variant of our own model."""
+    arch = small_arch(variant="hotspot")
+    rng = np.random.default_rng(11)
+    core_w = (rng.random(16) * 2).tolist()
+    bank_w = (rng.random((2, 64)) * 0.01).tolist()
+    r = client.post("/v1/hotspot/export", json={"arch": arch.model_dump(mode="json"), "core_w": core_w,
+                                                "bank_w": bank_w})
+    assert r.status_code == 200, r.text
+    files = r.json()["files"]
+    assert {"logic.flp", "dram_0.flp", "dram_1.flp", "tim.flp", "stack.lcf", "power.ptrace",
+            "hotspot.config"} <= set(files)
+    args = ["-c", "hotspot.config", "-f", "logic.flp", "-p", "power.ptrace", "-grid_layer_file", "stack.lcf",
+            "-model_type", "grid", "-steady_file", "out.steady"]
+    r = client.post("/v1/hotspot/import", json={"files": files, "args": args})
+    assert r.status_code == 200, r.text
+    temps = parse_temp_file(r.json()["files"]["out.steady"])
+    ours = solve_power_map(arch, core_w, bank_w)
+    theirs = [temps[f"layer_0_C_{c // 4}_{c % 4}"] - 273.15 for c in range(16)]
+    assert np.abs(np.array(theirs) - np.array(ours.temps_core_c)).max() < 0.006  # files print 2 decimals
+    # an input outside the upload is refused
+    bad = client.post("/v1/hotspot/import", json={"files": files, "args": [*args[:-2], "-init_file", "/etc/hosts"]})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "init_file"
