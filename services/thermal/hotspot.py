@@ -222,6 +222,9 @@ def load_case(opts: HotspotOptions) -> HotspotCase:
     flps: list[Floorplan] = []
     prefixes: list[str] = []
     lcf_path = opts.path("grid_layer_file")
+    f_path = opts.path("f")
+    if lcf_path is not None and f_path is not None:
+        read_flp(f_path)  # HotSpot reads -f even when the layer file overrides it: a bad one is still an error
     if lcf_path is not None:
         try:
             text = lcf_path.read_text()

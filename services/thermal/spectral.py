@@ -26,6 +26,8 @@ import scipy.fft as sfft
 
 from services.thermal.network import N_RING, RCNetwork
 
+MAX_FACTORS = 16  # cached shifts (alpha = 0 for steady, 1/(d·h) per sub-step length) per solver
+
 
 def _dct_matrix(n: int) -> np.ndarray:
     """Orthonormal DCT-II matrix D (n × n): ``X̂ = D·X``; its rows are the Neumann Laplacian's eigenvectors."""
@@ -169,6 +171,8 @@ class SpectralSolver:
             Ry = R_inv @ self._Bk.T
             fac = _Factor(m, inv_dd, cols, K, R_inv, self._Bk, S, Ug - K @ (S @ Ug), Ry, Ry @ S)
             self._factors[alpha] = fac
+            while len(self._factors) > MAX_FACTORS:  # a few MB each; keep the most recent shifts
+                self._factors.pop(next(iter(self._factors)))
             return fac
 
     # -- transforms between node vectors and (modes, ring) -------------------------------------------------------
