@@ -43,6 +43,7 @@ def _dct_matrix(n: int) -> np.ndarray:
 class _Factor:
     m: np.ndarray  # (L-1, P) Thomas multipliers
     inv_dd: np.ndarray  # (L, P) reciprocal pivots
+    u: np.ndarray  # (L-1, P) off-diagonal × reciprocal pivot, for the back substitution
     minv_cols: np.ndarray  # (2, L, P) columns sp, sink of the per-mode inverse
     K: np.ndarray  # (k, k) (I + E·S)⁻¹·E
     R_inv: np.ndarray  # (12, 12) ring block inverse
@@ -117,20 +118,19 @@ class SpectralSolver:
             dd[layer] = b[layer] - m[layer - 1] * self._off[layer - 1]
         return m, 1.0 / dd
 
-    def _thomas(self, m: np.ndarray, inv_dd: np.ndarray, f: np.ndarray) -> np.ndarray:
-        """Solve every mode's tridiagonal system at once (returns a new array)."""
+    def _thomas(self, m: np.ndarray, inv_dd: np.ndarray, u: np.ndarray, f: np.ndarray) -> np.ndarray:
+        """Solve every mode's tridiagonal system at once (returns a new array). Forward elimination with the
+        multipliers ``m``, then ``x = y·inv_dd`` and ``x[l] −= u[l]·x[l+1]`` going up (``u = off·inv_dd``)."""
         L = f.shape[0]
-        x = np.array(f, dtype=np.float64)
-        tmp = np.empty(x.shape[1])
+        x = np.array(f, dtype=np.result_type(f, np.float64))
+        tmp = np.empty(x.shape[1], dtype=x.dtype)
         for layer in range(1, L):
             np.multiply(m[layer - 1], x[layer - 1], out=tmp)
             x[layer] -= tmp
-        x[L - 1] *= inv_dd[L - 1]
-        off = self._off
+        x *= inv_dd
         for layer in range(L - 2, -1, -1):
-            np.multiply(x[layer + 1], off[layer], out=tmp)
+            np.multiply(u[layer], x[layer + 1], out=tmp)
             x[layer] -= tmp
-            x[layer] *= inv_dd[layer]
         return x
 
     def _edge_block(self, w: np.ndarray) -> np.ndarray:
@@ -150,12 +150,13 @@ class SpectralSolver:
             if fac is not None:
                 return fac
             m, inv_dd = self._thomas_factor(alpha)
+            u = self._off[:, None] * inv_dd[:-1]
             L, P = inv_dd.shape
             cols = np.zeros((2, L, P))
             for n, a in enumerate(self._layers):
                 unit = np.zeros((L, P))
                 unit[a] = 1.0
-                cols[n] = self._thomas(m, inv_dd, unit)
+                cols[n] = self._thomas(m, inv_dd, u, unit)
             ke = self._ke
             S = np.empty((2 * ke, 2 * ke))
             a0, a1 = self._layers
@@ -169,7 +170,7 @@ class SpectralSolver:
             K = np.linalg.solve(np.eye(2 * ke) + E @ S, E)
             Ug = self._Bk @ R_inv
             Ry = R_inv @ self._Bk.T
-            fac = _Factor(m, inv_dd, cols, K, R_inv, self._Bk, S, Ug - K @ (S @ Ug), Ry, Ry @ S)
+            fac = _Factor(m, inv_dd, u, cols, K, R_inv, self._Bk, S, Ug - K @ (S @ Ug), Ry, Ry @ S)
             self._factors[alpha] = fac
             while len(self._factors) > MAX_FACTORS:  # a few MB each; keep the most recent shifts
                 self._factors.pop(next(iter(self._factors)))
@@ -213,7 +214,7 @@ class SpectralSolver:
         ``x = y0 + A0⁻¹·U·w``, ``r = R⁻¹·(g + Bkᵀ·x_edge)`` with ``x_edge = y0_edge + S·w``.
         """
         fac = self.factor(alpha)
-        yh = self._thomas(fac.m, fac.inv_dd, fh)
+        yh = self._thomas(fac.m, fac.inv_dd, fac.u, fh)
         a0, a1 = self._layers
         y0 = self._modes_to_edges(yh[[a0, a1]])
         w = fac.Wg @ g - fac.K @ y0
@@ -222,6 +223,21 @@ class SpectralSolver:
         yh += fac.minv_cols[1] * wh[1]
         r = fac.R_inv @ g + fac.Ry @ y0 + fac.Rw @ w
         return yh, r
+
+    def apply_modal(self, alpha: float, xh: np.ndarray, xr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(alpha·C + G)·x`` for ``x`` given as cell modes (L, P) and ring values (12,): per-mode tridiagonal
+        product for the uniform part, plus the edge cells' ring links (``d·x_edge − Bk·r``) and the ring rows."""
+        qh = (self._diag0 + alpha * self._cap_layer[:, None]) * xh
+        off = self._off[:, None]
+        qh[1:] += off * xh[:-1]
+        qh[:-1] += off * xh[1:]
+        a0, a1 = self._layers
+        x_edge = self._modes_to_edges(xh[[a0, a1]])
+        eh = self._edges_to_modes(self._d * x_edge - self._Bk @ xr)
+        qh[a0] += eh[0]
+        qh[a1] += eh[1]
+        qr = (alpha * self.net.ring_cap) * xr + self._ring0 @ xr - self._Bk.T @ x_edge
+        return qh, qr
 
     def solve(self, alpha: float, rhs: np.ndarray) -> np.ndarray:
         """``(alpha·C + G)⁻¹·rhs`` for node vectors (n_nodes,) or a batch (n_nodes, m)."""
@@ -234,7 +250,7 @@ class SpectralSolver:
     def step_trbdf2(self, T: np.ndarray, b: np.ndarray, dt: float, n_sub: int) -> np.ndarray:
         """The same TR-BDF2 scheme as ``solvers.step`` (``b = P + g_amb·T_amb``), carried in mode space: one DCT
         of the state, source and ``(alpha·C + G)·T`` at the start, one inverse DCT at the end. Uses
-        ``(alpha·C + G)·x_n = rhs2`` of the stage that produced ``x_n``, so no operator product is needed."""
+        ``(alpha·C + G)·x_n = rhs2`` of the stage that produced ``x_n``, so the operator is applied once per window."""
         from services.thermal.solvers import D_TRBDF2, GAMMA
 
         h = dt / n_sub
@@ -244,11 +260,9 @@ class SpectralSolver:
         cg = GAMMA / D_TRBDF2
         cap = self._cap_layer[:, None]
         rcap = self.net.ring_cap
-        T = np.asarray(T, dtype=np.float64)
-        q_nodes = alpha * self.net.capacitance * T + self.net.conductance @ T
-        xh, xr = self.to_modes(T)
+        xh, xr = self.to_modes(np.asarray(T, dtype=np.float64))
         bh, br = self.to_modes(b)
-        qh, qr = self.to_modes(q_nodes)
+        qh, qr = self.apply_modal(alpha, xh, xr)
         a2, ac1, ac2 = 2.0 * alpha * cap, c1 * alpha * cap, c2 * alpha * cap
         cgbh = cg * bh
         for _ in range(n_sub):
