@@ -188,7 +188,8 @@ def decompose_block(spec: BlockSpec, arch: ArchConfig) -> list[Stage]:
     # ---- attention ----
     if spec.first_load:
         wbytes = float(d) * (H + 2 * Hkv) * hd * eb + float(H) * hd * d * eb
-        out.append(_transfer(f"{p}.host2d_weight.attn", ly, "host_to_digital", "weight", wbytes, weight_tag=f"{p}.attn"))
+        out.append(_transfer(f"{p}.host2d_weight.attn", ly, "host_to_digital", "weight", wbytes,
+                             weight_tag=f"{p}.attn"))
         out.append(_transfer(f"{p}.host2d_meta.attn", ly, "host_to_digital", "weight_meta", 4.0 * (H + 2 * Hkv) * hd,
                              weight_tag=f"{p}.attn"))
     out.append(_transfer(f"{p}.host2d_kv_cache", ly, "host_to_digital", "kv_cache",
