@@ -384,7 +384,7 @@ def fuse(dag: Dag, prof: FusionProfile, arch: ArchConfig, kind: str = "") -> Gra
     # 3. parallel strategy and cycles per group
     out_groups: list[GroupPlan] = []
     cyc_total = 0.0
-    for gid, g in groups.items():
+    for g in groups.values():
         root: Node = g["root"]
         out_t = dag.tensors[root.output]
         if root.op_class == OpClass.GEMM:
