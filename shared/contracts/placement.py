@@ -18,7 +18,9 @@ class ExpertPlacement(BaseModel):
 
 
 class TensorPlacement(BaseModel):
-    dram_bank: str  # "B(x,y,layer)"
+    dram_bank: str  # "B(x,y,layer)": the copy used by ``experts[...].cores[0]``
+    size_bytes: int | None = None  # bytes of this shard (the last shard of an expert may be smaller)
+    replica_banks: list[str] | None = None  # copies for ``cores[1:]`` of a replicated expert, in the same order
 
 
 class PlacementMeta(BaseModel):
@@ -75,6 +77,7 @@ class ReplicaEntry(BaseModel):
     ts_created_ns: int = 0
     last_change_ns: int | None = None  # when TACS last changed this expert's cores (undo cool-down)
     prev_cores: list[int] | None = None  # the cores before that change (to detect an undo)
+    shard_banks: list[str] | None = None  # where the weight shards of cores[0] live after a migration (else placement)
 
 
 class ReplicaState(BaseModel):

@@ -1,0 +1,87 @@
+"""Weight shards and the bank book: where each ``W_L{l}E{e}_{k}`` lives and how full/busy every bank is.
+
+Units: bytes and bytes/s inside; ``weight_shard_mb`` and ``bank_capacity_mb`` are MiB (2^20 bytes), ``bank_bw_gbps``
+is GB/s (1e9 bytes/s).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from services.placement.geometry import MIB, ChipGeometry, vault_order
+
+
+def shard_sizes(expert_bytes: int, weight_shard_mb: float) -> list[int]:
+    """Split an expert's weights into ``weight_shard_mb`` shards; the last one holds the remainder."""
+    if expert_bytes <= 0:
+        return []
+    shard = max(1, int(weight_shard_mb * MIB))
+    n = math.ceil(expert_bytes / shard)
+    return [shard] * (n - 1) + [expert_bytes - shard * (n - 1)]
+
+
+class BankBook:
+    """Occupancy (bytes) and read-bandwidth demand (bytes/s) of every bank, shaped (n_cores, vault_banks)."""
+
+    def __init__(self, geom: ChipGeometry, bank_capacity_bytes: float, bank_bw_bps: float) -> None:
+        self.geom = geom
+        self.cap = float(bank_capacity_bytes)
+        self.bw_cap = float(bank_bw_bps)
+        self.used = np.zeros((geom.n_cores, geom.vault_banks))
+        self.bw = np.zeros((geom.n_cores, geom.vault_banks))
+        self.spilled = 0  # shards placed outside their user's vault
+        self.over_capacity = 0  # shards placed in a bank without room (the chip is full)
+        self.over_bw = 0  # shards placed where the bank's bandwidth demand exceeds bank_bw_gbps
+
+    def _pick(self, v: int, mask: np.ndarray) -> int:
+        # least bandwidth demand, then least used, then lowest slot: deterministic
+        idx = np.flatnonzero(mask)
+        key = np.lexsort((idx, self.used[v, idx], self.bw[v, idx]))
+        return int(idx[key[0]])
+
+    def place(self, core: int, size: float, demand: float) -> tuple[int, int]:
+        """Place one shard for ``core``: its own vault when a bank has room and bandwidth, else the nearest vault with
+        both, else the nearest with room (bandwidth exceeded), else the least-used bank of its own vault (over
+        capacity). Returns (vault core, slot)."""
+        room = np.asarray(self.used + size <= self.cap + 1e-6, dtype=bool)
+        bw_ok = np.asarray(self.bw + demand <= self.bw_cap * (1 + 1e-9), dtype=bool)
+        order = vault_order(self.geom.mesh_x, self.geom.mesh_y)[core]
+        passes: tuple[tuple[np.ndarray, str | None], ...] = ((room & bw_ok, None), (room, "bw"))
+        for mask_all, counter in passes:
+            if mask_all[core].any():
+                v = core
+            else:
+                has = np.asarray(mask_all.any(axis=1))[order]
+                if not has.any():
+                    continue
+                v = int(order[int(np.argmax(has))])
+            slot = self._pick(v, mask_all[v])
+            if v != core:
+                self.spilled += 1
+            if counter == "bw":
+                self.over_bw += 1
+            self._add(v, slot, size, demand)
+            return v, slot
+        slot = int(np.lexsort((np.arange(self.geom.vault_banks), self.used[core]))[0])
+        self.over_capacity += 1
+        self._add(core, slot, size, demand)
+        return core, slot
+
+    def _add(self, v: int, slot: int, size: float, demand: float) -> None:
+        self.used[v, slot] += size
+        self.bw[v, slot] += demand
+
+    def bw_util_max(self) -> float:
+        return float(self.bw.max() / self.bw_cap) if self.bw_cap > 0 else 0.0
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.spilled:
+            out.append(f"{self.spilled} weight shards spilled to a neighbouring vault (own vault full or busy)")
+        if self.over_bw:
+            out.append(f"{self.over_bw} weight shards placed in banks whose read demand exceeds bank_bw_gbps")
+        if self.over_capacity:
+            out.append(f"{self.over_capacity} weight shards do not fit the chip's DRAM: placed over bank capacity")
+        return out

@@ -1,0 +1,414 @@
+"""TAPS: offline thermal-aware placement of expert instances on cores (seed 001 §4.2, ARCHITECTURE §5.2).
+
+Model (SI inside):
+- routed token rate of one MoE layer ``R = micro_batch·topk / step_interval`` (tokens/s; prefill multiplies by the
+  sequence length); expert ``e`` of layer ``l`` gets the share ``load[l][e] / Σ_e load[l][e]`` of it (the load
+  profile may be counts or probabilities: only its shape per layer matters);
+- FLOP rate of an instance ``f = share·R·flops_per_token / replicas`` (FLOP/s), power
+  ``p̂ = f · E_flop`` with ``E_flop = mac_pj/2 · 1e-12`` J (one MAC = 2 FLOPs); every core also leaks
+  ``logic_leak_w_per_core``;
+- temperatures ``T̂ = H·p̂ + T_amb`` (°C; H in K/W, cores × cores);
+- objective ``w_peak·max(T̂) + w_var·var(T̂) + w_smooth·Σ_(i,j) adjacent (T̂_i − T̂_j)²``.
+Constraints: per-core FLOP rate ≤ ``core_flops_tps`` (scaled up, with a note, when the whole workload cannot fit);
+two replicas of one expert never share a core; weight shards in the vault of the core that uses them, spilling to the
+nearest vault with room, each bank within ``bank_capacity_mb`` and ``bank_bw_gbps`` where possible.
+
+Replication: in every MoE layer the ``replicate_hot_k`` most loaded experts get two replicas, traffic split evenly.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from services.placement.geometry import MIB, ChipGeometry, adjacent_pairs, check_h, influence_for
+from services.placement.shards import BankBook, shard_sizes
+from shared.configs import ArchConfig, WorkloadConfig
+from shared.configs.tas import TapsParams
+from shared.contracts.ids import expert_id, weight_tensor_id
+from shared.contracts.placement import ExpertPlacement, Placement, PlacementMeta, TensorPlacement
+from shared.errors import BadInput
+
+log = logging.getLogger(__name__)
+
+CAPACITY_HEADROOM = 1.15  # when demand exceeds the chip, allow each core this factor above the mean demand
+
+
+@dataclass
+class Problem:
+    """Everything the optimisers need, as arrays. ``m`` instances, ``n`` cores."""
+
+    geom: ChipGeometry
+    H: np.ndarray  # (n, n) K/W
+    t_base: np.ndarray  # (n,) °C: ambient + H·leakage (no expert placed)
+    w_peak: float
+    w_var: float
+    w_smooth: float
+    inst_expert: np.ndarray  # (m,) index into expert_layer/expert_e
+    inst_power: np.ndarray  # (m,) W
+    inst_flops: np.ndarray  # (m,) FLOP/s
+    inst_tokens_step: np.ndarray  # (m,) expected routed tokens per step
+    expert_layer: np.ndarray  # (k,) model layer index
+    expert_e: np.ndarray  # (k,) expert index in its layer
+    cap_flops: float  # FLOP/s per core (possibly scaled, see notes)
+    steps_per_s: float
+    t_amb: float
+    notes: list[str] = field(default_factory=list)
+    h_source: str = "given"
+    # derived (filled by __post_init__)
+    adj_i: np.ndarray = field(init=False)
+    adj_j: np.ndarray = field(init=False)
+    BH: np.ndarray = field(init=False)  # (edges, n): edge differences of every column of H
+    HS: np.ndarray = field(init=False)  # (n,) Σ_edges (BH[:, c])² = smooth(H[:, c])
+    Hmean: np.ndarray = field(init=False)  # (n,) column means of H
+    Hvar: np.ndarray = field(init=False)  # (n,) column variances of H
+
+    def __post_init__(self) -> None:
+        self.adj_i, self.adj_j = adjacent_pairs(self.geom.mesh_x, self.geom.mesh_y)
+        self.BH = self.H[self.adj_i, :] - self.H[self.adj_j, :]
+        self.HS = (self.BH ** 2).sum(axis=0)
+        self.Hmean = self.H.mean(axis=0)
+        self.Hvar = self.H.var(axis=0)
+
+    @property
+    def n(self) -> int:
+        return self.geom.n_cores
+
+    @property
+    def m(self) -> int:
+        return int(self.inst_power.shape[0])
+
+    def temps(self, assign: np.ndarray) -> np.ndarray:
+        p = np.bincount(assign, weights=self.inst_power, minlength=self.n)
+        return np.asarray(self.t_base + self.H @ p)
+
+    def terms(self, T: np.ndarray) -> dict[str, float]:
+        d = T[self.adj_i] - T[self.adj_j]
+        peak, var, smooth = float(T.max()), float(T.var()), float((d * d).sum())
+        return {"objective": self.w_peak * peak + self.w_var * var + self.w_smooth * smooth,
+                "peak_c": peak, "var_k2": var, "smooth_k2": smooth}
+
+    def objective(self, T: np.ndarray) -> float:
+        return self.terms(T)["objective"]
+
+    def delta_objective(self, T: np.ndarray, cols_plus: np.ndarray, cols_minus: np.ndarray | None,
+                        w: np.ndarray) -> np.ndarray:
+        """Objective after ``T + w_r·(H[:, plus_r] − H[:, minus_r])`` for every candidate r, vectorised.
+
+        var and smooth use the incremental quadratic forms (``var(T + w d) = var T + 2w cov(T, d) + w² var d``, the same
+        for the edge-difference sum); the peak takes the max of the (candidates × cores) matrix."""
+        D = self.H[:, cols_plus]  # (n, r)
+        BD = self.BH[:, cols_plus]
+        if cols_minus is not None:
+            D = D - self.H[:, cols_minus]
+            BD = BD - self.BH[:, cols_minus]
+        M = T[:, None] + D * w[None, :]
+        peak = M.max(axis=0)
+        Tc = T - T.mean()
+        cov = (Tc @ D) / self.n
+        var_d = D.var(axis=0)
+        var = T.var() + 2 * w * cov + w * w * var_d
+        BT = T[self.adj_i] - T[self.adj_j]
+        smooth = float(BT @ BT) + 2 * w * (BT @ BD) + w * w * (BD * BD).sum(axis=0)
+        return np.asarray(self.w_peak * peak + self.w_var * var + self.w_smooth * smooth)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# inputs
+
+
+def validate_loads(expert_load: Sequence[Sequence[float]], field_name: str = "expert_load") -> np.ndarray:
+    """(layers, experts) float array; every row the same length, finite, non-negative, not all zero."""
+    if len(expert_load) == 0:
+        raise BadInput(f"{field_name} must have at least one layer", field=field_name)
+    n_e = len(expert_load[0])
+    if n_e == 0:
+        raise BadInput(f"{field_name}[0] must list at least one expert", field=f"{field_name}[0]")
+    for i, row in enumerate(expert_load):
+        if len(row) != n_e:
+            raise BadInput(f"{field_name}[{i}] has {len(row)} experts but {field_name}[0] has {n_e}",
+                           field=f"{field_name}[{i}]")
+    arr = np.asarray(expert_load, dtype=float)
+    bad = np.argwhere(~np.isfinite(arr) | (arr < 0))
+    if bad.size:
+        i, j = (int(x) for x in bad[0])
+        raise BadInput(f"{field_name}[{i}][{j}] must be a finite non-negative load, got {arr[i, j]}",
+                       field=f"{field_name}[{i}][{j}]")
+    zero = np.flatnonzero(arr.sum(axis=1) <= 0)
+    if zero.size:
+        raise BadInput(f"{field_name}[{int(zero[0])}] is all zeros", field=f"{field_name}[{int(zero[0])}]")
+    return arr
+
+
+def routed_tokens_per_step(wl: WorkloadConfig) -> float:
+    tok = wl.sequence.micro_batch * wl.routing.topk
+    if wl.phase == "prefill":
+        tok *= wl.sequence.tokens
+    return float(tok)
+
+
+def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert_load: Sequence[Sequence[float]],
+                  expert_flops_per_token: float, H: np.ndarray | None = None, *,
+                  moe_layers: Sequence[int] | None = None) -> Problem:
+    loads = validate_loads(expert_load)
+    n_layers, n_e = loads.shape
+    layers = list(range(n_layers)) if moe_layers is None else [int(x) for x in moe_layers]
+    if len(layers) != n_layers:
+        raise BadInput(f"moe_layers lists {len(layers)} layers but expert_load has {n_layers}", field="moe_layers")
+    if len(set(layers)) != len(layers) or any(x < 0 for x in layers):
+        raise BadInput("moe_layers must be distinct non-negative layer indices", field="moe_layers")
+    if not (math.isfinite(expert_flops_per_token) and expert_flops_per_token > 0):
+        raise BadInput("expert_flops_per_token must be > 0", field="expert_flops_per_token")
+    geom = ChipGeometry.of(arch)
+    n = geom.n_cores
+    notes: list[str] = []
+    if H is None:
+        H, source = influence_for(arch)
+        if source == "analytic":
+            notes.append("H: analytic single-layer resistor kernel (thermal influence_matrix not available)")
+    else:
+        source = "given"
+    H = check_h(H, n)
+
+    steps_per_s = 1e3 / wl.sequence.step_interval_ms
+    R = routed_tokens_per_step(wl) * steps_per_s  # routed tokens/s per MoE layer
+    share = loads / loads.sum(axis=1, keepdims=True)
+    n_rep = np.ones((n_layers, n_e), dtype=np.int64)
+    k_hot = min(taps.replicate_hot_k, n_e) if n >= 2 else 0
+    if k_hot:
+        hot = np.argsort(-loads, axis=1, kind="stable")[:, :k_hot]
+        np.put_along_axis(n_rep, hot, 2, axis=1)
+    expert_layer = np.repeat(np.asarray(layers), n_e)
+    expert_e = np.tile(np.arange(n_e), n_layers)
+    reps = n_rep.ravel()
+    inst_expert = np.repeat(np.arange(n_layers * n_e), reps)
+    tok_step = (share.ravel() * routed_tokens_per_step(wl) / reps)[inst_expert]
+    flops = tok_step * steps_per_s * expert_flops_per_token
+    e_flop = arch.power.mac_pj * 0.5e-12  # J per FLOP
+    power = flops * e_flop
+    total = float(share.sum() * R * expert_flops_per_token)
+    cap = taps.capacity.core_flops_tps
+    if total > cap * n:
+        cap_eff = CAPACITY_HEADROOM * total / n
+        notes.append(f"demand {total:.3g} FLOP/s exceeds the chip's {cap * n:.3g} FLOP/s: per-core capacity "
+                     f"relaxed to {cap_eff:.3g} FLOP/s ({CAPACITY_HEADROOM}x the mean)")
+        cap = cap_eff
+    t_amb = arch.geometry.cooling.ambient_c
+    t_base = t_amb + H @ np.full(n, arch.power.logic_leak_w_per_core)
+    obj = taps.objective
+    return Problem(geom=geom, H=H, t_base=t_base, w_peak=obj.w_peak, w_var=obj.w_var, w_smooth=obj.w_smooth,
+                   inst_expert=inst_expert, inst_power=power, inst_flops=flops, inst_tokens_step=tok_step,
+                   expert_layer=expert_layer, expert_e=expert_e, cap_flops=cap, steps_per_s=steps_per_s,
+                   t_amb=t_amb, notes=notes, h_source=source)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# heuristic: heat-ordered greedy + local search
+
+
+def _sibling_cores(pb: Problem, assign: np.ndarray, i: int) -> np.ndarray:
+    """Boolean (n,) mask of the cores holding another replica of instance i's expert."""
+    mask = np.zeros(pb.n, dtype=bool)
+    sib = np.flatnonzero(pb.inst_expert == pb.inst_expert[i])
+    for s in sib:
+        if s != i and assign[s] >= 0:
+            mask[assign[s]] = True
+    return mask
+
+
+def greedy(pb: Problem) -> tuple[np.ndarray, int]:
+    """Place instances hottest first, each on the core that minimises the objective so far.
+    Returns (assignment (m,), number of capacity violations)."""
+    order = np.argsort(-pb.inst_power, kind="stable")
+    assign = np.full(pb.m, -1, dtype=np.int64)
+    load = np.zeros(pb.n)
+    T = pb.t_base.copy()
+    cores = np.arange(pb.n)
+    has_rep = np.bincount(pb.inst_expert, minlength=int(pb.inst_expert.max()) + 1) > 1
+    violations = 0
+    for i in order:
+        w = pb.inst_power[i]
+        f = pb.inst_flops[i]
+        objs = pb.delta_objective(T, cores, None, np.full(pb.n, w))
+        ok = load + f <= pb.cap_flops * (1 + 1e-12)
+        if has_rep[pb.inst_expert[i]]:
+            sib = _sibling_cores(pb, assign, int(i))
+            ok &= ~sib
+            if not ok.any():
+                ok = ~sib
+                violations += 1
+        elif not ok.any():
+            ok = np.ones(pb.n, dtype=bool)
+            violations += 1
+        c = int(np.argmin(np.where(ok, objs, np.inf)))
+        assign[i] = c
+        load[c] += f
+        T += w * pb.H[:, c]
+    return assign, violations
+
+
+def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int = 3, movers: int = 8) -> np.ndarray:
+    """Improve ``assign`` by moves and swaps that lower the objective, working on the hottest cores first.
+
+    Each iteration looks at the ``hot_cores`` hottest cores in turn; for the ``movers`` most powerful instances on one
+    it scores, vectorised, every move to another core and every swap with a less powerful instance elsewhere, and
+    applies the best strictly improving candidate. Stops after ``iters`` applied changes or when none improves.
+    """
+    assign = assign.copy()
+    load = np.bincount(assign, weights=pb.inst_flops, minlength=pb.n)
+    T = pb.temps(assign)
+    cur = pb.objective(T)
+    cores = np.arange(pb.n)
+    cap = pb.cap_flops * (1 + 1e-12)
+    multi = np.bincount(pb.inst_expert)[pb.inst_expert] > 1  # (m,) instance has a sibling replica
+    for _ in range(iters):
+        best: tuple[float, str, int, int] | None = None
+        for h in (int(x) for x in np.argsort(-T, kind="stable")[:hot_cores]):
+            on_h = np.flatnonzero(assign == h)
+            if on_h.size == 0:
+                continue
+            on_h = on_h[np.argsort(-pb.inst_power[on_h], kind="stable")[:movers]]
+            for i in (int(x) for x in on_h):
+                w = pb.inst_power[i]
+                # moves i: h -> b
+                objs = pb.delta_objective(T, cores, np.full(pb.n, h), np.full(pb.n, w))
+                ok = (load + pb.inst_flops[i] <= cap) & (cores != h)
+                if multi[i]:
+                    ok &= ~_sibling_cores(pb, assign, i)
+                if ok.any():
+                    b = int(np.argmin(np.where(ok, objs, np.inf)))
+                    if objs[b] < cur - 1e-9 * max(1.0, abs(cur)) and (best is None or objs[b] < best[0]):
+                        best = (float(objs[b]), "move", i, b)
+                # swaps i <-> j (j elsewhere, less powerful)
+                js = np.flatnonzero((assign != h) & (pb.inst_power < w))
+                if js.size == 0:
+                    continue
+                bj = assign[js]
+                dw = w - pb.inst_power[js]
+                sobjs = pb.delta_objective(T, bj, np.full(js.size, h), dw)
+                df = pb.inst_flops[i] - pb.inst_flops[js]
+                sok = (load[bj] + df <= cap) & (load[h] - df <= cap)
+                if multi[i]:
+                    sok &= ~_sibling_cores(pb, assign, i)[bj]
+                if multi[js].any():
+                    for t in (int(x) for x in np.flatnonzero(multi[js])):
+                        if _sibling_cores(pb, assign, int(js[t]))[h]:
+                            sok[t] = False
+                if sok.any():
+                    t = int(np.argmin(np.where(sok, sobjs, np.inf)))
+                    if sobjs[t] < cur - 1e-9 * max(1.0, abs(cur)) and (best is None or sobjs[t] < best[0]):
+                        best = (float(sobjs[t]), "swap", i, int(js[t]))
+            if best is not None:
+                break
+        if best is None:
+            break
+        _, kind, i, x = best
+        h = int(assign[i])
+        if kind == "move":
+            b = x
+            load[h] -= pb.inst_flops[i]
+            load[b] += pb.inst_flops[i]
+            T += pb.inst_power[i] * (pb.H[:, b] - pb.H[:, h])
+            assign[i] = b
+        else:
+            j = x
+            b = int(assign[j])
+            df = pb.inst_flops[i] - pb.inst_flops[j]
+            load[h] -= df
+            load[b] += df
+            T += (pb.inst_power[i] - pb.inst_power[j]) * (pb.H[:, b] - pb.H[:, h])
+            assign[i], assign[j] = b, h
+        cur = pb.objective(T)
+    return assign
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# output
+
+
+def assemble(pb: Problem, assign: np.ndarray, *, arch: ArchConfig, expert_bytes: int, weight_shard_mb: float,
+             bank_bw_gbps: float, method: str, extra_notes: Sequence[str] = (),
+             gap: float | None = None) -> Placement:
+    """Turn an assignment into ``placement.json``: cores per expert, shards in banks, predicted temperatures."""
+    geom = pb.geom
+    book = BankBook(geom, arch.dram.bank_capacity_mb * MIB, bank_bw_gbps * 1e9)
+    sizes = shard_sizes(int(expert_bytes), weight_shard_mb)
+    n_exp = int(pb.expert_layer.shape[0])
+    cores_of: list[list[int]] = [[] for _ in range(n_exp)]
+    for i in range(pb.m):  # replica order = instance order
+        cores_of[int(pb.inst_expert[i])].append(int(assign[i]))
+    experts = {
+        expert_id(int(pb.expert_layer[k]), int(pb.expert_e[k])): ExpertPlacement(
+            cores=cores_of[k], policy="replicate" if len(cores_of[k]) > 1 else "single")
+        for k in range(n_exp)
+    }
+    # shards: hottest (most read) instances pick banks first; demand = bytes/step · P(instance active in a step)
+    p_active = 1.0 - np.exp(-pb.inst_tokens_step)
+    first = np.zeros(pb.m, dtype=np.int64)  # replica index of each instance
+    seen: dict[int, int] = {}
+    for i in range(pb.m):
+        k = int(pb.inst_expert[i])
+        first[i] = seen.get(k, 0)
+        seen[k] = first[i] + 1
+    banks: dict[tuple[int, int, int], str] = {}
+    for i in (int(x) for x in np.argsort(-p_active, kind="stable")):
+        for s, size in enumerate(sizes):
+            v, slot = book.place(int(assign[i]), size, size * pb.steps_per_s * p_active[i])
+            banks[(int(pb.inst_expert[i]), int(first[i]), s)] = geom.slot_bank_id(v, slot)
+    tensors: dict[str, TensorPlacement] = {}
+    for k in range(n_exp):
+        layer, e = int(pb.expert_layer[k]), int(pb.expert_e[k])
+        nrep = len(cores_of[k])
+        for s, size in enumerate(sizes):
+            tensors[weight_tensor_id(layer, e, s)] = TensorPlacement(
+                dram_bank=banks[(k, 0, s)], size_bytes=size,
+                replica_banks=[banks[(k, r, s)] for r in range(1, nrep)] if nrep > 1 else None)
+    T = pb.temps(assign)
+    terms = pb.terms(T)
+    load = np.bincount(assign, weights=pb.inst_flops, minlength=pb.n)
+    terms.update({
+        "peak_rise_k": float(T.max() - pb.t_amb),
+        "total_power_w": float(pb.inst_power.sum()),
+        "capacity_util_max": float(load.max() / pb.cap_flops),
+        "bank_bw_util_max": book.bw_util_max(),
+    })
+    meta = PlacementMeta(method=method, predicted_core_temps_c=[round(float(t), 4) for t in T],
+                         predicted_peak_c=round(float(T.max()), 4), objective=terms, optimality_gap=gap,
+                         notes=[*pb.notes, *extra_notes, *book.notes()])
+    return Placement(experts=experts, tensors=tensors, meta=meta)
+
+
+def heuristic_assign(pb: Problem, iters: int) -> tuple[np.ndarray, list[str]]:
+    assign, viol = greedy(pb)
+    notes = [f"{viol} instances could not respect core capacity or replica separation"] if viol else []
+    return local_search(pb, assign, iters), notes
+
+
+def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams,
+                    expert_load: Sequence[Sequence[float]], expert_flops_per_token: float,
+                    H: np.ndarray | None = None, *, moe_layers: Sequence[int] | None = None, expert_bytes: int = 0,
+                    method: str | None = None) -> Placement:
+    """TAPS placement (``method``: ``heuristic`` (default from ``taps.method``) or ``milp``).
+
+    ``expert_load[l][e]``: load profile of MoE layer ``moe_layers[l]`` (default ``0..L-1``), any non-negative scale;
+    ``expert_flops_per_token``: FLOPs one token costs in one expert; ``expert_bytes``: weight bytes of one expert
+    (split into ``workload.tensors.weight_shard_mb`` shards); H: cores × cores K/W (None: from the thermal service,
+    or the analytic fallback, noted in ``meta.notes``).
+    """
+    method = method or taps.method
+    pb = build_problem(arch, workload, taps, expert_load, expert_flops_per_token, H, moe_layers=moe_layers)
+    if method == "heuristic":
+        assign, notes = heuristic_assign(pb, taps.local_search_iters)
+        return assemble(pb, assign, arch=arch, expert_bytes=expert_bytes,
+                        weight_shard_mb=workload.tensors.weight_shard_mb, bank_bw_gbps=taps.capacity.bank_bw_gbps,
+                        method="heuristic", extra_notes=notes)
+    if method == "milp":
+        from services.placement.milp import solve_milp
+
+        return solve_milp(pb, taps, arch=arch, expert_bytes=expert_bytes,
+                          weight_shard_mb=workload.tensors.weight_shard_mb)
+    raise BadInput(f"unknown method {method!r} (heuristic | milp)", field="method")

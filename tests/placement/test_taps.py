@@ -1,0 +1,180 @@
+"""TAPS: objective bookkeeping, heuristic quality against the default mapping, constraints, MILP, bad input.
+
+Thermal kernels here are synthetic (`synthetic_diffusion_kernel`) unless stated: the tests check the placer, not the
+thermal model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.placement.geometry import ChipGeometry, synthetic_diffusion_kernel
+from services.placement.milp import solve_peak_milp
+from services.placement.taps import build_placement, build_problem, greedy, local_search
+from shared.configs import ArchConfig, TasParams, WorkloadConfig
+from shared.configs.tas import TapsParams
+from shared.contracts.ids import parse_expert_id, weight_tensor_id
+from shared.errors import BadInput
+from tests.placement.conftest import small_arch, zipf_loads
+
+FLOPS = 2 * 3 * 4096 * 14336
+BYTES = 3 * 4096 * 14336 * 2
+
+
+def _taps(tas: TasParams, **kw: object) -> TapsParams:
+    return tas.taps.model_copy(update=kw)
+
+
+def test_incremental_objective_matches_direct_evaluation(arch: ArchConfig, mixtral: WorkloadConfig,
+                                                         tas: TasParams, kernel64: np.ndarray) -> None:
+    pb = build_problem(arch, mixtral, tas.taps, zipf_loads(4, 8), FLOPS, kernel64)
+    rng = np.random.default_rng(0)
+    assign = rng.integers(0, 64, pb.m)
+    T = pb.temps(assign)
+    plus = rng.integers(0, 64, 20)
+    minus = rng.integers(0, 64, 20)
+    w = rng.uniform(0.1, 5.0, 20)
+    fast = pb.delta_objective(T, plus, minus, w)
+    slow = [pb.objective(T + w[r] * (pb.H[:, plus[r]] - pb.H[:, minus[r]])) for r in range(20)]
+    np.testing.assert_allclose(fast, slow, rtol=1e-10)
+
+
+def test_heuristic_beats_round_robin_and_local_search_never_hurts(arch: ArchConfig, mixtral: WorkloadConfig,
+                                                                  tas: TasParams, kernel64: np.ndarray) -> None:
+    taps = _taps(tas, replicate_hot_k=0)
+    pb = build_problem(arch, mixtral, taps, zipf_loads(32, 8), FLOPS, kernel64)
+    rr = np.arange(pb.m) % 64  # the default mapping's assignment
+    g, _ = greedy(pb)
+    ls = local_search(pb, g, 500)
+    o_rr, o_g, o_ls = (pb.objective(pb.temps(a)) for a in (rr, g, ls))
+    assert o_ls <= o_g + 1e-9
+    assert o_ls < o_rr
+    assert pb.temps(ls).max() < pb.temps(rr).max()
+
+
+def test_placement_output_consistent_with_model(arch: ArchConfig, mixtral: WorkloadConfig, tas: TasParams,
+                                                kernel64: np.ndarray) -> None:
+    loads = zipf_loads(6, 8)
+    plc = build_placement(arch, mixtral, tas.taps, loads, FLOPS, kernel64, moe_layers=list(range(6)),
+                          expert_bytes=BYTES)
+    assert plc.meta.method == "heuristic"
+    # recompute the core powers from the placement alone and check T = H p + T_amb
+    R = mixtral.sequence.micro_batch * mixtral.routing.topk * 1e3 / mixtral.sequence.step_interval_ms
+    p = np.full(64, arch.power.logic_leak_w_per_core)
+    for eid, ep in plc.experts.items():
+        layer, e = parse_expert_id(eid)
+        share = loads[layer][e] / sum(loads[layer])
+        for c in ep.cores:
+            p[c] += share * R * FLOPS * arch.power.mac_pj * 0.5e-12 / len(ep.cores)
+    T = kernel64 @ p + arch.geometry.cooling.ambient_c
+    assert plc.meta.predicted_core_temps_c is not None
+    np.testing.assert_allclose(np.asarray(plc.meta.predicted_core_temps_c), T, atol=1e-3)
+    assert plc.meta.predicted_peak_c == pytest.approx(T.max(), abs=1e-3)
+    assert set(plc.meta.objective) >= {"objective", "peak_c", "var_k2", "smooth_k2"}
+    # replicate_hot_k = 1: the hottest expert of each layer has two distinct cores, the others one
+    for layer, row in enumerate(loads):
+        hot = int(np.argmax(row))
+        for e in range(8):
+            ep = plc.experts[f"L{layer}E{e}"]
+            if e == hot:
+                assert ep.policy == "replicate" and len(set(ep.cores)) == 2
+                assert all(len(plc.tensors[weight_tensor_id(layer, e, k)].replica_banks or []) == 1 for k in range(6))
+            else:
+                assert ep.policy == "single" and len(ep.cores) == 1
+    # shards live in the vault of the core that uses them (the vaults have room here)
+    geom = ChipGeometry.of(arch)
+    for eid, ep in plc.experts.items():
+        layer, e = parse_expert_id(eid)
+        for k in range(6):
+            tp = plc.tensors[weight_tensor_id(layer, e, k)]
+            banks = [tp.dram_bank, *(tp.replica_banks or [])]
+            assert [geom.bank_core_slot(b)[0] for b in banks] == ep.cores
+    again = build_placement(arch, mixtral, tas.taps, loads, FLOPS, kernel64, expert_bytes=BYTES)
+    assert again.model_dump() == plc.model_dump()
+
+
+def test_capacity_respected_when_it_fits(arch: ArchConfig, mixtral: WorkloadConfig, tas: TasParams,
+                                         kernel64: np.ndarray) -> None:
+    # 8 layers x 8 experts; per-core capacity just above the mean demand forces spreading
+    loads = zipf_loads(8, 8)
+    R = mixtral.sequence.micro_batch * mixtral.routing.topk * 1e3
+    total = 8 * R * FLOPS
+    hottest = max(max(r) for r in loads) * R * FLOPS / 2  # replicated
+    cap = max(1.3 * total / 64, 1.01 * hottest)
+    taps = _taps(tas, capacity=tas.taps.capacity.model_copy(update={"core_flops_tps": cap}))
+    plc = build_placement(arch, mixtral, taps, loads, FLOPS, kernel64, expert_bytes=BYTES)
+    assert plc.meta.objective["capacity_util_max"] <= 1.0 + 1e-9
+    assert not any("capacity" in n for n in plc.meta.notes)
+
+
+def test_shards_spill_to_nearest_vault_with_room(mixtral: WorkloadConfig, tas: TasParams) -> None:
+    # 2x2 cores, vault = 2x2 banks x 1 layer = 4 banks of 64 MiB (one shard each); two experts of 6 shards
+    arch = small_arch(2, 2, (4, 4, 1))
+    H = synthetic_diffusion_kernel(2, 2)
+    taps = _taps(tas, replicate_hot_k=0)
+    plc = build_placement(arch, mixtral, taps, zipf_loads(1, 2), FLOPS, H, expert_bytes=6 * (64 << 20))
+    geom = ChipGeometry.of(arch)
+    used = [geom.bank_core_slot(t.dram_bank) for t in plc.tensors.values()]
+    assert len(set(used)) == len(used) == 12  # 12 shards in 12 distinct banks (capacity one shard per bank)
+    for eid, ep in plc.experts.items():
+        layer, e = parse_expert_id(eid)
+        own = ep.cores[0]
+        vaults = [geom.bank_core_slot(plc.tensors[weight_tensor_id(layer, e, k)].dram_bank)[0] for k in range(6)]
+        away = [v for v in vaults if v != own]
+        assert 2 <= len(away) <= 6 - 0 and vaults.count(own) >= 2
+        assert all(abs(v % 2 - own % 2) + abs(v // 2 - own // 2) == 1 for v in away)  # nearest vaults (1 hop)
+    assert any("spilled" in n for n in plc.meta.notes)
+    assert not any("over bank capacity" in n for n in plc.meta.notes)
+
+
+def test_milp_matches_or_beats_heuristic_peak_on_a_small_instance(mixtral: WorkloadConfig, tas: TasParams) -> None:
+    arch = small_arch(3, 3, (6, 6, 2))
+    H = synthetic_diffusion_kernel(3, 3, length=1.0)
+    taps = _taps(tas, replicate_hot_k=1, milp_time_limit_s=20.0)
+    loads = zipf_loads(2, 5)
+    pb = build_problem(arch, mixtral, taps, loads, FLOPS, H)
+    res = solve_peak_milp(pb, 20.0)
+    assert res.assign is not None and res.optimal
+    g, _ = greedy(pb)
+    heur_peak = pb.temps(local_search(pb, g, 500)).max()
+    assert res.peak_c is not None and res.peak_c <= heur_peak + 1e-6
+    # replicas of one expert on distinct cores in the MILP answer too
+    for k in np.flatnonzero(np.bincount(pb.inst_expert) > 1):
+        cores = res.assign[pb.inst_expert == k]
+        assert len(set(cores.tolist())) == cores.size
+    plc = build_placement(arch, mixtral, taps, loads, FLOPS, H, method="milp", expert_bytes=BYTES // 8)
+    assert plc.meta.method == "milp" and plc.meta.optimality_gap is not None
+    assert plc.meta.predicted_peak_c == pytest.approx(res.peak_c, abs=1e-3)
+
+
+@pytest.mark.parametrize(("loads", "field"), [
+    ([[1.0, 2.0], [1.0]], "expert_load[1]"),
+    ([[1.0, -2.0]], "expert_load[0][1]"),
+    ([[0.0, 0.0]], "expert_load[0]"),
+])
+def test_bad_loads_name_the_field(arch: ArchConfig, mixtral: WorkloadConfig, tas: TasParams, kernel64: np.ndarray,
+                                  loads: list[list[float]], field: str) -> None:
+    with pytest.raises(BadInput) as ei:
+        build_placement(arch, mixtral, tas.taps, loads, FLOPS, kernel64)
+    assert ei.value.field == field
+
+
+def test_bad_kernel_and_layers(arch: ArchConfig, mixtral: WorkloadConfig, tas: TasParams) -> None:
+    with pytest.raises(BadInput) as ei:
+        build_placement(arch, mixtral, tas.taps, [[1.0, 2.0]], FLOPS, np.ones((4, 4)))
+    assert ei.value.field == "H"
+    with pytest.raises(BadInput) as ei:
+        build_placement(arch, mixtral, tas.taps, [[1.0, 2.0]], FLOPS, None, moe_layers=[0, 1])
+    assert ei.value.field == "moe_layers"
+
+
+def test_analytic_fallback_kernel_is_physical(arch: ArchConfig) -> None:
+    from services.placement.geometry import analytic_influence
+
+    H = analytic_influence(arch)
+    assert H.shape == (64, 64)
+    np.testing.assert_allclose(H, H.T)
+    assert np.all(H > 0)
+    assert np.all(np.argmax(H, axis=0) == np.arange(64))  # a watt heats its own core most
+    # a corner core (fewer lateral neighbours) self-heats more than a central one
+    assert H[0, 0] > H[27, 27]
