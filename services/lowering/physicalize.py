@@ -64,7 +64,7 @@ F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
 # Order of ops inside one layer of a micro-batch: attention/dense → router → experts → LM head.
-PHASE: dict[str, int] = {"attn": 0, "dense": 0, "router": 1, "shared": 2, "fc": 2, "head": 3}
+PHASE: dict[str, int] = {"attn": 0, "router": 1, "shared": 2, "fc": 2, "dense": 2, "head": 3}
 UNKNOWN_PHASE = 2
 _NONE = ("", "-1", "none", "None")
 
@@ -376,8 +376,9 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
         if np.any(m_bytes < 0):
             raise BadInput("bytes must be >= 0", field="logical.memory.bytes")
         tids = lm.tensor_id
-        m_write = np.array([a == "write" for a in lm.access], dtype=bool)
-        bad_acc = [i for i, a in enumerate(lm.access) if a not in ("read", "write")]
+        acc_arr = np.asarray(lm.access)
+        m_write = acc_arr == "write"
+        bad_acc = np.flatnonzero(~m_write & (acc_arr != "read")).tolist()
         if bad_acc:
             raise BadInput(f"access must be 'read' or 'write', got {lm.access[bad_acc[0]]!r}",
                            field=f"logical.memory.access[{bad_acc[0]}]")
@@ -421,7 +422,9 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
         is_w = t_is_w[e_t]
         e_bytes = m_bytes[e_m] * np.where(is_w, A.w_frac[e_a], A.tok_frac[e_a])
         default_core = np.where(is_w, A.home[e_a], e_core)
-        e_bank = np.where(t_bank[e_t] >= 0, t_bank[e_t], chip.vault_bank(default_core, t_hash[e_t]))
+        key_part, core_part = chip.vault_bank_parts(t_hash)
+        tb = t_bank[e_t]
+        e_bank = np.where(tb >= 0, tb, key_part[e_t] + core_part[default_core])
         e_rw_w = m_write[e_m]
     else:
         e_a = np.zeros(0, np.int64)
