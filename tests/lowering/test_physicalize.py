@@ -242,3 +242,37 @@ def test_unplaced_expert_and_bad_overlay() -> None:
     with pytest.raises(BadInput) as ei:
         run(lw, overlays=ov)
     assert ei.value.field == "overlays.reroute[0].to_core"
+
+
+def test_real_workload_windows_conserve_work_and_complete_every_token() -> None:
+    """The workload service's Mixtral trace (contract data, not the synthetic window) through the physicalizer."""
+    from services.workload.traces import iter_windows
+    from shared.configs.workload import SequenceConfig, WorkloadConfig
+
+    wl = WorkloadConfig(sequence=SequenceConfig(tokens=256, micro_batch=4, steps=4, step_interval_ms=1.0))
+    wins = list(iter_windows(wl, 2.0))
+    plc = default_placement(ARCH)
+    st = PhysicalState()
+    flops = nbytes = 0.0
+    done = 0
+    k = 0
+    t0 = 0
+    while True:
+        # the trace's 2 ms windows, then long empty windows until the queue drains
+        w_ms = 2.0 if k < len(wins) else 200.0
+        lw = wins[k] if k < len(wins) else LogicalWindow(
+            trace_id="t", window=k, t0_ns=t0, t1_ns=int(t0 + w_ms * 1e6),
+            compute=wins[0].compute.empty(), memory=wins[0].memory.empty())
+        assert lw.t0_ns == t0
+        c, m, st, tm = physicalize_window(k, lw, plc, None, st, ARCH, F, w_ms, 1.0)
+        flops += sum(c.flops)
+        nbytes += sum(m.bytes)
+        done += tm.tokens_completed
+        t0 = tm.t1_ns
+        k += 1
+        if k >= len(wins) and not len(st.queue.carry_compute) and not st.queue.pending:
+            break
+        assert k < 500
+    assert flops == pytest.approx(sum(sum(w.compute.flops) for w in wins), rel=1e-9)
+    assert nbytes == pytest.approx(sum(sum(w.memory.bytes) for w in wins), rel=1e-9)
+    assert done == sum(w.tokens_generated for w in wins) == 16
