@@ -27,6 +27,11 @@ def stable_hash(s: str) -> int:
     return zlib.crc32(s.encode())
 
 
+@lru_cache(maxsize=1 << 16)
+def _parse_bank_cached(s: str) -> tuple[int, int, int]:
+    return parse_bank_id(s)
+
+
 @dataclass(frozen=True)
 class Chip:
     X: int
@@ -111,7 +116,7 @@ class Chip:
 
     def parse_bank(self, s: str, field: str) -> int:
         try:
-            bx, by, layer = parse_bank_id(s)
+            bx, by, layer = _parse_bank_cached(s)
         except ValueError as exc:
             raise BadInput(str(exc), field=field) from None
         if not (bx < self.BX and by < self.BY and layer < self.L):
