@@ -197,6 +197,10 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
         notes.append(f"demand {total:.3g} FLOP/s exceeds the chip's {cap * n:.3g} FLOP/s: per-core capacity "
                      f"relaxed to {cap_eff:.3g} FLOP/s ({CAPACITY_HEADROOM}x the mean)")
         cap = cap_eff
+    if flops.size and flops.max() > cap:
+        notes.append(f"the busiest instance needs {flops.max():.3g} FLOP/s, more than a core's {cap:.3g}: per-core "
+                     "capacity relaxed to it")
+        cap = float(flops.max()) * (1 + 1e-9)
     t_amb = arch.geometry.cooling.ambient_c
     t_base = t_amb + H @ np.full(n, arch.power.logic_leak_w_per_core)
     obj = taps.objective

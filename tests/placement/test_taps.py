@@ -178,3 +178,17 @@ def test_analytic_fallback_kernel_is_physical(arch: ArchConfig) -> None:
     assert np.all(np.argmax(H, axis=0) == np.arange(64))  # a watt heats its own core most
     # a corner core (fewer lateral neighbours) self-heats more than a central one
     assert H[0, 0] > H[27, 27]
+
+
+def test_milp_time_limit_never_returns_worse_than_heuristic(arch: ArchConfig, mixtral: WorkloadConfig,
+                                                            tas: TasParams, kernel64: np.ndarray) -> None:
+    loads = zipf_loads(4, 8)
+    taps = _taps(tas, milp_time_limit_s=0.05)
+    milp = build_placement(arch, mixtral, taps, loads, FLOPS, kernel64, method="milp", expert_bytes=BYTES)
+    heur = build_placement(arch, mixtral, taps, loads, FLOPS, kernel64, method="heuristic", expert_bytes=BYTES)
+    assert milp.meta.predicted_peak_c is not None and heur.meta.predicted_peak_c is not None
+    assert milp.meta.predicted_peak_c <= heur.meta.predicted_peak_c + 1e-6
+    if milp.meta.method == "milp-fallback-heuristic":
+        assert milp.experts == heur.experts and any("fell back" in n for n in milp.meta.notes)
+    else:
+        assert milp.meta.method == "milp"
