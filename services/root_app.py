@@ -85,13 +85,18 @@ def embedded(settings: Settings) -> Iterator[EmbeddedApps]:
             emb.clients.close()
 
 
+def openapi_text(name: str, settings: Settings) -> str:
+    """One service's OpenAPI spec as committed under ``openapi/``: JSON, sorted keys, 2-space indent, final newline."""
+    spec = create_service(name, settings).openapi()
+    return json.dumps(spec, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
 def write_openapi(out_dir: Path, settings: Settings) -> list[Path]:
     """Write ``<out_dir>/<service>.json`` with sorted keys for every service."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in SERVICES:
-        spec = create_service(name, settings).openapi()
         path = out_dir / f"{name}.json"
-        path.write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        path.write_text(openapi_text(name, settings), encoding="utf-8")
         paths.append(path)
     return paths

@@ -60,6 +60,25 @@ def _raise_for_error(service: str, response: httpx.Response) -> None:
     raise exc_type(text, field=field, code=code)
 
 
+def _headers(idempotency_key: str | None, extra: Mapping[str, str] | None) -> dict[str, str]:
+    """One Idempotency-Key per logical call (reused by every retry of it) and the caller's run id, when one is bound."""
+    hdrs = {IDEMPOTENCY_HEADER: idempotency_key or str(uuid.uuid4())}
+    run_id = current_run_id()
+    if run_id != "-":
+        hdrs[RUN_ID_HEADER] = run_id
+    hdrs.update(extra or {})
+    return hdrs
+
+
+def _retrying_kwargs(settings: Settings) -> dict[str, Any]:
+    return {
+        "stop": stop_after_attempt(settings.http_retries + 1),
+        "wait": wait_exponential(multiplier=settings.http_backoff_s, max=5.0),
+        "retry": retry_if_exception(_retryable),
+        "reraise": True,
+    }
+
+
 def _timeout(settings: Settings) -> httpx.Timeout:
     return httpx.Timeout(settings.http_read_timeout_s, connect=settings.http_connect_timeout_s)
 
@@ -73,19 +92,22 @@ class ServiceClient:
         self.settings = settings
         self._client = httpx.Client(base_url=base_url, timeout=_timeout(settings), transport=transport)
 
+    @property
+    def base_url(self) -> str:
+        return str(self._client.base_url).rstrip("/")
+
+    @property
+    def timeouts(self) -> tuple[float | None, float | None]:
+        """(connect, read) timeouts in seconds, from settings (never httpx's implicit default)."""
+        return self._client.timeout.connect, self._client.timeout.read
+
     def close(self) -> None:
         self._client.close()
 
     def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None,
                 idempotency_key: str | None = None, headers: Mapping[str, str] | None = None) -> httpx.Response:
-        key = idempotency_key or str(uuid.uuid4())
-        hdrs = {IDEMPOTENCY_HEADER: key, RUN_ID_HEADER: current_run_id(), **(headers or {})}
-        retrying = Retrying(
-            stop=stop_after_attempt(self.settings.http_retries + 1),
-            wait=wait_exponential(multiplier=self.settings.http_backoff_s, max=5.0),
-            retry=retry_if_exception(_retryable),
-            reraise=True,
-        )
+        hdrs = _headers(idempotency_key, headers)
+        retrying = Retrying(**_retrying_kwargs(self.settings))
         try:
             for attempt in retrying:
                 with attempt:
@@ -129,15 +151,10 @@ class AsyncServiceClient:
         await self._client.aclose()
 
     async def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None,
-                      idempotency_key: str | None = None) -> httpx.Response:
-        key = idempotency_key or str(uuid.uuid4())
-        hdrs = {IDEMPOTENCY_HEADER: key, RUN_ID_HEADER: current_run_id()}
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.settings.http_retries + 1),
-            wait=wait_exponential(multiplier=self.settings.http_backoff_s, max=5.0),
-            retry=retry_if_exception(_retryable),
-            reraise=True,
-        )
+                      idempotency_key: str | None = None, headers: Mapping[str, str] | None = None
+                      ) -> httpx.Response:
+        hdrs = _headers(idempotency_key, headers)
+        retrying = AsyncRetrying(**_retrying_kwargs(self.settings))
         try:
             async for attempt in retrying:
                 with attempt:
@@ -147,10 +164,19 @@ class AsyncServiceClient:
         except RetryableStatus as exc:
             _raise_for_error(self.service, exc.response)
             raise  # pragma: no cover
-        except httpx.TransportError as exc:
-            raise UpstreamError(f"{self.service}: unreachable: {exc}") from exc
+        except (httpx.TransportError, RetryError) as exc:
+            raise UpstreamError(f"{self.service}: unreachable after {self.settings.http_retries + 1} attempts: "
+                                f"{exc}") from exc
         _raise_for_error(self.service, resp)
         return resp
+
+    async def get_json(self, path: str, **kw: Any) -> Any:
+        return (await self.request("GET", path, **kw)).json()
+
+    async def post_json(self, path: str, body: Any = None, **kw: Any) -> Any:
+        if isinstance(body, BaseModel):
+            body = body.model_dump(mode="json")
+        return (await self.request("POST", path, json=body, **kw)).json()
 
 
 class ServiceClients:

@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 _run_id: contextvars.ContextVar[str] = contextvars.ContextVar("tasmoe_run_id", default="-")
 _configured = False
@@ -31,9 +32,32 @@ def bind_run_id(run_id: str | None) -> Iterator[None]:
         _run_id.reset(token)
 
 
-class RunIdFilter(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
+def _install_record_factory() -> None:
+    """Give every LogRecord a ``run_id`` attribute at creation, whatever handler later sees it (ours, pytest's caplog,
+    uvicorn's, Celery's). Installed once at import; wraps whatever factory was there before."""
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "_tasmoe_run_id", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
         record.run_id = _run_id.get()
+        return record
+
+    factory._tasmoe_run_id = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
+
+
+_install_record_factory()
+
+
+class RunIdFilter(logging.Filter):
+    """Kept for handlers built elsewhere: (re)stamps the run id of the current context on a record."""
+
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "run_id"):
+            record.run_id = _run_id.get()
         return True
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -11,10 +11,13 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from pydantic import ValidationError
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shared import __version__
-from shared.errors import ErrorBody, TasmoeError, format_loc, humanize
+from shared.errors import ErrorBody, TasmoeError, first_validation_error, format_loc, humanize
 from shared.logging import RUN_ID_HEADER, bind_run_id
 from shared.settings import Settings
 
@@ -38,7 +41,29 @@ def error_response(status: int, code: str, message: str, field: str | None = Non
     return JSONResponse(status_code=status, content={"error": {"code": code, "message": message, "field": field}})
 
 
+def _validation_field(err: Mapping[str, Any]) -> tuple[str | None, str]:
+    """(field path, message) for one FastAPI request-validation error; the ``body``/``query``/... prefix is dropped."""
+    loc = list(err.get("loc", ()))
+    where = str(loc[0]) if loc and loc[0] in _LOC_SOURCES else None
+    if where is not None:
+        loc = loc[1:]
+    if err.get("type") == "json_invalid":  # loc is (body, char position): not a field
+        ctx = err.get("ctx") or {}
+        return None, f"request body is not valid JSON: {ctx.get('error', err.get('msg', 'decode error'))}"
+    field = format_loc(loc) or None
+    message = humanize(err)
+    if field is None and where == "body" and err.get("type") == "missing":
+        message = "request body is required"
+    return field, message
+
+
+_LOC_SOURCES = {"body", "query", "path", "header", "cookie"}
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    """Every error leaves as ``{"error": {"code", "message", "field"}}``: TasmoeError (its status), request validation
+    (422 with the field path), 404/405/... from routing, ValueError from domain code (422) and anything else (500)."""
+
     @app.exception_handler(TasmoeError)
     async def _tasmoe(_: Request, exc: TasmoeError) -> JSONResponse:
         return JSONResponse(status_code=exc.status, content=exc.body())
@@ -46,27 +71,51 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
-        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-        loc = list(first.get("loc", ()))
-        if loc and loc[0] in {"body", "query", "path", "header"}:
-            loc = loc[1:]
-        field = format_loc(loc) or None
-        message = humanize(first)
-        return JSONResponse(
-            status_code=422,
-            content={"error": {"code": "invalid", "message": f"{field}: {message}" if field else message,
-                               "field": field}},
-        )
+        first: Mapping[str, Any] = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        field, message = _validation_field(first)
+        return error_response(422, "invalid", f"{field}: {message}" if field else message, field)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed", 409: "conflict"}.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail))
+        resp = error_response(exc.status_code, code, str(exc.detail))
+        for key, value in (exc.headers or {}).items():  # keep e.g. the Allow header of a 405
+            resp.headers[key] = value
+        return resp
+
+    @app.exception_handler(ValidationError)
+    async def _pydantic(_: Request, exc: ValidationError) -> JSONResponse:
+        # A pydantic model validated inside a handler (a nested config, a contract): name the field, one line.
+        field, message = first_validation_error(exc)
+        return error_response(422, "invalid", f"{field}: {message}" if field else message, field or None)
 
     @app.exception_handler(ValueError)
     async def _value(_: Request, exc: ValueError) -> JSONResponse:
         # Plain ValueErrors raised by domain functions on bad input are user errors, never 500s.
         return error_response(422, "invalid", str(exc))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        # A bug, not a user error: log the traceback, answer with the same body shape (no stack trace on the wire).
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(500, "internal", f"internal error ({type(exc).__name__})")
+
+
+class RunIdMiddleware:
+    """Bind the request's ``X-Run-Id`` header (the caller's run) for the request's lifetime, so every log record the
+    service writes while answering it carries that run id. Pure ASGI (no BaseHTTPMiddleware), so the context variable
+    is visible to sync endpoints in the thread pool and to background tasks alike."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        run_id = Headers(scope=scope).get(RUN_ID_HEADER)
+        with bind_run_id(run_id):
+            await self.app(scope, receive, send)
 
 
 def create_service_app(
@@ -90,10 +139,7 @@ def create_service_app(
     app.state.service_name = name
     install_error_handlers(app)
 
-    @app.middleware("http")
-    async def _run_id(request: Request, call_next: Callable[[Request], Any]) -> Any:
-        with bind_run_id(request.headers.get(RUN_ID_HEADER)):
-            return await call_next(request)
+    app.add_middleware(RunIdMiddleware)
 
     @app.get("/healthz", tags=["health"], name="healthz")
     async def healthz() -> dict[str, str]:

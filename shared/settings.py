@@ -60,9 +60,20 @@ class Settings(BaseSettings):
 
     @property
     def effective_database_url(self) -> str:
-        if self.database_url:
-            return self.database_url
-        return f"sqlite:///{(self.results_dir / 'tasmoe.sqlite3').as_posix()}"
+        """The SQLAlchemy URL: ``TASMOE_DATABASE_URL`` when set (a bare ``postgresql://`` / ``postgres://`` is given
+        the psycopg v3 driver the project ships; SQLAlchemy's default would be psycopg2), else a SQLite file under
+        ``results_dir``."""
+        if not self.database_url:
+            return f"sqlite:///{(self.results_dir / 'tasmoe.sqlite3').as_posix()}"
+        return sqlalchemy_url(self.database_url)
+
+
+def sqlalchemy_url(url: str) -> str:
+    """``postgresql://`` / ``postgres://`` -> ``postgresql+psycopg://`` (the driver the project ships); else as is."""
+    for bare in ("postgresql://", "postgres://"):
+        if url.startswith(bare):
+            return "postgresql+psycopg://" + url[len(bare):]
+    return url
 
 
 @lru_cache(maxsize=1)

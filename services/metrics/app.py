@@ -1,13 +1,59 @@
-"""HTTP layer of the metrics service: routers only; the logic lives in plain functions beside this module."""
+"""HTTP layer of the metrics service: routers only; the logic lives in plain functions beside this module.
+
+- ``POST /v1/reduce``: a run's windows -> the unified result row and its CSV text (services.metrics.reduce).
+- ``POST /v1/compare``: result rows -> the scenario comparison as CSV and Markdown (services.metrics.compare).
+- ``POST /v1/plots/{kind}?format=png|svg``: the figure's bytes (services.metrics.plots).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, FastAPI
+from typing import Literal
 
+from fastapi import APIRouter, FastAPI, Query, Response
+from starlette.concurrency import run_in_threadpool
+
+from services.metrics.compare import compare_all, compare_csv, compare_markdown
+from services.metrics.plots import MEDIA_TYPES, render_plot
+from services.metrics.reduce import reduce_window_metrics, row_csv
+from shared.contracts.metrics import (
+    CompareRequest,
+    CompareResponse,
+    PlotKind,
+    PlotRequest,
+    ReduceRequest,
+    ReduceResponse,
+)
 from shared.service_app import create_service_app
 from shared.settings import Settings, get_settings
 
 router = APIRouter(tags=["metrics"])
+
+
+@router.post("/reduce")
+def reduce(req: ReduceRequest) -> ReduceResponse:
+    """Reduce a run's per-window metrics to one row of ``results/<scenario>/<workload>.csv``."""
+    row = reduce_window_metrics(req.windows, scenario=req.scenario, workload=req.workload, thot_c=req.thot_c,
+                                bw_raw_gbps=req.bw_raw_gbps)
+    return ReduceResponse(row=row, csv=row_csv(row))
+
+
+@router.post("/compare")
+def compare(req: CompareRequest) -> CompareResponse:
+    """Scenario comparison per workload with deltas against baseline (°C for temperatures, % for the others)."""
+    tables = compare_all(req.rows)
+    return CompareResponse(csv=compare_csv(tables), markdown=compare_markdown(tables))
+
+
+@router.post(
+    "/plots/{kind}",
+    response_class=Response,
+    responses={200: {"content": {"image/png": {}, "image/svg+xml": {}}, "description": "the figure"}},
+)
+async def plot(kind: PlotKind, req: PlotRequest,
+               format: Literal["png", "svg"] = Query(default="png")) -> Response:
+    """Render a figure (temperature, performance or heatmap) as PNG or SVG."""
+    data = await run_in_threadpool(render_plot, kind, req, format)
+    return Response(content=data, media_type=MEDIA_TYPES[format])
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

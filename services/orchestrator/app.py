@@ -1,14 +1,185 @@
-"""HTTP layer of the orchestrator service: routers only; the logic lives in plain functions beside this module."""
+"""HTTP layer of the orchestrator service: thin endpoints over `service.py`; runs go to the runtime's dispatcher
+(in-process pool in embedded mode, Celery in cluster mode) only after the experiment's transaction committed."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, FastAPI
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
 
+from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import PlainTextResponse, StreamingResponse
+
+from services.orchestrator import repository as repo
+from services.orchestrator import service
+from services.orchestrator.jobs import Dispatcher
+from services.orchestrator.models import TERMINAL, RunStatus
+from services.orchestrator.runtime import Runtime, runtime
+from services.orchestrator.schemas import (
+    ExperimentAccepted,
+    ExperimentPage,
+    ExperimentRequest,
+    ExperimentView,
+    Scenario,
+    SweepRequest,
+    SweepView,
+)
+from shared.client import ServiceClients
+from shared.errors import NotFound
 from shared.service_app import create_service_app
 from shared.settings import Settings, get_settings
 
 router = APIRouter(tags=["orchestrator"])
 
+IdPath = Annotated[str, "experiment id"]
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    return create_service_app("orchestrator", settings or get_settings(), [router])
+
+def _rt(request: Request) -> Runtime:
+    rt: Runtime = request.app.state.rt
+    return rt
+
+
+@router.post("/experiments", status_code=202, response_model=ExperimentAccepted)
+def create_experiment(body: ExperimentRequest, request: Request, response: Response,
+                      idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+                      ) -> ExperimentAccepted:
+    """Start an experiment (one run per scenario). The same Idempotency-Key returns the same experiment."""
+    rt = _rt(request)
+    spec = service.resolve_spec(body, configs_dir=rt.settings.configs_dir)
+    exp_id, created = service.create_experiment(sessions=rt.sessions, spec=spec, settings=rt.settings,
+                                                idempotency_key=idempotency_key)
+    if created:
+        rt.dispatcher.submit_experiment(exp_id)
+    location = f"/v1/experiments/{exp_id}"
+    response.headers["Location"] = location
+    with rt.sessions() as s:
+        exp = repo.get_experiment(session=s, exp_id=exp_id)
+        status = exp.status.value if exp is not None else "queued"
+    return ExperimentAccepted(id=exp_id, status=status, location=location, created=created)
+
+
+@router.get("/experiments", response_model=ExperimentPage)
+def list_experiments(request: Request, status: RunStatus | None = None,
+                     limit: Annotated[int, Query(ge=1, le=200)] = 50,
+                     offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> ExperimentPage:
+    rt = _rt(request)
+    with rt.sessions() as s:
+        exps, total = repo.list_experiments(session=s, status=status, limit=limit, offset=offset)
+        items = [service.experiment_view(session=s, exp_id=e.id) for e in exps]
+    return ExperimentPage(items=items, total=total, limit=limit, offset=offset)
+
+
+@router.get("/experiments/{exp_id}", response_model=ExperimentView)
+def get_experiment(exp_id: IdPath, request: Request) -> ExperimentView:
+    """Status and per-scenario progress ("window k of N"), timings and errors."""
+    with _rt(request).sessions() as s:
+        return service.experiment_view(session=s, exp_id=exp_id)
+
+
+@router.get("/experiments/{exp_id}/results", response_model=None,
+            responses={200: {"content": {"text/csv": {}, "application/json": {}}}})
+def get_results(exp_id: IdPath, request: Request,
+                format: Literal["csv", "json"] = "json") -> Any:
+    """The unified rows (seed §3.6) of the finished scenarios, as CSV or JSON."""
+    with _rt(request).sessions() as s:
+        if format == "csv":
+            return PlainTextResponse(service.results_csv(session=s, exp_id=exp_id), media_type="text/csv")
+        view = service.experiment_view(session=s, exp_id=exp_id)
+        return {"id": exp_id, "status": view.status, "rows": service.result_rows(session=s, exp_id=exp_id)}
+
+
+@router.get("/experiments/{exp_id}/windows")
+def get_windows(exp_id: IdPath, request: Request, scenario: Scenario | None = None) -> dict[str, Any]:
+    """The per-window metrics series of each scenario (or of one)."""
+    with _rt(request).sessions() as s:
+        return {"id": exp_id, "scenarios": service.window_series(session=s, exp_id=exp_id, scenario=scenario)}
+
+
+@router.get("/experiments/{exp_id}/log", response_class=PlainTextResponse)
+def get_log(exp_id: IdPath, request: Request, scenario: Scenario | None = None) -> str:
+    """The runs' run.log files (seed, config snapshot, versions, git revision, progress, errors)."""
+    with _rt(request).sessions() as s:
+        return service.log_text(session=s, exp_id=exp_id, scenario=scenario)
+
+
+@router.post("/experiments/{exp_id}/cancel", response_model=ExperimentView)
+def cancel_experiment(exp_id: IdPath, request: Request) -> ExperimentView:
+    """Cancel the unfinished runs; a running window loop stops at its next commit."""
+    rt = _rt(request)
+    with rt.sessions.begin() as s:
+        if repo.get_experiment(session=s, exp_id=exp_id) is None:
+            raise NotFound(f"no experiment {exp_id!r}", field="id")
+        repo.cancel_experiment(session=s, exp_id=exp_id)
+    with rt.sessions() as s:
+        return service.experiment_view(session=s, exp_id=exp_id)
+
+
+@router.get("/experiments/{exp_id}/events", response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}}}})
+async def experiment_events(exp_id: IdPath, request: Request,
+                            poll_s: Annotated[float, Query(ge=0.05, le=10)] = 0.5) -> StreamingResponse:
+    """Server-Sent Events: a ``progress`` event whenever the experiment changes, ``done`` when it finished."""
+    rt = _rt(request)
+
+    def view() -> ExperimentView:
+        with rt.sessions() as s:
+            return service.experiment_view(session=s, exp_id=exp_id)
+
+    first = await run_in_threadpool(view)  # 404 before the stream starts
+
+    async def stream() -> AsyncIterator[str]:
+        last = ""
+        current = first
+        while True:
+            data = current.model_dump_json()
+            if data != last:
+                yield f"event: progress\ndata: {data}\n\n"
+                last = data
+            if RunStatus(current.status) in TERMINAL:
+                yield f"event: done\ndata: {json.dumps({'id': exp_id, 'status': current.status})}\n\n"
+                return
+            if await request.is_disconnected():
+                return
+            await asyncio.sleep(poll_s)
+            current = await run_in_threadpool(view)
+
+    return StreamingResponse(stream(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@router.post("/sweeps", status_code=202, response_model=SweepView)
+def create_sweep(body: SweepRequest, request: Request, response: Response) -> SweepView:
+    """A grid over dotted config keys: one experiment per point, one task per experiment-scenario."""
+    rt = _rt(request)
+    sweep_id, exp_ids = service.create_sweep(sessions=rt.sessions, req=body, settings=rt.settings)
+    for exp_id in exp_ids:
+        rt.dispatcher.submit_experiment(exp_id)
+    response.headers["Location"] = f"/v1/sweeps/{sweep_id}"
+    with rt.sessions() as s:
+        return service.sweep_view(session=s, sweep_id=sweep_id)
+
+
+@router.get("/sweeps/{sweep_id}", response_model=SweepView)
+def get_sweep(sweep_id: str, request: Request) -> SweepView:
+    """The sweep's status and its results collected into one table (one row per point × scenario)."""
+    with _rt(request).sessions() as s:
+        return service.sweep_view(session=s, sweep_id=sweep_id)
+
+
+def create_app(settings: Settings | None = None, *, clients: ServiceClients | None = None,
+               dispatcher: Dispatcher | None = None, lease_s: float | None = None) -> FastAPI:
+    """The orchestrator app. ``clients``: compute services to use in embedded mode (default: in-process apps);
+    ``dispatcher``: override where runs go (tests)."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with runtime(settings, clients=clients, dispatcher=dispatcher, lease_s=lease_s) as rt:
+            app.state.rt = rt
+            yield
+
+    return create_service_app("orchestrator", settings, [router], lifespan=lifespan,
+                              description="Experiments end to end: scenario runs, window loop, sweeps, results.")

@@ -1,14 +1,86 @@
-"""HTTP layer of the workload service: routers only; the logic lives in plain functions beside this module."""
+"""HTTP layer of the workload service: routers only; the logic lives in plain functions beside this module
+(``service.py``: models, IR, trace cache; ``traces.py``: trace generation; ``ir/``: the WorkloadIR)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, FastAPI
+from typing import Annotated, Any, Literal
 
+from fastapi import APIRouter, FastAPI, Path, Query, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+from services.workload import service
+from services.workload.traces import DEFAULT_WINDOW_MS
+from shared.configs import WorkloadConfig
+from shared.contracts.workload import ExpertLoad, LogicalWindow, TraceSummary
 from shared.service_app import create_service_app
 from shared.settings import Settings, get_settings
 
 router = APIRouter(tags=["workload"])
 
 
+class IrRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="zoo model name (GET /v1/models), or the name of the inline `config`")
+    phase: Literal["prefill", "decode"] = "decode"
+    batch: PositiveInt = 1
+    seq_len: PositiveInt = Field(default=2048, description="prompt length (prefill) or context length (decode)")
+    config: dict[str, Any] | None = Field(default=None, description="inline HuggingFace-style config.json")
+
+
+class TraceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workload: WorkloadConfig
+    window_ms: PositiveFloat = DEFAULT_WINDOW_MS
+
+
+def _cache(request: Request) -> service.TraceCache:
+    cache: service.TraceCache = request.app.state.trace_cache
+    return cache
+
+
+@router.get("/models")
+def list_models() -> dict[str, list[dict[str, Any]]]:
+    return {"models": service.list_models()}
+
+
+@router.get("/models/{name}")
+def get_model(name: str) -> dict[str, Any]:
+    return service.describe_model(name)
+
+
+@router.post("/ir")
+def workload_ir(body: IrRequest) -> dict[str, Any]:
+    return service.ir_report(model=body.model, phase=body.phase, batch=body.batch, seq_len=body.seq_len,
+                             config=body.config)
+
+
+@router.post("/traces")
+def create_trace(body: TraceRequest, request: Request) -> TraceSummary:
+    return service.create_trace(_cache(request), body.workload, body.window_ms)
+
+
+@router.get("/traces/{trace_id}")
+def get_trace(trace_id: str, request: Request) -> TraceSummary:
+    return service.trace_summary(_cache(request).get(trace_id))
+
+
+@router.get("/traces/{trace_id}/windows/{k}", response_model=LogicalWindow)
+def get_window(trace_id: str, k: Annotated[int, Path(ge=0)], request: Request,
+               window_ms: Annotated[float | None, Query(gt=0)] = None) -> Response:
+    window = service.get_window(_cache(request).get(trace_id), k, window_ms)
+    return Response(content=window.model_dump_json(), media_type="application/json")
+
+
+@router.get("/traces/{trace_id}/expert-load")
+def get_expert_load(trace_id: str, request: Request) -> ExpertLoad:
+    return service.get_expert_load(_cache(request).get(trace_id))
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
-    return create_service_app("workload", settings or get_settings(), [router])
+    s = settings or get_settings()
+    app = create_service_app("workload", s, [router])
+    app.state.trace_cache = service.TraceCache(s.cache_size)
+    return app

@@ -1,37 +1,141 @@
 """Per-window metrics records and the unified result row (seed 001 §3.6, ARCHITECTURE §5.5).
 
 Owner: metrics service. The orchestrator builds one `WindowMetrics` per committed window from the thermal snapshot
-and the physicalizer's timing.
+and the physicalizer's timing; `POST /v1/reduce` turns a run's windows into one `ResultRow` (one line of
+``results/<scenario>/<workload>.csv``). Definitions of every column: ``services/metrics/reduce.py``.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+import re
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator
 
 RESULT_COLUMNS: tuple[str, ...] = (
     "scenario", "workload", "T_peak_logic", "T_peak_dram", "T_avg", "ips", "lat_ms", "bw_util", "refresh_mhz",
     "noc_load",
 )
 SCENARIOS: tuple[str, ...] = ("baseline", "taps", "tacs", "tas")
+Scenario = Literal["baseline", "taps", "tacs", "tas"]
+
+# Columns after RESULT_COLUMNS, in this order (units in the name or in services/metrics/reduce.py).
+EXTRA_COLUMNS: tuple[str, ...] = (
+    "lat_p50_ms", "lat_p99_ms", "energy_j", "power_avg_w", "migrations", "time_above_thot_ms", "thot_c",
+    "T_var_logic", "T_mean_logic", "T_mean_dram", "freq_avg_ghz", "queue_delay_ms", "noc_load_max",
+    "bw_util_raw", "tokens", "windows", "sim_time_ms",
+)
+ALL_COLUMNS: tuple[str, ...] = RESULT_COLUMNS + EXTRA_COLUMNS
+
+_WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def check_workload_name(v: str) -> str:
+    """A workload name becomes a file name (``results/<scenario>/<workload>.csv``): letters, digits, ``._-``."""
+    if not _WORKLOAD_NAME.match(v):
+        raise ValueError("must be 1-128 characters of letters, digits, '.', '_' or '-' (it names a file)")
+    return v
 
 
 class WindowMetrics(BaseModel):
     window: int = Field(ge=0)
     t_start_ms: float
     dt_ms: float = Field(gt=0)
-    temps_core_c: list[float]
+    temps_core_c: list[float]  # per core, row-major on the mesh (core = y * X + x)
     temps_bank_c: list[list[float]] = Field(default_factory=list)  # [vault][dram layer]
     T_peak_logic: float
     T_peak_dram: float
     T_mean_logic: float
     T_mean_dram: float
     power_w: float = Field(ge=0)
-    freq_ghz: list[float] = Field(default_factory=list)
+    freq_ghz: list[float] = Field(default_factory=list)  # per core
     refresh_mhz: float = Field(ge=0)
     bytes_moved: float = Field(ge=0)
     bw_eff_gbps: float = Field(gt=0)  # effective DRAM bandwidth of the chip over the window
     noc_link_util: list[float] = Field(default_factory=list)
     tokens_completed: int = Field(ge=0)
-    latencies_ms: list[float] = Field(default_factory=list)
+    latencies_ms: list[float] = Field(default_factory=list)  # latency samples of tokens completed in the window
     queue_delay_ms: float = Field(default=0.0, ge=0)
     migrations: int = Field(default=0, ge=0)
+    # Thermal-grid cells of the logic layer and of all DRAM layers together (weights of T_mean_* in T_avg).
+    # None: counted from the shapes above (cores, vaults × DRAM layers), i.e. equal cells per layer.
+    cells_logic: int | None = Field(default=None, gt=0)
+    cells_dram: int | None = Field(default=None, gt=0)
+
+
+class ResultRow(BaseModel):
+    """One line of ``results/<scenario>/<workload>.csv``: the seed's ten columns, then the extras (EXTRA_COLUMNS)."""
+
+    scenario: Scenario
+    workload: str
+    T_peak_logic: float  # °C
+    T_peak_dram: float  # °C
+    T_avg: float  # °C
+    ips: float  # completed tokens per second of simulated time
+    lat_ms: float  # ms
+    bw_util: float  # fraction of effective bandwidth
+    refresh_mhz: float  # MHz
+    noc_load: float  # fraction of link capacity
+    lat_p50_ms: float
+    lat_p99_ms: float
+    energy_j: float
+    power_avg_w: float
+    migrations: int
+    time_above_thot_ms: float
+    thot_c: float
+    T_var_logic: float  # °C²
+    T_mean_logic: float
+    T_mean_dram: float
+    freq_avg_ghz: float
+    queue_delay_ms: float
+    noc_load_max: float
+    bw_util_raw: float | None = None  # only when the raw bandwidth was given
+    tokens: int
+    windows: int
+    sim_time_ms: float
+
+    @field_validator("workload")
+    @classmethod
+    def _workload_name(cls, v: str) -> str:
+        return check_workload_name(v)
+
+
+class ReduceRequest(BaseModel):
+    scenario: Scenario
+    workload: str
+    thot_c: float
+    bw_raw_gbps: float | None = Field(default=None, gt=0)
+    windows: list[WindowMetrics]
+
+    @field_validator("workload")
+    @classmethod
+    def _workload_name(cls, v: str) -> str:
+        return check_workload_name(v)
+
+
+class ReduceResponse(BaseModel):
+    row: ResultRow
+    csv: str
+
+
+class CompareRequest(BaseModel):
+    rows: list[ResultRow] = Field(min_length=1)
+
+
+class CompareResponse(BaseModel):
+    csv: str
+    markdown: str
+
+
+PlotKind = Literal["temperature", "performance", "heatmap"]
+
+
+class PlotRequest(BaseModel):
+    """What a plot needs: result rows (bars) and/or per-window series (time series, heat maps) per scenario."""
+
+    workload: str
+    rows: list[ResultRow] = Field(default_factory=list)
+    windows: dict[Scenario, list[WindowMetrics]] = Field(default_factory=dict)
+    dram_layer: int | None = Field(default=None, ge=0)  # heat map; None = the hottest DRAM layer
+    mesh: tuple[int, int] | None = None  # (X, Y) cores; None = square mesh from the core count
+    thot_c: float | None = None  # drawn as a line on the temperature time series

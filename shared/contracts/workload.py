@@ -39,3 +39,31 @@ class LogicalWindow(BaseModel):
     compute: LogicalCompute
     memory: LogicalMemory
     tokens_generated: int = 0  # new tokens whose micro-batch arrived in this window
+
+
+class TraceSummary(BaseModel):
+    """``POST /v1/traces`` / ``GET /v1/traces/{id}``: what a caller needs to walk a trace window by window."""
+
+    trace_id: str  # content hash of the workload config + window_ms
+    model: str
+    window_ms: float
+    n_windows: int
+    n_layers: int  # transformer blocks (the head's events carry layer = n_layers)
+    n_experts: int  # routed experts per MoE layer (0 for a dense model)
+    topk: int
+    moe_layers: list[int]
+    steps: int
+    micro_batch: int
+    tokens_total: int  # tokens of the whole run (steps x micro_batch)
+    flops_per_token_expert: float  # FLOPs one token costs one routed expert (per MoE layer)
+    expert_bytes: int  # weight bytes of one routed expert
+    shard_bytes: list[int] = Field(default_factory=list)  # sizes of its W_L{l}E{e}_{k} shards
+    t_end_ns: int = 0  # end of the last window
+
+
+class ExpertLoad(BaseModel):
+    """Per (MoE layer, expert) share of the token→expert assignments of a trace; each row sums to 1."""
+
+    trace_id: str
+    layers: list[int]  # MoE layer indices, one row of `load` each
+    load: list[list[float]]

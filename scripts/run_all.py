@@ -1,0 +1,58 @@
+"""Run the four scenarios (baseline, taps, tacs, tas) embedded and write ``<out>/<scenario>/<workload>.csv``
+(seed 001 §4.8, §9.4)::
+
+    python scripts/run_all.py --arch configs/arch_8x8_32x32x8.yaml \\
+        --workload configs/workload_mixtral_8x7b.yaml --tas configs/tas_params.yaml --out results/mixtral/
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+if __package__ in {None, ""}:  # `python scripts/run_all.py` as well as `python -m scripts.run_all`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from services.orchestrator.local import check_ok, print_summary, progress_printer, run_local
+from services.orchestrator.schemas import ALL_SCENARIOS
+from shared.errors import TasmoeError
+from shared.logging import setup_logging
+
+
+def parser(prog: str = "run_all.py", *, single: bool = False) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--arch", default="configs/arch_8x8_32x32x8.yaml")
+    ap.add_argument("--workload", default="configs/workload_mixtral_8x7b.yaml")
+    ap.add_argument("--tas", default="configs/tas_params.yaml")
+    ap.add_argument("--out", default="results/mixtral/")
+    if single:
+        ap.add_argument("--scenario", required=True, choices=ALL_SCENARIOS)
+    else:
+        ap.add_argument("--scenarios", nargs="+", default=list(ALL_SCENARIOS), choices=ALL_SCENARIOS)
+    ap.add_argument("--seed", type=int, default=None, help="routing seed (default: the workload config's)")
+    ap.add_argument("--windows", type=int, default=None, help="run only the first N windows")
+    ap.add_argument("--no-traces", action="store_true", help="skip the per-window trace CSVs")
+    ap.add_argument("--quiet", action="store_true", help="no progress lines")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None, *, single: bool = False, prog: str = "run_all.py") -> int:
+    args = parser(prog, single=single).parse_args(argv)
+    setup_logging("WARNING")
+    scenarios = [args.scenario] if single else args.scenarios
+    try:
+        res = run_local(arch=args.arch, workload=args.workload, tas=args.tas, out=args.out, scenarios=scenarios,
+                        seed=args.seed, windows=args.windows, traces=not args.no_traces,
+                        progress=None if args.quiet else progress_printer())
+        print_summary(res)
+        check_ok(res)
+    except TasmoeError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

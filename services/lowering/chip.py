@@ -1,0 +1,164 @@
+"""Chip geometry helpers for physicalization: vaults, banks, hops, DVFS domains and directed NoC links.
+
+Conventions (``shared/contracts/ids.py``, ARCHITECTURE §5.2): core ``c = y·X + x``; bank ``B(bx,by,layer)``; the
+``BX/X × BY/Y`` banks above core (x, y) on every DRAM layer are its vault; ``hops`` is the Manhattan distance
+between the core and the bank's vault core. Banks are handled as flat ints ``(layer·BY + by)·BX + bx`` inside.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from numpy.typing import NDArray
+
+from shared.configs.arch import ArchConfig
+from shared.contracts.ids import parse_bank_id
+from shared.errors import BadInput
+
+IntArr = NDArray[np.int64]
+
+
+def stable_hash(s: str) -> int:
+    """Process-independent 32-bit hash (Python's ``hash`` is salted per process)."""
+    return zlib.crc32(s.encode())
+
+
+@dataclass(frozen=True)
+class Chip:
+    X: int
+    Y: int
+    BX: int
+    BY: int
+    L: int
+    vault_bw_bytes_per_ns: float  # GB/s == bytes/ns
+    link_bw_bytes_per_ns: float
+    link_latency_ns: float
+    core_domain: tuple[int, ...]  # DVFS domain index per core
+
+    @classmethod
+    def from_arch(cls, arch: ArchConfig) -> Chip:
+        X, Y = arch.mesh.cores
+        BX, BY, L = arch.dram.banks
+        n = X * Y
+        dom = [-1] * n
+        for d, spec in enumerate(arch.dvfs.domains):
+            cores = range(n) if spec.cores == "all" else spec.cores
+            for c in cores:
+                if dom[c] < 0:
+                    dom[c] = d
+        noc = arch.mesh.noc
+        return cls(X=X, Y=Y, BX=BX, BY=BY, L=L, vault_bw_bytes_per_ns=arch.dram.vault_bw_gbps,
+                   link_bw_bytes_per_ns=noc.width_bits / 8 * noc.link_freq_ghz,
+                   link_latency_ns=noc.link_latency_ns, core_domain=tuple(max(d, 0) for d in dom))
+
+    @property
+    def n_cores(self) -> int:
+        return self.X * self.Y
+
+    @property
+    def bpx(self) -> int:
+        return self.BX // self.X
+
+    @property
+    def bpy(self) -> int:
+        return self.BY // self.Y
+
+    @property
+    def n_links(self) -> int:
+        return 2 * (self.X - 1) * self.Y + 2 * self.X * (self.Y - 1)
+
+    def domain_names(self) -> list[str]:
+        return [f"d{d}" for d in self.core_domain]
+
+    # ---- banks ------------------------------------------------------------------------------------------------
+    def flat_bank(self, bx: IntArr, by: IntArr, layer: IntArr) -> IntArr:
+        return (layer * self.BY + by) * self.BX + bx
+
+    def bank_vault_core(self, flat: IntArr) -> IntArr:
+        bx = flat % self.BX
+        by = (flat // self.BX) % self.BY
+        return (by // self.bpy) * self.X + bx // self.bpx
+
+    def vault_bank(self, core: IntArr, key: IntArr) -> IntArr:
+        """A bank of ``core``'s vault chosen by ``key`` (a stable hash): spreads tensors over the vault's banks."""
+        per_layer = self.bpx * self.bpy
+        k = key % (per_layer * self.L)
+        lx = k % self.bpx
+        ly = (k // self.bpx) % self.bpy
+        layer = k // per_layer
+        cx, cy = core % self.X, core // self.X
+        return self.flat_bank(cx * self.bpx + lx, cy * self.bpy + ly, layer)
+
+    def bank_str(self, flat: int) -> str:
+        bx = flat % self.BX
+        by = (flat // self.BX) % self.BY
+        layer = flat // (self.BX * self.BY)
+        return f"B({bx},{by},{layer})"
+
+    def parse_bank(self, s: str, field: str) -> int:
+        try:
+            bx, by, layer = parse_bank_id(s)
+        except ValueError as exc:
+            raise BadInput(str(exc), field=field) from None
+        if not (bx < self.BX and by < self.BY and layer < self.L):
+            raise BadInput(f"bank {s} outside the {self.BX}x{self.BY}x{self.L} bank grid", field=field)
+        return int((layer * self.BY + by) * self.BX + bx)
+
+    def bank_strs(self, flat: IntArr) -> list[str]:
+        """Vectorised formatting: format each distinct bank once."""
+        if flat.size == 0:
+            return []
+        uniq, inv = np.unique(flat, return_inverse=True)
+        names = np.array([self.bank_str(int(b)) for b in uniq], dtype=object)
+        out: list[str] = names[inv].tolist()
+        return out
+
+    # ---- mesh -------------------------------------------------------------------------------------------------
+    def hops(self, a: IntArr, b: IntArr) -> IntArr:
+        out: IntArr = np.abs(a % self.X - b % self.X) + np.abs(a // self.X - b // self.X)
+        return out
+
+    def check_core(self, c: int, field: str) -> int:
+        if not 0 <= c < self.n_cores:
+            raise BadInput(f"core {c} outside the mesh (0..{self.n_cores - 1})", field=field)
+        return c
+
+    @cached_property
+    def _link_base(self) -> int:
+        return 2 * (self.X - 1) * self.Y
+
+    def link_bytes(self, src: IntArr, dst: IntArr, nbytes: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Bytes per directed link with XY routing (X first, then Y) from ``src`` core to ``dst`` core.
+
+        Link ids: east/west links ``2·(y·(X−1) + x) + {0: +x, 1: −x}`` for the link between (x, y) and (x+1, y);
+        north/south links ``2(X−1)Y + 2·(x·(Y−1) + y) + {0: +y, 1: −y}`` between (x, y) and (x, y+1).
+        """
+        out = np.zeros(self.n_links, dtype=np.float64)
+        m = src != dst
+        if not m.any():
+            return out
+        x, y = src[m] % self.X, src[m] // self.X
+        tx, ty = dst[m] % self.X, dst[m] // self.X
+        w = nbytes[m]
+        while True:
+            mv = x != tx
+            if not mv.any():
+                break
+            step = np.sign(tx - x)
+            lo = np.minimum(x, x + step)
+            ids = 2 * (y * (self.X - 1) + lo) + (step < 0)
+            out += np.bincount(ids[mv], weights=w[mv], minlength=self.n_links)
+            x = np.where(mv, x + step, x)
+        while True:
+            mv = y != ty
+            if not mv.any():
+                break
+            step = np.sign(ty - y)
+            lo = np.minimum(y, y + step)
+            ids = self._link_base + 2 * (x * (self.Y - 1) + lo) + (step < 0)
+            out += np.bincount(ids[mv], weights=w[mv], minlength=self.n_links)
+            y = np.where(mv, y + step, y)
+        return out

@@ -1,0 +1,220 @@
+"""Scenario comparison: the four-scenario table of one workload with deltas against baseline.
+
+For each metric of `COMPARE_METRICS` and each scenario ``s``: the value, and its delta against ``baseline`` of the
+same workload — in °C (``x_s − x_baseline``) for temperatures, in % (``100·(x_s − x_baseline)/x_baseline``) for the
+other rates and times, and as a plain difference for counts that are zero in baseline by construction (migrations,
+time above Thot). A % delta against a zero baseline is undefined: empty in the CSV, ``n/a`` in Markdown.
+
+Outputs: CSV (one line per scenario: values then ``<metric>_delta_c`` / ``_delta_pct`` / ``_delta`` columns) and a
+Markdown table (one line per metric, one column per scenario, ``value (delta)`` cells). Values are taken at the
+unified CSV's precision (9 significant digits), so rows in memory and rows read back from their CSVs compare
+identically. Scenarios appear in the canonical order baseline, taps, tacs, tas; baseline is required, the
+others optional.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from services.metrics.reduce import format_value, read_result_csv
+from shared.contracts.metrics import SCENARIOS, ResultRow
+from shared.errors import BadInput, NotFound
+
+log = logging.getLogger(__name__)
+
+DeltaKind = Literal["c", "pct", "abs"]
+
+# (column, unit shown in Markdown, delta kind)
+COMPARE_METRICS: tuple[tuple[str, str, DeltaKind], ...] = (
+    ("T_peak_logic", "°C", "c"),
+    ("T_peak_dram", "°C", "c"),
+    ("T_avg", "°C", "c"),
+    ("ips", "tokens/s", "pct"),
+    ("lat_ms", "ms", "pct"),
+    ("lat_p99_ms", "ms", "pct"),
+    ("bw_util", "fraction", "pct"),
+    ("refresh_mhz", "MHz", "pct"),
+    ("noc_load", "fraction", "pct"),
+    ("energy_j", "J", "pct"),
+    ("T_var_logic", "°C²", "pct"),
+    ("migrations", "count", "abs"),
+    ("time_above_thot_ms", "ms", "abs"),
+)
+_SUFFIX = {"c": "_delta_c", "pct": "_delta_pct", "abs": "_delta"}
+
+
+def delta_column(metric: str, kind: DeltaKind) -> str:
+    return metric + _SUFFIX[kind]
+
+
+COMPARE_CSV_COLUMNS: tuple[str, ...] = (
+    "scenario", "workload", *(m for m, _, _ in COMPARE_METRICS),
+    *(delta_column(m, k) for m, _, k in COMPARE_METRICS),
+)
+
+
+@dataclass(frozen=True)
+class CompareTable:
+    workload: str
+    scenarios: tuple[str, ...]  # canonical order, baseline first
+    values: dict[str, dict[str, float]]  # scenario -> metric -> value
+    deltas: dict[str, dict[str, float | None]]  # scenario -> metric -> delta (None: undefined)
+
+
+def _delta(x: float, base: float, kind: DeltaKind) -> float | None:
+    if kind in ("c", "abs"):
+        return x - base
+    if base == 0.0:
+        return 0.0 if x == 0.0 else None
+    return 100.0 * (x - base) / base
+
+
+def compare(rows: Sequence[ResultRow], *, positions: Sequence[int] | None = None) -> CompareTable:
+    """The comparison table of one workload (rows of several scenarios, baseline among them).
+
+    ``positions``: the index of each row in the caller's list, used in error field paths (default 0, 1, ...)."""
+    if not rows:
+        raise BadInput("rows: need at least the baseline row", field="rows")
+    pos = list(positions) if positions is not None else list(range(len(rows)))
+    workload = rows[0].workload
+    by_scn: dict[str, ResultRow] = {}
+    for i, r in zip(pos, rows, strict=True):
+        if r.scenario not in SCENARIOS:
+            raise BadInput(f"rows[{i}].scenario: unknown scenario {r.scenario!r}; known: {', '.join(SCENARIOS)}",
+                           field=f"rows[{i}].scenario")
+        if r.workload != workload:
+            raise BadInput(f"rows[{i}].workload: {r.workload!r} differs from rows[{pos[0]}] ({workload!r}); compare "
+                           "one workload at a time", field=f"rows[{i}].workload")
+        if r.scenario in by_scn:
+            raise BadInput(f"rows[{i}].scenario: {r.scenario!r} appears twice for workload {workload!r}",
+                           field=f"rows[{i}].scenario")
+        by_scn[r.scenario] = r
+    if "baseline" not in by_scn:
+        raise BadInput(f"rows: no baseline row for workload {workload!r} (deltas are against baseline)", field="rows")
+    order = tuple(s for s in SCENARIOS if s in by_scn)
+    # values at CSV precision, so comparing in-memory rows and rows read back from their CSVs gives the same bytes
+    values = {s: {m: float(format_value(float(getattr(by_scn[s], m)))) for m, _, _ in COMPARE_METRICS}
+              for s in order}
+    base = values["baseline"]
+    deltas = {s: {m: _delta(values[s][m], base[m], k) for m, _, k in COMPARE_METRICS} for s in order}
+    return CompareTable(workload=workload, scenarios=order, values=values, deltas=deltas)
+
+
+def compare_all(rows: Sequence[ResultRow]) -> list[CompareTable]:
+    """One table per workload (sorted by workload name)."""
+    if not rows:
+        raise BadInput("rows: need at least the baseline row", field="rows")
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault(r.workload, []).append(i)
+    return [compare([rows[i] for i in groups[wl]], positions=groups[wl]) for wl in sorted(groups)]
+
+
+# --- rendering ------------------------------------------------------------------------------------------------------
+
+def compare_csv(tables: Sequence[CompareTable]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COMPARE_CSV_COLUMNS)
+    for t in tables:
+        for s in t.scenarios:
+            w.writerow([s, t.workload]
+                       + [format_value(t.values[s][m]) for m, _, _ in COMPARE_METRICS]
+                       + [format_value(t.deltas[s][m]) for m, _, _ in COMPARE_METRICS])
+    return buf.getvalue()
+
+
+def _num(x: float) -> str:
+    """Readable number: 2 decimals around 1-100, fewer for large values, significant digits for small ones."""
+    a = abs(x)
+    if a == 0:
+        return "0"
+    if a >= 1000:
+        return f"{x:,.0f}"
+    if a >= 100:
+        return f"{x:.1f}"
+    if a >= 1:
+        return f"{x:.2f}"
+    if a >= 0.01:
+        return f"{x:.4f}"
+    return f"{x:.3g}"
+
+
+def _delta_text(d: float | None, kind: DeltaKind, unit: str) -> str:
+    if d is None:
+        return "n/a"
+    if kind == "c":
+        return f"{d:+.2f} °C"
+    if kind == "pct":
+        return f"{d:+.1f} %"
+    return f"{d:+g} {unit}" if unit != "count" else f"{d:+g}"
+
+
+def compare_markdown(tables: Sequence[CompareTable]) -> str:
+    parts = []
+    for t in tables:
+        lines = [f"### {t.workload}: scenarios vs baseline", "",
+                 "Cells: value (delta vs baseline: °C for temperatures, plain difference for migrations and time above "
+                 "Thot, % for the others).", "",
+                 "| metric | unit | " + " | ".join(t.scenarios) + " |",
+                 "|---|---|" + "---:|" * len(t.scenarios)]
+        for m, unit, kind in COMPARE_METRICS:
+            cells = []
+            for s in t.scenarios:
+                v = f"{t.values[s][m]:g}" if unit == "count" else _num(t.values[s][m])
+                cells.append(v if s == "baseline" else f"{v} ({_delta_text(t.deltas[s][m], kind, unit)})")
+            lines.append(f"| {m} | {unit} | " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+# --- results directories --------------------------------------------------------------------------------------------
+
+def collect_result_rows(results_dir: Path, *, workload: str | None = None,
+                        scenarios: Sequence[str] | None = None) -> list[ResultRow]:
+    """Rows of ``<results_dir>/<scenario>/<workload>.csv`` for the known scenarios (other folders — plots, traces,
+    mapping — are not scenarios and are skipped). A file whose ``scenario``/``workload`` columns disagree with its
+    path is an error."""
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise NotFound(f"results: {results_dir} is not a directory", field="results")
+    wanted = tuple(scenarios) if scenarios else SCENARIOS
+    for s in wanted:
+        if s not in SCENARIOS:
+            raise BadInput(f"scenarios: unknown scenario {s!r}; known: {', '.join(SCENARIOS)}", field="scenarios")
+    rows: list[ResultRow] = []
+    for s in wanted:
+        d = results_dir / s
+        if not d.is_dir():
+            continue
+        for path in sorted(d.glob("*.csv")):
+            if workload is not None and path.stem != workload:
+                continue
+            for r in read_result_csv(path):
+                if r.scenario != s:
+                    raise BadInput(f"{path}: scenario column says {r.scenario!r} but the file is under {s}/",
+                                   field="scenario")
+                if r.workload != path.stem:
+                    raise BadInput(f"{path}: workload column says {r.workload!r} but the file is {path.name}",
+                                   field="workload")
+                rows.append(r)
+    if not rows:
+        what = f"{workload}.csv" if workload else "<workload>.csv"
+        raise NotFound(f"results: no {{{','.join(wanted)}}}/{what} under {results_dir}", field="results")
+    return rows
+
+
+def write_compare(tables: Sequence[CompareTable], out_dir: Path) -> tuple[Path, Path]:
+    """Write ``compare.csv`` and ``compare.md`` into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = out_dir / "compare.csv", out_dir / "compare.md"
+    csv_path.write_bytes(compare_csv(tables).encode("utf-8"))
+    md_path.write_bytes(compare_markdown(tables).encode("utf-8"))
+    return csv_path, md_path

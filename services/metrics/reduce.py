@@ -1,0 +1,313 @@
+"""Reduce a run's per-window metrics to one row of the unified CSV (seed 001 §3.6, §4.7; ARCHITECTURE §5.5).
+
+Input: the `WindowMetrics` of one scenario run, one per committed window, in window order. Output: a `ResultRow` whose
+first columns are exactly ``scenario,workload,T_peak_logic,T_peak_dram,T_avg,ips,lat_ms,bw_util,refresh_mhz,noc_load``
+followed by the extras of `EXTRA_COLUMNS`. With ``dt_w`` the length of window ``w`` (ms) and ``T = Σ_w dt_w`` the
+simulated time covered by the run:
+
+- ``T_peak_logic`` / ``T_peak_dram`` [°C]: max over the run of the per-window maxima (``max_w T_peak_*_w``).
+- ``T_avg`` [°C]: time-weighted mean over all logic and DRAM cells,
+  ``Σ_w dt_w · (n_L·T_mean_logic_w + n_D·T_mean_dram_w)/(n_L + n_D) / T`` with ``n_L``, ``n_D`` the thermal-grid
+  cells of the logic layer and of all DRAM layers (``cells_logic``/``cells_dram``; when absent, the cores and
+  vaults × DRAM layers of the window's arrays, i.e. equal cells per layer).
+- ``ips`` [tokens/s]: completed tokens per second of simulated time, ``Σ_w tokens_completed_w / (T/1000)``.
+- ``lat_ms`` [ms]: mean token latency (generation to completion) over every latency sample of the run;
+  ``lat_p50_ms`` / ``lat_p99_ms`` their 50th / 99th percentiles (linear interpolation).
+- ``bw_util`` [1]: bytes moved / (effective bandwidth × time), ``Σ bytes_w / Σ (bw_eff_w·1e9 · dt_w/1000)``;
+  ``bw_util_raw`` the same against the raw bandwidth ``bw_raw_gbps`` when given (else empty).
+- ``refresh_mhz`` [MHz]: time-weighted mean DRAM refresh command rate.
+- ``noc_load`` [1]: time-weighted mean over windows of the mean link utilisation; ``noc_load_max`` the busiest link
+  in any window.
+- ``energy_j`` [J] ``Σ power_w·dt_w/1000``; ``power_avg_w`` = energy / time; ``migrations`` the sum over windows;
+  ``time_above_thot_ms`` ``Σ dt_w`` over windows with ``T_peak_logic_w > thot_c``; ``T_var_logic`` [°C²] the
+  time-weighted mean of the spatial (population) variance of the core temperatures; ``T_mean_logic`` /
+  ``T_mean_dram`` / ``freq_avg_ghz`` (mean over cores) / ``queue_delay_ms`` time-weighted means; ``tokens``,
+  ``windows``, ``sim_time_ms`` = ``T``.
+
+Nothing is silently zero: an empty run, a NaN or infinite value, windows of different shapes (cores, vaults, DRAM
+layers, NoC links), a run without any latency sample or NoC link, windows out of order or overlapping in time all
+raise `BadInput` naming the field (``windows[3].temps_core_c[5]``), which the HTTP layer answers with 422.
+
+CSV: `row_csv` gives the header and one line, floats with 9 significant digits (``%.9g``) so identical inputs give
+byte-identical files on every platform; `write_result_csv` writes ``<results_dir>/<scenario>/<workload>.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from shared.contracts.metrics import (
+    ALL_COLUMNS,
+    RESULT_COLUMNS,
+    SCENARIOS,
+     ResultRow,
+    WindowMetrics,
+    check_workload_name,
+)
+from shared.errors import BadInput, first_validation_error
+
+_SCALARS = ("t_start_ms", "dt_ms", "T_peak_logic", "T_peak_dram", "T_mean_logic", "T_mean_dram", "power_w",
+            "refresh_mhz", "bytes_moved", "bw_eff_gbps", "queue_delay_ms")
+_TIME_TOL = 1e-9  # relative tolerance on window overlap
+
+
+def _check_finite(arr: np.ndarray, index_fmt: str) -> None:
+    """Raise naming the first non-finite entry of ``arr`` (rows = windows)."""
+    bad = np.argwhere(~np.isfinite(arr))
+    if bad.size:
+        idx = tuple(int(i) for i in bad[0])
+        raise BadInput(f"{index_fmt.format(*idx)}: must be a finite number, got {arr[idx]!r}",
+                       field=index_fmt.format(*idx))
+
+
+def _stack(windows: Sequence[WindowMetrics], name: str, *, allow_empty: bool = False) -> np.ndarray:
+    """Per-window 1-D lists of field ``name`` as a (windows, n) array; every window must have the same n."""
+    lengths = [len(getattr(w, name)) for w in windows]
+    n = lengths[0]
+    if n == 0 and not allow_empty:
+        raise BadInput(f"windows[0].{name}: must not be empty", field=f"windows[0].{name}")
+    for i, m in enumerate(lengths):
+        if m != n:
+            raise BadInput(f"windows[{i}].{name}: has {m} values but windows[0] has {n} (windows of different shapes)",
+                           field=f"windows[{i}].{name}")
+    arr = np.asarray([getattr(w, name) for w in windows], dtype=np.float64).reshape(len(windows), n)
+    _check_finite(arr, f"windows[{{}}].{name}[{{}}]")
+    return arr
+
+
+def _stack_banks(windows: Sequence[WindowMetrics], n_cores: int) -> np.ndarray:
+    """temps_bank_c as (windows, vaults, layers); vaults = cores; same layers in every window."""
+    first = windows[0].temps_bank_c
+    if not first:
+        raise BadInput("windows[0].temps_bank_c: must not be empty", field="windows[0].temps_bank_c")
+    n_layers = len(first[0])
+    for i, w in enumerate(windows):
+        tb = w.temps_bank_c
+        if len(tb) != n_cores:
+            raise BadInput(f"windows[{i}].temps_bank_c: has {len(tb)} vaults but there are {n_cores} cores",
+                           field=f"windows[{i}].temps_bank_c")
+        for v, row in enumerate(tb):
+            if len(row) != n_layers or n_layers == 0:
+                raise BadInput(f"windows[{i}].temps_bank_c[{v}]: has {len(row)} DRAM layers, expected {n_layers} "
+                               "(windows of different shapes)" if n_layers else
+                               f"windows[{i}].temps_bank_c[{v}]: must not be empty",
+                               field=f"windows[{i}].temps_bank_c[{v}]")
+    arr = np.asarray([w.temps_bank_c for w in windows], dtype=np.float64)
+    _check_finite(arr, "windows[{}].temps_bank_c[{}][{}]")
+    return arr
+
+
+def _cells(windows: Sequence[WindowMetrics], n_cores: int, n_dram: int) -> tuple[int, int]:
+    """(logic cells, DRAM cells), the same in every window."""
+    cl = [w.cells_logic if w.cells_logic is not None else n_cores for w in windows]
+    cd = [w.cells_dram if w.cells_dram is not None else n_dram for w in windows]
+    for name, vals in (("cells_logic", cl), ("cells_dram", cd)):
+        for i, v in enumerate(vals):
+            if v != vals[0]:
+                raise BadInput(f"windows[{i}].{name}: {v} differs from windows[0] ({vals[0]})",
+                               field=f"windows[{i}].{name}")
+    return cl[0], cd[0]
+
+
+def reduce_window_metrics(windows: Sequence[WindowMetrics], *, scenario: str, workload: str, thot_c: float,
+                          bw_raw_gbps: float | None = None) -> ResultRow:
+    """One `ResultRow` from a run's windows (definitions in the module docstring). Raises `BadInput` on bad input."""
+    if scenario not in SCENARIOS:
+        raise BadInput(f"scenario: unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}", field="scenario")
+    try:
+        check_workload_name(workload)
+    except ValueError as exc:
+        raise BadInput(f"workload: {exc}", field="workload") from None
+    if not math.isfinite(thot_c):
+        raise BadInput("thot_c: must be a finite number", field="thot_c")
+    if bw_raw_gbps is not None and not (math.isfinite(bw_raw_gbps) and bw_raw_gbps > 0):
+        raise BadInput("bw_raw_gbps: must be a finite number > 0", field="bw_raw_gbps")
+    if not windows:
+        raise BadInput("windows: a run needs at least one window", field="windows")
+
+    # --- per-window scalars, shapes, finiteness -------------------------------------------------------------------
+    sc = {name: np.array([getattr(w, name) for w in windows], dtype=np.float64) for name in _SCALARS}
+    for name, arr in sc.items():
+        _check_finite(arr, f"windows[{{}}].{name}")
+    idx = np.array([w.window for w in windows])
+    if idx.size > 1:
+        bad = np.flatnonzero(np.diff(idx) <= 0)
+        if bad.size:
+            i = int(bad[0]) + 1
+            raise BadInput(f"windows[{i}].window: {int(idx[i])} does not follow {int(idx[i - 1])} (windows must be in "
+                           "increasing order, no repeats)", field=f"windows[{i}].window")
+        ends = sc["t_start_ms"][:-1] + sc["dt_ms"][:-1]
+        tol = _TIME_TOL * np.maximum(1.0, np.abs(ends))
+        bad = np.flatnonzero(sc["t_start_ms"][1:] < ends - tol)
+        if bad.size:
+            i = int(bad[0]) + 1
+            raise BadInput(f"windows[{i}].t_start_ms: {sc['t_start_ms'][i]} starts before window {i - 1} ends "
+                           f"({ends[i - 1]})", field=f"windows[{i}].t_start_ms")
+    for kind in ("logic", "dram"):
+        bad = np.flatnonzero(sc[f"T_peak_{kind}"] < sc[f"T_mean_{kind}"] - 1e-9)
+        if bad.size:
+            i = int(bad[0])
+            raise BadInput(f"windows[{i}].T_peak_{kind}: peak {sc[f'T_peak_{kind}'][i]} is below the mean "
+                           f"{sc[f'T_mean_{kind}'][i]}", field=f"windows[{i}].T_peak_{kind}")
+
+    core = _stack(windows, "temps_core_c")  # (W, cores)
+    n_cores = core.shape[1]
+    banks = _stack_banks(windows, n_cores)  # (W, vaults, layers)
+    freq = _stack(windows, "freq_ghz")
+    if freq.shape[1] != n_cores:
+        raise BadInput(f"windows[0].freq_ghz: has {freq.shape[1]} values but there are {n_cores} cores",
+                       field="windows[0].freq_ghz")
+    links = _stack(windows, "noc_link_util")
+    if (links < 0).any():
+        i, j = (int(v) for v in np.argwhere(links < 0)[0])
+        raise BadInput(f"windows[{i}].noc_link_util[{j}]: must be >= 0", field=f"windows[{i}].noc_link_util[{j}]")
+    for i, w in enumerate(windows):
+        lat = np.asarray(w.latencies_ms, dtype=np.float64)
+        _check_finite(lat[None, :], f"windows[{i}].latencies_ms[{{1}}]")
+        if (lat < 0).any():
+            j = int(np.flatnonzero(lat < 0)[0])
+            raise BadInput(f"windows[{i}].latencies_ms[{j}]: must be >= 0", field=f"windows[{i}].latencies_ms[{j}]")
+    lat_all = np.concatenate([np.asarray(w.latencies_ms, dtype=np.float64) for w in windows])
+    if lat_all.size == 0:
+        raise BadInput("windows[*].latencies_ms: no token latency in any window (lat_ms would be undefined)",
+                       field="windows[*].latencies_ms")
+    n_l, n_d = _cells(windows, n_cores, banks.shape[1] * banks.shape[2])
+
+    # --- reductions (SI-free: ms, °C, GB/s at the edges as in the contract) --------------------------------------
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught on the result below
+        dt = sc["dt_ms"]
+        t_ms = float(dt.sum())
+        wt = dt / t_ms  # time weights, sum to 1
+
+        def tmean(x: np.ndarray) -> float:
+            return float(wt @ x)
+
+        tokens = int(sum(w.tokens_completed for w in windows))
+        energy_j = float(sc["power_w"] @ dt) / 1e3
+        bytes_total = float(sc["bytes_moved"].sum())
+        cap_eff = float((sc["bw_eff_gbps"] * 1e9) @ (dt * 1e-3))  # bytes the effective bandwidth could move
+        if not (t_ms * 1e-3 > 0.0 and cap_eff > 0.0):  # positive per window but underflowing in total
+            raise BadInput("windows[*].dt_ms: the run's simulated time or bandwidth rounds to zero",
+                           field="windows[*].dt_ms")
+        t_avg_w = (n_l * sc["T_mean_logic"] + n_d * sc["T_mean_dram"]) / (n_l + n_d)
+        p50, p99 = np.percentile(lat_all, [50.0, 99.0])
+        row = ResultRow(
+            scenario=scenario,  # checked against SCENARIOS above
+            workload=workload,
+            T_peak_logic=float(sc["T_peak_logic"].max()),
+            T_peak_dram=float(sc["T_peak_dram"].max()),
+            T_avg=tmean(t_avg_w),
+            ips=tokens / (t_ms * 1e-3),
+            lat_ms=float(lat_all.mean()),
+            bw_util=bytes_total / cap_eff,
+            refresh_mhz=tmean(sc["refresh_mhz"]),
+            noc_load=tmean(links.mean(axis=1)),
+            lat_p50_ms=float(p50),
+            lat_p99_ms=float(p99),
+            energy_j=energy_j,
+            power_avg_w=energy_j / (t_ms * 1e-3),
+            migrations=int(sum(w.migrations for w in windows)),
+            time_above_thot_ms=float(dt[sc["T_peak_logic"] > thot_c].sum()),
+            thot_c=float(thot_c),
+            T_var_logic=tmean(core.var(axis=1)),
+            T_mean_logic=tmean(sc["T_mean_logic"]),
+            T_mean_dram=tmean(sc["T_mean_dram"]),
+            freq_avg_ghz=tmean(freq.mean(axis=1)),
+            queue_delay_ms=tmean(sc["queue_delay_ms"]),
+            noc_load_max=float(links.max()),
+            bw_util_raw=None if bw_raw_gbps is None else bytes_total / (bw_raw_gbps * 1e9 * t_ms * 1e-3),
+            tokens=tokens,
+            windows=len(windows),
+            sim_time_ms=t_ms,
+        )
+    for name, value in row.model_dump().items():  # e.g. sums that overflow float64
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadInput(f"{name}: the result is not finite ({value}); check the windows' magnitudes", field=name)
+    return row
+
+
+# --- CSV ------------------------------------------------------------------------------------------------------------
+
+def format_value(v: Any) -> str:
+    """Deterministic CSV text: ints as ints, floats with 9 significant digits (no ``-0``), None as empty."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return str(int(v))
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        s = f"{v:.9g}"
+        return "0" if s == "-0" else s
+    return str(v)
+
+
+def row_values(row: ResultRow) -> list[str]:
+    data = row.model_dump()
+    return [format_value(data[c]) for c in ALL_COLUMNS]
+
+
+def rows_csv(rows: Sequence[ResultRow]) -> str:
+    """Header (ALL_COLUMNS) and one line per row, ``\\n`` line ends."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(ALL_COLUMNS)
+    for r in rows:
+        w.writerow(row_values(r))
+    return buf.getvalue()
+
+
+def row_csv(row: ResultRow) -> str:
+    return rows_csv([row])
+
+
+def result_csv_path(results_dir: Path, scenario: str, workload: str) -> Path:
+    return Path(results_dir) / scenario / f"{workload}.csv"
+
+
+def write_result_csv(row: ResultRow, results_dir: Path) -> Path:
+    """Write ``<results_dir>/<scenario>/<workload>.csv`` (header + one row) and return its path."""
+    path = result_csv_path(results_dir, row.scenario, row.workload)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".csv.tmp")
+    tmp.write_bytes(row_csv(row).encode("utf-8"))
+    tmp.replace(path)
+    return path
+
+
+def parse_result_csv(text: str, *, source: str = "csv") -> list[ResultRow]:
+    """Rows of a unified CSV; the ten seed columns must come first, in order. Errors name the file and column."""
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if header is None:
+        raise BadInput(f"{source}: empty file", field=source)
+    if tuple(header[: len(RESULT_COLUMNS)]) != RESULT_COLUMNS:
+        raise BadInput(f"{source}: header must start with {','.join(RESULT_COLUMNS)}", field=source)
+    rows = []
+    for k, values in enumerate(reader, start=1):
+        if not values:
+            continue
+        if len(values) != len(header):
+            raise BadInput(f"{source} line {k + 1}: {len(values)} values for {len(header)} columns", field=source)
+        data = {c: (v if v != "" else None) for c, v in zip(header, values, strict=True)}
+        try:
+            rows.append(ResultRow.model_validate(data))
+        except ValidationError as exc:
+            fld, msg = first_validation_error(exc)
+            raise BadInput(f"{source} line {k + 1}, column {fld}: {msg}", field=fld) from None
+    if not rows:
+        raise BadInput(f"{source}: no data row", field=source)
+    return rows
+
+
+def read_result_csv(path: Path) -> list[ResultRow]:
+    return parse_result_csv(Path(path).read_text(encoding="utf-8"), source=str(path))
+

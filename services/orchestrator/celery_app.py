@@ -1,0 +1,106 @@
+"""The orchestrator's Celery app (``celery -A services.orchestrator.celery_app worker``): cluster-mode runs.
+
+Broker and result backend: ``TASMOE_REDIS_URL``. One task per experiment-scenario (``tasmoe.run_scenario``), which
+runs the whole window loop; ``worker_prefetch_multiplier=1`` so a worker never sits on runs it is not running; hard and
+soft time limits from ``TASMOE_TASK_TIME_LIMIT_S``; tasks never wait on other tasks (no ``.get()`` inside a task).
+
+Acknowledgement choice: **acks_late is OFF** (a task is acknowledged when a worker takes it). A run lasts minutes; with
+Redis, an unacknowledged message comes back only after ``visibility_timeout``: shorter than a run and a healthy long run
+would be delivered twice, longer and the run of a dead worker waits that long. Recovery does not go through the broker
+at all: the database is the source of truth. A worker holds a lease on its run, renewed at every committed window; if
+it dies (kill -9, OOM, node loss), the lease expires and the reaper that every worker runs (at start-up and then every
+``lease_s / 2``) re-enqueues the run; the next claim resumes at ``next_window`` from the state saved at the frontier.
+Each claim counts one attempt in the database, so a run that kills its worker every time fails cleanly after
+``TASMOE_MAX_ATTEMPTS`` claims instead of looping. Even a duplicated message is harmless: claims are atomic and every
+window commit is fenced on the lease owner.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_ready, worker_shutdown
+
+from services.orchestrator.settings import OrchestratorSettings, orchestrator_settings
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def create_celery_app(settings: Settings | None = None) -> Celery:
+    s = orchestrator_settings(settings)
+    app = Celery("tasmoe", broker=s.redis_url, backend=s.redis_url, include=["services.orchestrator.tasks"])
+    app.conf.update(
+        task_acks_late=False,
+        task_reject_on_worker_lost=False,
+        worker_prefetch_multiplier=1,
+        task_time_limit=s.task_time_limit_s,
+        task_soft_time_limit=max(s.task_time_limit_s - 60.0, s.task_time_limit_s * 0.9),
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        broker_connection_retry_on_startup=True,
+        result_expires=3600,
+        task_default_queue="tasmoe",
+        worker_max_tasks_per_child=200,
+    )
+    return app
+
+
+celery_app = create_celery_app()
+
+
+@celery_app.task(name="tasmoe.ping")
+def ping() -> str:
+    """Round-trip check through the broker and the result backend."""
+    return "pong"
+
+
+class CeleryDispatcher:
+    """Cluster mode: one ``tasmoe.run_scenario`` task per unfinished run of the experiment."""
+
+    def __init__(self, settings: Settings, app: Celery | None = None) -> None:
+        self.settings = orchestrator_settings(settings)
+        self.app = app or create_celery_app(self.settings)
+
+    def submit_experiment(self, exp_id: str) -> None:
+        from services.orchestrator.tasks import process_resources
+
+        sessions = process_resources(self.settings).sessions
+        from services.orchestrator.jobs import run_ids_of
+
+        for run_id in run_ids_of(sessions=sessions, exp_id=exp_id):
+            self.app.send_task("tasmoe.run_scenario", args=[run_id])
+
+    def shutdown(self) -> None:
+        return None
+
+
+_reaper_stop = threading.Event()
+
+
+@worker_ready.connect
+def _start_reaper(sender: Any = None, **_: Any) -> None:
+    """Every worker re-enqueues runs whose lease expired (their worker died), at start-up and periodically."""
+    from services.orchestrator.tasks import reap_once
+
+    s = OrchestratorSettings()
+
+    def loop() -> None:
+        while True:
+            try:
+                reap_once(s, celery_app)
+            except Exception:
+                log.exception("reaper pass failed")
+            if _reaper_stop.wait(max(s.lease_s / 2, 1.0)):
+                return
+
+    threading.Thread(target=loop, name="tasmoe-reaper", daemon=True).start()
+
+
+@worker_shutdown.connect
+def _stop_reaper(**_: Any) -> None:
+    _reaper_stop.set()

@@ -1,0 +1,61 @@
+"""After the last scenario of an experiment: ``summary.csv`` (the scenario rows under one header), the comparison
+against baseline (``comparison.csv`` / ``comparison.md``) and the plots (``plots/<kind>.png``). Best effort: a figure
+the metrics service cannot draw is logged; the results stand."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from services.orchestrator import repository as repo
+from services.orchestrator.models import RunStatus
+from services.orchestrator.pipeline_clients import Pipeline
+from services.orchestrator.schemas import ExperimentSpec
+from services.orchestrator.service import results_csv
+from shared.client import ServiceClients
+from shared.errors import TasmoeError
+
+log = logging.getLogger(__name__)
+
+PLOT_KINDS = ("temperature", "performance", "heatmap")
+
+
+def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClients, exp_id: str,
+                        plots: bool = True) -> Path | None:
+    with sessions() as s:
+        exp = repo.get_experiment(session=s, exp_id=exp_id)
+        if exp is None:
+            return None
+        spec = ExperimentSpec.model_validate(exp.configs)
+        out = Path(exp.out_dir)
+        table = results_csv(session=s, exp_id=exp_id)
+        runs = [r for r in repo.runs_of(session=s, exp_id=exp_id) if r.status == RunStatus.succeeded]
+        rows: list[dict[str, Any]] = [r.result_row for r in runs if r.result_row is not None]
+        windows = {r.scenario: repo.window_metrics(session=s, run_id=r.id) for r in runs} if plots else {}
+    out.mkdir(parents=True, exist_ok=True)
+    summary = out / "summary.csv"
+    summary.write_text(table, encoding="utf-8")
+    if not rows:
+        return summary
+    pipe = Pipeline(clients, run_key=exp_id)
+    try:
+        cmp_csv, cmp_md = pipe.compare(rows)
+        (out / "comparison.csv").write_text(cmp_csv, encoding="utf-8")
+        (out / "comparison.md").write_text(cmp_md, encoding="utf-8")
+    except TasmoeError as exc:
+        log.warning("comparison for %s not written: %s", exp_id, exc)
+    if not plots:
+        return summary
+    for kind in PLOT_KINDS:
+        try:
+            data = pipe.plot(kind, workload=spec.workload.label, rows=rows, windows=windows,
+                             mesh=spec.arch.mesh.cores, thot_c=spec.tas.tacs.thresholds.Thot)
+        except TasmoeError as exc:
+            log.warning("plot %s for %s not drawn: %s", kind, exp_id, exc)
+            continue
+        (out / "plots").mkdir(parents=True, exist_ok=True)
+        (out / "plots" / f"{kind}.png").write_bytes(data)
+    return summary

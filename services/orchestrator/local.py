@@ -1,0 +1,149 @@
+"""Run an experiment in this process (embedded mode): what ``scripts/run_all.py``, ``scripts/run_single.py``,
+``tasmoe run``, ``make run`` and the benchmark call. Same code path as the API: an experiment row, one run per
+scenario on the embedded pool, the compute services as in-process ASGI apps behind the shared HTTP client."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from services.orchestrator import repository as repo
+from services.orchestrator.db import open_database
+from services.orchestrator.jobs import EmbeddedRunner
+from services.orchestrator.run_files import result_csv_path
+from services.orchestrator.schemas import ALL_SCENARIOS, ExperimentRequest, Scenario
+from services.orchestrator.service import create_experiment, resolve_spec
+from services.orchestrator.settings import orchestrator_settings
+from shared.client import ServiceClients
+from shared.configs import load_arch, load_tas, load_workload
+from shared.errors import TasmoeError
+from shared.settings import Settings
+
+
+@dataclass(frozen=True)
+class LocalResult:
+    experiment_id: str
+    out_dir: Path
+    csvs: dict[str, Path]
+    status: dict[str, str]
+    errors: dict[str, str]
+    windows: dict[str, int]
+    wall_s: float
+    compute_s: dict[str, float]
+
+    @property
+    def ok(self) -> bool:
+        return all(s == "succeeded" for s in self.status.values())
+
+
+ProgressFn = Callable[[dict[str, tuple[int, int | None, str]]], None]
+
+
+def progress_printer(stream: TextIO = sys.stderr, *, every: float = 0.1) -> ProgressFn:
+    """Print one line per scenario each time it advances by ``every`` of its windows (and when it ends)."""
+    last: dict[str, float] = {}
+
+    def show(state: dict[str, tuple[int, int | None, str]]) -> None:
+        for sc, (k, n, status) in state.items():
+            frac = (k / n) if n else 0.0
+            done = status in {"succeeded", "failed", "cancelled"}
+            if done and last.get(sc) == 2.0:
+                continue
+            if done or frac - last.get(sc, -1.0) >= every:
+                width = 30
+                fill = round(width * frac)
+                bar = "#" * fill + "-" * (width - fill)
+                print(f"{sc:>8} [{bar}] window {k} of {n if n else '?'} {status}", file=stream, flush=True)
+                last[sc] = 2.0 if done else frac
+
+    return show
+
+
+def run_local(*, arch: str | Path, workload: str | Path, tas: str | Path, out: str | Path,
+              scenarios: Sequence[Scenario] = ALL_SCENARIOS, seed: int | None = None, windows: int | None = None,
+              settings: Settings | None = None, clients: ServiceClients | None = None, traces: bool = True,
+              progress: ProgressFn | None = None, database_url: str | None = None) -> LocalResult:
+    """Run the scenarios of one experiment embedded and write ``<out>/<scenario>/<workload>.csv`` for each."""
+    from services.root_app import embedded
+
+    s = orchestrator_settings(settings)
+    out_dir = Path(out)
+    req = ExperimentRequest(arch=load_arch(arch), workload=load_workload(workload), tas=load_tas(tas),
+                            scenarios=list(scenarios), seed=seed, windows=windows, traces=traces)
+    spec = resolve_spec(req, configs_dir=s.configs_dir)
+    engine, sessions = open_database(database_url or s.effective_database_url)
+    t0 = time.perf_counter()
+    try:
+        exp_id, _ = create_experiment(sessions=sessions, spec=spec, settings=s, out_dir=out_dir,
+                                      max_attempts=s.max_attempts)
+        if clients is not None:
+            return _execute(exp_id, out_dir, spec.workload.label, sessions, clients, s, progress, t0)
+        with embedded(s) as emb:
+            return _execute(exp_id, out_dir, spec.workload.label, sessions, emb.clients, s, progress, t0)
+    finally:
+        engine.dispose()
+
+
+def _execute(exp_id: str, out_dir: Path, label: str, sessions: Any, clients: ServiceClients, s: Any,
+             progress: ProgressFn | None, t0: float) -> LocalResult:
+    runner = EmbeddedRunner(sessions=sessions, clients=clients, max_workers=s.pool_workers, lease_s=s.lease_s)
+    stop = threading.Event()
+
+    def snapshot() -> dict[str, tuple[int, int | None, str]]:
+        with sessions() as ses:
+            return {r.scenario: (r.next_window, r.n_windows, r.status.value)
+                    for r in repo.runs_of(session=ses, exp_id=exp_id)}
+
+    def watch() -> None:
+        while not stop.wait(0.5):
+            if progress is not None:
+                progress(snapshot())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        runner.submit_experiment(exp_id)
+        runner.wait(exp_id)
+    finally:
+        stop.set()
+        watcher.join()
+        runner.shutdown()
+    if progress is not None:
+        progress(snapshot())
+    with sessions() as ses:
+        runs = repo.runs_of(session=ses, exp_id=exp_id)
+        return LocalResult(
+            experiment_id=exp_id, out_dir=out_dir,
+            csvs={r.scenario: result_csv_path(out_dir, r.scenario, label) for r in runs},
+            status={r.scenario: r.status.value for r in runs},
+            errors={r.scenario: r.error for r in runs if r.error},
+            windows={r.scenario: r.next_window for r in runs},
+            wall_s=time.perf_counter() - t0,
+            compute_s={r.scenario: r.compute_s for r in runs})
+
+
+def print_summary(res: LocalResult, stream: TextIO = sys.stdout) -> None:
+    header_done = False
+    for sc, path in res.csvs.items():
+        if res.status[sc] != "succeeded" or not path.is_file():
+            print(f"{sc}: {res.status[sc]}: {res.errors.get(sc, '')}", file=stream)
+            continue
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if not header_done:
+            print(lines[0], file=stream)
+            header_done = True
+        for line in lines[1:]:
+            print(line, file=stream)
+    print(f"experiment {res.experiment_id}: {sum(res.windows.values())} windows in {res.wall_s:.1f} s -> "
+          f"{res.out_dir}", file=stream)
+
+
+def check_ok(res: LocalResult) -> None:
+    if not res.ok:
+        bad = ", ".join(f"{sc}: {res.errors.get(sc, st)}" for sc, st in res.status.items() if st != "succeeded")
+        raise TasmoeError(f"scenario run(s) did not succeed: {bad}", code="run_failed", status=500)

@@ -1,0 +1,110 @@
+"""Durable run state (SQLAlchemy 2 typed models): experiments, scenario runs, committed windows, jobs.
+
+Times are naive UTC datetimes (the same on SQLite and PostgreSQL, so lease comparisons in SQL agree on both).
+JSON columns hold plain JSON (not JSONB) so floats round-trip exactly as written.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from shared.db import Base
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class RunStatus(enum.StrEnum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+TERMINAL: frozenset[RunStatus] = frozenset({RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled})
+
+
+def _status_enum(name: str) -> sa.Enum:
+    # native_enum=False: a VARCHAR + CHECK constraint, identical on SQLite and PostgreSQL.
+    return sa.Enum(RunStatus, name=name, native_enum=False, create_constraint=True, length=16,
+                   values_callable=lambda e: [m.value for m in e])
+
+
+class Experiment(Base):
+    __tablename__ = "experiments"
+
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(200), default="")
+    status: Mapped[RunStatus] = mapped_column(_status_enum("experiment_status"), default=RunStatus.queued,
+                                              index=True)
+    configs: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
+    seed: Mapped[int] = mapped_column(sa.BigInteger)
+    idempotency_key: Mapped[str | None] = mapped_column(sa.String(200), unique=True)
+    request_hash: Mapped[str] = mapped_column(sa.String(64), default="")
+    out_dir: Mapped[str] = mapped_column(sa.String(1000))
+    sweep_id: Mapped[str | None] = mapped_column(sa.String(40), index=True)
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow, onupdate=utcnow)
+    error: Mapped[str | None] = mapped_column(sa.Text)
+
+    runs: Mapped[list[ScenarioRun]] = relationship(back_populates="experiment", order_by="ScenarioRun.position")
+
+
+class ScenarioRun(Base):
+    __tablename__ = "scenario_runs"
+    __table_args__ = (sa.UniqueConstraint("experiment_id", "scenario"),)
+
+    id: Mapped[str] = mapped_column(sa.String(60), primary_key=True)
+    experiment_id: Mapped[str] = mapped_column(sa.ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
+    scenario: Mapped[str] = mapped_column(sa.String(20))
+    position: Mapped[int] = mapped_column(sa.Integer, default=0)
+    status: Mapped[RunStatus] = mapped_column(_status_enum("run_status"), default=RunStatus.queued, index=True)
+    lease_owner: Mapped[str | None] = mapped_column(sa.String(200))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(sa.DateTime)
+    next_window: Mapped[int] = mapped_column(sa.Integer, default=0)
+    n_windows: Mapped[int | None] = mapped_column(sa.Integer)
+    attempts: Mapped[int] = mapped_column(sa.Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(sa.Integer, default=3)
+    started_at: Mapped[datetime | None] = mapped_column(sa.DateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(sa.DateTime)
+    compute_s: Mapped[float] = mapped_column(sa.Float, default=0.0)  # wall time spent in the window loop
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    result_row: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+
+    experiment: Mapped[Experiment] = relationship(back_populates="runs")
+
+
+class WindowRecord(Base):
+    """One committed window. `frontier` (the state needed to compute window+1) is kept only on the newest row."""
+
+    __tablename__ = "windows"
+
+    run_id: Mapped[str] = mapped_column(sa.ForeignKey("scenario_runs.id", ondelete="CASCADE"), primary_key=True)
+    window: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=False)
+    snapshot: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
+    metrics: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
+    frontier: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+    worker: Mapped[str] = mapped_column(sa.String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
+
+
+class Job(Base):
+    """A unit of background work: a scenario run task, a sweep, or a placement MILP poll."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    kind: Mapped[str] = mapped_column(sa.String(40), index=True)
+    status: Mapped[RunStatus] = mapped_column(_status_enum("job_status"), default=RunStatus.queued)
+    payload: Mapped[dict[str, Any]] = mapped_column(sa.JSON, default=dict)
+    result: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow, onupdate=utcnow)

@@ -1,0 +1,294 @@
+"""Queries on the run-state database. Every function takes its session (or session factory) as a keyword argument.
+
+The two that make runs crash-safe:
+
+- `claim_run`: take (or re-take) a run's lease in one conditional UPDATE. A lease that expired (its worker died) can
+  be taken by anyone; every claim counts one attempt, and a run whose attempts are used up is failed instead of
+  claimed, so a run that keeps killing its worker stops cleanly.
+- `commit_window`: window k's record and the frontier move in ONE transaction; the fenced
+  ``UPDATE scenario_runs SET next_window = k+1 WHERE id = :id AND lease_owner = :me AND next_window = :k`` decides: 0
+  rows means another worker owns the run now (or it was cancelled), so the caller stops without writing anything.
+  The window row is inserted with ``INSERT ... ON CONFLICT DO NOTHING`` (dialect insert for SQLite / PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import CursorResult
+from sqlalchemy.orm import Session, sessionmaker
+
+from services.orchestrator.models import (
+    TERMINAL,
+    Experiment,
+    Job,
+    RunStatus,
+    ScenarioRun,
+    WindowRecord,
+    utcnow,
+)
+
+ClaimOutcome = Literal["claimed", "done", "leased", "exhausted", "missing"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    outcome: ClaimOutcome
+    run_id: str
+    next_window: int = 0
+    attempts: int = 0
+    lease_expires_at: datetime | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "claimed"
+
+
+def _rowcount(result: Any) -> int:
+    assert isinstance(result, CursorResult)
+    return int(result.rowcount)
+
+
+# --------------------------------------------------------------------------------------------------- experiments
+
+
+def get_experiment_by_key(*, session: Session, idempotency_key: str) -> Experiment | None:
+    return session.scalars(sa.select(Experiment).where(Experiment.idempotency_key == idempotency_key)).first()
+
+
+def add_experiment(*, session: Session, exp_id: str, name: str, configs: dict[str, Any], seed: int,
+                   scenarios: Sequence[str], out_dir: str, idempotency_key: str | None, request_hash: str,
+                   max_attempts: int, sweep_id: str | None = None) -> Experiment:
+    """Insert an experiment and one queued run per scenario (the caller commits)."""
+    exp = Experiment(id=exp_id, name=name, configs=configs, seed=seed, out_dir=out_dir,
+                     idempotency_key=idempotency_key, request_hash=request_hash, sweep_id=sweep_id,
+                     status=RunStatus.queued)
+    session.add(exp)
+    for i, sc in enumerate(scenarios):
+        session.add(ScenarioRun(id=run_id_for(exp_id, sc), experiment_id=exp_id, scenario=sc, position=i,
+                                status=RunStatus.queued, max_attempts=max_attempts, next_window=0, attempts=0))
+    return exp
+
+
+def run_id_for(exp_id: str, scenario: str) -> str:
+    return f"{exp_id}-{scenario}"
+
+
+def get_experiment(*, session: Session, exp_id: str) -> Experiment | None:
+    return session.get(Experiment, exp_id)
+
+
+def list_experiments(*, session: Session, status: RunStatus | None = None, limit: int = 50, offset: int = 0,
+                     sweep_id: str | None = None) -> tuple[list[Experiment], int]:
+    q = sa.select(Experiment)
+    cq = sa.select(sa.func.count()).select_from(Experiment)
+    if status is not None:
+        q, cq = q.where(Experiment.status == status), cq.where(Experiment.status == status)
+    if sweep_id is not None:
+        q, cq = q.where(Experiment.sweep_id == sweep_id), cq.where(Experiment.sweep_id == sweep_id)
+    rows = list(session.scalars(q.order_by(Experiment.created_at.desc(), Experiment.id).limit(limit).offset(offset)))
+    return rows, int(session.scalar(cq) or 0)
+
+
+def runs_of(*, session: Session, exp_id: str) -> list[ScenarioRun]:
+    return list(session.scalars(sa.select(ScenarioRun).where(ScenarioRun.experiment_id == exp_id)
+                                .order_by(ScenarioRun.position)))
+
+
+def get_run(*, session: Session, run_id: str) -> ScenarioRun | None:
+    return session.get(ScenarioRun, run_id)
+
+
+def refresh_experiment_status(*, session: Session, exp_id: str) -> RunStatus | None:
+    """Derive the experiment's status from its runs (failed > cancelled > running > queued > succeeded)."""
+    exp = session.get(Experiment, exp_id)
+    if exp is None:
+        return None
+    statuses = {r.status for r in runs_of(session=session, exp_id=exp_id)}
+    if not statuses:
+        new = exp.status
+    elif statuses <= {RunStatus.succeeded}:
+        new = RunStatus.succeeded
+    elif statuses <= TERMINAL:
+        new = RunStatus.failed if RunStatus.failed in statuses else RunStatus.cancelled
+    elif RunStatus.running in statuses or statuses & TERMINAL:
+        new = RunStatus.running
+    else:
+        new = RunStatus.queued
+    if new != exp.status:
+        exp.status = new
+        errors = [f"{r.scenario}: {r.error}" for r in runs_of(session=session, exp_id=exp_id) if r.error]
+        exp.error = "; ".join(errors) or None
+    return new
+
+
+def cancel_experiment(*, session: Session, exp_id: str) -> int:
+    """Mark every unfinished run cancelled (its worker notices at its next commit). Returns the runs changed."""
+    res = session.execute(
+        sa.update(ScenarioRun)
+        .where(ScenarioRun.experiment_id == exp_id, ScenarioRun.status.in_([RunStatus.queued, RunStatus.running]))
+        .values(status=RunStatus.cancelled, finished_at=utcnow(), lease_owner=None, lease_expires_at=None)
+        .execution_options(synchronize_session=False))
+    session.flush()
+    refresh_experiment_status(session=session, exp_id=exp_id)
+    return _rowcount(res)
+
+
+# ---------------------------------------------------------------------------------------------------- runs / leases
+
+
+def claim_run(*, sessions: sessionmaker[Session], run_id: str, owner: str, lease_s: float,
+              now: datetime | None = None) -> Claim:
+    """Take the run's lease if it is free, expired or already ours; counts one attempt per claim."""
+    now = now or utcnow()
+    expires = now + timedelta(seconds=lease_s)
+    R = ScenarioRun
+    with sessions.begin() as s:
+        res = s.execute(
+            sa.update(R)
+            .where(R.id == run_id,
+                   R.status.in_([RunStatus.queued, RunStatus.running]),
+                   sa.or_(R.lease_owner.is_(None), R.lease_expires_at < now, R.lease_owner == owner),
+                   R.attempts < R.max_attempts)
+            .values(lease_owner=owner, lease_expires_at=expires, status=RunStatus.running, attempts=R.attempts + 1,
+                    started_at=sa.func.coalesce(R.started_at, now))
+            .execution_options(synchronize_session=False))
+        run = s.get(R, run_id)
+        if run is None:
+            return Claim("missing", run_id)
+        if _rowcount(res) == 1:
+            s.refresh(run)
+            refresh_experiment_status(session=s, exp_id=run.experiment_id)
+            return Claim("claimed", run_id, run.next_window, run.attempts, run.lease_expires_at)
+        if run.status in TERMINAL:
+            return Claim("done", run_id, run.next_window, run.attempts)
+        lease_free = run.lease_owner is None or (run.lease_expires_at is not None and run.lease_expires_at < now)
+        if run.attempts >= run.max_attempts and lease_free:
+            run.status = RunStatus.failed
+            run.error = (f"gave up after {run.attempts} attempts (the worker died or lost its lease each time; "
+                         f"last frontier: window {run.next_window})")
+            run.finished_at = now
+            run.lease_owner = None
+            s.flush()
+            refresh_experiment_status(session=s, exp_id=run.experiment_id)
+            return Claim("exhausted", run_id, run.next_window, run.attempts)
+        return Claim("leased", run_id, run.next_window, run.attempts, run.lease_expires_at)
+
+
+def set_n_windows(*, sessions: sessionmaker[Session], run_id: str, owner: str, n_windows: int) -> bool:
+    R = ScenarioRun
+    with sessions.begin() as s:
+        res = s.execute(sa.update(R).where(R.id == run_id, R.lease_owner == owner).values(n_windows=n_windows)
+                        .execution_options(synchronize_session=False))
+        return _rowcount(res) == 1
+
+
+def _insert_ignore(dialect: str) -> Any:
+    if dialect == "postgresql":
+        return postgresql.insert
+    if dialect == "sqlite":
+        return sqlite.insert
+    raise RuntimeError(f"unsupported database dialect {dialect!r} (use SQLite or PostgreSQL)")
+
+
+def commit_window(*, sessions: sessionmaker[Session], run_id: str, owner: str, window: int,
+                  snapshot: dict[str, Any], metrics: dict[str, Any], frontier: dict[str, Any], lease_s: float,
+                  compute_s: float = 0.0) -> bool:
+    """Commit window ``window`` (the frontier moves to window+1) in one transaction; False = lease lost, stop."""
+    R, W = ScenarioRun, WindowRecord
+    now = utcnow()
+    with sessions() as s, s.begin():
+        res = s.execute(
+            sa.update(R)
+            .where(R.id == run_id, R.lease_owner == owner, R.next_window == window, R.status == RunStatus.running)
+            .values(next_window=window + 1, lease_expires_at=now + timedelta(seconds=lease_s),
+                    compute_s=R.compute_s + compute_s)
+            .execution_options(synchronize_session=False))
+        if _rowcount(res) != 1:
+            s.rollback()
+            return False
+        ins = _insert_ignore(s.get_bind().dialect.name)(W).values(
+            run_id=run_id, window=window, snapshot=snapshot, metrics=metrics, frontier=frontier, worker=owner,
+            created_at=now)
+        s.execute(ins.on_conflict_do_nothing(index_elements=["run_id", "window"]))
+        if window > 0:  # only the newest window keeps its frontier state (the one a resume needs)
+            s.execute(sa.update(W).where(W.run_id == run_id, W.window == window - 1).values(frontier=None)
+                      .execution_options(synchronize_session=False))
+    return True
+
+
+def load_frontier(*, sessions: sessionmaker[Session], run_id: str, next_window: int) -> dict[str, Any] | None:
+    """The state saved with window next_window-1 (None when next_window == 0: start from scratch)."""
+    if next_window <= 0:
+        return None
+    with sessions() as s:
+        row = s.execute(sa.select(WindowRecord.frontier)
+                        .where(WindowRecord.run_id == run_id, WindowRecord.window == next_window - 1)).first()
+    if row is None or row[0] is None:
+        raise RuntimeError(f"run {run_id}: frontier state of window {next_window - 1} is missing")
+    frontier: dict[str, Any] = row[0]
+    return frontier
+
+
+def window_metrics(*, session: Session, run_id: str) -> list[dict[str, Any]]:
+    rows = session.execute(sa.select(WindowRecord.metrics).where(WindowRecord.run_id == run_id)
+                           .order_by(WindowRecord.window)).all()
+    return [r[0] for r in rows]
+
+
+def window_count(*, session: Session, run_id: str) -> int:
+    return int(session.scalar(sa.select(sa.func.count()).select_from(WindowRecord)
+                              .where(WindowRecord.run_id == run_id)) or 0)
+
+
+def finish_run(*, sessions: sessionmaker[Session], run_id: str, owner: str, status: RunStatus,
+               error: str | None = None, result_row: dict[str, Any] | None = None) -> bool:
+    """Close the run (fenced on the lease); False if the run is no longer ours."""
+    R = ScenarioRun
+    with sessions.begin() as s:
+        res = s.execute(
+            sa.update(R).where(R.id == run_id, R.lease_owner == owner, R.status == RunStatus.running)
+            .values(status=status, error=error, result_row=result_row, finished_at=utcnow(), lease_owner=None,
+                    lease_expires_at=None)
+            .execution_options(synchronize_session=False))
+        ok = _rowcount(res) == 1
+        run = s.get(R, run_id)
+        if run is not None:
+            refresh_experiment_status(session=s, exp_id=run.experiment_id)
+        return ok
+
+
+def release_lease(*, sessions: sessionmaker[Session], run_id: str, owner: str) -> None:
+    """Give the lease back without finishing (graceful shutdown): another worker may claim it at once."""
+    R = ScenarioRun
+    with sessions.begin() as s:
+        s.execute(sa.update(R).where(R.id == run_id, R.lease_owner == owner, R.status == RunStatus.running)
+                  .values(lease_expires_at=utcnow() - timedelta(seconds=1))
+                  .execution_options(synchronize_session=False))
+
+
+def stale_runs(*, session: Session, now: datetime | None = None) -> list[str]:
+    """Runs a worker should pick up: queued ones, and running ones whose lease expired."""
+    now = now or utcnow()
+    R = ScenarioRun
+    q = sa.select(R.id).where(sa.or_(R.status == RunStatus.queued,
+                                     sa.and_(R.status == RunStatus.running, R.lease_expires_at < now)))
+    return list(session.scalars(q.order_by(R.id)))
+
+
+# ------------------------------------------------------------------------------------------------------------ jobs
+
+
+def add_job(*, session: Session, job_id: str, kind: str, payload: dict[str, Any]) -> Job:
+    job = Job(id=job_id, kind=kind, payload=payload, status=RunStatus.queued)
+    session.add(job)
+    return job
+
+
+def get_job(*, session: Session, job_id: str) -> Job | None:
+    return session.get(Job, job_id)

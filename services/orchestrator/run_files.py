@@ -1,0 +1,136 @@
+"""The files a scenario run writes (ARCHITECTURE §6, seed §3), appended window by window.
+
+Layout under the experiment's output directory ``<out>``::
+
+    <out>/<scenario>/<workload>.csv                  unified result row (seed §3.6), written at the end
+    <out>/runs/<scenario>/run.log                     seed, config snapshot, package versions, git revision, progress
+    <out>/runs/<scenario>/traces/logical_compute.csv  seed §3.1 columns, then `layer,tokens`
+    <out>/runs/<scenario>/traces/logical_memory.csv
+    <out>/runs/<scenario>/mapping/placement.json
+    <out>/runs/<scenario>/runtime/overlay_reroute.csv, overlay_migrate.csv
+    <out>/runs/<scenario>/traces/physical/compute_events.csv, memory_events.csv
+    <out>/runs/<scenario>/runtime/replica_state.json  the replica state after the newest committed window
+
+Crash safety: each window appends its rows *before* the window commits, and the file sizes after the append are saved
+in the frontier state. A resumed run first truncates every appended file to the sizes saved at the frontier, which
+drops the rows of a window that was written but never committed, so the files end up byte-identical to an
+uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from shared.contracts.events import ComputeEvents, MemoryEvents
+from shared.contracts.ids import expert_id
+from shared.contracts.placement import OverlayMigrate, OverlayReroute, Placement, ReplicaState
+from shared.contracts.workload import LogicalWindow
+
+LOGICAL_COMPUTE_COLUMNS = ("event_id", "t_gen_ns", "mb_id", "token_id", "experts_json", "flops_json", "op_type",
+                           "layer", "tokens")
+
+APPENDED: dict[str, tuple[str, ...]] = {
+    "traces/logical_compute.csv": LOGICAL_COMPUTE_COLUMNS,
+    "traces/logical_memory.csv": ("event_id", "tensor_id", "access", "bytes", "locality_hint"),
+    "runtime/overlay_reroute.csv": tuple(OverlayReroute.columns()),
+    "runtime/overlay_migrate.csv": tuple(OverlayMigrate.columns()),
+    "traces/physical/compute_events.csv": tuple(ComputeEvents.columns()),
+    "traces/physical/memory_events.csv": tuple(MemoryEvents.columns()),
+}
+
+
+def _csv_text(rows: Iterable[Sequence[Any]]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    return buf.getvalue()
+
+
+def _dump_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+
+class RunFiles:
+    """Appends one run's per-window files; `sizes()` / `truncate_to()` implement the crash-safe resume."""
+
+    def __init__(self, run_dir: Path, *, traces: bool = True) -> None:
+        self.run_dir = run_dir
+        self.traces = traces
+
+    def path(self, rel: str) -> Path:
+        return self.run_dir / rel
+
+    def start_fresh(self) -> None:
+        """Window 0: (re)create every appended file with its header only."""
+        if not self.traces:
+            return
+        for rel, cols in APPENDED.items():
+            p = self.path(rel)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(_csv_text([cols]), encoding="utf-8")
+
+    def sizes(self) -> dict[str, int]:
+        if not self.traces:
+            return {}
+        return {rel: self.path(rel).stat().st_size for rel in APPENDED}
+
+    def truncate_to(self, sizes: dict[str, int]) -> None:
+        """Resume: cut every appended file back to its size at the frontier (a missing file is an error)."""
+        if not self.traces:
+            return
+        for rel in APPENDED:
+            p = self.path(rel)
+            size = sizes.get(rel)
+            if size is None or not p.exists() or p.stat().st_size < size:
+                raise RuntimeError(f"{p}: cannot resume, file missing or shorter than at the frontier "
+                                   f"({size} bytes)")
+            with open(p, "r+b") as fh:
+                fh.truncate(size)
+
+    def write_placement(self, placement: Placement) -> None:
+        p = self.path("mapping/placement.json")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(_dump_json(placement.model_dump(mode="json", exclude_none=True)), encoding="utf-8")
+
+    def write_replica_state(self, state: ReplicaState) -> None:
+        p = self.path("runtime/replica_state.json")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(".json.tmp")
+        tmp.write_text(_dump_json(state.to_json_obj()), encoding="utf-8")
+        os.replace(tmp, p)
+
+    def append_window(self, *, logical: LogicalWindow, reroute: OverlayReroute, migrate: OverlayMigrate,
+                      compute: ComputeEvents, memory: MemoryEvents) -> None:
+        if not self.traces:
+            return
+        lc = logical.compute
+        logical_rows = (
+            (eid, t, mb, "", json.dumps([expert_id(layer, e)] if e >= 0 else []), json.dumps([fl]), op, layer, tok)
+            for eid, t, mb, layer, op, e, tok, fl in zip(lc.event_id, lc.t_gen_ns, lc.mb_id, lc.layer, lc.op_type,
+                                                         lc.expert, lc.tokens, lc.flops, strict=True))
+        parts = {
+            "traces/logical_compute.csv": logical_rows,
+            "traces/logical_memory.csv": logical.memory.rows(),
+            "runtime/overlay_reroute.csv": reroute.rows(),
+            "runtime/overlay_migrate.csv": migrate.rows(),
+            "traces/physical/compute_events.csv": compute.rows(),
+            "traces/physical/memory_events.csv": memory.rows(),
+        }
+        for rel, rows in parts.items():
+            text = _csv_text(rows)
+            if text:
+                with open(self.path(rel), "a", encoding="utf-8", newline="") as fh:
+                    fh.write(text)
+
+
+def result_csv_path(out_dir: Path, scenario: str, workload_label: str) -> Path:
+    return out_dir / scenario / f"{workload_label}.csv"
+
+
+def run_dir_for(out_dir: Path, scenario: str) -> Path:
+    return out_dir / "runs" / scenario

@@ -1,0 +1,93 @@
+"""``run.log`` of a scenario run: the seed, the config snapshot, package versions and the git revision at the top of
+every attempt, then progress lines and errors (the run's log records, filtered by its run id)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+from services.orchestrator.schemas import ExperimentSpec
+from shared.logging import TEXT_FORMAT, RunIdFilter, current_run_id
+
+PACKAGES = ("tasmoe", "numpy", "scipy", "fastapi", "pydantic", "sqlalchemy", "alembic", "httpx", "celery")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@lru_cache(maxsize=1)
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+@lru_cache(maxsize=1)
+def git_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=5, check=False)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if rev.returncode != 0:
+        return "unknown"
+    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+class _OnlyRun(logging.Filter):
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return current_run_id() == self.run_id
+
+
+class RunLog:
+    def __init__(self, path: Path, run_id: str) -> None:
+        self.path = path
+        self.run_id = run_id
+        self.log = logging.getLogger("tasmoe.run")
+
+    def info(self, msg: str) -> None:
+        self.log.info(msg)
+
+    def header(self, *, spec: ExperimentSpec, scenario: str, attempt: int, next_window: int) -> None:
+        self.log.info("run %s scenario %s attempt %d starting at window %d", self.run_id, scenario, attempt,
+                      next_window)
+        self.log.info("seed %d", spec.seed)
+        self.log.info("git revision %s", git_revision())
+        self.log.info("versions %s", json.dumps(package_versions(), sort_keys=True))
+        self.log.info("config %s", json.dumps(spec.model_dump(mode="json"), sort_keys=True))
+
+
+@contextmanager
+def run_log(path: Path, *, run_id: str) -> Iterator[RunLog]:
+    """Attach a file handler for this run's records (other runs' threads are filtered out) while the block runs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.addFilter(RunIdFilter())
+    handler.addFilter(_OnlyRun(run_id))
+    handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    handler.setLevel(logging.INFO)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    run_logger = logging.getLogger("tasmoe.run")
+    if run_logger.getEffectiveLevel() > logging.INFO:
+        run_logger.setLevel(logging.INFO)
+    try:
+        yield RunLog(path, run_id)
+    finally:
+        root.removeHandler(handler)
+        handler.close()

@@ -1,0 +1,104 @@
+"""Orchestrator request/response bodies (HTTP) and the resolved experiment spec stored with each experiment."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.configs import ArchConfig, TasParams, WorkloadConfig
+
+Scenario = Literal["baseline", "taps", "tacs", "tas"]
+ALL_SCENARIOS: tuple[Scenario, ...] = ("baseline", "taps", "tacs", "tas")
+ConfigRef = str  # a file name under configs/ (``arch_8x8_32x32x8.yaml`` or ``arch_8x8_32x32x8``)
+
+
+class ExperimentRequest(BaseModel):
+    """``POST /v1/experiments``: configs inline (objects) or as names of files under ``configs/``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arch: ArchConfig | ConfigRef = "arch_8x8_32x32x8.yaml"
+    workload: WorkloadConfig | ConfigRef = "workload_mixtral_8x7b.yaml"
+    tas: TasParams | ConfigRef = "tas_params.yaml"
+    scenarios: list[Scenario] = Field(default_factory=lambda: list(ALL_SCENARIOS), min_length=1, max_length=4)
+    seed: int | None = Field(default=None, ge=0, le=2**31 - 1,
+                             description="routing seed; default: the workload config's routing.seed")
+    windows: int | None = Field(default=None, ge=1, le=100_000, description="run only the first N windows")
+    name: str | None = Field(default=None, max_length=200)
+    traces: bool = Field(default=True, description="write the per-window trace CSVs (ARCHITECTURE §6)")
+
+
+class ExperimentSpec(BaseModel):
+    """The resolved, self-contained experiment (stored in the database, read by workers)."""
+
+    arch: ArchConfig
+    workload: WorkloadConfig
+    tas: TasParams
+    scenarios: list[Scenario]
+    seed: int
+    windows: int | None = None
+    name: str = ""
+    traces: bool = True
+
+
+class RunProgress(BaseModel):
+    scenario: str
+    run_id: str
+    status: str
+    window: int
+    n_windows: int | None
+    progress: str
+    attempts: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    compute_s: float
+    error: str | None
+
+
+class ExperimentView(BaseModel):
+    id: str
+    name: str
+    status: str
+    seed: int
+    created_at: datetime
+    updated_at: datetime
+    out_dir: str
+    error: str | None
+    sweep_id: str | None = None
+    runs: list[RunProgress]
+
+
+class ExperimentAccepted(BaseModel):
+    id: str
+    status: str
+    location: str
+    created: bool
+
+
+class ExperimentPage(BaseModel):
+    items: list[ExperimentView]
+    total: int
+    limit: int
+    offset: int
+
+
+class SweepRequest(BaseModel):
+    """``POST /v1/sweeps``: a grid over dotted config keys, e.g. ``{"tas.tacs.thresholds.Thot": [75, 80, 85]}``.
+
+    Keys start with ``arch.``, ``workload.``, ``tas.`` or are ``seed``; every combination is one experiment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base: ExperimentRequest = Field(default_factory=ExperimentRequest)
+    grid: dict[str, list[Any]] = Field(min_length=1)
+    name: str | None = Field(default=None, max_length=200)
+
+
+class SweepView(BaseModel):
+    id: str
+    status: str
+    experiments: list[str]
+    points: list[dict[str, Any]]
+    table: list[dict[str, Any]]

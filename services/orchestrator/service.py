@@ -1,0 +1,277 @@
+"""Experiment logic behind the HTTP layer: resolve configs, create experiments (idempotently), progress views,
+results, per-window series, sweeps. Plain functions with keyword arguments; the caller owns the session."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from services.orchestrator import repository as repo
+from services.orchestrator.models import Experiment, RunStatus, ScenarioRun
+from services.orchestrator.run_files import result_csv_path, run_dir_for
+from services.orchestrator.schemas import (
+    ExperimentRequest,
+    ExperimentSpec,
+    ExperimentView,
+    RunProgress,
+    SweepRequest,
+    SweepView,
+)
+from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
+from shared.configs.base import StrictModel
+from shared.contracts.metrics import RESULT_COLUMNS
+from shared.errors import BadInput, Conflict, NotFound, first_validation_error
+from shared.settings import Settings
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,120}$")
+
+
+def _load_named(name: str, model: type[StrictModel], *, configs_dir: Path, field: str) -> Any:
+    if not _NAME.match(name) or name.startswith("."):
+        raise BadInput(f"{field}: {name!r} is not a config file name (letters, digits, _ . - only)", field=field)
+    candidates = [configs_dir / name] + ([] if name.endswith((".yaml", ".yml")) else [configs_dir / f"{name}.yaml"])
+    for path in candidates:
+        if path.is_file():
+            return load_config(path, model)
+    known = sorted(p.name for p in configs_dir.glob("*.yaml")) if configs_dir.is_dir() else []
+    raise BadInput(f"{field}: no config file {name!r} under {configs_dir} (known: {', '.join(known) or 'none'})",
+                   field=field)
+
+
+def resolve_spec(req: ExperimentRequest, *, configs_dir: Path) -> ExperimentSpec:
+    """Inline configs are used as given; names are loaded from ``configs_dir``. The seed (default: the workload's
+    routing seed) is written into ``workload.routing.seed`` so the stored spec alone determines the run."""
+    arch = req.arch if isinstance(req.arch, ArchConfig) else _load_named(req.arch, ArchConfig,
+                                                                          configs_dir=configs_dir, field="arch")
+    wl = req.workload if isinstance(req.workload, WorkloadConfig) else _load_named(
+        req.workload, WorkloadConfig, configs_dir=configs_dir, field="workload")
+    tas = req.tas if isinstance(req.tas, TasParams) else _load_named(req.tas, TasParams, configs_dir=configs_dir,
+                                                                      field="tas")
+    seed = wl.routing.seed if req.seed is None else req.seed
+    wl_d = wl.model_dump(mode="json")
+    wl_d["routing"]["seed"] = seed
+    wl = WorkloadConfig.model_validate(wl_d)
+    scenarios = list(dict.fromkeys(req.scenarios))
+    return ExperimentSpec(arch=arch, workload=wl, tas=tas, scenarios=scenarios, seed=seed, windows=req.windows,
+                          name=req.name or f"{wl.label}", traces=req.traces)
+
+
+def spec_hash(spec: ExperimentSpec) -> str:
+    return hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+
+
+def new_experiment_id() -> str:
+    return f"exp-{uuid.uuid4().hex[:12]}"
+
+
+def create_experiment(*, sessions: sessionmaker[Session], spec: ExperimentSpec, settings: Settings,
+                      idempotency_key: str | None = None, out_dir: Path | None = None, max_attempts: int = 3,
+                      sweep_id: str | None = None, exp_id: str | None = None) -> tuple[str, bool]:
+    """Create the experiment and its queued runs; (id, created). The same Idempotency-Key returns the first
+    experiment (a different body under a used key is a 409)."""
+    h = spec_hash(spec)
+    if idempotency_key is not None:
+        if len(idempotency_key) > 200:
+            raise BadInput("Idempotency-Key: at most 200 characters", field="Idempotency-Key")
+        with sessions() as s:
+            old = repo.get_experiment_by_key(session=s, idempotency_key=idempotency_key)
+            if old is not None:
+                return _same(old, h)
+    exp_id = exp_id or new_experiment_id()
+    out = out_dir or (settings.results_dir / exp_id)
+    try:
+        with sessions.begin() as s:
+            repo.add_experiment(session=s, exp_id=exp_id, name=spec.name, configs=spec.model_dump(mode="json"),
+                                seed=spec.seed, scenarios=spec.scenarios, out_dir=str(out),
+                                idempotency_key=idempotency_key, request_hash=h, max_attempts=max_attempts,
+                                sweep_id=sweep_id)
+    except IntegrityError:
+        if idempotency_key is None:
+            raise
+        with sessions() as s:  # a concurrent request with the same key won the insert
+            old = repo.get_experiment_by_key(session=s, idempotency_key=idempotency_key)
+            if old is None:
+                raise
+            return _same(old, h)
+    return exp_id, True
+
+
+def _same(old: Experiment, h: str) -> tuple[str, bool]:
+    if old.request_hash != h:
+        raise Conflict(f"Idempotency-Key already used for experiment {old.id} with a different request",
+                       field="Idempotency-Key", code="idempotency_mismatch")
+    return old.id, False
+
+
+def _progress(run: ScenarioRun) -> RunProgress:
+    n = run.n_windows
+    if run.status == RunStatus.succeeded and n is not None:
+        text = f"window {n} of {n}"
+    else:
+        text = f"window {run.next_window} of {n if n is not None else '?'}"
+    return RunProgress(scenario=run.scenario, run_id=run.id, status=run.status.value, window=run.next_window,
+                       n_windows=n, progress=text, attempts=run.attempts, started_at=run.started_at,
+                       finished_at=run.finished_at, compute_s=round(run.compute_s, 3), error=run.error)
+
+
+def experiment_view(*, session: Session, exp_id: str) -> ExperimentView:
+    exp = repo.get_experiment(session=session, exp_id=exp_id)
+    if exp is None:
+        raise NotFound(f"no experiment {exp_id!r}", field="id")
+    runs = repo.runs_of(session=session, exp_id=exp_id)
+    return ExperimentView(id=exp.id, name=exp.name, status=exp.status.value, seed=exp.seed,
+                          created_at=exp.created_at, updated_at=exp.updated_at, out_dir=exp.out_dir,
+                          error=exp.error, sweep_id=exp.sweep_id, runs=[_progress(r) for r in runs])
+
+
+def result_rows(*, session: Session, exp_id: str) -> list[dict[str, Any]]:
+    """The result rows (seed §3.6 columns + extras, as the metrics service reduced them) of the finished scenarios."""
+    if repo.get_experiment(session=session, exp_id=exp_id) is None:
+        raise NotFound(f"no experiment {exp_id!r}", field="id")
+    return [dict(r.result_row) for r in repo.runs_of(session=session, exp_id=exp_id)
+            if r.status == RunStatus.succeeded and r.result_row is not None]
+
+
+def results_csv(*, session: Session, exp_id: str) -> str:
+    """The scenarios' CSVs concatenated under one header (each file's bytes as the metrics service wrote them)."""
+    exp = repo.get_experiment(session=session, exp_id=exp_id)
+    if exp is None:
+        raise NotFound(f"no experiment {exp_id!r}", field="id")
+    spec = ExperimentSpec.model_validate(exp.configs)
+    header: str | None = None
+    body: list[str] = []
+    for run in repo.runs_of(session=session, exp_id=exp_id):
+        path = result_csv_path(Path(exp.out_dir), run.scenario, spec.workload.label)
+        if run.status != RunStatus.succeeded or not path.is_file():
+            continue
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        if not lines:
+            continue
+        header = header or lines[0]
+        body.extend(lines[1:])
+    return (header or ",".join(RESULT_COLUMNS) + "\n") + "".join(body)
+
+
+def window_series(*, session: Session, exp_id: str, scenario: str | None) -> dict[str, list[dict[str, Any]]]:
+    runs = repo.runs_of(session=session, exp_id=exp_id)
+    if not runs and repo.get_experiment(session=session, exp_id=exp_id) is None:
+        raise NotFound(f"no experiment {exp_id!r}", field="id")
+    if scenario is not None and scenario not in {r.scenario for r in runs}:
+        raise NotFound(f"experiment {exp_id} has no scenario {scenario!r}", field="scenario")
+    return {r.scenario: repo.window_metrics(session=session, run_id=r.id)
+            for r in runs if scenario is None or r.scenario == scenario}
+
+
+def log_text(*, session: Session, exp_id: str, scenario: str | None = None) -> str:
+    exp = repo.get_experiment(session=session, exp_id=exp_id)
+    if exp is None:
+        raise NotFound(f"no experiment {exp_id!r}", field="id")
+    parts = []
+    for run in repo.runs_of(session=session, exp_id=exp_id):
+        if scenario is not None and run.scenario != scenario:
+            continue
+        p = run_dir_for(Path(exp.out_dir), run.scenario) / "run.log"
+        if p.is_file():
+            parts.append(f"==> {run.scenario} ({p}) <==\n" + p.read_text(encoding="utf-8", errors="replace"))
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------------- sweeps
+
+
+def _set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    cur = d
+    for p in parts[:-1]:
+        nxt = cur.get(p)
+        if not isinstance(nxt, dict):
+            raise BadInput(f"grid: {key!r}: {p!r} is not a section of the config", field=f"grid.{key}")
+        cur = nxt
+    if parts[-1] not in cur:
+        raise BadInput(f"grid: {key!r}: unknown key {parts[-1]!r}", field=f"grid.{key}")
+    cur[parts[-1]] = value
+
+
+def sweep_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    for key, values in grid.items():
+        if not values:
+            raise BadInput(f"grid: {key!r} has no values", field=f"grid.{key}")
+        if key != "seed" and key.split(".", 1)[0] not in {"arch", "workload", "tas"}:
+            raise BadInput(f"grid: {key!r} must start with arch., workload., tas. or be 'seed'", field=f"grid.{key}")
+    keys = list(grid)
+    points = [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
+    if len(points) > 256:
+        raise BadInput(f"grid: {len(points)} points; at most 256", field="grid")
+    return points
+
+
+def apply_point(base: ExperimentSpec, point: dict[str, Any]) -> ExperimentSpec:
+    d = base.model_dump(mode="json")
+    for key, value in point.items():
+        if key == "seed":
+            d["seed"] = value
+            d["workload"]["routing"]["seed"] = value
+        else:
+            _set_dotted(d, key, value)
+            if key == "workload.routing.seed":
+                d["seed"] = value
+    try:
+        return ExperimentSpec.model_validate(d)
+    except ValidationError as exc:
+        field, msg = first_validation_error(exc)
+        raise BadInput(f"grid point {point}: {field}: {msg}", field=f"grid.{field}") from None
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    return model.model_dump(mode="json")
+
+
+def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings: Settings) -> tuple[str, list[str]]:
+    """One experiment per grid point (sharing the sweep id); the sweep itself is a job row."""
+    base = resolve_spec(req.base, configs_dir=settings.configs_dir)
+    points = sweep_points(req.grid)
+    specs = [apply_point(base, p) for p in points]
+    sweep_id = f"swp-{uuid.uuid4().hex[:12]}"
+    exp_ids = []
+    for i, spec in enumerate(specs):
+        spec = spec.model_copy(update={"name": f"{req.name or 'sweep'}[{i}]"})
+        exp_id, _ = create_experiment(sessions=sessions, spec=spec, settings=settings, sweep_id=sweep_id,
+                                      out_dir=settings.results_dir / sweep_id / f"p{i:03d}")
+        exp_ids.append(exp_id)
+    with sessions.begin() as s:
+        repo.add_job(session=s, job_id=sweep_id, kind="sweep",
+                     payload={"grid": req.grid, "points": points, "experiments": exp_ids, "name": req.name})
+    return sweep_id, exp_ids
+
+
+def sweep_view(*, session: Session, sweep_id: str) -> SweepView:
+    job = repo.get_job(session=session, job_id=sweep_id)
+    if job is None or job.kind != "sweep":
+        raise NotFound(f"no sweep {sweep_id!r}", field="id")
+    exp_ids: list[str] = list(job.payload["experiments"])
+    points: list[dict[str, Any]] = list(job.payload["points"])
+    table: list[dict[str, Any]] = []
+    statuses = []
+    for exp_id, point in zip(exp_ids, points, strict=True):
+        exp = repo.get_experiment(session=session, exp_id=exp_id)
+        statuses.append(exp.status if exp is not None else RunStatus.failed)
+        for row in result_rows(session=session, exp_id=exp_id):
+            table.append({"experiment": exp_id, **{f"param:{k}": v for k, v in point.items()}, **row})
+    if all(s == RunStatus.succeeded for s in statuses):
+        status = "succeeded"
+    elif all(s in {RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled} for s in statuses):
+        status = "failed" if RunStatus.failed in statuses else "cancelled"
+    elif all(s == RunStatus.queued for s in statuses):
+        status = "queued"
+    else:
+        status = "running"
+    return SweepView(id=sweep_id, status=status, experiments=exp_ids, points=points, table=table)

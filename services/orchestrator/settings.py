@@ -1,0 +1,23 @@
+"""Orchestrator-only settings (same ``TASMOE_`` environment prefix as the shared settings)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from shared.settings import Settings
+
+
+class OrchestratorSettings(Settings):
+    lease_s: float = Field(default=60.0, gt=0, description="a run's lease; renewed at every committed window")
+    max_attempts: int = Field(default=3, ge=1, le=100, description="claims of one run before it is failed")
+    pool_workers: int = Field(default=4, ge=1, le=64, description="embedded mode: runs executed at once")
+    task_time_limit_s: float = Field(default=4 * 3600.0, gt=0, description="Celery hard time limit of one run")
+
+
+def orchestrator_settings(base: Settings | None = None) -> OrchestratorSettings:
+    """Orchestrator settings from the environment, or layered over an explicit `Settings` (tests)."""
+    if base is None:
+        return OrchestratorSettings()
+    if isinstance(base, OrchestratorSettings):
+        return base
+    return OrchestratorSettings(**base.model_dump())

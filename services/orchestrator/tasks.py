@@ -1,0 +1,80 @@
+"""Celery tasks of the orchestrator (cluster mode). Each worker process opens its own database engine and service
+clients lazily (after the fork) and keeps them for its lifetime."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from celery import Celery, Task
+from sqlalchemy.orm import Session, sessionmaker
+
+from services.orchestrator import repository as repo
+from services.orchestrator.celery_app import celery_app
+from services.orchestrator.db import open_database
+from services.orchestrator.jobs import after_run
+from services.orchestrator.models import Experiment, RunStatus, ScenarioRun, utcnow
+from services.orchestrator.settings import OrchestratorSettings, orchestrator_settings
+from services.orchestrator.window_loop import default_owner, run_scenario
+from shared.client import ServiceClients
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Resources:
+    pid: int
+    settings: OrchestratorSettings
+    sessions: sessionmaker[Session]
+    clients: ServiceClients
+
+
+_lock = threading.Lock()
+_res: _Resources | None = None
+
+
+def process_resources(settings: Settings | None = None) -> _Resources:
+    """This process's engine + clients (re-created after a fork)."""
+    global _res
+    with _lock:
+        if _res is None or _res.pid != os.getpid():
+            s = orchestrator_settings(settings)
+            _, sessions = open_database(s.effective_database_url)
+            _res = _Resources(os.getpid(), s, sessions, ServiceClients(s))
+        return _res
+
+
+@celery_app.task(name="tasmoe.run_scenario", bind=True, max_retries=20)
+def run_scenario_task(self: Task[Any, Any], run_id: str) -> dict[str, Any]:
+    """Claim the run and run (or resume) its window loop; a run leased by a live worker is retried after its lease."""
+    res = process_resources()
+    out = run_scenario(run_id, res.clients, res.sessions, owner=f"{default_owner()}:{run_id}",
+                       lease_s=res.settings.lease_s)
+    if out.status == "leased":
+        raise self.retry(countdown=max(res.settings.lease_s / 2, 1.0))
+    if out.status in {"succeeded", "failed", "cancelled", "done", "exhausted"}:
+        after_run(sessions=res.sessions, clients=res.clients, run_id=run_id)
+    return {"run_id": run_id, "status": out.status, "windows_run": out.windows_run, "error": out.error}
+
+
+def reap_once(settings: OrchestratorSettings, app: Celery) -> list[str]:
+    """Re-enqueue runs whose lease expired, and queued runs nobody picked up for two lease periods."""
+    res = process_resources(settings)
+    now = utcnow()
+    cutoff = now - timedelta(seconds=2 * settings.lease_s)
+    with res.sessions() as s:
+        stale = repo.stale_runs(session=s, now=now)
+        fresh_queued = set(s.scalars(sa.select(ScenarioRun.id).join(Experiment)
+                                     .where(ScenarioRun.status == RunStatus.queued, Experiment.created_at >= cutoff)))
+    picked = [r for r in stale if r not in fresh_queued]
+    for run_id in picked:
+        app.send_task("tasmoe.run_scenario", args=[run_id])
+    if picked:
+        log.info("reaper re-enqueued %d run(s): %s", len(picked), ", ".join(picked))
+    return picked

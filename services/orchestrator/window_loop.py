@@ -1,0 +1,308 @@
+"""The window loop of one scenario run (ARCHITECTURE §4), resumable from its commit frontier.
+
+    trace  = workload.POST /traces                 model/H = thermal.POST /models, GET /influence (TAPS, TACS)
+    plc    = placement (default | TAPS, MILP as a polled job), saved once as a job row (reused on resume)
+    for k in next_window .. n-1:
+        L  = workload.GET /traces/{id}/windows/{k}
+        ov = placement.POST /tacs/step(telemetry of k-1, plc, replicas, pending=L)   (tacs, tas)
+        C, M, phys = lowering.POST /physicalize(k, L, plc, ov, phys, freq of k-1, BW_eff of k-1)
+        state, snap = thermal.POST /step(k, state, C, M)
+        append the window's files, then commit window k (snapshot + metrics + frontier) in ONE fenced transaction
+    metrics.POST /reduce(all committed windows, read back from the database) -> <out>/<scenario>/<workload>.csv
+
+The frontier state (everything window k+1 needs: thermal field + DVFS levels, physical state incl. replica state and
+core queues, TACS smoothed temperatures, telemetry, next-window frequencies and BW_eff, file sizes) is saved with
+window k, so a resumed run continues exactly where the committed one stopped and produces the same bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from services.orchestrator import repository as repo
+from services.orchestrator.models import RunStatus
+from services.orchestrator.pipeline_clients import Pipeline, TraceInfo
+from services.orchestrator.run_files import RunFiles, result_csv_path, run_dir_for
+from services.orchestrator.run_log import RunLog, run_log
+from services.orchestrator.schemas import ExperimentSpec
+from shared.client import ServiceClients
+from shared.configs import ArchConfig
+from shared.contracts.events import PhysicalState, WindowTiming
+from shared.contracts.metrics import WindowMetrics
+from shared.contracts.placement import Overlays, Placement, ReplicaEntry, ReplicaState, Telemetry
+from shared.contracts.thermal import ThermalSnapshot, ThermalState
+from shared.logging import bind_run_id
+
+log = logging.getLogger(__name__)
+
+TAPS_SCENARIOS = frozenset({"taps", "tas"})
+TACS_SCENARIOS = frozenset({"tacs", "tas"})
+
+# Called after each committed window with (run_id, k, n_windows); returning False stops the loop at once, as if the
+# worker had died (the lease stays held until it expires). Tests use it to simulate crashes; dashboards for progress.
+WindowHook = Callable[[str, int, int], bool | None]
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_id: str
+    status: str  # succeeded | failed | cancelled | lost_lease | stopped | leased | done | exhausted | missing
+    windows_run: int = 0
+    error: str | None = None
+
+
+# ------------------------------------------------------------------------------------------------- pure helpers
+
+
+def initial_freqs(arch: ArchConfig) -> list[float]:
+    """Per core, the top step of its DVFS domain (cores in no domain run at the first domain's top step)."""
+    n = arch.mesh.n_cores
+    freqs = [arch.dvfs.domains[0].steps_ghz[0]] * n
+    for dom in arch.dvfs.domains:
+        cores = range(n) if dom.cores == "all" else dom.cores
+        for c in cores:
+            freqs[c] = dom.steps_ghz[0]
+    return freqs
+
+
+def ambient_telemetry(arch: ArchConfig) -> Telemetry:
+    t = arch.geometry.cooling.ambient_c
+    n = arch.mesh.n_cores
+    return Telemetry(temps_core=[t] * n, temps_bank=[t] * n, util_core=[0.0] * n, noc_load=0.0, ts_ns=0)
+
+
+def initial_replicas(placement: Placement) -> ReplicaState:
+    return ReplicaState(experts={e: ReplicaEntry(cores=list(p.cores), ts_created_ns=0)
+                                 for e, p in sorted(placement.experts.items())})
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def build_window_metrics(*, window: int, t0_ns: int, t1_ns: int, snap: ThermalSnapshot, timing: WindowTiming,
+                         arch: ArchConfig) -> WindowMetrics:
+    """One `WindowMetrics` from the thermal snapshot (temperatures °C, power W, DVFS, refresh) and the
+    physicalizer's timing (tokens, latencies, bytes, NoC). BW_eff = vaults × vault_bw × (1 − t_RFC/t_REFI)."""
+    dram_layers = [v for name, v in snap.peak_c.items() if name.startswith("dram")]
+    bank_flat = [t for vault in snap.temps_bank_c for t in vault]
+    t_peak_logic = snap.peak_c.get("logic", max(snap.temps_core_max_c or snap.temps_core_c))
+    t_peak_dram = max(dram_layers) if dram_layers else max(bank_flat or snap.temps_core_c)
+    dram_means = [v for name, v in snap.mean_c.items() if name.startswith("dram")]
+    t_mean_logic = snap.mean_c.get("logic", _mean(snap.temps_core_c))
+    t_mean_dram = _mean(dram_means) if dram_means else _mean(bank_flat or snap.temps_core_c)
+    bw_eff = arch.mesh.n_cores * arch.dram.vault_bw_gbps * max(snap.refresh.bw_eff_factor, 1e-9)
+    return WindowMetrics(
+        window=window, t_start_ms=t0_ns / 1e6, dt_ms=max(t1_ns - t0_ns, 1) / 1e6,
+        temps_core_c=snap.temps_core_c, temps_bank_c=snap.temps_bank_c,
+        T_peak_logic=t_peak_logic, T_peak_dram=t_peak_dram, T_mean_logic=t_mean_logic, T_mean_dram=t_mean_dram,
+        power_w=max(snap.power_w.total, 0.0), freq_ghz=snap.freq_ghz, refresh_mhz=snap.refresh.refresh_mhz,
+        bytes_moved=timing.bytes_moved, bw_eff_gbps=bw_eff, noc_link_util=timing.noc_link_util,
+        tokens_completed=timing.tokens_completed, latencies_ms=timing.latencies_ms,
+        queue_delay_ms=timing.queue_delay_ms, migrations=timing.migrations)
+
+
+def next_telemetry(snap: ThermalSnapshot, timing: WindowTiming, t1_ns: int) -> Telemetry:
+    """What TACS sees before the next window: raw core temperatures, hottest DRAM layer per vault, utilisation."""
+    banks = [max(v) for v in snap.temps_bank_c] if snap.temps_bank_c else list(snap.temps_core_c)
+    return Telemetry(temps_core=snap.temps_core_c, temps_bank=banks, util_core=timing.util_core,
+                     noc_load=_mean(timing.noc_link_util), ts_ns=t1_ns)
+
+
+# ----------------------------------------------------------------------------------------------------- frontier
+
+
+@dataclass
+class Frontier:
+    thermal: ThermalState | None
+    physical: PhysicalState
+    smoothed: Any
+    telemetry: Telemetry
+    freq_ghz: list[float]
+    bw_eff_factor: float
+    files: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"thermal": self.thermal.model_dump(mode="json") if self.thermal else None,
+                "physical": self.physical.model_dump(mode="json"), "smoothed": self.smoothed,
+                "telemetry": self.telemetry.model_dump(mode="json"), "freq_ghz": self.freq_ghz,
+                "bw_eff_factor": self.bw_eff_factor, "files": self.files}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Frontier:
+        return cls(thermal=ThermalState.model_validate(d["thermal"]) if d.get("thermal") else None,
+                   physical=PhysicalState.model_validate(d["physical"]), smoothed=d.get("smoothed"),
+                   telemetry=Telemetry.model_validate(d["telemetry"]), freq_ghz=list(d["freq_ghz"]),
+                   bw_eff_factor=float(d["bw_eff_factor"]), files=dict(d.get("files") or {}))
+
+
+# ------------------------------------------------------------------------------------------------- the run
+
+
+def load_spec(*, sessions: sessionmaker[Session], run_id: str) -> tuple[ExperimentSpec, str, Path]:
+    with sessions() as s:
+        run = repo.get_run(session=s, run_id=run_id)
+        if run is None:
+            raise KeyError(run_id)
+        exp = run.experiment
+        return ExperimentSpec.model_validate(exp.configs), run.scenario, Path(exp.out_dir)
+
+
+def _placement(*, pipe: Pipeline, spec: ExperimentSpec, scenario: str, trace: TraceInfo, model_hash: str | None,
+               H: list[list[float]] | None, sessions: sessionmaker[Session], run_id: str) -> Placement:
+    """The run's placement: computed once and kept as a job row, so a resumed run reuses the very same one."""
+    job_id = f"plc-{run_id}"
+    with sessions() as s:
+        job = repo.get_job(session=s, job_id=job_id)
+        if job is not None and job.result is not None:
+            return Placement.model_validate(job.result)
+    if scenario in TAPS_SCENARIOS:
+        load = pipe.expert_load(trace, workload=spec.workload, window_ms=spec.tas.tacs.window_ms)
+        method = spec.tas.taps.method
+        plc = pipe.placement(arch=spec.arch, workload=spec.workload, tas=spec.tas, method=method, trace=trace,
+                             expert_load=load, H=H)
+    else:
+        plc = pipe.placement(arch=spec.arch, workload=spec.workload, tas=spec.tas, method="default", trace=trace,
+                             expert_load=None, H=None)
+    with sessions.begin() as s:
+        job = repo.get_job(session=s, job_id=job_id)
+        if job is None:
+            job = repo.add_job(session=s, job_id=job_id, kind="placement", payload={"run_id": run_id})
+        job.result = plc.model_dump(mode="json")
+        job.status = RunStatus.succeeded
+    return plc
+
+
+def run_scenario(run_id: str, clients: ServiceClients, sessions: sessionmaker[Session], *,
+                 owner: str | None = None, lease_s: float = 60.0, on_window: WindowHook | None = None,
+                 stop: threading.Event | None = None) -> RunOutcome:
+    """Claim ``run_id`` and run (or resume) its window loop to the end. Never raises for run failures: they are
+    recorded on the run (status failed + error) and returned."""
+    owner = owner or default_owner()
+    claim = repo.claim_run(sessions=sessions, run_id=run_id, owner=owner, lease_s=lease_s)
+    if not claim.ok:
+        return RunOutcome(run_id, claim.outcome)
+    spec, scenario, out_dir = load_spec(sessions=sessions, run_id=run_id)
+    files = RunFiles(run_dir_for(out_dir, scenario), traces=spec.traces)
+    with bind_run_id(run_id), run_log(files.run_dir / "run.log", run_id=run_id) as rlog:
+        try:
+            return _run(run_id=run_id, claim=claim, owner=owner, lease_s=lease_s, spec=spec, scenario=scenario,
+                        out_dir=out_dir, files=files, clients=clients, sessions=sessions, on_window=on_window,
+                        stop=stop, rlog=rlog)
+        except Exception as exc:  # any failure ends the run cleanly, with its reason
+            msg = f"{type(exc).__name__}: {exc}"
+            log.exception("run %s failed: %s", run_id, msg)
+            repo.finish_run(sessions=sessions, run_id=run_id, owner=owner, status=RunStatus.failed,
+                            error=msg[:4000])
+            return RunOutcome(run_id, "failed", error=msg)
+
+
+def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: ExperimentSpec, scenario: str,
+         out_dir: Path, files: RunFiles, clients: ServiceClients, sessions: sessionmaker[Session],
+         on_window: WindowHook | None, stop: threading.Event | None, rlog: RunLog) -> RunOutcome:
+    t_start = time.perf_counter()
+    arch, wl, tas = spec.arch, spec.workload, spec.tas
+    window_ms = tas.tacs.window_ms
+    pipe = Pipeline(clients, run_key=run_id)
+    rlog.header(spec=spec, scenario=scenario, attempt=claim.attempts, next_window=claim.next_window)
+
+    trace = pipe.create_trace(wl, window_ms)
+    n = trace.n_windows if spec.windows is None else min(trace.n_windows, spec.windows)
+    repo.set_n_windows(sessions=sessions, run_id=run_id, owner=owner, n_windows=n)
+    needs_h = scenario in TAPS_SCENARIOS or scenario in TACS_SCENARIOS
+    model_hash = pipe.thermal_model(arch) if needs_h else None
+    H = pipe.influence(model_hash, arch) if model_hash is not None else None
+    plc = _placement(pipe=pipe, spec=spec, scenario=scenario, trace=trace, model_hash=model_hash, H=H,
+                     sessions=sessions, run_id=run_id)
+
+    k0 = claim.next_window
+    saved = repo.load_frontier(sessions=sessions, run_id=run_id, next_window=k0)
+    if saved is None:
+        files.start_fresh()
+        files.write_placement(plc)
+        reps = initial_replicas(plc)
+        fr = Frontier(thermal=None, physical=PhysicalState(replicas=reps), smoothed=None,
+                      telemetry=ambient_telemetry(arch), freq_ghz=initial_freqs(arch), bw_eff_factor=1.0,
+                      files=files.sizes())
+        files.write_replica_state(reps)
+    else:
+        fr = Frontier.from_json(saved)
+        files.truncate_to(fr.files)
+        files.write_placement(plc)
+        rlog.info(f"resuming at window {k0} of {n} (attempt {claim.attempts})")
+
+    tacs_on = scenario in TACS_SCENARIOS
+    done = 0
+    for k in range(k0, n):
+        if stop is not None and stop.is_set():
+            repo.release_lease(sessions=sessions, run_id=run_id, owner=owner)
+            return RunOutcome(run_id, "stopped", done)
+        t0 = time.perf_counter()
+        L = pipe.logical_window(trace, k, workload=wl, window_ms=window_ms)
+        phys = fr.physical
+        if tacs_on:
+            tr = pipe.tacs_step(telemetry=fr.telemetry, placement=plc, state=phys.replicas, tas=tas, arch=arch, H=H,
+                                pending=L, smoothed=fr.smoothed, now_ns=L.t0_ns, window=k)
+            overlays, smoothed = tr.overlays, tr.smoothed
+            phys = phys.model_copy(update={"replicas": tr.state})
+        else:
+            overlays, smoothed = Overlays(), fr.smoothed
+        P = pipe.physicalize(window=k, logical=L, placement=plc, overlays=overlays, state=phys, arch=arch,
+                             freq_ghz=fr.freq_ghz, window_ms=window_ms, bw_eff_factor=fr.bw_eff_factor)
+        th_state, snap = pipe.thermal_step(arch=arch, window=k, window_ms=window_ms, state=fr.thermal,
+                                           compute=P.compute, memory=P.memory)
+        wm = build_window_metrics(window=k, t0_ns=L.t0_ns, t1_ns=L.t1_ns, snap=snap, timing=P.timing, arch=arch)
+        files.append_window(logical=L, reroute=overlays.reroute, migrate=overlays.migrate, compute=P.compute,
+                            memory=P.memory)
+        new = Frontier(thermal=th_state, physical=P.state, smoothed=smoothed,
+                       telemetry=next_telemetry(snap, P.timing, L.t1_ns),
+                       freq_ghz=list(snap.freq_ghz) or fr.freq_ghz, bw_eff_factor=snap.refresh.bw_eff_factor,
+                       files=files.sizes())
+        ok = repo.commit_window(sessions=sessions, run_id=run_id, owner=owner, window=k,
+                                snapshot=snap.model_dump(mode="json"), metrics=wm.model_dump(mode="json"),
+                                frontier=new.to_json(), lease_s=lease_s, compute_s=time.perf_counter() - t0)
+        if not ok:
+            with sessions() as s:
+                run = repo.get_run(session=s, run_id=run_id)
+                cancelled = run is not None and run.status == RunStatus.cancelled
+            rlog.info(f"window {k}: {'cancelled' if cancelled else 'lease lost'}, stopping")
+            return RunOutcome(run_id, "cancelled" if cancelled else "lost_lease", done)
+        files.write_replica_state(P.state.replicas)
+        fr = new
+        done += 1
+        if k % 25 == 0 or k == n - 1:
+            rlog.info(f"window {k + 1} of {n}: T_peak_logic {wm.T_peak_logic:.2f} C, "
+                      f"T_peak_dram {wm.T_peak_dram:.2f} C, tokens {wm.tokens_completed}")
+        if on_window is not None and on_window(run_id, k, n) is False:
+            return RunOutcome(run_id, "stopped", done)
+
+    # reduce over the committed windows, read back from the database (identical whichever worker ran them)
+    with sessions() as s:
+        wins = repo.window_metrics(session=s, run_id=run_id)
+    red = pipe.reduce(scenario=scenario, workload=wl.label, thot_c=tas.tacs.thresholds.Thot,
+                      bw_raw_gbps=arch.mesh.n_cores * arch.dram.vault_bw_gbps, windows=wins)
+    out_csv = result_csv_path(out_dir, scenario, wl.label)
+    out_csv.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_csv.with_suffix(".csv.tmp")
+    tmp.write_text(red.csv, encoding="utf-8")
+    os.replace(tmp, out_csv)
+    rlog.info(f"wrote {out_csv} ({len(wins)} windows, {time.perf_counter() - t_start:.2f} s this attempt)")
+    if not repo.finish_run(sessions=sessions, run_id=run_id, owner=owner, status=RunStatus.succeeded,
+                           result_row=red.row):
+        return RunOutcome(run_id, "lost_lease", done)
+    return RunOutcome(run_id, "succeeded", done)

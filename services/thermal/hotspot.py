@@ -1,0 +1,380 @@
+"""HotSpot interop ("file mode", seed §4.5/§11): run HotSpot's own inputs through our network and write HotSpot's
+outputs, so ``hotspot ...`` becomes ``tasmoe hotspot ...`` with the same arguments.
+
+Supported: the grid model (``-model_type grid``) with a layer configuration file (``-grid_layer_file``) or the
+default 2-layer chip (``-f`` floorplan + ``t_chip``/``t_interface``), ``-detailed_3D on|off``, ``-init_file`` /
+``-init_temp``, ``-steady_file``, ``-grid_steady_file``, ``-o`` (transient trace), ``-grid_rows/-grid_cols``,
+``-grid_map_mode avg|min|max|center`` and every package option. Steady results use the power averaged over the
+trace (as HotSpot does); the transient takes one constant-power interval of ``sampling_intvl`` per trace line.
+Anything else (block model, secondary path, leakage, package model, DTM clipping, materials files, microchannels,
+``-d``, ``-grid_transient_file``) is refused with an error naming the option.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from services.thermal import solvers
+from services.thermal.hotspot_io import (
+    BlockMap,
+    Floorplan,
+    block_map,
+    format_block_steady,
+    format_grid_steady,
+    format_ttrace,
+    parse_config_pairs,
+    parse_lcf,
+    parse_ptrace,
+    parse_temp_file,
+    read_flp,
+)
+from services.thermal.network import N_RING, LayerSpec, NetworkSpec, PackageSpec, RCNetwork, build_network
+from shared.errors import BadInput
+
+# HotSpot 7 defaults (temperature.c: default_thermal_config)
+DEFAULTS: dict[str, str] = {
+    "t_chip": "0.15e-3", "k_chip": "100.0", "p_chip": "1.75e6", "thermal_threshold": "355.0",
+    "c_convec": "140.4", "r_convec": "0.1", "s_sink": "0.06", "t_sink": "6.9e-3", "k_sink": "400.0",
+    "p_sink": "3.55e6", "s_spreader": "0.03", "t_spreader": "1e-3", "k_spreader": "400.0", "p_spreader": "3.55e6",
+    "t_interface": "20e-6", "k_interface": "4.0", "p_interface": "4.0e6", "model_secondary": "0",
+    "ambient": "318.15", "init_temp": "333.15", "sampling_intvl": "3.333e-6", "base_proc_freq": "3e9",
+    "dtm_used": "0", "model_type": "block", "leakage_used": "0", "leakage_mode": "0", "package_model_used": "0",
+    "block_omit_lateral": "0", "grid_rows": "64", "grid_cols": "64", "grid_map_mode": "center",
+    "detailed_3D": "off",
+}
+_IGNORED = {  # accepted, no effect on the grid model without the secondary path / DTM / leakage / package model
+    "thermal_threshold", "base_proc_freq", "leakage_mode", "block_omit_lateral", "package_config_file",
+    "r_convec_sec", "c_convec_sec", "n_metal", "t_metal", "t_c4", "s_c4", "n_c4", "s_sub", "t_sub", "s_solder",
+    "t_solder", "s_pcb", "t_pcb",
+}
+_FILES = {"f", "p", "o", "c", "init_file", "steady_file", "grid_layer_file", "grid_steady_file"}
+_ZERO_ONLY = {  # options whose feature is not modelled: only 0 (off) is accepted
+    "model_secondary": "the secondary heat path", "leakage_used": "temperature-dependent leakage",
+    "package_model_used": "the natural/forced convection package model", "dtm_used": "DTM clipping",
+    "use_microchannels": "microchannels",
+}
+KNOWN = set(DEFAULTS) | _IGNORED | _FILES | set(_ZERO_ONLY)
+TRANSIENT_MAX_SUBSTEP_S = 1e-4  # TR-BDF2 sub-step for -o: 0.007 K from the exact network solution (README)
+
+
+@dataclass
+class HotspotOptions:
+    values: dict[str, str]
+
+    def number(self, name: str) -> float:
+        raw = self.values.get(name, DEFAULTS.get(name, ""))
+        try:
+            v = float(raw)
+        except ValueError:
+            raise BadInput(f"option -{name}: expected a number, got {raw!r}", field=name) from None
+        if not math.isfinite(v):
+            raise BadInput(f"option -{name}: expected a finite number, got {raw!r}", field=name)
+        return v
+
+    def integer(self, name: str) -> int:
+        v = self.number(name)
+        if v != int(v):
+            raise BadInput(f"option -{name}: expected an integer, got {self.values.get(name)!r}", field=name)
+        return int(v)
+
+    def text(self, name: str) -> str | None:
+        return self.values.get(name, DEFAULTS.get(name))
+
+    def path(self, name: str) -> Path | None:
+        v = self.values.get(name)
+        return Path(v) if v else None
+
+
+def parse_options(args: Sequence[str]) -> HotspotOptions:
+    """HotSpot's command line: ``-name value`` pairs; command line overrides the ``-c`` config file."""
+    if len(args) % 2:
+        raise BadInput(f"options come in '-name value' pairs; {args[-1]!r} has no value", field=args[-1].lstrip("-"))
+    cmd: list[tuple[str, str]] = []
+    for k in range(0, len(args), 2):
+        name = args[k]
+        if not name.startswith("-"):
+            raise BadInput(f"expected an option '-name', got {name!r}", field=name)
+        cmd.append((name[1:], args[k + 1]))
+    values: dict[str, str] = {}
+    cfg = dict(cmd).get("c")
+    if cfg:
+        try:
+            text = Path(cfg).read_text()
+        except OSError as exc:
+            raise BadInput(f"cannot read config file {cfg}: {exc.strerror}", field="c") from None
+        for name, val in parse_config_pairs(text, cfg):
+            values[name] = val
+    values.update(cmd)  # command line has priority
+    for name, val in values.items():
+        if name not in KNOWN:
+            raise BadInput(f"unsupported option -{name}", field=name)
+        if name in _ZERO_ONLY and val.strip() not in ("0", "0.0"):
+            raise BadInput(f"unsupported option -{name} {val}: {_ZERO_ONLY[name]} is not modelled", field=name)
+    opts = HotspotOptions(values)
+    if (opts.text("model_type") or "").lower() != "grid":
+        raise BadInput(f"unsupported option -model_type {opts.text('model_type')}: only the grid model is "
+                       "supported (-model_type grid)", field="model_type")
+    if (opts.text("detailed_3D") or "off") not in ("on", "off"):
+        raise BadInput("option -detailed_3D: expected 'on' or 'off'", field="detailed_3D")
+    if (opts.text("grid_map_mode") or "").lower() not in ("avg", "min", "max", "center"):
+        raise BadInput("option -grid_map_mode: expected avg, min, max or center", field="grid_map_mode")
+    if "p" not in values:
+        raise BadInput("required option -p <power trace> missing", field="p")
+    if "grid_layer_file" not in values and "f" not in values:
+        raise BadInput("required option -f <floorplan> missing (or give -grid_layer_file)", field="f")
+    return opts
+
+
+def _resolve(name: str, base: Path) -> Path:
+    p = Path(name)
+    if p.is_absolute() or p.exists():
+        return p
+    return base / p
+
+
+@dataclass
+class HotspotCase:
+    """A HotSpot input set turned into our network: per layer its floorplan and block maps."""
+
+    net: RCNetwork
+    floorplans: list[Floorplan]  # all layers incl. spreader and sink (which reuse the last chip layer's)
+    maps: list[BlockMap]
+    has_power: list[bool]
+    prefixes: list[str]
+    map_mode: str = "avg"
+    _cell_count: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self._cell_count = self.net.rows * self.net.cols
+
+    @property
+    def power_layers(self) -> list[int]:
+        return [n for n, hp in enumerate(self.has_power) if hp]
+
+    def node_power(self, block_power: dict[int, np.ndarray]) -> np.ndarray:
+        """Node power (W) from per-layer block power vectors (floorplan order)."""
+        P = np.zeros(self.net.n_nodes)
+        nrc = self._cell_count
+        for n, pw in block_power.items():
+            P[n * nrc:(n + 1) * nrc] += self.maps[n].power @ pw
+        return P
+
+    def block_temps(self, T: np.ndarray, layer: int) -> np.ndarray:
+        nrc = self._cell_count
+        cells = T[layer * nrc:(layer + 1) * nrc]
+        bm = self.maps[layer]
+        if self.map_mode == "avg":
+            out: np.ndarray = bm.avg @ cells
+            return out
+        grid = cells.reshape(self.net.rows, self.net.cols)
+        vals = []
+        for i1, i2, j1, j2 in bm.boxes:
+            if self.map_mode == "center":
+                ci1, cj1 = (i1 + i2) // 2, (j1 + j2) // 2
+                ci2, cj2 = ci1 - (1 - (i2 - i1) % 2), cj1 - (1 - (j2 - j1) % 2)
+                vals.append((grid[ci1, cj1] + grid[ci2, cj1] + grid[ci1, cj2] + grid[ci2, cj2]) / 4)
+            else:
+                box = grid[i1:i2, j1:j2]
+                vals.append(box.min() if self.map_mode == "min" else box.max())
+        return np.array(vals)
+
+    def init_field(self, temps: dict[str, float], source: str) -> np.ndarray:
+        """HotSpot ``read_temp_grid`` + ``xlate_vector_b2g``: every block of every layer and ``inode_0..11``."""
+        T = np.zeros(self.net.n_nodes)
+        nrc = self._cell_count
+        for n, (pre, flp) in enumerate(zip(self.prefixes, self.floorplans, strict=True)):
+            vals = np.empty(flp.n_units)
+            for u, name in enumerate(flp.names):
+                key = pre + name
+                if key not in temps:
+                    raise BadInput(f"{source}: no temperature for {key}", field=key)
+                vals[u] = temps[key]
+            occ = self.maps[n].occ
+            cover = np.asarray(occ.sum(axis=1)).ravel()
+            cell = occ @ vals
+            T[n * nrc:(n + 1) * nrc] = np.where(cover > 0, cell / np.where(cover > 0, cover, 1), self.net.ambient)
+        for i in range(N_RING):
+            key = f"inode_{i}"
+            if key not in temps:
+                raise BadInput(f"{source}: no temperature for {key}", field=key)
+            T[self.net.n_cells + i] = temps[key]
+        return T
+
+    def block_steady_text(self, T: np.ndarray) -> str:
+        temps = [self.block_temps(T, n) for n in range(self.net.n_layers)]
+        return format_block_steady(self.prefixes, self.floorplans, temps, T[self.net.n_cells:])
+
+    def grid_steady_text(self, T: np.ndarray) -> str:
+        return format_grid_steady(T[:self.net.n_cells].reshape(self.net.n_layers, self.net.rows, self.net.cols))
+
+
+def load_case(opts: HotspotOptions) -> HotspotCase:
+    rows, cols = opts.integer("grid_rows"), opts.integer("grid_cols")
+    if rows < 2 or cols < 2:
+        raise BadInput("grid rows and columns must be >= 2", field="grid_rows")
+    layers: list[LayerSpec] = []
+    flps: list[Floorplan] = []
+    prefixes: list[str] = []
+    lcf_path = opts.path("grid_layer_file")
+    if lcf_path is not None:
+        try:
+            text = lcf_path.read_text()
+        except OSError as exc:
+            raise BadInput(f"cannot read layer file {lcf_path}: {exc.strerror}", field="grid_layer_file") from None
+        for lay in parse_lcf(text, str(lcf_path)):
+            flp = read_flp(_resolve(lay.flp_file, lcf_path.parent))
+            layers.append(LayerSpec(f"layer_{lay.no}", 1.0 / lay.resistivity, lay.rho_c, lay.thickness,
+                                    lay.lateral, lay.power))
+            flps.append(flp)
+            prefixes.append(f"layer_{lay.no}_")
+    else:
+        f = opts.path("f")
+        assert f is not None
+        flp = read_flp(f)
+        for name, t, k, p, power, pre in (("silicon", "t_chip", "k_chip", "p_chip", True, ""),
+                                          ("interface", "t_interface", "k_interface", "p_interface", False,
+                                           "iface_")):
+            if opts.number(t) <= 0:
+                raise BadInput(f"layer {name}: thickness -{t} must be > 0", field=t)
+            layers.append(LayerSpec(name, opts.number(k), opts.number(p), opts.number(t), True, power))
+            flps.append(flp)
+            prefixes.append(pre)
+    width, height = flps[0].total_width(), flps[0].total_height()
+    maps = [block_map(flp, width, height, rows, cols, layer=lay.name) for flp, lay in zip(flps, layers, strict=True)]
+    for n, flp in enumerate(flps[1:], start=1):
+        if abs(flp.total_width() - width) > 1e-6 * width or abs(flp.total_height() - height) > 1e-6 * height:
+            raise BadInput(f"{flp.source}: layer {n} is {flp.total_width() * 1e3:g} mm x "
+                           f"{flp.total_height() * 1e3:g} mm but layer 0 is {width * 1e3:g} mm x "
+                           f"{height * 1e3:g} mm", field=f"layer {n}")
+    pkg = PackageSpec(
+        s_spreader=opts.number("s_spreader"), t_spreader=opts.number("t_spreader"),
+        k_spreader=opts.number("k_spreader"),
+        p_spreader=opts.number("p_spreader"), s_sink=opts.number("s_sink"), t_sink=opts.number("t_sink"),
+        k_sink=opts.number("k_sink"), p_sink=opts.number("p_sink"), r_convec=opts.number("r_convec"),
+        c_convec=opts.number("c_convec"))
+    for name in ("s_spreader", "t_spreader", "k_spreader", "p_spreader", "s_sink", "t_sink", "k_sink", "p_sink",
+                 "r_convec"):
+        if opts.number(name) <= 0:
+            raise BadInput(f"option -{name} must be > 0", field=name)
+    if width > pkg.s_spreader or height > pkg.s_spreader:
+        raise BadInput(f"die {width * 1e3:g} mm x {height * 1e3:g} mm does not fit on the "
+                       f"{pkg.s_spreader * 1e3:g} mm spreader", field="s_spreader")
+    spec = NetworkSpec(tuple(layers), pkg, width, height, rows, cols, opts.number("ambient"), "hotspot",
+                       opts.text("detailed_3D") == "on")
+    net = build_network(spec)
+    all_flps = [*flps, flps[-1], flps[-1]]
+    all_maps = [*maps, maps[-1], maps[-1]]
+    return HotspotCase(net, all_flps, all_maps, [x.has_power for x in layers] + [False, False],
+                       [*prefixes, "hsp_", "hsink_"], (opts.text("grid_map_mode") or "avg").lower())
+
+
+@dataclass
+class HotspotResult:
+    steady: np.ndarray  # node temperatures, K
+    trace_names: tuple[str, ...]
+    transient: np.ndarray | None  # (steps, blocks) K, ptrace column order
+    case: HotspotCase
+
+
+SolverFactory = Callable[[RCNetwork], solvers.Solver]
+
+
+def _trace_layout(case: HotspotCase, names: tuple[str, ...], source: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(layer, column indices in the trace, block indices in the floorplan) per power layer, HotSpot's rule: the
+    trace's names are taken layer by layer in layer order."""
+    layout = []
+    count = 0
+    total = sum(case.floorplans[n].n_units for n in case.power_layers)
+    if len(names) != total:
+        raise BadInput(f"{source}: {len(names)} blocks in the trace but {total} in the power layers' floorplans",
+                       field=source)
+    for n in case.power_layers:
+        flp = case.floorplans[n]
+        cols = np.arange(count, count + flp.n_units)
+        idx = np.array([flp.index(names[c]) for c in cols])
+        layout.append((n, cols, idx))
+        count += flp.n_units
+    return layout
+
+
+def run(opts: HotspotOptions, make_solver: SolverFactory | None = None) -> HotspotResult:
+    """Solve one HotSpot input set: steady (average power) and, with ``-o``, the transient trace."""
+    case = load_case(opts)
+    p_path = opts.path("p")
+    assert p_path is not None
+    try:
+        ptext = p_path.read_text()
+    except OSError as exc:
+        raise BadInput(f"cannot read power trace {p_path}: {exc.strerror}", field="p") from None
+    trace = parse_ptrace(ptext, str(p_path))
+    layout = _trace_layout(case, trace.names, str(p_path))
+
+    def node_power(row: np.ndarray) -> np.ndarray:
+        per_layer = {}
+        for n, cols, idx in layout:
+            pw = np.zeros(case.floorplans[n].n_units)
+            pw[idx] = row[cols]
+            per_layer[n] = pw
+        return case.node_power(per_layer)
+
+    solver = (make_solver or default_solver)(case.net)
+    T_steady = solvers.steady(solver, node_power(trace.values.mean(axis=0)))
+    transient = None
+    if opts.path("o") is not None:
+        init_file = opts.path("init_file")
+        if init_file is not None:
+            try:
+                temps = parse_temp_file(init_file.read_text(), str(init_file))
+            except OSError as exc:
+                raise BadInput(f"cannot read init file {init_file}: {exc.strerror}", field="init_file") from None
+            T = case.init_field(temps, str(init_file))
+        else:
+            T = np.full(case.net.n_nodes, opts.number("init_temp"))
+        dt = opts.number("sampling_intvl")
+        if dt <= 0:
+            raise BadInput("option -sampling_intvl must be > 0", field="sampling_intvl")
+        n_sub = max(1, math.ceil(dt / TRANSIENT_MAX_SUBSTEP_S - 1e-9))
+        rows = []
+        for row in trace.values:
+            T = solvers.step(solver, T, node_power(row), dt, n_sub)
+            out = np.empty(len(trace.names))
+            for n, cols, idx in layout:
+                out[cols] = case.block_temps(T, n)[idx]
+            rows.append(out)
+        transient = np.vstack(rows)
+    return HotspotResult(T_steady, trace.names, transient, case)
+
+
+def default_solver(net: RCNetwork) -> solvers.Solver:
+    from services.thermal.spectral import make_solver
+
+    return make_solver(net)
+
+
+def write_outputs(opts: HotspotOptions, res: HotspotResult) -> list[Path]:
+    written = []
+    steady_file = opts.path("steady_file")
+    if steady_file is not None:
+        steady_file.write_text(res.case.block_steady_text(res.steady))
+        written.append(steady_file)
+    grid_file = opts.path("grid_steady_file")
+    if grid_file is not None:
+        grid_file.write_text(res.case.grid_steady_text(res.steady))
+        written.append(grid_file)
+    out = opts.path("o")
+    if out is not None and res.transient is not None:
+        out.write_text(format_ttrace(res.trace_names, res.transient))
+        written.append(out)
+    return written
+
+
+def main(args: Sequence[str], make_solver: SolverFactory | None = None) -> HotspotResult:
+    opts = parse_options(args)
+    res = run(opts, make_solver)
+    write_outputs(opts, res)
+    return res

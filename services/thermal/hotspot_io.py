@@ -1,0 +1,346 @@
+"""HotSpot file formats: floorplans (.flp), layer configuration (.lcf), power traces (.ptrace), config files and
+temperature files (``-init_file`` / ``-steady_file``), plus the writers of HotSpot's outputs.
+
+Formats as HotSpot 7 reads and writes them (``flp.c: read_flp``, ``temperature_grid.c: parse_layer_file,
+read_temp_grid, dump_temp_grid, dump_steady_temp_grid``, ``hotspot.c: read_names / read_vals / write_vals``).
+Every parse error is a ``BadInput`` naming the file, line, block or layer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from shared.errors import BadInput
+
+DELTA = 1.0e-6  # HotSpot util.h: tolerance of eq()
+
+
+@dataclass(frozen=True)
+class Floorplan:
+    """Blocks of one layer: name, width, height, left x, bottom y (m)."""
+
+    names: tuple[str, ...]
+    width: np.ndarray
+    height: np.ndarray
+    leftx: np.ndarray
+    bottomy: np.ndarray
+    source: str = ""
+
+    @property
+    def n_units(self) -> int:
+        return len(self.names)
+
+    def total_width(self) -> float:
+        return float(np.max(self.leftx + self.width) - np.min(self.leftx))
+
+    def total_height(self) -> float:
+        return float(np.max(self.bottomy + self.height) - np.min(self.bottomy))
+
+    def index(self, name: str) -> int:
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise BadInput(f"{self.source}: unit {name!r} not found in the floorplan", field=name) from None
+
+
+def _data_lines(text: str) -> list[tuple[int, list[str]]]:
+    out = []
+    for no, line in enumerate(text.splitlines(), start=1):
+        tok = line.split()
+        if not tok or tok[0].startswith("#"):
+            continue
+        out.append((no, tok))
+    return out
+
+
+def parse_flp(text: str, source: str = "<flp>") -> Floorplan:
+    names: list[str] = []
+    vals: list[list[float]] = []
+    for no, tok in _data_lines(text):
+        if len(tok) < 5:
+            raise BadInput(f"{source}:{no}: expected <name> <width> <height> <left-x> <bottom-y>", field=source)
+        try:
+            v = [float(x) for x in tok[1:5]]
+        except ValueError:
+            raise BadInput(f"{source}:{no}: block {tok[0]}: non-numeric dimension", field=tok[0]) from None
+        if not all(math.isfinite(x) for x in v):
+            raise BadInput(f"{source}:{no}: block {tok[0]}: non-finite dimension", field=tok[0])
+        if v[0] <= 0 or v[1] <= 0:
+            raise BadInput(f"{source}:{no}: block {tok[0]}: width and height must be > 0", field=tok[0])
+        if tok[0] in names:
+            raise BadInput(f"{source}:{no}: block {tok[0]} defined twice", field=tok[0])
+        names.append(tok[0])
+        vals.append(v)
+    if not names:
+        raise BadInput(f"{source}: no blocks in floorplan", field=source)
+    a = np.array(vals)
+    flp = Floorplan(tuple(names), a[:, 0], a[:, 1], a[:, 2], a[:, 3], source)
+    check_overlaps(flp)
+    return flp
+
+
+def check_overlaps(flp: Floorplan) -> None:
+    """Two blocks of one layer may touch but not overlap (HotSpot warns "overlap of functional blocks?")."""
+    x0, x1 = flp.leftx, flp.leftx + flp.width
+    y0, y1 = flp.bottomy, flp.bottomy + flp.height
+    ow = np.minimum(x1[:, None], x1[None, :]) - np.maximum(x0[:, None], x0[None, :])
+    oh = np.minimum(y1[:, None], y1[None, :]) - np.maximum(y0[:, None], y0[None, :])
+    area = np.clip(ow, 0, None) * np.clip(oh, 0, None)
+    np.fill_diagonal(area, 0.0)
+    small = np.minimum.outer(flp.width * flp.height, flp.width * flp.height)
+    bad = np.argwhere(np.triu(area > DELTA * small))
+    if bad.size:
+        a, b = bad[0]
+        raise BadInput(f"{flp.source}: blocks {flp.names[a]} and {flp.names[b]} overlap", field=flp.names[a])
+
+
+def read_flp(path: Path) -> Floorplan:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise BadInput(f"cannot read floorplan {path}: {exc.strerror}", field=str(path)) from None
+    return parse_flp(text, str(path))
+
+
+@dataclass(frozen=True)
+class LcfLayer:
+    no: int
+    lateral: bool
+    power: bool
+    rho_c: float  # J/(m^3 K)
+    resistivity: float  # (m K)/W
+    thickness: float  # m
+    flp_file: str
+
+
+def parse_lcf(text: str, source: str = "<lcf>") -> list[LcfLayer]:
+    """Layers in groups of 7 fields (HotSpot ``parse_layer_file``), sorted by layer number."""
+    lines = _data_lines(text)
+    if len(lines) % 7:
+        raise BadInput(f"{source}: {len(lines)} fields, expected 7 per layer", field=source)
+    layers: list[LcfLayer] = []
+    for g in range(0, len(lines), 7):
+        grp = lines[g:g + 7]
+        no_line = grp[0][0]
+        tok = [t[1][0] for t in grp]
+        where = f"{source}:{no_line}"
+        try:
+            no = int(tok[0])
+        except ValueError:
+            raise BadInput(f"{where}: invalid layer number {tok[0]!r}", field="layer") from None
+        flags = []
+        for k in (1, 2):
+            c = tok[k][:1].upper()
+            if c not in ("Y", "N"):
+                raise BadInput(f"{where}: layer {no}: expected Y or N, got {tok[k]!r}", field=f"layer {no}")
+            flags.append(c == "Y")
+        try:
+            rho_c, res, thick = float(tok[3]), float(tok[4]), float(tok[5])
+        except ValueError:
+            raise BadInput(f"{where}: layer {no}: material names are not supported; give heat capacity, "
+                           "resistivity and thickness as numbers", field=f"layer {no}") from None
+        for label, v in (("heat capacity", rho_c), ("resistivity", res), ("thickness", thick)):
+            if not (math.isfinite(v) and v > 0):
+                raise BadInput(f"{where}: layer {no}: {label} must be > 0 (got {v:g})", field=f"layer {no}")
+        layers.append(LcfLayer(no, flags[0], flags[1], rho_c, res, thick, tok[6]))
+    nos = sorted(x.no for x in layers)
+    if nos != list(range(len(layers))):
+        raise BadInput(f"{source}: layer numbers must be unique and run from 0 to {len(layers) - 1}, got {nos}",
+                       field="layer")
+    if not layers:
+        raise BadInput(f"{source}: no layers", field=source)
+    return sorted(layers, key=lambda x: x.no)
+
+
+def parse_config_pairs(text: str, source: str = "<config>") -> list[tuple[str, str]]:
+    """``-name value`` lines (HotSpot ``read_str_pairs``); comments start with ``#``."""
+    out = []
+    for no, tok in _data_lines(text):
+        if len(tok) < 2:
+            raise BadInput(f"{source}:{no}: expected '-name value'", field=tok[0])
+        out.append((tok[0].lstrip("-"), tok[1]))
+    return out
+
+
+@dataclass(frozen=True)
+class PowerTrace:
+    names: tuple[str, ...]
+    values: np.ndarray  # (steps, blocks) W
+
+
+def parse_ptrace(text: str, source: str = "<ptrace>") -> PowerTrace:
+    lines = _data_lines(text)
+    if not lines:
+        raise BadInput(f"{source}: empty power trace", field=source)
+    names = tuple(lines[0][1])
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise BadInput(f"{source}: block {dup} appears twice in the header", field=dup)
+    rows = []
+    for no, tok in lines[1:]:
+        if len(tok) != len(names):
+            raise BadInput(f"{source}:{no}: {len(tok)} values for {len(names)} blocks", field=f"line {no}")
+        try:
+            v = [float(x) for x in tok]
+        except ValueError:
+            raise BadInput(f"{source}:{no}: non-numeric power value", field=f"line {no}") from None
+        arr = np.array(v)
+        bad = np.flatnonzero(~np.isfinite(arr))
+        if bad.size:
+            raise BadInput(f"{source}:{no}: block {names[bad[0]]}: power is {tok[bad[0]]} (not a number)",
+                           field=names[bad[0]])
+        neg = np.flatnonzero(arr < 0)
+        if neg.size:
+            raise BadInput(f"{source}:{no}: block {names[neg[0]]}: negative power {arr[neg[0]]:g} W",
+                           field=names[neg[0]])
+        rows.append(arr)
+    if not rows:
+        raise BadInput(f"{source}: no power numbers in trace file", field=source)
+    return PowerTrace(names, np.vstack(rows))
+
+
+def parse_temp_file(text: str, source: str = "<temperatures>") -> dict[str, float]:
+    """``<name>\\t<K>`` lines (a block steady file or an init file)."""
+    out: dict[str, float] = {}
+    for no, tok in _data_lines(text):
+        if len(tok) < 2:
+            raise BadInput(f"{source}:{no}: expected '<name> <temperature>'", field=f"line {no}")
+        try:
+            v = float(tok[1])
+        except ValueError:
+            raise BadInput(f"{source}:{no}: {tok[0]}: non-numeric temperature", field=tok[0]) from None
+        if not (math.isfinite(v) and v > 0):
+            raise BadInput(f"{source}:{no}: {tok[0]}: temperature must be a positive number of kelvin",
+                           field=tok[0])
+        out[tok[0]] = v
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# block <-> grid maps (temperature_grid.c: set_bgmap, xlate_vector_b2g, xlate_temp_g2b)
+
+def _tolerant_ceil(v: np.ndarray) -> np.ndarray:
+    near = np.floor(v + 0.5)
+    return np.where(np.abs(v - near) < DELTA, near, np.ceil(v)).astype(int)
+
+
+def _tolerant_floor(v: np.ndarray) -> np.ndarray:
+    near = np.floor(v + 0.5)
+    return np.where(np.abs(v - near) < DELTA, near, np.floor(v)).astype(int)
+
+
+@dataclass(frozen=True)
+class BlockMap:
+    """Block <-> cell maps of one layer on a ``rows × cols`` grid over ``width × height``.
+
+    ``occ`` (cells × blocks): fraction of each cell covered by each block. ``power`` (cells × blocks): W per cell
+    per W of block power (area share). ``avg`` (blocks × cells): block temperature = mean of the cells its
+    bounding grid box touches (HotSpot's ``grid_map_mode avg``). ``boxes`` (blocks × 4): i1, i2, j1, j2.
+    """
+
+    occ: sp.csr_matrix
+    power: sp.csr_matrix
+    avg: sp.csr_matrix
+    boxes: np.ndarray
+
+
+def block_map(flp: Floorplan, width: float, height: float, rows: int, cols: int, layer: str = "") -> BlockMap:
+    cw, ch = width / cols, height / rows
+    lu, bu = flp.leftx, flp.bottomy
+    ru, tu = lu + flp.width, bu + flp.height
+    tol = DELTA * max(width, height)
+    outside = np.flatnonzero((lu < -tol) | (bu < -tol) | (ru > width + tol) | (tu > height + tol))
+    if outside.size:
+        u = outside[0]
+        raise BadInput(f"{flp.source}: layer {layer}: block {flp.names[u]} lies outside the die "
+                       f"({width * 1e3:g} mm x {height * 1e3:g} mm)", field=flp.names[u])
+    i1 = rows - _tolerant_ceil(tu / ch)
+    i2 = rows - _tolerant_floor(bu / ch)
+    j1 = _tolerant_floor(lu / cw)
+    j2 = _tolerant_ceil(ru / cw)
+    i1, j1 = np.maximum(i1, 0), np.maximum(j1, 0)
+    i2, j2 = np.minimum(i2, rows), np.minimum(j2, cols)
+    o_rows: list[np.ndarray] = []
+    o_cols: list[np.ndarray] = []
+    o_vals: list[np.ndarray] = []
+    a_vals: list[np.ndarray] = []
+    for u in range(flp.n_units):
+        gi, gj = np.meshgrid(np.arange(i1[u], i2[u]), np.arange(j1[u], j2[u]), indexing="ij")
+        ii, jj = gi.ravel(), gj.ravel()
+        if ii.size == 0:
+            raise BadInput(f"{flp.source}: block {flp.names[u]} covers no grid cell", field=flp.names[u])
+        lc, rc = jj * cw, (jj + 1) * cw
+        tc, bc = height - ii * ch, height - (ii + 1) * ch
+        oh = np.minimum(tu[u], tc) - np.maximum(bu[u], bc)
+        ow = np.minimum(ru[u], rc) - np.maximum(lu[u], lc)
+        oh = np.where(np.abs(oh / ch) < DELTA, 0.0, np.where(np.abs(oh / ch - 1) < DELTA, ch, oh))
+        ow = np.where(np.abs(ow / cw) < DELTA, 0.0, np.where(np.abs(ow / cw - 1) < DELTA, cw, ow))
+        occ = np.clip(oh, 0, None) * np.clip(ow, 0, None) / (ch * cw)
+        cells = ii * cols + jj
+        o_rows.append(cells)
+        o_cols.append(np.full(cells.shape, u))
+        o_vals.append(occ)
+        a_vals.append(np.full(cells.shape, 1.0 / cells.size))
+    R = np.concatenate(o_rows)
+    U = np.concatenate(o_cols)
+    occ_m = sp.csr_matrix((np.concatenate(o_vals), (R, U)), shape=(rows * cols, flp.n_units))
+    block_area = flp.width * flp.height
+    pw = sp.csr_matrix(occ_m.multiply((cw * ch) / block_area[None, :]))
+    avg = sp.csr_matrix((np.concatenate(a_vals), (U, R)), shape=(flp.n_units, rows * cols))
+    return BlockMap(occ_m, pw, avg, np.stack([i1, i2, j1, j2], axis=1))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# writers
+
+def format_block_steady(layer_prefixes: Sequence[str], floorplans: Sequence[Floorplan],
+                        block_temps: Sequence[np.ndarray], ring: np.ndarray) -> str:
+    """``dump_temp_grid``: ``<prefix><block>\\t%.2f`` per layer and block, then ``inode_<i>``."""
+    out: list[str] = []
+    for pre, flp, temps in zip(layer_prefixes, floorplans, block_temps, strict=True):
+        out.extend(f"{pre}{n}\t{t:.2f}" for n, t in zip(flp.names, temps, strict=True))
+    out.extend(f"inode_{i}\t{t:.2f}" for i, t in enumerate(ring))
+    return "\n".join(out) + "\n"
+
+
+def format_grid_steady(cells: np.ndarray) -> str:
+    """``dump_steady_temp_grid``: ``Layer n:`` then ``<i·cols+j>\\t%.2f`` for every cell of every layer."""
+    L = cells.shape[0]
+    flat = cells.reshape(L, -1)
+    out = []
+    idx = np.arange(flat.shape[1])
+    for n in range(L):
+        out.append(f"Layer {n}:")
+        out.extend(f"{i}\t{t:.2f}" for i, t in zip(idx, flat[n], strict=True))
+    return "\n".join(out) + "\n"
+
+
+def format_ttrace(names: Sequence[str], rows: np.ndarray) -> str:
+    """Header of block names, then one line of block temperatures (K, %.2f) per step."""
+    out = ["\t".join(names)]
+    out.extend("\t".join(f"{v:.2f}" for v in row) for row in rows)
+    return "\n".join(out) + "\n"
+
+
+def parse_ttrace(text: str, source: str = "<ttrace>") -> tuple[tuple[str, ...], np.ndarray]:
+    lines = _data_lines(text)
+    names = tuple(lines[0][1])
+    vals = np.array([[float(x) for x in tok] for _, tok in lines[1:]])
+    return names, vals
+
+
+def parse_grid_steady(text: str) -> np.ndarray:
+    """(layers, cells) from a grid steady file."""
+    layers: list[list[float]] = []
+    for line in text.splitlines():
+        if line.startswith("Layer"):
+            layers.append([])
+        elif line.strip():
+            layers[-1].append(float(line.split()[1]))
+    return np.array(layers)

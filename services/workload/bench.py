@@ -1,0 +1,95 @@
+"""Workload benchmarks (``make bench``): trace generation time, one window over HTTP (ASGI), streaming memory."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+from services.workload.app import create_app
+from services.workload.traces import generate_logical_traces, iter_windows
+from shared.bench import BenchRow, fmt_s, time_call
+from shared.client import async_asgi_client
+from shared.configs import WorkloadConfig, load_workload
+from shared.settings import Settings
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+MIXTRAL = CONFIGS / "workload_mixtral_8x7b.yaml"
+
+
+def _with_steps(cfg: WorkloadConfig, steps: int) -> WorkloadConfig:
+    return cfg.model_copy(update={"sequence": cfg.sequence.model_copy(update={"steps": steps})})
+
+
+def _generate(cfg: WorkloadConfig) -> float:
+    with tempfile.TemporaryDirectory() as d:
+        med, _ = time_call(lambda: generate_logical_traces(cfg, d), repeat=3, warmup=1)
+    return med
+
+
+def _stream_peak(cfg: WorkloadConfig) -> int:
+    """Peak bytes traced while walking every window of the streaming form (each window dropped after use)."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        for w in iter_windows(cfg, 3.0):
+            del w
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak
+
+
+async def _http_window(cfg: WorkloadConfig, n: int) -> tuple[float, float, int]:
+    """(first window incl. routing, median of n later windows, response bytes) over httpx.ASGITransport."""
+    settings = Settings()
+    client = async_asgi_client("workload", create_app(settings), settings)
+    try:
+        r = await client.request("POST", "/v1/traces", json={"workload": cfg.model_dump(mode="json"),
+                                                             "window_ms": 3.0})
+        summary = r.json()
+        tid, n_windows = summary["trace_id"], summary["n_windows"]
+        t0 = time.perf_counter()
+        await client.request("GET", f"/v1/traces/{tid}/windows/0")
+        first = time.perf_counter() - t0
+        samples = []
+        size = 0
+        for i in range(n):
+            k = (i * 37) % n_windows
+            t0 = time.perf_counter()
+            resp = await client.request("GET", f"/v1/traces/{tid}/windows/{k}")
+            samples.append(time.perf_counter() - t0)
+            size = len(resp.content)
+        return first, statistics.median(samples), size
+    finally:
+        await client.aclose()
+
+
+def bench() -> list[BenchRow]:
+    cfg = load_workload(MIXTRAL)
+    rows: list[BenchRow] = []
+    gen = _generate(cfg)
+    rows.append(BenchRow("Mixtral default trace (500 steps) -> CSVs, generate_logical_traces",
+                         f"{fmt_s(gen)} median of 3", "< 2 s", gen < 2.0,
+                         "configs/workload_mixtral_8x7b.yaml, 158k compute + 1.06M memory rows"))
+    med, _ = time_call(lambda: sum(len(w.memory) for w in iter_windows(cfg, 3.0)), repeat=3, warmup=1)
+    rows.append(BenchRow("Mixtral default trace, streaming iter_windows (167 LogicalWindows)",
+                         f"{fmt_s(med)} median of 3"))
+    first, one, size = asyncio.run(_http_window(cfg, 50))
+    rows.append(BenchRow("one window over HTTP (ASGI), GET /v1/traces/{id}/windows/{k}",
+                         f"{fmt_s(one)} median of 50", "< 20 ms", one < 0.020,
+                         f"{size / 1e3:.0f} kB JSON; first window incl. routing {fmt_s(first)}"))
+    p100 = _stream_peak(_with_steps(cfg, 100))
+    p500 = _stream_peak(_with_steps(cfg, 500))
+    rows.append(BenchRow("streaming peak memory (tracemalloc), 100 vs 500 steps",
+                         f"{p100 / 2**20:.1f} MiB vs {p500 / 2**20:.1f} MiB", "no growth with steps",
+                         p500 <= 1.2 * p100, f"ratio {p500 / p100:.2f}"))
+    return rows
+
+
+if __name__ == "__main__":  # pragma: no cover
+    for row in bench():
+        print(row)

@@ -1,0 +1,87 @@
+"""``tasmoe ir`` and ``tasmoe trace``: the workload service's functions from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from services.workload.service import ir_to_dict
+from services.workload.traces import DEFAULT_WINDOW_MS, generate_logical_traces, make_plan, trace_id_of
+from services.workload.zoo import get_model_config, register_model_file
+from shared.configs import load_workload
+from shared.errors import BadInput
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
+    return v
+
+
+def _ir(args: argparse.Namespace) -> int:
+    from services.workload.ir import build_ir
+
+    mc = register_model_file(args.config, args.model) if args.config else get_model_config(args.model)
+    report: dict[str, Any] = ir_to_dict(build_ir(mc, phase=args.phase, batch=args.batch, seq_len=args.seq_len))
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+        return 0
+    print(f"{report['model']} {report['phase']} batch={report['batch']} seq_len={report['seq_len']} "
+          f"({report['attention']})")
+    print(f"  params total  {report['params_total'] / 1e9:10.3f} B")
+    print(f"  params active {report['params_active'] / 1e9:10.3f} B")
+    matmul = report["matmul_flops_per_token"] / 1e9
+    print(f"  FLOPs/token   {report['flops_per_token'] / 1e9:10.3f} G (matmul {matmul:.3f} G)")
+    print(f"  bytes/token   {report['bytes_per_token'] / 1e9:10.3f} GB")
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    cfg = load_workload(args.workload)
+    if args.seed is not None:
+        if args.seed < 0:
+            raise BadInput("--seed must be >= 0", field="routing.seed")
+        cfg = cfg.model_copy(update={"routing": cfg.routing.model_copy(update={"seed": args.seed})})
+    t0 = time.perf_counter()
+    cpath, mpath = generate_logical_traces(cfg, args.out, window_ms=args.window_ms)
+    dt = time.perf_counter() - t0
+    plan = make_plan(cfg)
+    print(cpath)
+    print(mpath)
+    print(f"trace {trace_id_of(cfg, args.window_ms)}: {cfg.model}, {plan.steps} micro-batches x {plan.T} tokens, "
+          f"{len(plan.window_bounds(args.window_ms)) - 1} windows of {args.window_ms} ms, written in {dt:.2f} s")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("ir", help="WorkloadIR of a model: parameters, FLOPs and bytes per token, per-layer rows")
+    p.add_argument("--model", required=True, help="zoo model (mixtral-8x7b, deepseek-v3, llama-3-8b, ...)")
+    p.add_argument("--config", default=None, help="a HuggingFace-style config.json to register as --model")
+    p.add_argument("--phase", choices=["decode", "prefill"], default="decode")
+    p.add_argument("--batch", type=_positive_int, default=1)
+    p.add_argument("--seq-len", type=_positive_int, default=2048, help="context (decode) or prompt (prefill) length")
+    p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.set_defaults(func=_ir)
+
+    p = sub.add_parser("trace", help="write logical_compute.csv and logical_memory.csv for a workload config")
+    p.add_argument("--workload", required=True, help="configs/workload_*.yaml")
+    p.add_argument("--out", default="traces", help="output directory")
+    p.add_argument("--window-ms", type=_positive_float, default=DEFAULT_WINDOW_MS, help="write chunk (window) size")
+    p.add_argument("--seed", type=int, default=None, help="override routing.seed")
+    p.set_defaults(func=_trace)

@@ -1,0 +1,129 @@
+"""MoE routing of a logical trace: which experts each token of each micro-batch uses at each MoE layer.
+
+Model (ARCHITECTURE §5.1):
+- Popularity: at MoE layer ``j`` expert ``perm_j[r]`` has probability ``p_r ∝ (r+1)^(-zipf_s)`` (rank ``r``; ``zipf_s``
+  = 0 is uniform), ``perm_j`` a seeded per-layer permutation of the expert ids.
+- Top-k without replacement by an exponential race (Plackett–Luce, equivalent to the Gumbel top-k trick): each token
+  draws ``x_e = -ln(u_e) / p_e`` for every expert and takes the ``k`` smallest.
+- Group-limited routing (DeepSeek ``n_group`` / ``topk_group``): experts are split into ``n_group`` contiguous groups
+  of ids; a group's score is its best (smallest) ``x_e``; only the ``topk_group`` best groups are eligible.
+- Temporal locality: with probability ``locality`` a token repeats the expert set it used at this layer in the previous
+  micro-batch (token slot ``i`` of micro-batch ``m`` follows slot ``i`` of ``m-1``: the same sequence in decode).
+
+Determinism: ``SeedSequence(routing.seed)`` spawns one child per MoE layer, each spawning a permutation stream and a
+draw stream (``numpy.random.default_rng``). Every micro-batch consumes exactly ``T·(1+E)`` doubles of its layer's draw
+stream (T locality draws, then T·E race draws), so generating micro-batches in chunks of any size gives the same
+routing as generating them all at once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+# Upper bound on the doubles drawn at once (per chunk, all layers): keeps peak memory bounded for big models.
+MAX_DRAWS_PER_CHUNK = 4_000_000
+
+
+def zipf_probabilities(n_experts: int, s: float, perm: IntArray) -> FloatArray:
+    """Probability of each expert id: rank ``r`` has weight ``(r+1)^-s``, expert ``perm[r]`` gets rank ``r``."""
+    w = np.arange(1, n_experts + 1, dtype=np.float64) ** (-s)
+    p = np.empty(n_experts, dtype=np.float64)
+    p[perm] = w / w.sum()
+    return p
+
+
+class RoutingStream:
+    """Sequential generator of expert choices, one micro-batch after the other (state: the previous choices)."""
+
+    def __init__(self, *, seed: int, n_layers: int, n_experts: int, topk: int, tokens: int, zipf_s: float,
+                 locality: float = 0.0, n_group: int | None = None, topk_group: int | None = None) -> None:
+        if n_layers > 0 and topk > n_experts:
+            raise ValueError(f"topk ({topk}) must be <= the number of experts ({n_experts})")
+        self.n_layers, self.E, self.k, self.T = n_layers, n_experts, topk, tokens
+        self.locality = float(locality)
+        self.n_group, self.topk_group = n_group, topk_group
+        root = np.random.SeedSequence(seed)
+        self.perms: list[IntArray] = []
+        self._rngs: list[np.random.Generator] = []
+        inv_p = np.empty((n_layers, n_experts), dtype=np.float64)
+        for j, child in enumerate(root.spawn(n_layers)):
+            perm_ss, draw_ss = child.spawn(2)
+            perm = np.random.default_rng(perm_ss).permutation(n_experts).astype(np.int64)
+            self.perms.append(perm)
+            inv_p[j] = 1.0 / zipf_probabilities(n_experts, zipf_s, perm)
+            self._rngs.append(np.random.default_rng(draw_ss))
+        self._inv_p = inv_p
+        self._prev: IntArray | None = None  # (n_layers, T, k) choices of the previous micro-batch
+        self.position = 0  # micro-batches generated so far
+
+    def probabilities(self) -> FloatArray:
+        """(n_layers, E) popularity of each expert id."""
+        p: FloatArray = 1.0 / self._inv_p
+        out: FloatArray = p / p.sum(axis=1, keepdims=True)
+        return out
+
+    def _chunk_size(self) -> int:
+        per_mb = max(1, self.n_layers * self.T * (1 + self.E))
+        return max(1, MAX_DRAWS_PER_CHUNK // per_mb)
+
+    def take(self, n_mb: int) -> IntArray:
+        """Choices of the next ``n_mb`` micro-batches: int array (n_mb, n_layers, T, k), each row's experts sorted."""
+        out = np.empty((n_mb, self.n_layers, self.T, self.k), dtype=np.int64)
+        step = self._chunk_size()
+        for a in range(0, n_mb, step):
+            b = min(n_mb, a + step)
+            out[a:b] = self._take_chunk(b - a)
+        return out
+
+    def _take_chunk(self, n: int) -> IntArray:
+        L, T, E, k = self.n_layers, self.T, self.E, self.k
+        if L == 0:
+            self.position += n
+            return np.empty((n, 0, T, k), dtype=np.int64)
+        u_loc = np.empty((n, L, T), dtype=np.float64)
+        race = np.empty((n, L, T, E), dtype=np.float64)
+        for j, rng in enumerate(self._rngs):
+            u = rng.random((n, T * (1 + E)))
+            u_loc[:, j] = u[:, :T]
+            race[:, j] = u[:, T:].reshape(n, T, E)
+        with np.errstate(divide="ignore"):
+            np.log(race, out=race)
+        race *= -self._inv_p[None, :, None, :]  # x_e = -ln(u) / p_e (u = 0 -> +inf: never chosen)
+        if self.n_group is not None and self.topk_group is not None and self.topk_group < self.n_group:
+            G = self.n_group
+            grouped = race.reshape(n, L, T, G, E // G)
+            score = grouped.min(axis=-1)  # (n, L, T, G)
+            keep = np.argpartition(score, self.topk_group - 1, axis=-1)[..., : self.topk_group]
+            mask = np.ones(score.shape, dtype=bool)
+            np.put_along_axis(mask, keep, False, axis=-1)
+            grouped[mask] = np.inf
+        if k < E:
+            picks = np.argpartition(race, k - 1, axis=-1)[..., :k]
+        else:
+            picks = np.broadcast_to(np.arange(E), (*race.shape[:-1], E)).copy()
+        picks.sort(axis=-1)
+        picks = picks.astype(np.int64, copy=False)
+        if self.locality > 0.0:
+            repeat = u_loc < self.locality
+            prev = self._prev
+            for m in range(n):
+                if prev is not None:
+                    picks[m] = np.where(repeat[m][..., None], prev, picks[m])
+                prev = picks[m]
+        self._prev = picks[-1].copy()
+        self.position += n
+        return picks
+
+
+def expert_counts(picks: IntArray, n_experts: int) -> IntArray:
+    """Tokens per expert: (n_mb, n_layers, T, k) choices -> (n_mb, n_layers, E) counts."""
+    n, L = picks.shape[:2]
+    if L == 0:
+        return np.zeros((n, 0, n_experts), dtype=np.int64)
+    base = (np.arange(n * L, dtype=np.int64) * n_experts).reshape(n, L, 1, 1)
+    flat = np.bincount((picks + base).ravel(), minlength=n * L * n_experts)
+    return flat.reshape(n, L, n_experts)

@@ -1,0 +1,212 @@
+"""The workload service's plain functions (what the endpoints call) and its trace LRU.
+
+Stateless: a trace is identified by the content hash of its workload config and window size; the LRU keeps the config
+and, once computed, the routing counts (steps x MoE layers x experts) and the event-id offsets, all rebuildable from
+the config. A trace id that fell out of the LRU answers 404 ``unknown_trace``: the caller re-POSTs the config.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from services.workload.ir import ModelConfig, TransformerModel, build_ir
+from services.workload.ir.model_config import from_hf_config
+from services.workload.routing import IntArray
+from services.workload.traces import (
+    FC,
+    TracePlan,
+    expert_load_from_counts,
+    make_plan,
+    route_counts,
+    trace_id_of,
+)
+from services.workload.zoo import get_model_config, known_models
+from shared.configs import WorkloadConfig
+from shared.contracts.workload import ExpertLoad, LogicalWindow, TraceSummary
+from shared.errors import NotFound, TasmoeError
+
+Phase = Literal["prefill", "decode"]
+
+
+# --- models and IR ------------------------------------------------------------------------------------------------
+def model_summary(mc: ModelConfig) -> dict[str, Any]:
+    ir = build_ir(mc, phase="decode", batch=1, seq_len=1)
+    moe = mc.moe
+    return {
+        "name": mc.name, "family": mc.family, "attention": mc.attention_kind,
+        "num_layers": mc.num_hidden_layers, "hidden_size": mc.hidden_size,
+        "num_routed_experts": moe.num_routed_experts if moe else 0,
+        "num_activated_experts": moe.num_activated_experts if moe else 0,
+        "num_shared_experts": moe.num_shared_experts if moe else 0,
+        "moe_layers": mc.moe_layers, "params_total": ir.params_total, "params_active": ir.params_active,
+    }
+
+
+def list_models() -> list[dict[str, Any]]:
+    return [model_summary(get_model_config(n)) for n in known_models()]
+
+
+def describe_model(name: str) -> dict[str, Any]:
+    mc = get_model_config(name)
+    return {**model_summary(mc), "config": mc.model_dump(mode="json")}
+
+
+def ir_report(*, model: str, phase: Phase = "decode", batch: int = 1, seq_len: int = 2048,
+              config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The WorkloadIR summary of one forward pass: parameters, FLOPs and bytes per token, per-layer rows and the
+    per-expert FLOPs per token placement needs. ``config``: an inline HuggingFace ``config.json`` instead of a zoo
+    model (named ``model``)."""
+    mc = from_hf_config(config, name=model) if config is not None else get_model_config(model)
+    ir = build_ir(mc, phase=phase, batch=batch, seq_len=seq_len)
+    return ir_to_dict(ir)
+
+
+def ir_to_dict(ir: TransformerModel) -> dict[str, Any]:
+    T = ir.shape.tokens
+    bd = ir.get_ops_breakdown()
+    fp = ir.get_memory_footprint()
+    layers = []
+    total_rw = 0
+    for la in ir.layers:
+        c, m = la.compute, la.memory
+        total_rw += m.read_bytes + m.write_bytes
+        layers.append({
+            "name": la.name, "layer": la.index, "op_type": la.op_type, "n_ops": len(la.ops),
+            "cube_ops": c.cube_ops, "vector_ops": c.vector_ops, "flops": c.total,
+            "weight_bytes": m.weight_bytes, "activation_bytes": m.activation_bytes,
+            "read_bytes": m.read_bytes, "write_bytes": m.write_bytes,
+            "params_total": la.params_total, "params_active": la.params_active,
+            "comm": None if la.comm is None else {"pattern": la.comm.pattern, "tensor_bytes": la.comm.tensor_bytes,
+                                                  "participants": la.comm.participants, "scope": la.comm.scope},
+        })
+    mc = ir.config
+    expert = sum(op.compute.total for la in ir.layers if la.op_type == "moe" for op in la.ops
+                 if op.attrs.get("role") == "expert")
+    k = mc.moe.num_activated_experts if mc.moe else 0
+    n_moe = len(mc.moe_layers)
+    meta = ir.metadata
+    return {
+        "model": mc.name, "phase": meta.phase, "batch": meta.batch, "seq_len": meta.seq_len, "tokens": T,
+        "attention": meta.attention,
+        "params_total": ir.params_total, "params_active": ir.params_active,
+        "flops_per_token": bd.total / T, "matmul_flops_per_token": bd.cube_ops / T,
+        "vector_ops_per_token": bd.vector_ops / T, "bytes_per_token": total_rw / T,
+        "weight_bytes": fp.weight_bytes, "active_weight_bytes": fp.active_weight_bytes,
+        "kv_cache_bytes": fp.kv_cache_bytes, "kv_bytes_per_token_layer": mc.kv_bytes_per_token_layer(),
+        "moe_layers": mc.moe_layers, "num_routed_experts": meta.num_routed_experts, "topk": k,
+        # FLOPs one token costs one activated routed expert in one MoE layer (placement's heat per token)
+        "expert_flops_per_token": expert / (T * k * n_moe) if n_moe else 0.0,
+        "expert_bytes": 3 * mc.hidden_size * mc.moe.moe_intermediate_size * mc.dtype_bytes if mc.moe else 0,
+        "ops_by_type": bd.by_op_type, "layers": layers,
+    }
+
+
+# --- traces -------------------------------------------------------------------------------------------------------
+@dataclass
+class TraceEntry:
+    trace_id: str
+    cfg: WorkloadConfig
+    window_ms: float
+    plan: TracePlan
+    counts: IntArray | None = None  # (steps, n_moe, E) routing counts, computed on first use
+    mb_event0: IntArray | None = None  # id of the first event of each micro-batch
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def ensure_routing(self) -> tuple[IntArray, IntArray]:
+        with self.lock:
+            if self.counts is None or self.mb_event0 is None:
+                counts = route_counts(self.plan)
+                per_mb = self.plan.events_per_mb(counts)
+                self.mb_event0 = np.concatenate([[0], np.cumsum(per_mb)]).astype(np.int64)
+                self.counts = counts
+            return self.counts, self.mb_event0
+
+
+class TraceCache:
+    """LRU of trace entries by id (thread-safe: sync endpoints run in a thread pool)."""
+
+    def __init__(self, capacity: int = 32) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[str, TraceEntry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, entry: TraceEntry) -> TraceEntry:
+        with self._lock:
+            old = self._items.get(entry.trace_id)
+            if old is not None:
+                self._items.move_to_end(entry.trace_id)
+                return old
+            self._items[entry.trace_id] = entry
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+            return entry
+
+    def get(self, trace_id: str) -> TraceEntry:
+        with self._lock:
+            entry = self._items.get(trace_id)
+            if entry is None:
+                raise NotFound(f"unknown trace {trace_id!r} (not in this replica's cache): POST /v1/traces again",
+                               field="trace_id", code="unknown_trace")
+            self._items.move_to_end(trace_id)
+            return entry
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def _prefixed(exc: TasmoeError, prefix: str) -> TasmoeError:
+    if exc.field and not exc.field.startswith(prefix):
+        exc.field = f"{prefix}{exc.field}"
+    return exc
+
+
+def create_trace(cache: TraceCache, cfg: WorkloadConfig, window_ms: float) -> TraceSummary:
+    """Validate the workload against its model, cache it, return the summary (routing is computed lazily)."""
+    tid = trace_id_of(cfg, window_ms)
+    try:
+        plan = make_plan(cfg)
+        plan.window_bounds(window_ms)
+    except TasmoeError as exc:
+        if exc.field and exc.field != "window_ms":
+            raise _prefixed(exc, "workload.") from None
+        raise
+    entry = cache.put(TraceEntry(trace_id=tid, cfg=cfg, window_ms=float(window_ms), plan=plan))
+    return trace_summary(entry)
+
+
+def trace_summary(entry: TraceEntry) -> TraceSummary:
+    plan = entry.plan
+    bounds = plan.window_bounds(entry.window_ms)
+    n_windows = len(bounds) - 1
+    return TraceSummary(
+        trace_id=entry.trace_id, model=plan.mc.name, window_ms=entry.window_ms, n_windows=n_windows,
+        n_layers=plan.mc.num_hidden_layers, n_experts=plan.E, topk=plan.topk, moe_layers=list(plan.moe_layers),
+        steps=plan.steps, micro_batch=plan.T, tokens_total=plan.steps * plan.T,
+        flops_per_token_expert=float(plan.costs.flops[FC]) if plan.E else 0.0,
+        expert_bytes=plan.costs.expert_bytes, shard_bytes=list(plan.shard_bytes),
+        t_end_ns=n_windows * round(entry.window_ms * 1e6))
+
+
+def get_window(entry: TraceEntry, k: int, window_ms: float | None = None) -> LogicalWindow:
+    """Window ``k`` of the trace (``window_ms`` defaults to the trace's), with its global event ids."""
+    wm = entry.window_ms if window_ms is None else window_ms
+    bounds = entry.plan.window_bounds(wm)
+    if not 0 <= k < len(bounds) - 1:
+        raise NotFound(f"window {k} out of range: the trace has {len(bounds) - 1} windows of {wm} ms", field="k",
+                       code="unknown_window")
+    counts, mb_event0 = entry.ensure_routing()
+    a, b = int(bounds[k]), int(bounds[k + 1])
+    block = entry.plan.events(a, counts[a:b].astype(np.int64), int(mb_event0[a]))
+    w_ns = round(wm * 1e6)
+    return entry.plan.to_window(entry.trace_id, k, k * w_ns, (k + 1) * w_ns, block)
+
+
+def get_expert_load(entry: TraceEntry) -> ExpertLoad:
+    counts, _ = entry.ensure_routing()
+    layers, load = expert_load_from_counts(entry.plan, counts)
+    return ExpertLoad(trace_id=entry.trace_id, layers=layers, load=load.tolist())

@@ -1,0 +1,437 @@
+"""Logical traces (seed 001 §3.1, §4.1): compute and memory events of a serving scenario, window by window.
+
+Scenario (``WorkloadConfig``): micro-batch ``m`` arrives at ``t_m = m · sequence.step_interval_ms`` and carries
+``sequence.micro_batch`` tokens (decode: one new token per sequence with a context of ``sequence.tokens``; prefill:
+``micro_batch`` prompt tokens, attention costed at the per-token average of a ``sequence.tokens`` prompt). Every layer
+of the model processes the micro-batch; ``t_gen_ns`` of every event of a micro-batch is its arrival time (the lowering
+service chains the layers in time). Routing: ``services.workload.routing``.
+
+Events, aggregated per (micro-batch, layer, op, expert) with a token count — never one row per token — in this order
+within a micro-batch: for each layer ``attn``, then ``router``, ``shared`` (shared experts), ``fc`` per routed expert
+with tokens (ascending id) on MoE layers, or ``dense`` on dense layers; finally ``head`` (layer = num_layers).
+
+- FLOPs of an event = tokens × per-token ops of that op from the WorkloadIR (cube + vector, attention including the
+  context), unless the config overrides them: ``operators.fc.flop_per_token`` (per token per routed expert) and
+  ``operators.attn.flop_per_token`` (per token per layer); ``operators.attn.kv_bytes_per_token`` overrides the KV
+  bytes one token adds to one layer.
+- Memory events (bytes): ``fc`` reads every weight shard ``W_L{l}E{e}_{k}`` of its expert (shards of
+  ``tensors.weight_shard_mb`` MiB, the last one the remainder) plus ``ACT_L{l}_MB{m}`` read and write (tokens·h·b);
+  ``attn`` reads ``KV_L{l}_MB{m}`` (tokens · context · kv_bytes) and writes it (tokens · kv_bytes); ``router`` and
+  ``head`` read the activations, ``shared`` and ``dense`` read and write them. Non-expert weights are not placed by
+  TAPS and have no memory events.
+
+Event ids are global and count from 0 in the order above, so they do not depend on the window size. A window ``k`` of
+``window_ms`` holds the micro-batches arriving in ``[k·W, (k+1)·W)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from services.workload.ir import ModelConfig, TransformerModel, build_ir
+from services.workload.routing import IntArray, RoutingStream, expert_counts
+from services.workload.zoo import get_model_config
+from shared.configs import WorkloadConfig
+from shared.contracts.ids import expert_id, weight_tensor_id
+from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWindow
+from shared.errors import BadInput
+
+OP_NAMES = ("attn", "router", "shared", "fc", "dense", "head")
+ATTN, ROUTER, SHARED, FC, DENSE, HEAD = range(6)
+MIB = 1 << 20
+COMPUTE_HEADER = "event_id,t_gen_ns,mb_id,token_id,experts_json,flops_json,op_type\n"
+MEMORY_HEADER = "event_id,tensor_id,access,bytes,locality_hint\n"
+COMPUTE_CSV = "logical_compute.csv"
+MEMORY_CSV = "logical_memory.csv"
+DEFAULT_WINDOW_MS = 3.0
+
+FloatArray = npt.NDArray[np.float64]
+ObjArray = npt.NDArray[np.object_]
+
+
+def _objects(items: list[str]) -> ObjArray:
+    """A 1-D object array of Python strings (fancy indexing then ``tolist()`` gives the str objects back)."""
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
+
+
+def resolve_routing(cfg: WorkloadConfig, mc: ModelConfig) -> tuple[int | None, int | None]:
+    """(n_group, topk_group): the config's when given, else the model's (DeepSeek), validated against the model."""
+    r = cfg.routing
+    moe = mc.moe
+    if moe is None:
+        return None, None
+    n_group = r.n_group if r.n_group is not None else moe.n_group
+    topk_group = r.topk_group if r.topk_group is not None else moe.topk_group
+    E = moe.num_routed_experts
+    if r.topk > E:
+        raise BadInput(f"routing.topk ({r.topk}) must be <= the {E} experts of {mc.name}", field="routing.topk")
+    if n_group is not None and topk_group is not None:
+        if E % n_group:
+            raise BadInput(f"routing.n_group ({n_group}) must divide the {E} experts of {mc.name}",
+                           field="routing.n_group")
+        if r.topk > topk_group * (E // n_group):
+            raise BadInput(f"routing.topk ({r.topk}) exceeds the {topk_group * (E // n_group)} experts of "
+                           f"{topk_group} groups", field="routing.topk")
+    return n_group, topk_group
+
+
+@dataclass(frozen=True)
+class PerToken:
+    """Per-token costs of each logical op, from the WorkloadIR (or the config's overrides)."""
+
+    flops: dict[int, float]  # op code -> ops per token (fc: per token per routed expert)
+    kv_bytes: int  # KV bytes one token adds to one layer
+    act_bytes: int  # hidden-state bytes of one token (h · dtype)
+    expert_bytes: int  # weights of one routed expert
+
+
+def per_token_costs(cfg: WorkloadConfig, model: TransformerModel) -> PerToken:
+    mc, T = model.config, model.shape.tokens
+    sums: dict[str, int] = {}
+    seen: set[str] = set()
+    for la in model.layers:  # one layer of each kind is representative: all blocks of a kind are identical
+        kind = "moe" if la.op_type == "moe" else ("ffn" if la.op_type == "ffn" else la.op_type)
+        if kind in seen:
+            continue
+        seen.add(kind)
+        for op in la.ops:
+            role = str(op.attrs.get("role"))
+            sums[role] = sums.get(role, 0) + op.compute.total
+    k_model = mc.moe.num_activated_experts if mc.moe else 1
+    flops = {
+        ATTN: sums.get("attn", 0) / T,
+        ROUTER: sums.get("router", 0) / T,
+        SHARED: sums.get("shared", 0) / T,
+        FC: sums.get("expert", 0) / (T * k_model),
+        DENSE: sums.get("dense", 0) / T,
+        HEAD: sums.get("head", 0) / T,
+    }
+    ops = cfg.operators
+    if ops.fc.flop_per_token is not None:
+        flops[FC] = float(ops.fc.flop_per_token)
+    if ops.attn.flop_per_token is not None:
+        flops[ATTN] = float(ops.attn.flop_per_token)
+    kv = mc.kv_bytes_per_token_layer()
+    if ops.attn.kv_bytes_per_token is not None:
+        kv = round(ops.attn.kv_bytes_per_token)
+    expert_bytes = 3 * mc.hidden_size * mc.moe.moe_intermediate_size * mc.dtype_bytes if mc.moe else 0
+    return PerToken(flops=flops, kv_bytes=kv, act_bytes=mc.hidden_size * mc.dtype_bytes, expert_bytes=expert_bytes)
+
+
+@dataclass
+class EventBlock:
+    """Events of a run of consecutive micro-batches, as numpy columns."""
+
+    c_event: IntArray
+    c_slot: IntArray  # slot of the event in the plan's per-micro-batch slot table
+    c_t: IntArray
+    c_mb: IntArray
+    c_layer: IntArray
+    c_op: IntArray
+    c_expert: IntArray
+    c_tokens: IntArray
+    c_flops: FloatArray
+    m_event: IntArray
+    m_tpl: IntArray  # memory template row
+    m_mb: IntArray
+    m_bytes: IntArray
+
+    @property
+    def n_compute(self) -> int:
+        return len(self.c_event)
+
+
+@dataclass
+class TracePlan:
+    """Everything about a trace that does not depend on the random draws: slots, costs, templates, schedule."""
+
+    cfg: WorkloadConfig
+    mc: ModelConfig = field(init=False)
+    costs: PerToken = field(init=False)
+
+    def __post_init__(self) -> None:
+        cfg = self.cfg
+        self.mc = mc = get_model_config(cfg.model)
+        self.n_group, self.topk_group = resolve_routing(cfg, mc)
+        seq = cfg.sequence
+        self.T = seq.micro_batch
+        self.steps = seq.steps
+        self.ctx = seq.tokens
+        self.topk = cfg.routing.topk if mc.moe else 0
+        self.E = mc.moe.num_routed_experts if mc.moe else 0
+        self.moe_layers: list[int] = mc.moe_layers
+        ir = build_ir(mc, phase=cfg.phase, batch=self.T, seq_len=seq.tokens)
+        if cfg.phase == "prefill":  # per-token costs of a micro_batch-token chunk of a `tokens`-long prompt
+            ir = build_ir(mc, phase="prefill", batch=1, seq_len=seq.tokens)
+        self.costs = per_token_costs(cfg, ir)
+        shard = max(1, round(cfg.tensors.weight_shard_mb * MIB))
+        n_sh = max(1, math.ceil(self.costs.expert_bytes / shard)) if self.E else 0
+        self.shard_bytes = [min(shard, self.costs.expert_bytes - s * shard) for s in range(n_sh)]
+        self._build_slots()
+
+    # --- slots: the fixed list of possible events of one micro-batch ------------------------------------------
+    def _build_slots(self) -> None:
+        mc = self.mc
+        ns = mc.moe.num_shared_experts if mc.moe else 0
+        rows: list[tuple[int, int, int]] = []  # (layer, op, expert)
+        fc_slots: list[int] = []
+        for li in range(mc.num_hidden_layers):
+            rows.append((li, ATTN, -1))
+            if mc.is_moe_layer(li):
+                rows.append((li, ROUTER, -1))
+                if ns:
+                    rows.append((li, SHARED, -1))
+                for e in range(self.E):
+                    fc_slots.append(len(rows))
+                    rows.append((li, FC, e))
+            else:
+                rows.append((li, DENSE, -1))
+        rows.append((mc.num_hidden_layers, HEAD, -1))
+        table = np.asarray(rows, dtype=np.int64)
+        layer, op = table[:, 0], table[:, 1]
+        self.slot_layer, self.slot_op, self.slot_expert = layer, op, table[:, 2]
+        self.fc_slots = np.asarray(fc_slots, dtype=np.int64)
+        self.slot_flops = np.asarray([self.costs.flops[o] for o in op.tolist()], dtype=np.float64)
+        self.n_fixed_events = int(np.count_nonzero(self.slot_op != FC))
+        self._build_memory_templates()
+
+    def _build_memory_templates(self) -> None:
+        """Per slot, the memory rows of its event: tensor id prefix (+ ``MB{m}`` when per micro-batch), access,
+        static bytes, bytes per token, locality hint."""
+        c = self.costs
+        prefix: list[str] = []
+        dyn: list[bool] = []
+        access: list[str] = []
+        b_static: list[int] = []
+        b_tok: list[int] = []
+        hint: list[str] = []
+        start: list[int] = []
+        count: list[int] = []
+
+        def row(p: str, d: bool, a: str, bs: int, bt: int, h: str) -> None:
+            prefix.append(p)
+            dyn.append(d)
+            access.append(a)
+            b_static.append(bs)
+            b_tok.append(bt)
+            hint.append(h)
+
+        for li, o, e in zip(self.slot_layer.tolist(), self.slot_op.tolist(), self.slot_expert.tolist(), strict=True):
+            start.append(len(prefix))
+            act = f"ACT_L{li}_MB"
+            if o == ATTN:
+                row(f"KV_L{li}_MB", True, "read", 0, self.ctx * c.kv_bytes, "kv")
+                row(f"KV_L{li}_MB", True, "write", 0, c.kv_bytes, "kv")
+            elif o in (ROUTER, HEAD):
+                row(act, True, "read", 0, c.act_bytes, "act")
+            elif o in (SHARED, DENSE):
+                row(act, True, "read", 0, c.act_bytes, "act")
+                row(act, True, "write", 0, c.act_bytes, "act")
+            else:
+                for s, nb in enumerate(self.shard_bytes):
+                    row(weight_tensor_id(li, e, s), False, "read", nb, 0, f"shard{s}")
+                row(act, True, "read", 0, c.act_bytes, "act")
+                row(act, True, "write", 0, c.act_bytes, "act")
+            count.append(len(prefix) - start[-1])
+        self.tpl_dyn = np.asarray(dyn, dtype=bool)
+        self.tpl_static = np.asarray(b_static, dtype=np.int64)
+        self.tpl_tok = np.asarray(b_tok, dtype=np.int64)
+        self.slot_mem_start = np.asarray(start, dtype=np.int64)
+        self.slot_mem_count = np.asarray(count, dtype=np.int64)
+        self.tpl_prefix_obj = _objects(prefix)
+        self.tpl_access_obj = _objects(access)
+        self.tpl_hint_obj = _objects(hint)
+        self.tpl_csv_suffix = _objects([f",{p},{a},{bs},{h}\n" if not d else ""
+                                        for p, d, a, bs, h in zip(prefix, dyn, access, b_static, hint, strict=True)])
+        self.op_names_obj = _objects(list(OP_NAMES))
+        self.tpl_expert_json = _objects(
+            [f'"[""{expert_id(li, e)}""]"' if e >= 0 else "[]"
+             for li, e in zip(self.slot_layer.tolist(), self.slot_expert.tolist(), strict=True)])
+
+    # --- schedule ---------------------------------------------------------------------------------------------
+    @cached_property
+    def mb_t_ns(self) -> IntArray:
+        """Arrival time of every micro-batch, ns (integers, so window membership is exact)."""
+        t: IntArray = np.rint(np.arange(self.steps) * (self.cfg.sequence.step_interval_ms * 1e6)).astype(np.int64)
+        return t
+
+    def window_bounds(self, window_ms: float) -> IntArray:
+        """Micro-batch index boundaries: window k holds micro-batches ``[b[k], b[k+1])``."""
+        if not window_ms > 0:
+            raise BadInput("window_ms must be > 0", field="window_ms")
+        w_ns = round(window_ms * 1e6)
+        if w_ns < 1:
+            raise BadInput("window_ms must be at least 1 ns", field="window_ms")
+        n_windows = int(self.mb_t_ns[-1] // w_ns) + 1
+        edges = np.arange(n_windows + 1, dtype=np.int64) * w_ns
+        bounds: IntArray = np.searchsorted(self.mb_t_ns, edges, side="left").astype(np.int64)
+        return bounds
+
+    def routing_stream(self) -> RoutingStream:
+        r = self.cfg.routing
+        return RoutingStream(seed=r.seed, n_layers=len(self.moe_layers), n_experts=max(self.E, 1),
+                             topk=max(self.topk, 1), tokens=self.T, zipf_s=r.zipf_s, locality=r.locality,
+                             n_group=self.n_group, topk_group=self.topk_group)
+
+    def events_per_mb(self, counts: IntArray) -> IntArray:
+        """Number of compute events of each micro-batch given its expert counts (n_mb, n_moe, E)."""
+        active: IntArray = np.count_nonzero(counts.reshape(len(counts), -1), axis=1).astype(np.int64)
+        return self.n_fixed_events + active
+
+    # --- events -----------------------------------------------------------------------------------------------
+    def events(self, mb0: int, counts: IntArray, event0: int) -> EventBlock:
+        """Events of micro-batches ``mb0 .. mb0+len(counts)-1`` given their expert counts; ids from ``event0``."""
+        n = len(counts)
+        S = len(self.slot_op)
+        tok = np.full((n, S), self.T, dtype=np.int64)
+        if len(self.fc_slots):
+            tok[:, self.fc_slots] = counts.reshape(n, -1)
+        mb_rel, slot = np.nonzero(tok > 0)
+        tokens = tok[mb_rel, slot]
+        mb = mb_rel.astype(np.int64) + mb0
+        ev = event0 + np.arange(len(slot), dtype=np.int64)
+        rep = self.slot_mem_count[slot]
+        total = int(rep.sum())
+        first = np.cumsum(rep) - rep
+        within = np.arange(total, dtype=np.int64) - np.repeat(first, rep)
+        tpl = np.repeat(self.slot_mem_start[slot], rep) + within
+        m_tokens = np.repeat(tokens, rep)
+        return EventBlock(
+            c_event=ev, c_slot=slot.astype(np.int64), c_t=self.mb_t_ns[mb], c_mb=mb,
+            c_layer=self.slot_layer[slot], c_op=self.slot_op[slot],
+            c_expert=self.slot_expert[slot], c_tokens=tokens, c_flops=tokens * self.slot_flops[slot],
+            m_event=np.repeat(ev, rep), m_tpl=tpl, m_mb=np.repeat(mb, rep),
+            m_bytes=self.tpl_static[tpl] + self.tpl_tok[tpl] * m_tokens,
+        )
+
+    # --- wire and CSV -----------------------------------------------------------------------------------------
+    def tensor_ids(self, block: EventBlock) -> list[str]:
+        tid = self.tpl_prefix_obj[block.m_tpl]
+        di = np.flatnonzero(self.tpl_dyn[block.m_tpl])
+        if len(di):
+            tid[di] = list(map(str.__add__, tid[di].tolist(), map(str, block.m_mb[di].tolist())))
+        out: list[str] = tid.tolist()
+        return out
+
+    def to_window(self, trace_id: str, k: int, t0: int, t1: int, block: EventBlock) -> LogicalWindow:
+        """The wire form (columnar; built without re-validating the lists, which are consistent by construction)."""
+        compute = LogicalCompute.model_construct(
+            event_id=block.c_event.tolist(), t_gen_ns=block.c_t.tolist(), mb_id=block.c_mb.tolist(),
+            layer=block.c_layer.tolist(), op_type=self.op_names_obj[block.c_op].tolist(),
+            expert=block.c_expert.tolist(), tokens=block.c_tokens.tolist(), flops=block.c_flops.tolist())
+        memory = LogicalMemory.model_construct(
+            event_id=block.m_event.tolist(), tensor_id=self.tensor_ids(block),
+            access=self.tpl_access_obj[block.m_tpl].tolist(), bytes=block.m_bytes.astype(np.float64).tolist(),
+            locality_hint=self.tpl_hint_obj[block.m_tpl].tolist())
+        n_mb = len(np.unique(block.c_mb)) if block.n_compute else 0
+        return LogicalWindow.model_construct(trace_id=trace_id, window=k, t0_ns=t0, t1_ns=t1, compute=compute,
+                                             memory=memory, tokens_generated=n_mb * self.T)
+
+    def compute_csv(self, block: EventBlock) -> str:
+        """Rows of logical_compute.csv (seed §3.1): ``token_id`` is the micro-batch's first token (global index
+        ``mb · micro_batch``); ``experts_json`` the expert instance ``["L{l}E{e}"]`` (``[]`` when the op is not bound
+        to a routed expert), CSV-quoted; ``flops_json`` the event's FLOPs as a one-element JSON array."""
+        rows = zip(block.c_event.tolist(), block.c_t.tolist(), block.c_mb.tolist(), (block.c_mb * self.T).tolist(),
+                   self.tpl_expert_json[block.c_slot].tolist(), block.c_flops.tolist(),
+                   self.op_names_obj[block.c_op].tolist(), strict=True)
+        return "".join([f"{e},{t},{m},{tk},{ej},[{f!r}],{o}\n" for e, t, m, tk, ej, f, o in rows])
+
+    def memory_csv(self, block: EventBlock) -> str:
+        """Rows of logical_memory.csv: weight-shard rows come from a precomputed suffix, the rest are formatted."""
+        tpl = block.m_tpl
+        suffix = self.tpl_csv_suffix[tpl]
+        di = np.flatnonzero(self.tpl_dyn[tpl])
+        if len(di):
+            dt = tpl[di]
+            suffix[di] = [f",{p}{m},{a},{b},{h}\n" for p, m, a, b, h in zip(
+                self.tpl_prefix_obj[dt].tolist(), block.m_mb[di].tolist(), self.tpl_access_obj[dt].tolist(),
+                block.m_bytes[di].tolist(), self.tpl_hint_obj[dt].tolist(), strict=True)]
+        return "".join(map(str.__add__, map(str, block.m_event.tolist()), suffix.tolist()))
+
+
+def make_plan(cfg: WorkloadConfig) -> TracePlan:
+    return TracePlan(cfg)
+
+
+def iter_blocks(plan: TracePlan, window_ms: float) -> Iterator[tuple[int, int, int, EventBlock]]:
+    """(window k, t0_ns, t1_ns, events) for every window, generating routing one window at a time."""
+    bounds = plan.window_bounds(window_ms)
+    w_ns = round(window_ms * 1e6)
+    stream = plan.routing_stream()
+    event0 = 0
+    for k in range(len(bounds) - 1):
+        a, b = int(bounds[k]), int(bounds[k + 1])
+        counts = expert_counts(stream.take(b - a), max(plan.E, 1))
+        block = plan.events(a, counts, event0)
+        event0 += block.n_compute
+        yield k, k * w_ns, (k + 1) * w_ns, block
+
+
+def iter_windows(cfg: WorkloadConfig, window_ms: float = DEFAULT_WINDOW_MS, *,
+                 trace_id: str | None = None) -> Iterator[LogicalWindow]:
+    """Streaming form: one ``LogicalWindow`` at a time; memory proportional to a window, not to the run."""
+    plan = make_plan(cfg)
+    tid = trace_id or trace_id_of(cfg, window_ms)
+    for k, t0, t1, block in iter_blocks(plan, window_ms):
+        yield plan.to_window(tid, k, t0, t1, block)
+
+
+def generate_logical_traces(cfg: WorkloadConfig, out_dir: str | Path, *,
+                            window_ms: float = DEFAULT_WINDOW_MS) -> tuple[str, str]:
+    """Write ``logical_compute.csv`` and ``logical_memory.csv`` under ``out_dir`` window by window (appended, never
+    one in-memory frame). Returns their paths. Byte-identical for the same config (the seed is in the config);
+    the window size only changes how the files are chunked, not their content."""
+    plan = make_plan(cfg)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cpath, mpath = out / COMPUTE_CSV, out / MEMORY_CSV
+    with cpath.open("w", encoding="utf-8", newline="") as fc, mpath.open("w", encoding="utf-8", newline="") as fm:
+        fc.write(COMPUTE_HEADER)
+        fm.write(MEMORY_HEADER)
+        for _, _, _, block in iter_blocks(plan, window_ms):
+            fc.write(plan.compute_csv(block))
+            fm.write(plan.memory_csv(block))
+    return str(cpath), str(mpath)
+
+
+def route_counts(plan: TracePlan) -> IntArray:
+    """Expert counts of the whole run, (steps, n_moe, E), in the smallest integer dtype that holds them."""
+    stream = plan.routing_stream()
+    L, E = len(plan.moe_layers), max(plan.E, 1)
+    dtype = np.int16 if plan.T < 2**15 else np.int32
+    out = np.zeros((plan.steps, L, E), dtype=dtype)
+    step = max(1, stream._chunk_size())
+    for a in range(0, plan.steps, step):
+        b = min(plan.steps, a + step)
+        out[a:b] = expert_counts(stream.take(b - a), E)
+    return out
+
+
+def expert_load_from_counts(plan: TracePlan, counts: IntArray) -> tuple[list[int], FloatArray]:
+    """(MoE layer indices, (n_moe, E) share of the layer's token→expert assignments per expert; rows sum to 1)."""
+    total = counts.sum(axis=0, dtype=np.int64).astype(np.float64)
+    denom = float(plan.steps * plan.T * max(plan.topk, 1))
+    return list(plan.moe_layers), (total / denom if len(plan.moe_layers) else total[:, :plan.E])
+
+
+def expert_load(cfg: WorkloadConfig) -> tuple[list[int], FloatArray]:
+    """Per (MoE layer, expert) token share of the whole trace: exactly the routing the trace contains."""
+    plan = make_plan(cfg)
+    return expert_load_from_counts(plan, route_counts(plan))
+
+
+def trace_id_of(cfg: WorkloadConfig, window_ms: float) -> str:
+    """Content hash of the workload config and the window size."""
+    import hashlib
+
+    text = cfg.canonical_json() + f"|window_ms={float(window_ms)!r}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,312 @@
+"""Small, deterministic stand-ins for four compute services (metrics is the real one), implementing their HTTP
+contracts with cheap physics (T = T_amb + H·P with first-order lag),
+mounted exactly as embedded mode mounts the real apps.
+
+They exist so the orchestrator's durability tests (crash/resume, lease loss, retries) run in well under a second per
+scenario; the end-to-end tests use the real services. `build_apps(settings)` is importable by worker subprocesses.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, FastAPI
+from fastapi.responses import JSONResponse
+
+from shared.configs import ArchConfig, TasParams, WorkloadConfig
+from shared.contracts.events import ComputeEvents, MemoryEvents, PhysicalState, WindowTiming
+from shared.contracts.ids import expert_id, parse_expert_id
+from shared.contracts.placement import (
+    ExpertPlacement,
+    OverlayMigrate,
+    OverlayReroute,
+    Overlays,
+    Placement,
+    ReplicaEntry,
+    ReplicaState,
+    Telemetry,
+)
+from shared.contracts.thermal import RefreshReport, ThermalSnapshot, ThermalState
+from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWindow
+from shared.errors import Conflict, NotFound
+from shared.service_app import create_service_app
+from shared.settings import Settings
+
+N_LAYERS = 2
+N_EXPERTS = 8
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------------------ workload
+
+
+def workload_app(settings: Settings) -> FastAPI:
+    router = APIRouter(tags=["workload"])
+    traces: dict[str, tuple[WorkloadConfig, float]] = {}
+
+    def n_windows(wl: WorkloadConfig, window_ms: float) -> int:
+        return math.ceil(wl.sequence.steps * wl.sequence.step_interval_ms / window_ms)
+
+    @router.post("/traces")
+    def create(body: dict[str, Any]) -> dict[str, Any]:
+        wl = WorkloadConfig.model_validate(body["workload"])
+        window_ms = float(body["window_ms"])
+        tid = _hash([wl.model_dump(mode="json"), window_ms])
+        traces[tid] = (wl, window_ms)
+        return {"trace_id": tid, "n_windows": n_windows(wl, window_ms), "n_layers": N_LAYERS,
+                "n_experts": N_EXPERTS, "moe_layers": list(range(N_LAYERS)),
+                "tokens_total": wl.sequence.steps * wl.sequence.micro_batch, "flops_per_token_expert": 2.0e8,
+                "expert_bytes": 64e6}
+
+    def popularity(wl: WorkloadConfig) -> np.ndarray:
+        p = 1.0 / np.arange(1, N_EXPERTS + 1) ** wl.routing.zipf_s
+        return np.asarray(p / p.sum())
+
+    @router.get("/traces/{trace_id}/windows/{k}")
+    def window(trace_id: str, k: int) -> dict[str, Any]:
+        if trace_id not in traces:
+            raise NotFound(f"unknown trace {trace_id}", code="unknown_trace")
+        wl, window_ms = traces[trace_id]
+        t0, t1 = int(k * window_ms * 1e6), int((k + 1) * window_ms * 1e6)
+        step_ns = int(wl.sequence.step_interval_ms * 1e6)
+        mbs = [m for m in range(wl.sequence.steps) if t0 <= m * step_ns < t1]
+        rng = np.random.default_rng([wl.routing.seed, k])
+        cols: dict[str, list[Any]] = {n: [] for n in LogicalCompute.model_fields}
+        mem: dict[str, list[Any]] = {n: [] for n in LogicalMemory.model_fields}
+        eid = k * 100_000
+        for mb in mbs:
+            for layer in range(N_LAYERS):
+                counts = rng.multinomial(wl.sequence.micro_batch * wl.routing.topk, popularity(wl))
+                for e in range(N_EXPERTS):
+                    if counts[e] == 0:
+                        continue
+                    for name, v in (("event_id", eid), ("t_gen_ns", mb * step_ns), ("mb_id", mb),
+                                    ("layer", layer), ("op_type", "fc"), ("expert", e), ("tokens", int(counts[e])),
+                                    ("flops", float(counts[e]) * 2.0e8)):
+                        cols[name].append(v)
+                    for name, v in (("event_id", eid), ("tensor_id", f"W_L{layer}E{e}_0"), ("access", "read"),
+                                    ("bytes", 1.0e6), ("locality_hint", "shard0")):
+                        mem[name].append(v)
+                    eid += 1
+        return LogicalWindow(trace_id=trace_id, window=k, t0_ns=t0, t1_ns=t1, compute=LogicalCompute(**cols),
+                             memory=LogicalMemory(**mem),
+                             tokens_generated=len(mbs) * wl.sequence.micro_batch).model_dump(mode="json")
+
+    @router.get("/traces/{trace_id}/expert-load")
+    def load(trace_id: str) -> dict[str, Any]:
+        if trace_id not in traces:
+            raise NotFound(f"unknown trace {trace_id}", code="unknown_trace")
+        wl, _ = traces[trace_id]
+        return {"layers": list(range(N_LAYERS)), "load": [popularity(wl).tolist() for _ in range(N_LAYERS)]}
+
+    app = create_service_app("workload", settings, [router])
+    app.state.traces = traces
+    return app
+
+
+# ------------------------------------------------------------------------------------------------------- thermal
+
+
+def influence_matrix(arch: ArchConfig) -> np.ndarray:
+    X, Y = arch.mesh.cores
+    xs, ys = np.meshgrid(np.arange(X), np.arange(Y))
+    x, y = xs.ravel(), ys.ravel()
+    d = np.abs(x[:, None] - x[None, :]) + np.abs(y[:, None] - y[None, :])
+    return np.asarray(0.6 * np.exp(-d / 1.5) + 0.02)  # K/W
+
+
+def thermal_app(settings: Settings) -> FastAPI:
+    router = APIRouter(tags=["thermal"])
+    models: dict[str, ArchConfig] = {}
+
+    @router.post("/models")
+    def model(body: dict[str, Any]) -> dict[str, Any]:
+        arch = ArchConfig.model_validate(body["arch"])
+        models[arch.content_hash()] = arch
+        return {"model": arch.content_hash(), "n_cores": arch.mesh.n_cores}
+
+    @router.get("/models/{h}/influence")
+    def influence(h: str) -> dict[str, Any]:
+        if h not in models:
+            raise NotFound(f"unknown model {h}")
+        return {"model": h, "H": influence_matrix(models[h]).tolist()}
+
+    @router.post("/step")
+    def step(body: dict[str, Any]) -> dict[str, Any]:
+        arch = ArchConfig.model_validate(body["arch"])
+        k, dt_ms = int(body["window"]), float(body["window_ms"])
+        state = ThermalState.model_validate(body["state"]) if body.get("state") else ThermalState()
+        if state.window != k - 1:
+            raise Conflict(f"state is at window {state.window}, cannot step window {k}", code="out_of_order")
+        n = arch.mesh.n_cores
+        amb = arch.geometry.cooling.ambient_c
+        ce = ComputeEvents.model_validate(body["compute_events"])
+        me = MemoryEvents.model_validate(body["memory_events"])
+        p = np.full(n, 0.5)
+        np.add.at(p, np.asarray(ce.core_id, dtype=int), np.asarray(ce.flops) * 1.5e-12 / (dt_ms * 1e-3))
+        t_prev = (np.frombuffer(base64.b64decode(state.field_b64), dtype="<f4").astype(float) - 273.15
+                  if state.field_b64 else np.full(n, amb))
+        t_ss = amb + influence_matrix(arch) @ p
+        t = t_prev + 0.35 * (t_ss - t_prev)
+        dom = arch.dvfs.domains[0]
+        levels = np.searchsorted(np.asarray(dom.trip_c), t)
+        freq = [float(dom.steps_ghz[i]) for i in levels]
+        banks = [[float(v - 0.2 * j) for j in range(arch.dram.banks[2])] for v in t]
+        hot = float(np.max(t))
+        mult = 2.0 if hot > 85 else 1.0
+        bytes_total = float(np.sum(me.bytes))
+        new = ThermalState(t_ns=state.t_ns + int(dt_ms * 1e6), window=k, dvfs_level=[int(x) for x in levels],
+                           field_b64=base64.b64encode((t + 273.15).astype("<f4").tobytes()).decode())
+        t32 = np.frombuffer(base64.b64decode(new.field_b64 or ""), dtype="<f4").astype(float) - 273.15
+        snap = ThermalSnapshot(
+            window=k, temps_core_c=t32.tolist(), temps_core_max_c=(t32 + 0.5).tolist(), temps_bank_c=banks,
+            peak_c={"logic": float(np.max(t32) + 0.5), "dram_1": float(np.max(t32))},
+            mean_c={"logic": float(np.mean(t32)), "dram_1": float(np.mean(t32)) - 0.5},
+            power_core_w=p.tolist(), freq_ghz=freq,
+            refresh=RefreshReport(multiplier=[mult], refresh_mhz=1000.0 * mult / 7.8,
+                                  bw_eff_factor=1.0 - 0.045 * mult))
+        snap.power_w.logic_dynamic = float(np.sum(p))
+        snap.power_w.dram_dynamic = bytes_total * 8 * 3.9e-12 / (dt_ms * 1e-3)
+        return {"state": new.model_dump(mode="json"), "snapshot": snap.model_dump(mode="json")}
+
+    return create_service_app("thermal", settings, [router])
+
+
+# ----------------------------------------------------------------------------------------------------- placement
+
+
+def placement_app(settings: Settings) -> FastAPI:
+    router = APIRouter(tags=["placement"])
+    jobs: dict[str, dict[str, Any]] = {}
+
+    def build(body: dict[str, Any]) -> Placement:
+        arch = ArchConfig.model_validate(body["arch"])
+        n = arch.mesh.n_cores
+        layers = body["moe_layers"]
+        ids = [(layer, e) for layer in layers for e in range(N_EXPERTS)]
+        if body["method"] == "default":
+            cores = [i % n for i in range(len(ids))]
+            method = "default"
+        else:  # spread by load onto the cores with the least influence from the others (corners/edges first)
+            load = body["expert_load"]
+            H = np.asarray(body.get("H") or influence_matrix(arch))
+            order = sorted(range(len(ids)), key=lambda i: -load[ids[i][0]][ids[i][1]])
+            cool = list(np.argsort(H.sum(axis=1), kind="stable"))
+            cores = [0] * len(ids)
+            for rank, i in enumerate(order):
+                cores[i] = int(cool[rank % n])
+            method = str(body["method"])
+        return Placement(experts={expert_id(layer, e): ExpertPlacement(cores=[c])
+                                  for (layer, e), c in zip(ids, cores, strict=True)},
+                         meta={"method": method})
+
+    @router.post("/placements")
+    def placements(body: dict[str, Any]) -> Any:
+        plc = build(body)
+        if body["method"] == "milp":
+            jid = _hash(body)[:12]
+            jobs[jid] = {"status": "succeeded", "placement": plc.model_dump(mode="json")}
+            return JSONResponse({"job_id": jid}, status_code=202)
+        return plc.model_dump(mode="json")
+
+    @router.get("/placement-jobs/{jid}")
+    def job(jid: str) -> dict[str, Any]:
+        if jid not in jobs:
+            raise NotFound(f"unknown job {jid}")
+        return jobs[jid]
+
+    @router.post("/tacs/step")
+    def tacs(body: dict[str, Any]) -> dict[str, Any]:
+        tele = Telemetry.model_validate(body["telemetry"])
+        state = ReplicaState.model_validate(body["state"])
+        params = TasParams.model_validate({"tacs": body["params"]}).tacs
+        t = np.asarray(tele.temps_core)
+        prev = body.get("smoothed")
+        sm = t if prev is None else params.smoothing_alpha * t + (1 - params.smoothing_alpha) * np.asarray(prev)
+        now = int(body["now_ns"])
+        reroute = OverlayReroute.empty()
+        migrate = OverlayMigrate.empty()
+        hot, cool = int(np.argmax(sm)), int(np.argmin(sm))
+        if sm[hot] > params.thresholds.Thot and hot != cool:
+            movable = [e for e, r in sorted(state.experts.items())
+                       if r.cores == [hot] and now - r.ts_created_ns >= params.min_residency_ms * 1e6]
+            if movable:
+                e = movable[0]
+                layer, ex = parse_expert_id(e)
+                migrate = OverlayMigrate(t_apply_ns=[now], obj_type=["expert"], obj_id=[e], src=[str(hot)],
+                                         dst=[str(cool)], size_bytes=[64_000_000], cost=[1.0])
+                reroute = OverlayReroute(t_apply_ns=[now], scope=["expert"], from_core=[hot], to_core=[cool],
+                                         mb_ids_json=["[]"], reason=["hot_core"],
+                                         expected_gain=[float(sm[hot] - sm[cool])])
+                state.experts[e] = ReplicaEntry(cores=[cool], ts_created_ns=now, last_change_ns=now,
+                                                prev_cores=[hot])
+                _ = (layer, ex)
+        return {"overlays": Overlays(reroute=reroute, migrate=migrate).model_dump(mode="json"),
+                "state": state.model_dump(mode="json"), "smoothed": [float(x) for x in sm]}
+
+    return create_service_app("placement", settings, [router])
+
+
+# ------------------------------------------------------------------------------------------------------ lowering
+
+
+def lowering_app(settings: Settings) -> FastAPI:
+    router = APIRouter(tags=["lowering"])
+
+    @router.post("/physicalize")
+    def physicalize(body: dict[str, Any]) -> dict[str, Any]:
+        arch = ArchConfig.model_validate(body["arch"])
+        n = arch.mesh.n_cores
+        lw = LogicalWindow.model_validate(body["logical"])
+        state = PhysicalState.model_validate(body["state"])
+        freq = body["freq_ghz"]
+        ov = Overlays.model_validate(body["overlays"])
+        for obj, dst in zip(ov.migrate.obj_id, ov.migrate.dst, strict=True):
+            if obj in state.replicas.experts:
+                state.replicas.experts[obj].cores = [int(dst)]
+        c = lw.compute
+        evt = state.next_evt_id
+        comp: dict[str, list[Any]] = {name: [] for name in ComputeEvents.model_fields}
+        busy = np.zeros(n)
+        for i in range(len(c)):
+            e = c.expert[i]
+            core = state.replicas.experts[expert_id(c.layer[i], e)].cores[0] if e >= 0 else c.mb_id[i] % n
+            cyc = int(c.flops[i] / 2048)
+            busy[core] += cyc / (freq[core] * 1e9)
+            for name, v in (("evt_id", evt), ("t_start_ns", c.t_gen_ns[i]), ("core_id", core),
+                            ("duration_cycles", cyc), ("flops", c.flops[i]), ("op", c.op_type[i]),
+                            ("dvfs_domain", "d0"), ("power_hint", 1.0)):
+                comp[name].append(v)
+            evt += 1
+        m = lw.memory
+        memv = MemoryEvents(evt_id=list(range(evt, evt + len(m))), t_start_ns=[lw.t0_ns] * len(m),
+                            src_core=[0] * len(m), dst_bank=["B(0,0,0)"] * len(m), bytes=list(m.bytes),
+                            rw=["r"] * len(m), hops=[1] * len(m), noc_qos=["normal"] * len(m))
+        evt += len(m)
+        dt = float(body["window_ms"]) * 1e-3
+        lat = 0.5 + 1e3 * float(busy.max())
+        timing = WindowTiming(tokens_completed=lw.tokens_generated, latencies_ms=[lat] * min(lw.tokens_generated, 8),
+                              util_core=np.minimum(busy / dt, 1.0).tolist(), bytes_moved=float(sum(m.bytes)),
+                              noc_link_util=[0.1, 0.2], migrations=len(ov.migrate))
+        new = PhysicalState(replicas=state.replicas, next_evt_id=evt)
+        return {"compute": ComputeEvents(**comp).model_dump(mode="json"), "memory": memv.model_dump(mode="json"),
+                "state": new.model_dump(mode="json"), "timing": timing.model_dump(mode="json")}
+
+    return create_service_app("lowering", settings, [router])
+
+
+def build_apps(settings: Settings) -> dict[str, FastAPI]:
+    """The five fake compute services (the orchestrator is not one of them)."""
+    from services.metrics.app import create_app as metrics_app  # the real one: cheap and already merged
+
+    return {"workload": workload_app(settings), "thermal": thermal_app(settings),
+            "placement": placement_app(settings), "lowering": lowering_app(settings),
+            "metrics": metrics_app(settings)}

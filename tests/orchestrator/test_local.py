@@ -1,0 +1,42 @@
+"""Embedded runs as the scripts do them: four scenarios -> four CSVs; bad config -> one line, exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scripts.run_all import main as run_all_main
+from services.cli import main as cli_main
+from services.orchestrator.local import run_local
+from shared.client import ServiceClients
+from shared.settings import Settings
+from tests.conftest import CONFIGS
+from tests.orchestrator import fakes
+
+
+def test_run_local_four_scenarios_four_csvs(settings: Settings, tmp_path: Path) -> None:
+    clients = ServiceClients(settings, asgi_apps=fakes.build_apps(settings))
+    res = run_local(arch=CONFIGS / "arch_8x8_32x32x8.yaml", workload=CONFIGS / "workload_mixtral_8x7b.yaml",
+                    tas=CONFIGS / "tas_params.yaml", out=tmp_path / "mix", windows=4, settings=settings,
+                    clients=clients, database_url=f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    clients.close()
+    assert res.ok, res.errors
+    assert sorted(res.csvs) == ["baseline", "tacs", "taps", "tas"]
+    for sc, path in res.csvs.items():
+        assert path == tmp_path / "mix" / sc / "mixtral-8x7b.csv"
+        lines = path.read_text().splitlines()
+        assert len(lines) == 2 and lines[1].startswith(f"{sc},mixtral-8x7b,")
+    assert res.windows == {sc: 4 for sc in res.csvs}
+    assert (tmp_path / "mix" / "summary.csv").read_text().count("\n") == 5
+
+
+def test_run_all_bad_config_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "arch.yaml"
+    bad.write_text("mesh: {cores: [0, 8]}\n")
+    rc = run_all_main(["--arch", str(bad), "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "mesh.cores[0]" in err[0]
+    rc = cli_main(["run", "--workload", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "file not found" in err[0]

@@ -1,0 +1,159 @@
+"""Durable run state: migrations, leases, the fenced window commit, attempts — on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from services.orchestrator import repository as repo
+from services.orchestrator.db import downgrade, upgrade
+from services.orchestrator.models import RunStatus, ScenarioRun, WindowRecord, utcnow
+from tests.orchestrator.conftest import Db
+
+
+def _experiment(db: Db, *, max_attempts: int = 3, key: str | None = None, exp_id: str = "e1") -> str:
+    with db.sessions.begin() as s:
+        repo.add_experiment(session=s, exp_id=exp_id, name="t", configs={"a": 1}, seed=7, scenarios=["baseline", "tas"],
+                            out_dir="/tmp/x", idempotency_key=key, request_hash="h", max_attempts=max_attempts)
+    return repo.run_id_for(exp_id, "baseline")
+
+
+def _commit(db: Db, run_id: str, owner: str, k: int) -> bool:
+    return repo.commit_window(sessions=db.sessions, run_id=run_id, owner=owner, window=k,
+                              snapshot={"window": k}, metrics={"window": k, "T": 50.0 + k / 3},
+                              frontier={"k": k}, lease_s=30)
+
+
+def test_migrations_create_tables_and_round_trip(db: Db) -> None:
+    names = set(sa.inspect(db.engine).get_table_names())
+    assert {"experiments", "scenario_runs", "windows", "jobs", "alembic_version"} <= names
+    downgrade(db.engine)
+    assert "windows" not in set(sa.inspect(db.engine).get_table_names())
+    upgrade(db.engine)
+    upgrade(db.engine)  # idempotent
+    assert "windows" in set(sa.inspect(db.engine).get_table_names())
+
+
+def test_claim_commit_and_frontier(db: Db) -> None:
+    run_id = _experiment(db)
+    c = repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=30)
+    assert c.ok and c.next_window == 0 and c.attempts == 1
+    for k in range(3):
+        assert _commit(db, run_id, "w1", k)
+    assert repo.load_frontier(sessions=db.sessions, run_id=run_id, next_window=3) == {"k": 2}
+    with db.sessions() as s:
+        rows = s.scalars(sa.select(WindowRecord).where(WindowRecord.run_id == run_id).order_by(WindowRecord.window))
+        rows_l = list(rows)
+        assert [r.window for r in rows_l] == [0, 1, 2]
+        assert [r.frontier is None for r in rows_l] == [True, True, False]  # only the newest keeps its state
+        assert rows_l[1].metrics == {"window": 1, "T": 50.0 + 1 / 3}  # floats round-trip exactly
+        run = s.get(ScenarioRun, run_id)
+        assert run is not None and run.next_window == 3 and run.status == RunStatus.running
+
+
+def test_fenced_commit_refuses_wrong_owner_and_wrong_window(db: Db) -> None:
+    run_id = _experiment(db)
+    assert repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=30).ok
+    assert not _commit(db, run_id, "intruder", 0)
+    assert not _commit(db, run_id, "w1", 1)  # not the frontier
+    assert _commit(db, run_id, "w1", 0)
+    assert not _commit(db, run_id, "w1", 0)  # replay of a committed window
+    with db.sessions() as s:
+        assert repo.window_count(session=s, run_id=run_id) == 1
+
+
+def test_live_lease_blocks_expired_lease_is_reclaimed(db: Db) -> None:
+    run_id = _experiment(db)
+    assert repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=30).ok
+    assert _commit(db, run_id, "w1", 0)
+    other = repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w2", lease_s=30)
+    assert other.outcome == "leased"
+    later = utcnow() + timedelta(seconds=120)
+    with db.sessions() as s:
+        assert run_id in repo.stale_runs(session=s, now=later)
+    c2 = repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w2", lease_s=30, now=later)
+    assert c2.ok and c2.next_window == 1 and c2.attempts == 2
+    # the old owner has lost its lease: its next commit is fenced off
+    assert not _commit(db, run_id, "w1", 1)
+    assert _commit(db, run_id, "w2", 1)
+
+
+def test_attempts_are_bounded(db: Db) -> None:
+    run_id = _experiment(db, max_attempts=2)
+    t = utcnow()
+    for i in range(2):
+        assert repo.claim_run(sessions=db.sessions, run_id=run_id, owner=f"w{i}", lease_s=1,
+                              now=t + timedelta(seconds=10 * i)).ok
+    c = repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w9", lease_s=1, now=t + timedelta(seconds=60))
+    assert c.outcome == "exhausted"
+    with db.sessions() as s:
+        run = s.get(ScenarioRun, run_id)
+        assert run is not None and run.status == RunStatus.failed and "gave up after 2 attempts" in (run.error or "")
+        exp = repo.get_experiment(session=s, exp_id="e1")
+        assert exp is not None and exp.status == RunStatus.running  # its other scenario is still queued
+
+
+def test_finish_and_cancel(db: Db) -> None:
+    run_id = _experiment(db)
+    assert repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=30).ok
+    assert repo.finish_run(sessions=db.sessions, run_id=run_id, owner="w1", status=RunStatus.succeeded,
+                           result_row={"ips": 1.0})
+    assert repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=30).outcome == "done"
+    with db.sessions.begin() as s:
+        assert repo.cancel_experiment(session=s, exp_id="e1") == 1  # the tas run was still queued
+    with db.sessions() as s:
+        exp = repo.get_experiment(session=s, exp_id="e1")
+        assert exp is not None and exp.status == RunStatus.cancelled
+    tas = repo.run_id_for("e1", "tas")
+    assert repo.claim_run(sessions=db.sessions, run_id=tas, owner="w1", lease_s=30).outcome == "done"
+
+
+def test_cancel_stops_a_running_commit(db: Db) -> None:
+    run_id = _experiment(db)
+    assert repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=30).ok
+    assert _commit(db, run_id, "w1", 0)
+    with db.sessions.begin() as s:
+        repo.cancel_experiment(session=s, exp_id="e1")
+    assert not _commit(db, run_id, "w1", 1)
+
+
+def test_idempotency_key_is_unique(db: Db) -> None:
+    _experiment(db, key="k-1")
+    with pytest.raises(sa.exc.IntegrityError), db.sessions.begin() as s:
+        repo.add_experiment(session=s, exp_id="e2", name="t", configs={}, seed=1, scenarios=["baseline"],
+                            out_dir="/tmp/y", idempotency_key="k-1", request_hash="h", max_attempts=3)
+    with db.sessions() as s:
+        exp = repo.get_experiment_by_key(session=s, idempotency_key="k-1")
+        assert exp is not None and exp.id == "e1"
+
+
+def test_concurrent_claims_one_winner(db: Db) -> None:
+    run_id = _experiment(db)
+    results: list[str] = []
+    lock = threading.Lock()
+
+    def go(i: int) -> None:
+        c = repo.claim_run(sessions=db.sessions, run_id=run_id, owner=f"w{i}", lease_s=30)
+        with lock:
+            results.append(c.outcome)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == ["claimed", "leased", "leased", "leased"]
+
+
+def test_models_match_the_migration_history(db: Db) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from shared.db import Base
+
+    with db.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
+    assert diff == []

@@ -1,0 +1,137 @@
+"""The window loop on fake compute services: files, frontier, crash/resume byte-identity, lease loss, retries."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from fastapi import FastAPI
+
+from services.orchestrator import repository as repo
+from services.orchestrator.models import RunStatus, ScenarioRun, WindowRecord
+from services.orchestrator.run_files import APPENDED, result_csv_path, run_dir_for
+from services.orchestrator.schemas import ExperimentRequest
+from services.orchestrator.service import create_experiment, resolve_spec
+from services.orchestrator.window_loop import run_scenario
+from shared.client import ServiceClients
+from shared.configs import WorkloadConfig
+from shared.settings import Settings
+from tests.conftest import CONFIGS
+from tests.orchestrator import fakes
+from tests.orchestrator.conftest import Db
+
+
+def small_request(**kw: Any) -> ExperimentRequest:
+    wl = WorkloadConfig.model_validate({"model": "mixtral-8x7b", "sequence": {"steps": 24, "micro_batch": 4}})
+    return ExperimentRequest(workload=wl, **kw)
+
+
+@pytest.fixture()
+def clients(settings: Settings) -> Iterator[ServiceClients]:
+    c = ServiceClients(settings, asgi_apps=fakes.build_apps(settings))
+    yield c
+    c.close()
+
+
+def _experiment(db: Db, settings: Settings, out: Path, **kw: Any) -> str:
+    spec = resolve_spec(small_request(**kw), configs_dir=CONFIGS)
+    exp_id, created = create_experiment(sessions=db.sessions, spec=spec, settings=settings, out_dir=out)
+    assert created
+    return exp_id
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every file of an output tree except run.log (timestamps), by relative path."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != "run.log"}
+
+
+def test_tas_run_writes_every_file_and_commits_each_window(db: Db, settings: Settings, clients: ServiceClients,
+                                                           tmp_path: Path) -> None:
+    exp_id = _experiment(db, settings, tmp_path / "out", scenarios=["tas"])
+    run_id = repo.run_id_for(exp_id, "tas")
+    out = run_scenario(run_id, clients, db.sessions)
+    assert out.status == "succeeded", out.error
+    assert out.windows_run == 8  # 24 steps of 1 ms in 3 ms windows
+    rd = run_dir_for(tmp_path / "out", "tas")
+    for rel, cols in APPENDED.items():
+        lines = (rd / rel).read_text().splitlines()
+        assert lines[0] == ",".join(cols)
+    assert len((rd / "traces/physical/compute_events.csv").read_text().splitlines()) > 8
+    assert (rd / "mapping/placement.json").is_file() and (rd / "runtime/replica_state.json").is_file()
+    log = (rd / "run.log").read_text()
+    assert "seed 42" in log and "git revision" in log and '"numpy"' in log and "config {" in log
+    csv = result_csv_path(tmp_path / "out", "tas", "mixtral-8x7b").read_text().splitlines()
+    assert csv[0].startswith("scenario,workload,T_peak_logic,T_peak_dram")
+    assert csv[1].startswith("tas,mixtral-8x7b,")
+    with db.sessions() as s:
+        run = s.get(ScenarioRun, run_id)
+        assert run is not None and run.status == RunStatus.succeeded and run.next_window == 8
+        assert run.result_row is not None and run.result_row["T_peak_logic"] > 45.0
+        windows = [w for (w,) in s.execute(sa.select(WindowRecord.window).where(WindowRecord.run_id == run_id))]
+        assert sorted(windows) == list(range(8))
+
+
+def test_crash_and_resume_is_byte_identical(db: Db, settings: Settings, clients: ServiceClients,
+                                            tmp_path: Path) -> None:
+    ref_id = _experiment(db, settings, tmp_path / "ref", scenarios=["tas"])
+    assert run_scenario(repo.run_id_for(ref_id, "tas"), clients, db.sessions).status == "succeeded"
+
+    exp_id = _experiment(db, settings, tmp_path / "crash", scenarios=["tas"])
+    run_id = repo.run_id_for(exp_id, "tas")
+    # worker 1 "dies" right after committing window 3 (its lease stays held) ...
+    out1 = run_scenario(run_id, clients, db.sessions, owner="w1", lease_s=0.3, on_window=lambda _r, k, _n: k < 3)
+    assert out1.status == "stopped" and out1.windows_run == 4
+    # ... after having written rows of window 4 that never committed (the crash hit between append and commit)
+    rd = run_dir_for(tmp_path / "crash", "tas")
+    with open(rd / "traces/physical/compute_events.csv", "a") as fh:
+        fh.write("999,0,0,0,0.0,garbage,d0,0.0\n")
+    # worker 2 cannot take the live lease, then takes it once it expired and finishes the run
+    assert run_scenario(run_id, clients, db.sessions, owner="w2", lease_s=5).status == "leased"
+    time.sleep(0.4)
+    out2 = run_scenario(run_id, clients, db.sessions, owner="w2", lease_s=5)
+    assert out2.status == "succeeded" and out2.windows_run == 4
+    assert "resuming at window 4 of 8 (attempt 2)" in (rd / "run.log").read_text()
+    with db.sessions() as s:
+        rows = list(s.execute(sa.select(WindowRecord.window, WindowRecord.worker)
+                              .where(WindowRecord.run_id == run_id).order_by(WindowRecord.window)))
+    assert [w for w, _ in rows] == list(range(8))  # every window exactly once
+    assert [o for _, o in rows] == ["w1"] * 4 + ["w2"] * 4
+    assert _tree(tmp_path / "crash") == _tree(tmp_path / "ref")
+
+
+def test_lost_lease_stops_the_old_worker(db: Db, settings: Settings, clients: ServiceClients,
+                                         tmp_path: Path) -> None:
+    exp_id = _experiment(db, settings, tmp_path / "out", scenarios=["baseline"])
+    run_id = repo.run_id_for(exp_id, "baseline")
+
+    def steal(_r: str, k: int, _n: int) -> bool:
+        if k == 1:  # another worker takes over the run behind our back
+            with db.sessions.begin() as s:
+                run = s.get(ScenarioRun, run_id)
+                assert run is not None
+                run.lease_owner = "thief"
+        return True
+
+    out = run_scenario(run_id, clients, db.sessions, owner="w1", on_window=steal)
+    assert out.status == "lost_lease" and out.windows_run == 2
+    with db.sessions() as s:
+        assert repo.window_count(session=s, run_id=run_id) == 2
+
+
+def test_upstream_failure_fails_the_run_with_its_reason(db: Db, settings: Settings, tmp_path: Path) -> None:
+    apps: dict[str, FastAPI] = dict(fakes.build_apps(settings))
+    del apps["thermal"]  # thermal is "down": the client targets a closed port
+    s2 = settings.model_copy(update={"thermal_url": "http://127.0.0.1:9", "http_retries": 1, "http_backoff_s": 0.01})
+    clients = ServiceClients(s2, asgi_apps=apps)
+    exp_id = _experiment(db, settings, tmp_path / "out", scenarios=["baseline"])
+    out = run_scenario(repo.run_id_for(exp_id, "baseline"), clients, db.sessions)
+    clients.close()
+    assert out.status == "failed" and "thermal" in (out.error or "")
+    with db.sessions() as s:
+        run = s.get(ScenarioRun, repo.run_id_for(exp_id, "baseline"))
+        assert run is not None and run.status == RunStatus.failed and "thermal" in (run.error or "")

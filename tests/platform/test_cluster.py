@@ -1,0 +1,173 @@
+"""The local cluster (scripts/cluster.py): up on alternate ports against the real PostgreSQL and Redis, all six answer
+/healthz over real sockets, the Celery worker answers a ping and runs a task through Redis, down leaves no process.
+
+The first tests need nothing running: they check the refusals that happen before anything is started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scripts import cluster
+from shared import SERVICES
+from shared.client import ServiceClients
+from shared.settings import Settings
+from tests.platform.conftest import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(*args: str, env: dict[str, str] | None = None, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "scripts.cluster", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False)
+
+
+def _free_block(n: int = len(SERVICES), start: int = 18000) -> int:
+    """A base port with ``n`` consecutive free loopback ports (18000.. first, as the README's example)."""
+    for base in range(start, start + 2000, 10):
+        if all(cluster._port_free("127.0.0.1", base + i) for i in range(n)):
+            return base
+    raise RuntimeError("no free block of loopback ports")
+
+
+def test_config_ports_urls_and_env(tmp_path: Path) -> None:
+    cfg = cluster.ClusterConfig(host="127.0.0.1", base_port=18000, state_dir=tmp_path, database_url="postgresql://db/x",
+                                redis_url="redis://r:6379/2", timeout_s=5)
+    assert [cfg.port(n) for n in SERVICES] == list(range(18000, 18006))
+    env = cfg.env()
+    assert env["TASMOE_MODE"] == "cluster"
+    assert env["TASMOE_DATABASE_URL"] == "postgresql://db/x"
+    assert env["TASMOE_REDIS_URL"] == "redis://r:6379/2"
+    settings = Settings.model_validate({k[len("TASMOE_"):].lower(): v for k, v in env.items()
+                                        if k.startswith("TASMOE_") and k[7:].lower() in Settings.model_fields})
+    assert settings.service_url("thermal") == "http://127.0.0.1:18004"
+    assert settings.service_url("orchestrator") == "http://127.0.0.1:18000"
+
+
+def test_up_refuses_a_busy_port_before_starting_anything(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        # the busy port is the thermal one (base + 4)
+        res = _run("up", "--base-port", str(port - 4), "--state-dir", str(tmp_path), "--timeout", "5")
+    assert res.returncode == 1
+    assert f"thermal:{port}" in res.stderr and "ports already in use" in res.stderr
+    assert not list(tmp_path.glob("*.pid"))
+
+
+def test_up_refuses_an_unreachable_database(tmp_path: Path) -> None:
+    dead = free_port()
+    res = _run("up", "--base-port", str(_free_block(start=28000)), "--state-dir", str(tmp_path),
+               "--database-url", f"postgresql+psycopg://postgres:secret@127.0.0.1:{dead}/x", "--timeout", "5")
+    assert res.returncode == 1
+    line = res.stderr.strip()
+    assert "database postgresql+psycopg://postgres:***@127.0.0.1" in line and "not reachable" in line
+    assert "secret" not in line and "Traceback" not in line
+    assert not list(tmp_path.glob("*.pid"))
+
+
+def test_bad_flags_are_one_line_errors(tmp_path: Path) -> None:
+    res = _run("up", "--base-port", "65533", "--state-dir", str(tmp_path))
+    assert res.returncode == 1 and "--base-port 65533" in res.stderr
+    res = _run("down", "--state-dir", str(tmp_path))
+    assert res.returncode == 0 and "no cluster processes running" in res.stdout
+
+
+@pytest.fixture()
+def cluster_env(postgres_url: str, redis_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASMOE_")}
+    env.update({"TASMOE_DATABASE_URL": postgres_url, "TASMOE_REDIS_URL": redis_url})
+    return env
+
+
+@pytest.fixture()
+def running_cluster(tmp_path: Path, cluster_env: dict[str, str]) -> Iterator[tuple[Path, int]]:
+    state = tmp_path / "cluster"
+    base = _free_block()
+    res = _run("up", "--base-port", str(base), "--state-dir", str(state), "--timeout", "120", env=cluster_env)
+    try:
+        assert res.returncode == 0, f"cluster up failed:\n{res.stdout}\n{res.stderr}"
+        yield state, base
+    finally:
+        _run("down", "--state-dir", str(state), env=cluster_env)
+
+
+@pytest.mark.cluster
+def test_cluster_up_serves_all_six_and_the_worker_then_down_stops_them(
+        running_cluster: tuple[Path, int], cluster_env: dict[str, str], redis_url: str) -> None:
+    state, base = running_cluster
+    pids = {p.stem: int(p.read_text().strip()) for p in state.glob("*.pid")}
+    assert set(pids) == {*SERVICES, "worker"}
+    assert all(cluster.is_alive(pid) for pid in pids.values()), {n: cluster._proc_stat(p) for n, p in pids.items()}
+
+    # all six answer /healthz over real sockets, through the project's own client
+    settings = Settings.model_validate({f"{n}_url": f"http://127.0.0.1:{base + i}" for i, n in enumerate(SERVICES)})
+    clients = ServiceClients(settings)
+    try:
+        for name in SERVICES:
+            assert clients[name].get_json("/healthz")["service"] == name
+    finally:
+        clients.close()
+
+    # each service process got the cluster environment
+    recorded = json.loads((state / "cluster.json").read_text())
+    environ = dict(kv.split("=", 1) for kv in
+                   Path(f"/proc/{pids['orchestrator']}/environ").read_text().split("\0") if "=" in kv)
+    assert environ["TASMOE_MODE"] == "cluster"
+    assert environ["TASMOE_THERMAL_URL"] == f"http://127.0.0.1:{base + 4}"
+    assert environ["TASMOE_DATABASE_URL"] == cluster_env["TASMOE_DATABASE_URL"]
+    assert environ["TASMOE_REDIS_URL"] == redis_url
+
+    # the worker answers `celery inspect ping` and runs a task through Redis
+    worker_name = recorded["worker_name"]
+    assert cluster.worker_ping(redis_url, worker_name, timeout_s=3.0)
+    from celery import Celery
+
+    app = Celery("tasmoe-test", broker=redis_url, backend=redis_url)
+    try:
+        assert app.send_task("tasmoe.ping").get(timeout=20) == "pong"
+    finally:
+        app.close()
+
+    status = _run("status", "--state-dir", str(state), env=cluster_env)
+    assert status.returncode == 0
+    assert status.stdout.count("healthy") == len(SERVICES) and "answers ping" in status.stdout
+
+    # a second `up` on the same state dir is refused while this one runs
+    again = _run("up", "--base-port", str(base), "--state-dir", str(state), "--timeout", "5", env=cluster_env)
+    assert again.returncode == 1 and "already running" in again.stderr
+
+    res = _run("down", "--state-dir", str(state), env=cluster_env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("stopped") == len(pids)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(cluster.group_members(p) for p in pids.values()):
+        time.sleep(0.1)
+    assert not [n for n, p in pids.items() if cluster.group_members(p)], "processes left after down"
+    assert not list(state.glob("*.pid"))
+    assert all(cluster._port_free("127.0.0.1", base + i) for i in range(len(SERVICES)))
+
+
+@pytest.mark.cluster
+def test_a_process_that_dies_while_starting_tears_the_cluster_down(
+        tmp_path: Path, postgres_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TASMOE_LOG_LEVEL", "LOUD")  # every child refuses its settings and exits
+    cfg = cluster.ClusterConfig(host="127.0.0.1", base_port=_free_block(), state_dir=tmp_path,
+                                database_url=postgres_url, redis_url=redis_url, timeout_s=60, migrate=False)
+    out = tmp_path / "out.txt"
+    with out.open("w") as fh, pytest.raises(cluster.ClusterError, match="exited with code 1 while starting") as info:
+        cluster.up(cfg, out=fh)
+    assert "log_level" in str(info.value)  # the log tail names the bad setting
+    assert not list(tmp_path.glob("*.pid"))
+    started = json.loads((tmp_path / "cluster.json").read_text())["processes"]
+    assert not [n for n, p in started.items() if cluster.group_members(int(p["pid"]))]

@@ -1,0 +1,264 @@
+"""Logical traces: determinism, window streaming, routing statistics, event bookkeeping, CSV schema."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from services.workload.ir import build_ir
+from services.workload.routing import RoutingStream, expert_counts, zipf_probabilities
+from services.workload.traces import (
+    COMPUTE_HEADER,
+    MEMORY_HEADER,
+    expert_load,
+    generate_logical_traces,
+    iter_windows,
+    make_plan,
+    route_counts,
+)
+from services.workload.zoo import get_model_config
+from shared.configs import WorkloadConfig, load_workload
+from shared.contracts.ids import parse_expert_id
+from shared.errors import BadInput, NotFound
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def small(model: str = "mixtral-8x7b", **over: Any) -> WorkloadConfig:
+    data: dict[str, Any] = {"model": model, "routing": {"topk": 2, "seed": 7, "zipf_s": 1.2},
+                            "sequence": {"tokens": 256, "micro_batch": 8, "steps": 12, "step_interval_ms": 1.0}}
+    for k, v in over.items():
+        if isinstance(v, dict):
+            data[k] = {**data.get(k, {}), **v}
+        else:
+            data[k] = v
+    return WorkloadConfig.model_validate(data)
+
+
+def test_trace_determinism(tmp_path: Path) -> None:
+    cfg = small(routing={"locality": 0.3})
+    a = generate_logical_traces(cfg, tmp_path / "a")
+    b = generate_logical_traces(cfg, tmp_path / "b", window_ms=5.0)  # chunking does not change the content
+    for pa, pb in zip(a, b, strict=True):
+        assert Path(pa).read_bytes() == Path(pb).read_bytes()
+    c = generate_logical_traces(small(routing={"locality": 0.3, "seed": 8}), tmp_path / "c")
+    assert Path(a[0]).read_bytes() != Path(c[0]).read_bytes()
+
+
+def test_csv_columns_are_the_seed_schema(tmp_path: Path) -> None:
+    cpath, mpath = generate_logical_traces(small(), tmp_path)
+    assert Path(cpath).name == "logical_compute.csv" and Path(mpath).name == "logical_memory.csv"
+    with open(cpath, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == COMPUTE_HEADER.strip().split(",") == [
+        "event_id", "t_gen_ns", "mb_id", "token_id", "experts_json", "flops_json", "op_type"]
+    with open(mpath, newline="") as f:
+        mrows = list(csv.DictReader(f))
+    assert list(mrows[0]) == MEMORY_HEADER.strip().split(",") == [
+        "event_id", "tensor_id", "access", "bytes", "locality_hint"]
+    fc = [r for r in rows if r["op_type"] == "fc"]
+    assert fc and all(len(json.loads(r["experts_json"])) == 1 for r in fc)
+    assert all(parse_expert_id(json.loads(r["experts_json"])[0]) for r in fc)
+    assert all(json.loads(r["experts_json"]) == [] for r in rows if r["op_type"] != "fc")
+    assert all(float(json.loads(r["flops_json"])[0]) > 0 for r in rows)
+    assert [int(r["event_id"]) for r in rows] == list(range(len(rows)))
+    ids = {int(r["event_id"]) for r in rows}
+    assert {int(r["event_id"]) for r in mrows} <= ids
+    assert {r["access"] for r in mrows} == {"read", "write"}
+    assert all(int(r["token_id"]) == int(r["mb_id"]) * 8 for r in rows)
+
+
+def test_windows_match_the_csv_and_stream(tmp_path: Path) -> None:
+    cfg = small(sequence={"step_interval_ms": 0.7})
+    cpath, mpath = generate_logical_traces(cfg, tmp_path)
+    windows = list(iter_windows(cfg, 2.0))
+    with open(cpath, newline="") as f:
+        rows = list(csv.DictReader(f))
+    with open(mpath, newline="") as f:
+        mrows = list(csv.DictReader(f))
+    assert sum(len(w.compute) for w in windows) == len(rows)
+    assert sum(len(w.memory) for w in windows) == len(mrows)
+    ev = [e for w in windows for e in w.compute.event_id]
+    assert ev == list(range(len(rows)))
+    for w in windows:
+        assert all(w.t0_ns <= t < w.t1_ns for t in w.compute.t_gen_ns)
+        assert w.t1_ns - w.t0_ns == 2_000_000
+    # micro-batch m arrives at m * 0.7 ms
+    assert {int(r["mb_id"]): int(r["t_gen_ns"]) for r in rows}[11] == 7_700_000
+    assert sum(w.tokens_generated for w in windows) == 12 * 8
+    flat = [(w.memory.tensor_id[i], w.memory.bytes[i]) for w in windows for i in range(len(w.memory))]
+    assert flat == [(r["tensor_id"], float(r["bytes"])) for r in mrows]
+
+
+def test_events_follow_the_ir_and_routing() -> None:
+    cfg = small()
+    mc = get_model_config("mixtral-8x7b")
+    ir = build_ir(mc, phase="decode", batch=8, seq_len=256)
+    attn_pt = sum(op.compute.total for op in ir.layers[1].ops) / 8  # layers.0.attn, context included
+    (w,) = list(iter_windows(cfg, 100.0))
+    c = w.compute
+    ops = np.asarray(c.op_type)
+    tokens, flops, mb, layer = (np.asarray(x) for x in (c.tokens, c.flops, c.mb_id, c.layer))
+    fc = ops == "fc"
+    # every token is routed to top-k experts at each of the 32 MoE layers
+    assert tokens[fc].sum() == 12 * 32 * 8 * 2
+    for m in range(12):
+        assert tokens[fc & (mb == m) & (layer == 5)].sum() == 16
+    expert_pt = 2 * 3 * 4096 * 14336 + 5 * 14336 + 2 * 4096  # SwiGLU GEMMs, SiLU·mul, combine's weighted add
+    np.testing.assert_allclose(flops[fc], tokens[fc] * expert_pt)
+    np.testing.assert_allclose(flops[ops == "attn"], 8 * attn_pt)
+    assert set(ops.tolist()) == {"attn", "router", "fc", "head"}
+    assert (np.asarray(c.layer)[ops == "head"] == 32).all()
+    # memory: 6 shards of a 336 MiB expert (5 x 64 MiB + 16 MiB), KV read of the context
+    mem = w.memory
+    tid = np.asarray(mem.tensor_id)
+    mem_ev = np.asarray(mem.event_id)
+    first_fc = int(np.asarray(c.event_id)[fc][0])
+    shards = [t for t, e in zip(tid, mem_ev, strict=True) if e == first_fc and t.startswith("W_")]
+    assert len(shards) == 6
+    sbytes = [b for t, e, b in zip(tid, mem_ev, mem.bytes, strict=True) if e == first_fc and t.startswith("W_")]
+    assert sbytes == [64 * 2**20] * 5 + [16 * 2**20]
+    kv_read = [b for t, a, b in zip(tid, mem.access, mem.bytes, strict=True) if t == "KV_L0_MB0" and a == "read"]
+    assert kv_read == [8 * 256 * (2 * 8 * 128 * 2)]
+
+
+def test_operator_overrides_from_the_config() -> None:
+    cfg = load_workload(CONFIGS / "workload_mixtral_8x7b.yaml")
+    cfg = cfg.model_copy(update={"sequence": cfg.sequence.model_copy(update={"steps": 3})})
+    w = next(iter_windows(cfg, 3.0))
+    ops = np.asarray(w.compute.op_type)
+    np.testing.assert_allclose(np.asarray(w.compute.flops)[ops == "fc"],
+                               np.asarray(w.compute.tokens)[ops == "fc"] * 2.5e9)
+    np.testing.assert_allclose(np.asarray(w.compute.flops)[ops == "attn"], 32 * 1.0e9)
+    kv_write = [b for t, a, b in zip(w.memory.tensor_id, w.memory.access, w.memory.bytes, strict=True)
+                if t == "KV_L0_MB0" and a == "write"]
+    assert kv_write == [32 * 4096]
+
+
+def test_zipf_popularity_and_exact_expert_load() -> None:
+    cfg = small(sequence={"steps": 400, "micro_batch": 32}, routing={"topk": 1, "zipf_s": 1.0})
+    layers, load = expert_load(cfg)
+    assert layers == list(range(32)) and load.shape == (32, 8)
+    np.testing.assert_allclose(load.sum(axis=1), 1.0)
+    plan = make_plan(cfg)
+    probs = plan.routing_stream().probabilities()
+    # top-1: each token picks expert e with probability p_e (12,800 draws per layer: within 5 sigma)
+    sigma = np.sqrt(probs * (1 - probs) / (400 * 32))
+    assert (np.abs(load - probs) < 5 * sigma).all()
+    # the permutation differs between layers
+    assert len({tuple(np.argsort(-p).tolist()) for p in probs}) > 1
+    # exact: the load equals the fc token counts of the trace
+    fc_tokens = np.zeros((33, 8))
+    for w in iter_windows(cfg, 50.0):
+        for op, la, e, t in zip(w.compute.op_type, w.compute.layer, w.compute.expert, w.compute.tokens,
+                                strict=True):
+            if op == "fc":
+                fc_tokens[la, e] += t
+    np.testing.assert_allclose(fc_tokens[:32] / (400 * 32), load)
+
+
+def test_zipf_zero_is_uniform_and_distinct_topk() -> None:
+    p = zipf_probabilities(8, 0.0, np.arange(8))
+    np.testing.assert_allclose(p, 1 / 8)
+    s = RoutingStream(seed=1, n_layers=3, n_experts=8, topk=3, tokens=64, zipf_s=2.0)
+    picks = s.take(5)
+    assert picks.shape == (5, 3, 64, 3)
+    assert (np.diff(picks, axis=-1) > 0).all()  # distinct and sorted
+    counts = expert_counts(picks, 8)
+    assert (counts.sum(axis=-1) == 64 * 3).all()
+
+
+def test_routing_is_chunk_invariant() -> None:
+    kw: dict[str, Any] = {"seed": 3, "n_layers": 4, "n_experts": 16, "topk": 4, "tokens": 8, "zipf_s": 1.1,
+                          "locality": 0.5, "n_group": 4, "topk_group": 2}
+    whole = RoutingStream(**kw).take(20)
+    s = RoutingStream(**kw)
+    parts = np.concatenate([s.take(3), s.take(1), s.take(16)])
+    np.testing.assert_array_equal(whole, parts)
+
+
+def test_locality_repeats_previous_choice() -> None:
+    kw: dict[str, Any] = {"seed": 5, "n_layers": 2, "n_experts": 8, "topk": 2, "tokens": 256, "zipf_s": 0.0}
+    same0 = (np.diff(RoutingStream(**kw, locality=0.0).take(30), axis=0) == 0).all(axis=-1).mean()
+    same8 = (np.diff(RoutingStream(**kw, locality=0.8).take(30), axis=0) == 0).all(axis=-1).mean()
+    assert same0 == pytest.approx(1 / 28, abs=0.01)  # a random pair out of C(8,2) = 28
+    assert same8 == pytest.approx(0.8 + 0.2 / 28, abs=0.02)
+    always = RoutingStream(**kw, locality=1.0).take(10)
+    assert (always == always[0]).all()
+
+
+def test_group_limited_routing() -> None:
+    cfg = small("deepseek-v3", routing={"topk": 8, "n_group": 8, "topk_group": 2}, sequence={"steps": 2})
+    plan = make_plan(cfg)
+    picks = plan.routing_stream().take(2)
+    groups = picks // 32  # 256 experts in 8 groups of 32
+    n_groups = np.asarray([[[len(set(t)) for t in layer] for layer in mb] for mb in groups.tolist()])
+    assert n_groups.max() <= 2 and n_groups.min() >= 1
+    # the model's own grouping applies when the config does not set one (DeepSeek-V3: 8 groups, top-4)
+    plan2 = make_plan(small("deepseek-v3", routing={"topk": 8}, sequence={"steps": 2}))
+    assert (plan2.n_group, plan2.topk_group) == (8, 4)
+
+
+def test_dense_first_layers_and_shared_experts() -> None:
+    cfg = small("deepseek-v2", routing={"topk": 6}, sequence={"steps": 2})
+    w = next(iter_windows(cfg, 10.0))
+    ops = np.asarray(w.compute.op_type)
+    layer = np.asarray(w.compute.layer)
+    assert set(layer[ops == "dense"].tolist()) == {0}
+    assert set(layer[ops == "fc"].tolist()) == set(range(1, 60))
+    assert set(layer[ops == "shared"].tolist()) == set(range(1, 60))
+    mc = get_model_config("deepseek-v2")
+    counts = route_counts(make_plan(cfg))
+    assert counts.shape == (2, 59, 160) and (counts.sum(axis=-1) == 8 * 6).all()
+    assert mc.moe is not None and mc.moe.first_k_dense_replace == 1
+
+
+def test_dense_model_has_no_routing() -> None:
+    w = next(iter_windows(small("llama-2-7b"), 100.0))
+    assert set(w.compute.op_type) == {"attn", "dense", "head"}
+    layers, load = expert_load(small("llama-2-7b"))
+    assert layers == [] and load.shape[0] == 0
+
+
+@pytest.mark.parametrize(("over", "field"), [
+    ({"routing": {"topk": 9}}, "routing.topk"),
+    ({"model": "deepseek-v3", "routing": {"topk": 8, "n_group": 7, "topk_group": 1}}, "routing.n_group"),
+    ({"model": "deepseek-v3", "routing": {"topk": 40, "n_group": 8, "topk_group": 1}}, "routing.topk"),
+])
+def test_bad_routing_names_the_field(over: dict[str, Any], field: str) -> None:
+    with pytest.raises(BadInput) as exc:
+        make_plan(small(**over))
+    assert exc.value.field == field
+
+
+def test_unknown_model_is_not_found() -> None:
+    with pytest.raises(NotFound):
+        make_plan(small("nope-1b"))
+
+
+def test_empty_windows_between_micro_batches(tmp_path: Path) -> None:
+    cfg = small("llama-3-8b", sequence={"steps": 3, "step_interval_ms": 5.0})
+    windows = list(iter_windows(cfg, 1.0))
+    assert len(windows) == 11  # arrivals at 0, 5, 10 ms
+    busy = [w.window for w in windows if len(w.compute)]
+    assert busy == [0, 5, 10]
+    assert all(w.tokens_generated == 0 for w in windows if w.window not in busy)
+    cpath, _ = generate_logical_traces(cfg, tmp_path, window_ms=1.0)
+    assert len(Path(cpath).read_text().splitlines()) == 1 + 3 * (32 * 2 + 1)
+
+
+def test_prefill_uses_the_prefill_ir() -> None:
+    cfg = small("llama-2-7b", phase="prefill", sequence={"tokens": 512, "steps": 1})
+    ir = build_ir(get_model_config("llama-2-7b"), phase="prefill", batch=1, seq_len=512)
+    attn_pt = sum(op.compute.total for op in ir.layers[1].ops) / 512
+    w = next(iter_windows(cfg, 10.0))
+    ops = np.asarray(w.compute.op_type)
+    np.testing.assert_allclose(np.asarray(w.compute.flops)[ops == "attn"], 8 * attn_pt)
+    # a prefill token attends to the 512-token prompt: 2·2·512·d·H score FLOPs per layer on top of the projections
+    decode = build_ir(get_model_config("llama-2-7b"), phase="decode", batch=1, seq_len=512)
+    assert attn_pt == pytest.approx(sum(op.compute.total for op in decode.layers[1].ops))
