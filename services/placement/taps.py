@@ -9,7 +9,9 @@ Model (SI inside):
   ``logic_leak_w_per_core``;
 - temperatures ``T̂ = H·p̂ + T_amb`` (°C; H in K/W, cores × cores);
 - objective ``w_peak·max(T̂) + w_var·var(T̂) + w_smooth·Σ_(i,j) adjacent (T̂_i − T̂_j)²``.
-Constraints: per-core FLOP rate ≤ ``core_flops_tps`` (scaled up, with a note, when the whole workload cannot fit);
+When the demand exceeds the chip (``Σ f > n_cores·core_flops_tps``) the chip saturates: every rate (and so power and
+bank traffic) is scaled to the sustainable throughput, a mean utilisation of ``1/CAPACITY_HEADROOM`` (noted).
+Constraints: per-core FLOP rate ≤ ``core_flops_tps``;
 two replicas of one expert never share a core; weight shards in the vault of the core that uses them, spilling to the
 nearest vault with room, each bank within ``bank_capacity_mb`` and ``bank_bw_gbps`` where possible.
 
@@ -35,7 +37,7 @@ from shared.errors import BadInput
 
 log = logging.getLogger(__name__)
 
-CAPACITY_HEADROOM = 1.15  # when demand exceeds the chip, allow each core this factor above the mean demand
+CAPACITY_HEADROOM = 1.15  # when demand exceeds the chip, rates are scaled to a mean utilisation of 1/1.15
 
 
 @dataclass
@@ -175,7 +177,6 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     H = check_h(H, n)
 
     steps_per_s = 1e3 / wl.sequence.step_interval_ms
-    R = routed_tokens_per_step(wl) * steps_per_s  # routed tokens/s per MoE layer
     share = loads / loads.sum(axis=1, keepdims=True)
     n_rep = np.ones((n_layers, n_e), dtype=np.int64)
     k_hot = min(taps.replicate_hot_k, n_e) if n >= 2 else 0
@@ -190,13 +191,17 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     flops = tok_step * steps_per_s * expert_flops_per_token
     e_flop = arch.power.mac_pj * 0.5e-12  # J per FLOP
     power = flops * e_flop
-    total = float(share.sum() * R * expert_flops_per_token)
+    total = float(flops.sum())
     cap = taps.capacity.core_flops_tps
     if total > cap * n:
-        cap_eff = CAPACITY_HEADROOM * total / n
-        notes.append(f"demand {total:.3g} FLOP/s exceeds the chip's {cap * n:.3g} FLOP/s: per-core capacity "
-                     f"relaxed to {cap_eff:.3g} FLOP/s ({CAPACITY_HEADROOM}x the mean)")
-        cap = cap_eff
+        # the chip saturates: work queues and the sustained rate is what heats it. Scale every rate so the mean
+        # core utilisation is 1/CAPACITY_HEADROOM (room for the packing to respect per-core capacity).
+        rho = cap * n / (total * CAPACITY_HEADROOM)
+        notes.append(f"demand {total:.3g} FLOP/s exceeds the chip's {cap * n:.3g} FLOP/s: rates scaled by {rho:.3g} to "
+                     f"the sustainable throughput (mean core utilisation {1 / CAPACITY_HEADROOM:.0%})")
+        flops = flops * rho
+        power = power * rho
+        steps_per_s = steps_per_s * rho  # micro-batches keep their size; fewer of them per second
     if flops.size and flops.max() > cap:
         notes.append(f"the busiest instance needs {flops.max():.3g} FLOP/s, more than a core's {cap:.3g}: per-core "
                      "capacity relaxed to it")
