@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.placement.geometry import MIB, ChipGeometry, adjacent_pairs, check_h, influence_for
+from services.placement.geometry import MIB, ChipGeometry, adjacent_pairs, check_h, hops_matrix, influence_for
 from services.placement.shards import BankBook, shard_sizes
 from shared.configs import ArchConfig, WorkloadConfig
 from shared.configs.tas import TapsParams
@@ -263,9 +263,11 @@ def greedy(pb: Problem) -> tuple[np.ndarray, int]:
 def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int = 3, movers: int = 8) -> np.ndarray:
     """Improve ``assign`` by moves and swaps that lower the objective, working on the hottest cores first.
 
-    Each iteration looks at the ``hot_cores`` hottest cores in turn; for the ``movers`` most powerful instances on one
-    it scores, vectorised, every move to another core and every swap with a less powerful instance elsewhere, and
-    applies the best strictly improving candidate. Stops after ``iters`` applied changes or when none improves.
+    Each iteration looks at the ``hot_cores`` hottest cores, then the mesh neighbours of the hottest one (their heat
+    spreads into it), in turn; for the ``movers`` most powerful instances on one it scores, vectorised, every move to
+    another core and every swap with a less powerful instance elsewhere, plus swapping the whole contents of the core
+    with another core's, and applies the best strictly improving candidate of the first core that has one. Stops
+    after ``iters`` applied changes or when none improves.
     """
     assign = assign.copy()
     load = np.bincount(assign, weights=pb.inst_flops, minlength=pb.n)
@@ -274,12 +276,22 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
     cores = np.arange(pb.n)
     cap = pb.cap_flops * (1 + 1e-12)
     multi = np.bincount(pb.inst_expert)[pb.inst_expert] > 1  # (m,) instance has a sibling replica
+    hop1 = hops_matrix(pb.geom.mesh_x, pb.geom.mesh_y) == 1
     for _ in range(iters):
         best: tuple[float, str, int, int] | None = None
-        for h in (int(x) for x in np.argsort(-T, kind="stable")[:hot_cores]):
+        hot = [int(x) for x in np.argsort(-T, kind="stable")[:hot_cores]]
+        around = [int(x) for x in np.flatnonzero(hop1[hot[0]]) if int(x) not in hot]
+        for h in hot + sorted(around, key=lambda c: -T[c]):
             on_h = np.flatnonzero(assign == h)
             if on_h.size == 0:
                 continue
+            # swap the whole contents of h with another core (always feasible: loads and replicas swap together)
+            core_p = np.bincount(assign, weights=pb.inst_power, minlength=pb.n)
+            cobjs = pb.delta_objective(T, cores, np.full(pb.n, h), core_p[h] - core_p)
+            cobjs[h] = np.inf
+            b = int(np.argmin(cobjs))
+            if cobjs[b] < cur - 1e-9 * max(1.0, abs(cur)) and (best is None or cobjs[b] < best[0]):
+                best = (float(cobjs[b]), "cores", h, b)
             on_h = on_h[np.argsort(-pb.inst_power[on_h], kind="stable")[:movers]]
             for i in (int(x) for x in on_h):
                 w = pb.inst_power[i]
@@ -316,6 +328,16 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
         if best is None:
             break
         _, kind, i, x = best
+        if kind == "cores":
+            h, b = i, x
+            on_h, on_b = assign == h, assign == b
+            core_p = np.bincount(assign, weights=pb.inst_power, minlength=pb.n)
+            T += (core_p[h] - core_p[b]) * (pb.H[:, b] - pb.H[:, h])
+            load[h], load[b] = load[b], load[h]
+            assign[on_h] = b
+            assign[on_b] = h
+            cur = pb.objective(T)
+            continue
         h = int(assign[i])
         if kind == "move":
             b = x
@@ -391,10 +413,47 @@ def assemble(pb: Problem, assign: np.ndarray, *, arch: ArchConfig, expert_bytes:
     return Placement(experts=experts, tensors=tensors, meta=meta)
 
 
-def heuristic_assign(pb: Problem, iters: int) -> tuple[np.ndarray, list[str]]:
+ILS_MAX_INSTANCES = 128  # iterated local search (random kicks + local search) only for problems up to this size
+ILS_ROUNDS = 24
+
+
+def _feasible(pb: Problem, assign: np.ndarray) -> bool:
+    load = np.bincount(assign, weights=pb.inst_flops, minlength=pb.n)
+    if np.any(load > pb.cap_flops * (1 + 1e-12)):
+        return False
+    pairs = pb.inst_expert.astype(np.int64) * pb.n + assign
+    return bool(np.unique(pairs).size == pairs.size)
+
+
+def iterated_local_search(pb: Problem, assign: np.ndarray, iters: int, rounds: int, seed: int) -> np.ndarray:
+    """Kick the best assignment (swap two random instances on different cores, twice), re-run the local search, keep
+    the result when its objective is lower. Deterministic: ``numpy.random.default_rng(seed)``."""
+    rng = np.random.default_rng(seed)
+    best = assign
+    best_obj = pb.objective(pb.temps(best))
+    for _ in range(rounds):
+        cand = best.copy()
+        for _ in range(2):
+            i, j = rng.choice(pb.m, 2, replace=False)
+            cand[i], cand[j] = cand[j], cand[i]
+        if not _feasible(pb, cand):
+            continue
+        cand = local_search(pb, cand, iters)
+        obj = pb.objective(pb.temps(cand))
+        if obj < best_obj - 1e-9 * max(1.0, abs(best_obj)):
+            best, best_obj = cand, obj
+    return best
+
+
+def heuristic_assign(pb: Problem, iters: int, seed: int = 0) -> tuple[np.ndarray, list[str]]:
+    """Greedy + local search; small problems (≤ ILS_MAX_INSTANCES) also get ILS_ROUNDS rounds of iterated local
+    search seeded with ``seed`` (the workload's routing seed)."""
     assign, viol = greedy(pb)
     notes = [f"{viol} instances could not respect core capacity or replica separation"] if viol else []
-    return local_search(pb, assign, iters), notes
+    assign = local_search(pb, assign, iters)
+    if pb.m <= ILS_MAX_INSTANCES and _feasible(pb, assign):
+        assign = iterated_local_search(pb, assign, iters, ILS_ROUNDS, seed)
+    return assign, notes
 
 
 def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams,
@@ -411,7 +470,7 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
     method = method or taps.method
     pb = build_problem(arch, workload, taps, expert_load, expert_flops_per_token, H, moe_layers=moe_layers)
     if method == "heuristic":
-        assign, notes = heuristic_assign(pb, taps.local_search_iters)
+        assign, notes = heuristic_assign(pb, taps.local_search_iters, workload.routing.seed)
         return assemble(pb, assign, arch=arch, expert_bytes=expert_bytes,
                         weight_shard_mb=workload.tensors.weight_shard_mb, bank_bw_gbps=taps.capacity.bank_bw_gbps,
                         method="heuristic", extra_notes=notes)
@@ -419,5 +478,5 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
         from services.placement.milp import solve_milp
 
         return solve_milp(pb, taps, arch=arch, expert_bytes=expert_bytes,
-                          weight_shard_mb=workload.tensors.weight_shard_mb)
+                          weight_shard_mb=workload.tensors.weight_shard_mb, seed=workload.routing.seed)
     raise BadInput(f"unknown method {method!r} (heuristic | milp)", field="method")
