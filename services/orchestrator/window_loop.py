@@ -249,12 +249,14 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
     H_j = RawJson.of(H) if H is not None else None
     tacs_on = scenario in TACS_SCENARIOS
     done = 0
+    phase = dict.fromkeys(("workload", "tacs", "physicalize", "thermal", "orchestrator"), 0.0)
     for k in range(k0, n):
         if stop is not None and stop.is_set():
             repo.release_lease(sessions=sessions, run_id=run_id, owner=owner)
             return RunOutcome(run_id, "stopped", done)
         t0 = time.perf_counter()
         L = pipe.logical_window(trace, k, workload=wl, window_ms=window_ms)
+        t1 = time.perf_counter()
         phys = fr.physical
         if tacs_on:
             tr = pipe.tacs_step(telemetry=fr.telemetry, placement=plc_j, state=phys.get("replicas", {}),
@@ -264,11 +266,14 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
             phys = {**phys, "replicas": tr.state}
         else:
             overlays, smoothed = EMPTY_OVERLAYS, fr.smoothed
+        t2 = time.perf_counter()
         P = pipe.physicalize(window=k, logical=L.raw, placement=plc_j, overlays=overlays, state=phys, arch=arch_j,
                              freq_ghz=fr.freq_ghz, window_ms=window_ms, bw_eff_factor=fr.bw_eff_factor,
                              n_layers=trace.n_layers)
+        t3 = time.perf_counter()
         th_state, snap = pipe.thermal_step(arch=arch_j, window=k, window_ms=window_ms, state=fr.thermal,
                                            compute=P.compute, memory=P.memory)
+        t4 = time.perf_counter()
         wm = build_window_metrics(window=k, t0_ns=L.t0_ns, t1_ns=L.t1_ns, snap=snap, timing=P.timing, arch=arch)
         files.append_window(logical_compute=L.compute, logical_memory=L.memory, overlays=overlays,
                             compute=P.compute, memory=P.memory)
@@ -285,15 +290,23 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
                 cancelled = run is not None and run.status == RunStatus.cancelled
             rlog.info(f"window {k}: {'cancelled' if cancelled else 'lease lost'}, stopping")
             return RunOutcome(run_id, "cancelled" if cancelled else "lost_lease", done)
-        files.write_replica_state(P.state.get("replicas", {}))
+        if P.state.get("replicas") != fr.physical.get("replicas"):  # the file holds the newest state; rewrite on change
+            files.write_replica_state(P.state.get("replicas", {}))
         fr = new
         done += 1
+        t5 = time.perf_counter()
+        for name, dt in (("workload", t1 - t0), ("tacs", t2 - t1), ("physicalize", t3 - t2), ("thermal", t4 - t3),
+                         ("orchestrator", t5 - t4)):
+            phase[name] += dt
         if k % 25 == 0 or k == n - 1:
             rlog.info(f"window {k + 1} of {n}: T_peak_logic {wm.T_peak_logic:.2f} C, "
                       f"T_peak_dram {wm.T_peak_dram:.2f} C, tokens {wm.tokens_completed}")
         if on_window is not None and on_window(run_id, k, n) is False:
             return RunOutcome(run_id, "stopped", done)
 
+    if done:
+        rlog.info(f"{done} windows; wall time per window by call (ms): "
+                  + ", ".join(f"{name} {1e3 * v / done:.1f}" for name, v in phase.items()))
     # reduce over the committed windows, read back from the database (identical whichever worker ran them)
     with sessions() as s:
         wins = repo.window_metrics(session=s, run_id=run_id)
