@@ -241,6 +241,7 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         fr = Frontier.from_json(saved)
         files.truncate_to(fr.files)
         files.write_placement(plc)
+        files.write_replica_state(fr.physical.get("replicas", {}))  # it may lag the frontier by one window
         rlog.info(f"resuming at window {k0} of {n} (attempt {claim.attempts})")
 
     # encoded once per run, spliced into every request (see pipeline_clients.RawJson)
