@@ -191,3 +191,17 @@ def test_hand_made_placement_replaces_default_and_taps(db: Db, settings: Setting
     phys = (run_dir_for(tmp_path / "out", "taps") / "traces/physical/compute_events.csv").read_text().splitlines()
     cores = {line.split(",")[2] for line in phys[1:]}
     assert cores == {"27"}  # every expert event ran on the hot core
+
+
+def test_milp_placement_is_a_polled_job_kept_for_resume(db: Db, settings: Settings, clients: ServiceClients,
+                                                        tmp_path: Path) -> None:
+    from shared.configs import TasParams
+
+    tas = TasParams.model_validate({"taps": {"method": "milp"}})
+    exp_id = _experiment(db, settings, tmp_path / "out", scenarios=["tas"], tas=tas)
+    run_id = repo.run_id_for(exp_id, "tas")
+    assert run_scenario(run_id, clients, db.sessions).status == "succeeded"
+    with db.sessions() as s:
+        job = repo.get_job(session=s, job_id=f"plc-{run_id}")
+        assert job is not None and job.status == RunStatus.succeeded and job.result is not None
+        assert job.result["meta"]["method"] == "milp"
