@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 
 from services.thermal import hotspot_files, service
-from services.thermal.influence import influence_for_model
+from services.thermal.influence import influence_for_model, vault_influence_for_model
 from services.thermal.model import lookup_model
 from shared.contracts.thermal import (
     HotspotExportRequest,
@@ -54,7 +54,8 @@ def influence(model_hash: str) -> InfluenceMatrix:
     if model is None:
         raise NotFound(f"unknown model {model_hash}: POST /v1/models with its arch config first", field="model_hash")
     H = influence_for_model(model)
-    return InfluenceMatrix(model=model.key, cores=model.n_cores, H=H.tolist())
+    return InfluenceMatrix(model=model.key, cores=model.n_cores, H=H.tolist(),
+                           H_vault=vault_influence_for_model(model).tolist())
 
 
 @router.post("/hotspot/export", response_model=HotspotFiles)

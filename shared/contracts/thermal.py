@@ -131,6 +131,7 @@ class InfluenceMatrix(BaseModel):
     model: str
     cores: int
     H: list[list[float]]
+    H_vault: list[list[float]] = Field(default_factory=list)  # [core i][vault j] K/W per W spread over vault j
 
 
 class HotspotExportRequest(BaseModel):

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from services.thermal.app import create_app
 from services.thermal.hotspot_io import parse_temp_file
-from services.thermal.influence import influence_matrix
+from services.thermal.influence import influence_matrix, influence_vault_matrix
 from services.thermal.model import get_model
 from services.thermal.service import decode_field, solve_power_map, thermal_step
 from shared.configs import ArchConfig
@@ -73,6 +73,15 @@ def test_influence_matrix_predicts_steady_solve(arch_small: ArchConfig) -> None:
     res = solve_power_map(arch_small, p.tolist())
     amb = arch_small.geometry.cooling.ambient_c
     assert np.allclose(np.array(res.temps_core_c), H @ p + amb, atol=1e-8)
+    Hv = influence_vault_matrix(arch_small)
+    q = np.random.default_rng(4).random(16) * 0.1
+    bank_w = np.zeros((2, 64))
+    vault = get_model(arch_small).vault_of_bank
+    for j in range(16):
+        bank_w[:, vault == j] = q[j] / (2 * 4)
+    res = solve_power_map(arch_small, [0.0] * 16, bank_w.tolist())
+    assert np.allclose(np.array(res.temps_core_c), Hv @ q + amb, atol=1e-8)
+    assert np.all(np.argmax(Hv, axis=0) == np.arange(16))  # a vault heats its own core most
 
 
 def test_transient_solve_returns_state(arch_small: ArchConfig) -> None:
@@ -111,7 +120,7 @@ def test_http_models_step_influence(client: TestClient, arch_small: ArchConfig) 
     r = client.post("/v1/step", json=_step_body(arch_small, 5, first.state))
     assert r.status_code == 409 and r.json()["error"]["field"] == "state.window"
     r = client.get(f"/v1/models/{info['model']}/influence")
-    assert r.status_code == 200 and len(r.json()["H"]) == 16
+    assert r.status_code == 200 and len(r.json()["H"]) == 16 and len(r.json()["H_vault"]) == 16
     assert client.get("/v1/models/0123456789abcdef/influence").status_code == 404
     r = client.post("/v1/solve", json={"arch": arch_small.model_dump(mode="json"), "core_w": [1.0] * 16})
     assert r.status_code == 200 and len(r.json()["temps_core_c"]) == 16
