@@ -118,11 +118,13 @@ class SpectralSolver:
             dd[layer] = b[layer] - m[layer - 1] * self._off[layer - 1]
         return m, 1.0 / dd
 
-    def _thomas(self, m: np.ndarray, inv_dd: np.ndarray, u: np.ndarray, f: np.ndarray) -> np.ndarray:
-        """Solve every mode's tridiagonal system at once (returns a new array). Forward elimination with the
-        multipliers ``m``, then ``x = y·inv_dd`` and ``x[l] −= u[l]·x[l+1]`` going up (``u = off·inv_dd``)."""
+    def _thomas(self, m: np.ndarray, inv_dd: np.ndarray, u: np.ndarray, f: np.ndarray,
+                overwrite: bool = False) -> np.ndarray:
+        """Solve every mode's tridiagonal system at once (in ``f`` when ``overwrite``, else in a copy). Forward
+        elimination with the multipliers ``m``, then ``x = y·inv_dd`` and ``x[l] −= u[l]·x[l+1]`` going up
+        (``u = off·inv_dd``)."""
         L = f.shape[0]
-        x = np.array(f, dtype=np.result_type(f, np.float64))
+        x = f if overwrite and f.dtype == np.float64 else np.array(f, dtype=np.result_type(f, np.float64))
         tmp = np.empty(x.shape[1], dtype=x.dtype)
         for layer in range(1, L):
             np.multiply(m[layer - 1], x[layer - 1], out=tmp)
@@ -206,7 +208,8 @@ class SpectralSolver:
         out: np.ndarray = (self._DRe @ rows @ self._DC.T + self._DRm @ mid @ self._DCe.T).reshape(2, R * C)
         return out
 
-    def solve_modal(self, alpha: float, fh: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def solve_modal(self, alpha: float, fh: np.ndarray, g: np.ndarray,
+                    overwrite: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """``(alpha·C + G)⁻¹`` on a right-hand side given as cell modes ``fh`` (L, P) and ring values ``g`` (12,).
 
         ``y0 = A0⁻¹·f`` (per-mode tridiagonal), ``w = Wg·g − K·y0_edge`` (the ring eliminated onto the edge cells and
@@ -214,13 +217,15 @@ class SpectralSolver:
         ``x = y0 + A0⁻¹·U·w``, ``r = R⁻¹·(g + Bkᵀ·x_edge)`` with ``x_edge = y0_edge + S·w``.
         """
         fac = self.factor(alpha)
-        yh = self._thomas(fac.m, fac.inv_dd, fac.u, fh)
+        yh = self._thomas(fac.m, fac.inv_dd, fac.u, fh, overwrite)
         a0, a1 = self._layers
         y0 = self._modes_to_edges(yh[[a0, a1]])
         w = fac.Wg @ g - fac.K @ y0
         wh = self._edges_to_modes(w)
-        yh += fac.minv_cols[0] * wh[0]
-        yh += fac.minv_cols[1] * wh[1]
+        tmp = np.multiply(fac.minv_cols[0], wh[0])
+        yh += tmp
+        np.multiply(fac.minv_cols[1], wh[1], out=tmp)
+        yh += tmp
         r = fac.R_inv @ g + fac.Ry @ y0 + fac.Rw @ w
         return yh, r
 
@@ -269,8 +274,8 @@ class SpectralSolver:
             rhs = a2 * xh
             rhs -= qh
             rhs += cgbh
-            gh, gr = self.solve_modal(alpha, rhs, 2.0 * alpha * rcap * xr - qr + cg * br)
-            qh = ac1 * gh
+            gh, gr = self.solve_modal(alpha, rhs, 2.0 * alpha * rcap * xr - qr + cg * br, overwrite=True)
+            qh = np.multiply(ac1, gh, out=gh)  # gh lives in the rhs buffer; it is not needed after this
             qh -= ac2 * xh
             qh += bh
             qr = alpha * rcap * (c1 * gr - c2 * xr) + br
