@@ -60,8 +60,11 @@ def influence(model_hash: str) -> InfluenceMatrix:
 
 @router.post("/hotspot/export", response_model=HotspotFiles)
 def hotspot_export(req: HotspotExportRequest) -> HotspotFiles:
-    """Our stack and a power map as HotSpot inputs (.flp per layer, .lcf, .ptrace, config)."""
-    return HotspotFiles(files=hotspot_files.export_files(req.arch, req.core_w, req.bank_w))
+    """Our stack and a power map as HotSpot inputs (.flp per layer, .lcf, .ptrace, config); with ``run_hotspot``,
+    also HotSpot's own steady block temperatures from a ``hotspot`` binary on PATH (502 when there is none)."""
+    files = hotspot_files.export_files(req.arch, req.core_w, req.bank_w)
+    steady = hotspot_files.run_hotspot(files) if req.run_hotspot else None
+    return HotspotFiles(files=files, hotspot_steady_k=steady)
 
 
 @router.post("/hotspot/import", response_model=HotspotFiles)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.thermal import StepResult, ThermalState
 from shared.errors import Conflict
 from shared.settings import Settings
+from tests.conftest import FIXTURES
 from tests.thermal.conftest import small_arch
 
 
@@ -165,3 +167,28 @@ def test_hotspot_export_import_round_trip(client: TestClient) -> None:
     # an input outside the upload is refused
     bad = client.post("/v1/hotspot/import", json={"files": files, "args": [*args[:-2], "-init_file", "/etc/hosts"]})
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "init_file"
+
+
+def test_hotspot_import_bad_trace_is_422(client: TestClient) -> None:
+    files = {f.name: f.read_text() for f in (FIXTURES / "thermal").iterdir()}
+    files["tiny.ptrace"] = "A\tB\n1.0\t-2.0\n"
+    args = ["-c", "tiny.config", "-grid_layer_file", "tiny.lcf", "-p", "tiny.ptrace", "-steady_file", "o.steady"]
+    r = client.post("/v1/hotspot/import", json={"files": files, "args": args})
+    err = r.json()["error"]
+    assert r.status_code == 422 and err["field"] == "B" and "tiny.ptrace:2" in err["message"]
+
+
+def test_export_runs_a_hotspot_binary_when_asked(client: TestClient, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    body = {"arch": small_arch(variant="hotspot").model_dump(mode="json"), "core_w": [1.0] * 16,
+            "run_hotspot": True}
+    monkeypatch.setenv("PATH", str(tmp_path))
+    r = client.post("/v1/hotspot/export", json=body)
+    assert r.status_code == 502 and "hotspot" in r.json()["error"]["message"]
+    fake = tmp_path / "hotspot"  # stands in for HotSpot: checks its inputs are there, writes a steady file
+    fake.write_text("#!/bin/sh\ntest -f stack.lcf && test -f power.ptrace && "
+                    "printf 'layer_0_C_0_0\\t330.50\\ninode_0\\t320.00\\n' > out.steady\n")
+    fake.chmod(0o755)
+    r = client.post("/v1/hotspot/export", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["hotspot_steady_k"] == {"layer_0_C_0_0": 330.5, "inode_0": 320.0}
