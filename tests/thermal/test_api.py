@@ -38,6 +38,8 @@ def test_step_heats_the_busy_core_and_chains_windows(arch_small: ArchConfig) -> 
     s = r0.snapshot
     assert len(s.temps_core_c) == 16 and int(np.argmax(s.temps_core_c)) == 5
     assert len(s.temps_bank_c) == 16 and len(s.temps_bank_c[0]) == 2
+    assert all(mx >= mean - 1e-9 for mx, mean in zip(s.temps_core_max_c, s.temps_core_c, strict=True))
+    assert s.temps_core_max_c[5] > s.temps_core_c[5] + 1e-3
     assert set(s.peak_c) == {"logic", "dram_1", "dram_2", "tim", "spreader", "sink"}
     assert s.power_w.logic_dynamic == pytest.approx((4e9 + 1e8) / 2 * 1.5e-12 / 3e-3)
     assert sum(s.power_core_w) == pytest.approx(s.power_w.logic_dynamic + s.power_w.logic_leakage + s.power_w.noc)
