@@ -182,11 +182,11 @@ class Pipeline:
     # ----------------------------------------------------------------------------------------------- lowering
     def physicalize(self, *, window: int, logical: LogicalWindow, placement: Placement, overlays: Overlays,
                     state: PhysicalState, arch: ArchConfig, freq_ghz: list[float], window_ms: float,
-                    bw_eff_factor: float) -> PhysicalResult:
+                    bw_eff_factor: float | list[float], n_layers: int) -> PhysicalResult:
         body = {"window": window, "logical": logical.model_dump(mode="json"),
                 "placement": placement.model_dump(mode="json"), "overlays": overlays.model_dump(mode="json"),
                 "state": state.model_dump(mode="json"), "arch": arch.model_dump(mode="json"), "freq_ghz": freq_ghz,
-                "window_ms": window_ms, "bw_eff_factor": bw_eff_factor}
+                "window_ms": window_ms, "bw_eff_factor": bw_eff_factor, "n_layers": n_layers}
         r = self.clients["lowering"].post_json("/v1/physicalize", body, idempotency_key=self._key("phys", window))
         return PhysicalResult(compute=ComputeEvents.model_validate(r["compute"]),
                               memory=MemoryEvents.model_validate(r["memory"]),

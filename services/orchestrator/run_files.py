@@ -109,8 +109,9 @@ class RunFiles:
         if not self.traces:
             return
         lc = logical.compute
+        # experts_json / flops_json are one-element JSON arrays; formatted directly (json.dumps per row is slow)
         logical_rows = (
-            (eid, t, mb, "", json.dumps([expert_id(layer, e)] if e >= 0 else []), json.dumps([fl]), op, layer, tok)
+            (eid, t, mb, "", f'["{expert_id(layer, e)}"]' if e >= 0 else "[]", f"[{float(fl)!r}]", op, layer, tok)
             for eid, t, mb, layer, op, e, tok, fl in zip(lc.event_id, lc.t_gen_ns, lc.mb_id, lc.layer, lc.op_type,
                                                          lc.expert, lc.tokens, lc.flops, strict=True))
         parts = {

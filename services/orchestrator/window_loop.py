@@ -263,7 +263,8 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         else:
             overlays, smoothed = Overlays(), fr.smoothed
         P = pipe.physicalize(window=k, logical=L, placement=plc, overlays=overlays, state=phys, arch=arch,
-                             freq_ghz=fr.freq_ghz, window_ms=window_ms, bw_eff_factor=fr.bw_eff_factor)
+                             freq_ghz=fr.freq_ghz, window_ms=window_ms, bw_eff_factor=fr.bw_eff_factor,
+                             n_layers=trace.n_layers)
         th_state, snap = pipe.thermal_step(arch=arch, window=k, window_ms=window_ms, state=fr.thermal,
                                            compute=P.compute, memory=P.memory)
         wm = build_window_metrics(window=k, t0_ns=L.t0_ns, t1_ns=L.t1_ns, snap=snap, timing=P.timing, arch=arch)

@@ -77,7 +77,7 @@ class CoolingConfig(StrictModel):
 def _default_stack() -> tuple[StackLayer, ...]:
     return (
         StackLayer(name="logic", kind="logic", thickness_um=50, k_wmk=120),
-        StackLayer(name="dram", kind="dram", thickness_um=50, k_wmk=2, count=8),
+        StackLayer(name="dram", kind="dram", thickness_um=50, k_wmk=130, count=8),
         StackLayer(name="tim", kind="tim", thickness_um=20, k_wmk=5, rho_c_jm3k=4.0e6),
     )
 
