@@ -11,9 +11,10 @@ Split ``alpha·C + G`` into
   k edge cells of the spreader and sink layers (k = 2·(2·rows + 2·cols − 4)) and ``E`` a dense k × k matrix. Woodbury:
   ``x = y − A0⁻¹·U·z`` with ``y = A0⁻¹·f`` and ``z = (I + E·S)⁻¹·E·Uᵀ·y``, ``S = Uᵀ·A0⁻¹·U`` computed in mode space.
 
-A solve is one forward and one inverse DCT of the whole stack, two small DCTs (spreader and sink layers), one
-tridiagonal sweep and one k × k mat-vec, exact to round-off against the sparse LU (tests: 1e-6 K). Factorisations
-are cached per ``alpha``.
+A solve in mode space (``solve_modal``) is one tridiagonal sweep over all modes, two separable edge transforms
+(O(n²) each) and one k × k mat-vec; ``solve`` adds one forward and one inverse DCT of the stack. The TR-BDF2 window
+step runs entirely in mode space (DCTs only at its ends). Exact to round-off against the sparse LU (tests: 1e-6 K);
+factorisations are cached per shift ``alpha`` (complex shifts serve the exponential step).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import scipy.fft as sfft
 
 from services.thermal.network import N_RING, RCNetwork
 
-MAX_FACTORS = 16  # cached shifts (alpha = 0 for steady, 1/(d·h) per sub-step length) per solver
+MAX_FACTORS = 24  # cached shifts per solver: 0 (steady), 1/(d·h) (TR-BDF2), the contour nodes (exponential step)
 
 
 def _dct_matrix(n: int) -> np.ndarray:
@@ -103,14 +104,14 @@ class SpectralSolver:
             ring_lap[b, a] -= g
         self._ring0 = ring_lap + np.diag(net.ring_g_amb + Bk.sum(axis=0))
         self._cap_layer = net.cap
-        self._factors: dict[float, _Factor] = {}
+        self._factors: dict[complex, _Factor] = {}
         self._lock = threading.Lock()
 
     # -- mode-space tridiagonal solves ---------------------------------------------------------------------------
-    def _thomas_factor(self, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    def _thomas_factor(self, alpha: complex) -> tuple[np.ndarray, np.ndarray]:
         b = self._diag0 + alpha * self._cap_layer[:, None]
         L = b.shape[0]
-        m = np.empty((L - 1, b.shape[1]))
+        m = np.empty((L - 1, b.shape[1]), dtype=b.dtype)
         dd = np.empty_like(b)
         dd[0] = b[0]
         for layer in range(1, L):
@@ -124,7 +125,8 @@ class SpectralSolver:
         elimination with the multipliers ``m``, then ``x = y·inv_dd`` and ``x[l] −= u[l]·x[l+1]`` going up
         (``u = off·inv_dd``)."""
         L = f.shape[0]
-        x = f if overwrite and f.dtype == np.float64 else np.array(f, dtype=np.result_type(f, np.float64))
+        dtype = np.result_type(f, m, np.float64)
+        x = f if overwrite and f.dtype == dtype else np.array(f, dtype=dtype)
         tmp = np.empty(x.shape[1], dtype=x.dtype)
         for layer in range(1, L):
             np.multiply(m[layer - 1], x[layer - 1], out=tmp)
@@ -146,7 +148,7 @@ class SpectralSolver:
         out: np.ndarray = np.einsum("pe,pf,pef->ef", Re, Re, Qe, optimize=True)
         return out
 
-    def factor(self, alpha: float) -> _Factor:
+    def factor(self, alpha: complex) -> _Factor:
         with self._lock:
             fac = self._factors.get(alpha)
             if fac is not None:
@@ -154,13 +156,14 @@ class SpectralSolver:
             m, inv_dd = self._thomas_factor(alpha)
             u = self._off[:, None] * inv_dd[:-1]
             L, P = inv_dd.shape
-            cols = np.zeros((2, L, P))
+            dt = inv_dd.dtype
+            cols = np.zeros((2, L, P), dtype=dt)
             for n, a in enumerate(self._layers):
-                unit = np.zeros((L, P))
+                unit = np.zeros((L, P), dtype=dt)
                 unit[a] = 1.0
                 cols[n] = self._thomas(m, inv_dd, u, unit)
             ke = self._ke
-            S = np.empty((2 * ke, 2 * ke))
+            S = np.empty((2 * ke, 2 * ke), dtype=dt)
             a0, a1 = self._layers
             S[:ke, :ke] = self._edge_block(cols[0, a0])
             S[ke:, ke:] = self._edge_block(cols[1, a1])
@@ -208,7 +211,7 @@ class SpectralSolver:
         out: np.ndarray = (self._DRe @ rows @ self._DC.T + self._DRm @ mid @ self._DCe.T).reshape(2, R * C)
         return out
 
-    def solve_modal(self, alpha: float, fh: np.ndarray, g: np.ndarray,
+    def solve_modal(self, alpha: complex, fh: np.ndarray, g: np.ndarray,
                     overwrite: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """``(alpha·C + G)⁻¹`` on a right-hand side given as cell modes ``fh`` (L, P) and ring values ``g`` (12,).
 
@@ -244,13 +247,16 @@ class SpectralSolver:
         qr = (alpha * self.net.ring_cap) * xr + self._ring0 @ xr - self._Bk.T @ x_edge
         return qh, qr
 
-    def solve(self, alpha: float, rhs: np.ndarray) -> np.ndarray:
+    def solve(self, alpha: complex, rhs: np.ndarray) -> np.ndarray:
         """``(alpha·C + G)⁻¹·rhs`` for node vectors (n_nodes,) or a batch (n_nodes, m)."""
         if rhs.ndim == 2:
             return np.stack([self.solve(alpha, rhs[:, c]) for c in range(rhs.shape[1])], axis=1)
         fh, g = self.to_modes(rhs)
         xh, r = self.solve_modal(alpha, fh, g)
         return self.from_modes(xh, r)
+
+    def step_exponential(self, T: np.ndarray, b: np.ndarray, dt: float, n_quad: int) -> np.ndarray:
+        return _exp_step_modal(self, T, b, dt, n_quad)
 
     def step_trbdf2(self, T: np.ndarray, b: np.ndarray, dt: float, n_sub: int) -> np.ndarray:
         """The same TR-BDF2 scheme as ``solvers.step`` (``b = P + g_amb·T_amb``), carried in mode space: one DCT
@@ -281,6 +287,24 @@ class SpectralSolver:
             qr = alpha * rcap * (c1 * gr - c2 * xr) + br
             xh, xr = self.solve_modal(alpha, qh, qr)
         return self.from_modes(xh, xr)
+
+
+def _exp_step_modal(solver: SpectralSolver, T: np.ndarray, b: np.ndarray, dt: float, n_quad: int) -> np.ndarray:
+    """``solvers.step_exponential`` carried in mode space (2 forward DCTs, 1 inverse, no DCT per contour node)."""
+    from services.thermal.solvers import contour_nodes
+
+    xh, xr = solver.to_modes(np.asarray(T, dtype=np.float64))
+    bh, br = solver.to_modes(b)
+    sh, sr = solver.solve_modal(0.0, bh, br)  # steady state of this window's power
+    vh = solver._cap_layer[:, None] * (xh - sh)
+    vr = solver.net.ring_cap * (xr - sr)
+    acc_h = np.zeros(xh.shape, dtype=complex)
+    acc_r = np.zeros(xr.shape, dtype=complex)
+    for s_k, w_k in contour_nodes(dt, n_quad):
+        yh, yr = solver.solve_modal(s_k, vh, vr)
+        acc_h += w_k * yh
+        acc_r += w_k * yr
+    return solver.from_modes(sh + acc_h.real, sr + acc_r.real)
 
 
 _CACHE: dict[str, SpectralSolver] = {}

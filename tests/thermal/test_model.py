@@ -141,3 +141,26 @@ def test_spectral_agrees_with_sparse_on_a_rectangular_die(variant: str) -> None:
     assert m.net.heat_to_ambient(a) == pytest.approx(P.sum(), rel=1e-9)
     T0 = b + rng.random(m.net.n_nodes)
     assert np.abs(solvers.step(fast, T0, P, 2e-3, 3) - solvers.step(oracle, T0, P, 2e-3, 3)).max() < 1e-6
+
+
+@pytest.mark.parametrize("variant", ["physical", "hotspot"])
+def test_exponential_step_is_the_exact_solution(variant: str) -> None:
+    """Contour-quadrature exponential vs scipy's expm_multiply of −C⁻¹G; TR-BDF2 converges to it."""
+    import scipy.sparse as sps
+    from scipy.sparse.linalg import expm_multiply
+
+    m = build_model(small_arch(variant=variant))
+    rng = np.random.default_rng(12)
+    P = m.node_power(rng.random(16) * 3, rng.random((2, 64)) * 0.01)
+    T0 = np.full(m.net.n_nodes, m.net.ambient) + rng.random(m.net.n_nodes) * 20
+    fast, oracle = SpectralSolver(m.net), solvers.SparseSolver(m.net)
+    dt = 3e-3
+    a = solvers.step_exponential(fast, T0, P, dt)
+    assert np.abs(a - solvers.step_exponential(oracle, T0, P, dt)).max() < 1e-6
+    Ts = solvers.steady(oracle, P)
+    A = -(sps.diags(1.0 / m.net.capacitance) @ m.net.conductance)
+    exact = Ts + expm_multiply(A * dt, T0 - Ts)
+    assert np.abs(a - exact).max() < 1e-5
+    e4 = np.abs(solvers.step(fast, T0, P, dt, 4) - exact).max()
+    e16 = np.abs(solvers.step(fast, T0, P, dt, 16) - exact).max()
+    assert e16 < e4 / 8 and e16 < 0.01
