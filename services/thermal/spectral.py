@@ -45,7 +45,6 @@ class _Factor:
     m: np.ndarray  # (L-1, P) Thomas multipliers
     inv_dd: np.ndarray  # (L, P) reciprocal pivots
     u: np.ndarray  # (L-1, P) off-diagonal × reciprocal pivot, for the back substitution
-    minv_cols: np.ndarray  # (2, L, P) columns sp, sink of the per-mode inverse
     K: np.ndarray  # (k, k) (I + E·S)⁻¹·E
     R_inv: np.ndarray  # (12, 12) ring block inverse
     Bk: np.ndarray  # (k, 12) edge-cell to ring conductances
@@ -175,7 +174,7 @@ class SpectralSolver:
             K = np.linalg.solve(np.eye(2 * ke) + E @ S, E)
             Ug = self._Bk @ R_inv
             Ry = R_inv @ self._Bk.T
-            fac = _Factor(m, inv_dd, u, cols, K, R_inv, self._Bk, S, Ug - K @ (S @ Ug), Ry, Ry @ S)
+            fac = _Factor(m, inv_dd, u, K, R_inv, self._Bk, S, Ug - K @ (S @ Ug), Ry, Ry @ S)
             self._factors[alpha] = fac
             while len(self._factors) > MAX_FACTORS:  # a few MB each; keep the most recent shifts
                 self._factors.pop(next(iter(self._factors)))
@@ -217,18 +216,35 @@ class SpectralSolver:
 
         ``y0 = A0⁻¹·f`` (per-mode tridiagonal), ``w = Wg·g − K·y0_edge`` (the ring eliminated onto the edge cells and
         the Woodbury correction, with ``u = Bk·R⁻¹·g``, ``z = K·(y0_edge + S·u)``, ``w = u − z``),
-        ``x = y0 + A0⁻¹·U·w``, ``r = R⁻¹·(g + Bkᵀ·x_edge)`` with ``x_edge = y0_edge + S·w``.
+        ``x = y0 + A0⁻¹·U·w = A0⁻¹·(f + U·w)``, ``r = R⁻¹·(g + Bkᵀ·x_edge)`` with ``x_edge = y0_edge + S·w``.
+        Only the spreader and sink layers of ``y0`` are needed for ``w``, and those are the first two rows of the back
+        substitution; ``U·w`` lives on those two rows too, so the correction costs three row operations.
         """
         fac = self.factor(alpha)
-        yh = self._thomas(fac.m, fac.inv_dd, fac.u, fh, overwrite)
-        a0, a1 = self._layers
-        y0 = self._modes_to_edges(yh[[a0, a1]])
+        m, inv_dd, u = fac.m, fac.inv_dd, fac.u
+        L = fh.shape[0]
+        dtype = np.result_type(fh, m, np.float64)
+        x = fh if overwrite and fh.dtype == dtype else np.array(fh, dtype=dtype)
+        tmp = np.empty(x.shape[1], dtype=dtype)
+        for layer in range(1, L):  # forward elimination of every mode's tridiagonal system
+            np.multiply(m[layer - 1], x[layer - 1], out=tmp)
+            x[layer] -= tmp
+        # y0 on the sink (L-1) and spreader (L-2) layers: the first two steps of the back substitution
+        y_sink = x[L - 1] * inv_dd[L - 1]
+        y_sp = x[L - 2] * inv_dd[L - 2] - u[L - 2] * y_sink
+        y0 = self._modes_to_edges(np.stack([y_sp, y_sink]))
         w = fac.Wg @ g - fac.K @ y0
         wh = self._edges_to_modes(w)
-        tmp = np.multiply(fac.minv_cols[0], wh[0])
-        yh += tmp
-        np.multiply(fac.minv_cols[1], wh[1], out=tmp)
-        yh += tmp
+        # x = A0⁻¹·(f + U·w): add U·w (rows L-2, L-1 only) to the eliminated right-hand side, then back-substitute
+        x[L - 2] += wh[0]
+        np.multiply(m[L - 2], wh[0], out=tmp)
+        x[L - 1] += wh[1]
+        x[L - 1] -= tmp
+        x *= inv_dd
+        for layer in range(L - 2, -1, -1):
+            np.multiply(u[layer], x[layer + 1], out=tmp)
+            x[layer] -= tmp
+        yh = x
         r = fac.R_inv @ g + fac.Ry @ y0 + fac.Rw @ w
         return yh, r
 
