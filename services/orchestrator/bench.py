@@ -35,6 +35,38 @@ def _commit_overhead(tmp: Path, n: int = 200) -> float:
     return (time.perf_counter() - t0) / n
 
 
+def _cluster_run(tmp: Path, timeout_s: float = 1800.0) -> tuple[float, dict[str, int], dict[str, float], str]:
+    """The same experiment on the local cluster (uvicorn per service + a Celery worker with 4 processes,
+    PostgreSQL, Redis): (wall s, windows per scenario, loop s per scenario, status)."""
+    import io
+    import os
+
+    from scripts import cluster
+    from shared.client import ServiceClient
+
+    os.environ["TASMOE_RESULTS_DIR"] = str(tmp / "cluster-results")
+    cfg = cluster.ClusterConfig(host="127.0.0.1", base_port=18300, state_dir=tmp / "cluster",
+                                database_url="postgresql+psycopg://postgres@127.0.0.1:5432/tasmoe_bench",
+                                redis_url="redis://127.0.0.1:6379/13", timeout_s=240, worker_concurrency=4)
+    cluster.up(cfg, out=io.StringIO())
+    try:
+        api = ServiceClient("orchestrator", cfg.url("orchestrator"), Settings())
+        t0 = time.perf_counter()
+        exp = api.post_json("/v1/experiments", {"arch": "arch_8x8_32x32x8.yaml",
+                                                "workload": "workload_mixtral_8x7b.yaml", "tas": "tas_params.yaml"})
+        while True:
+            view = api.get_json(f"/v1/experiments/{exp['id']}")
+            if view["status"] in {"succeeded", "failed", "cancelled"} or time.perf_counter() - t0 > timeout_s:
+                break
+            time.sleep(0.5)
+        wall = time.perf_counter() - t0
+        api.close()
+        return (wall, {r["scenario"]: r["window"] for r in view["runs"]},
+                {r["scenario"]: r["compute_s"] for r in view["runs"]}, str(view["status"]))
+    finally:
+        cluster.down(cfg.state_dir, out=io.StringIO())
+
+
 def bench() -> list[BenchRow]:
     tmp = Path(tempfile.mkdtemp(prefix="tasmoe-orch-bench-"))
     rows: list[BenchRow] = []
@@ -60,6 +92,19 @@ def bench() -> list[BenchRow]:
             cs = res.compute_s.get(sc, 0.0)
             rate = n / cs if cs > 0 else 0.0
             rows.append(BenchRow(f"windows/s, {sc} (embedded, 4 scenarios in parallel)", f"{rate:.1f} windows/s",
+                                 note=f"{n} windows, {cs:.1f} s in the window loop"))
+        try:
+            cwall, cwin, ccs, cstatus = _cluster_run(tmp)
+        except Exception as exc:
+            rows.append(BenchRow("local cluster, same experiment", "did not run", "< 2x embedded", False,
+                                 f"{type(exc).__name__}: {exc}"[:200]))
+            return rows
+        rows.append(BenchRow("local cluster, same experiment (Celery worker x4, PostgreSQL)",
+                             f"{cwall:.1f} s ({cwall / wall:.2f}x embedded), {cstatus}", "< 2x embedded",
+                             cwall < 2 * wall and cstatus == "succeeded"))
+        for sc, n in cwin.items():
+            cs = ccs.get(sc, 0.0)
+            rows.append(BenchRow(f"windows/s, {sc} (cluster)", f"{n / cs if cs > 0 else 0.0:.1f} windows/s",
                                  note=f"{n} windows, {cs:.1f} s in the window loop"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

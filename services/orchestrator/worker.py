@@ -22,9 +22,10 @@ from typing import Any
 from services.orchestrator.db import make_engine, session_factory, upgrade
 from services.orchestrator.jobs import EmbeddedRunner
 from services.orchestrator.models import RunStatus, ScenarioRun
-from services.orchestrator.settings import OrchestratorSettings
+from services.orchestrator.settings import OrchestratorSettings, orchestrator_settings
 from shared.client import ServiceClients
 from shared.logging import setup_logging
+from shared.settings import Settings
 
 
 def build_apps(settings: OrchestratorSettings, factory: str | None) -> dict[str, Any]:
@@ -53,6 +54,28 @@ def enter_lifespans(apps: dict[str, Any]) -> None:
     portal.call(stack.__aenter__)
     for app in apps.values():
         portal.call(stack.enter_async_context, app.router.lifespan_context(app))
+
+
+@contextmanager
+def compute_clients(settings: Settings, factory: str | None = None) -> Iterator[ServiceClients]:
+    """Clients over the five compute services running in this process (their lifespans entered on a portal thread
+    for the duration of the block). The orchestrator app is not started: its runtime would recover runs itself."""
+    from anyio.from_thread import start_blocking_portal
+
+    apps = build_apps(orchestrator_settings(settings), factory)
+    with start_blocking_portal() as portal:
+        stack = AsyncExitStack()
+        portal.call(stack.__aenter__)
+        try:
+            for app in apps.values():
+                portal.call(stack.enter_async_context, app.router.lifespan_context(app))
+            clients = ServiceClients(settings, asgi_apps=apps)
+            try:
+                yield clients
+            finally:
+                clients.close()
+        finally:
+            portal.call(stack.__aexit__, None, None, None)
 
 
 @contextmanager
