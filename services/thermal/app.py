@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 
 from services.thermal import hotspot_files, service
-from services.thermal.influence import influence_for_model
+from services.thermal.influence import influence_for_model, vault_influence_for_model
 from services.thermal.model import lookup_model
 from shared.contracts.thermal import (
     HotspotExportRequest,
@@ -54,13 +54,17 @@ def influence(model_hash: str) -> InfluenceMatrix:
     if model is None:
         raise NotFound(f"unknown model {model_hash}: POST /v1/models with its arch config first", field="model_hash")
     H = influence_for_model(model)
-    return InfluenceMatrix(model=model.key, cores=model.n_cores, H=H.tolist())
+    return InfluenceMatrix(model=model.key, cores=model.n_cores, H=H.tolist(),
+                           H_vault=vault_influence_for_model(model).tolist())
 
 
 @router.post("/hotspot/export", response_model=HotspotFiles)
 def hotspot_export(req: HotspotExportRequest) -> HotspotFiles:
-    """Our stack and a power map as HotSpot inputs (.flp per layer, .lcf, .ptrace, config)."""
-    return HotspotFiles(files=hotspot_files.export_files(req.arch, req.core_w, req.bank_w))
+    """Our stack and a power map as HotSpot inputs (.flp per layer, .lcf, .ptrace, config); with ``run_hotspot``,
+    also HotSpot's own steady block temperatures from a ``hotspot`` binary on PATH (502 when there is none)."""
+    files = hotspot_files.export_files(req.arch, req.core_w, req.bank_w)
+    steady = hotspot_files.run_hotspot(files) if req.run_hotspot else None
+    return HotspotFiles(files=files, hotspot_steady_k=steady)
 
 
 @router.post("/hotspot/import", response_model=HotspotFiles)

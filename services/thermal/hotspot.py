@@ -248,6 +248,11 @@ def load_case(opts: HotspotOptions) -> HotspotCase:
             layers.append(LayerSpec(name, opts.number(k), opts.number(p), opts.number(t), True, power))
             flps.append(flp)
             prefixes.append(pre)
+    if opts.text("detailed_3D") == "on":
+        with_materials = [f for f in flps if f.has_materials]
+        if with_materials:
+            raise BadInput(f"{with_materials[0].source}: per-block heat capacity/resistivity columns with "
+                           "-detailed_3D on are not supported (uniform layers only)", field="detailed_3D")
     width, height = flps[0].total_width(), flps[0].total_height()
     maps = [block_map(flp, width, height, rows, cols, layer=lay.name) for flp, lay in zip(flps, layers, strict=True)]
     for n, flp in enumerate(flps[1:], start=1):

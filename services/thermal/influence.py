@@ -1,6 +1,9 @@
 """Thermal influence matrix for placement (ARCHITECTURE §5.2): ``H[i, j]`` = steady temperature rise (K) of core i
 (mean over its cells) per watt dissipated uniformly in core j's area of the logic layer, so ``T̂ = H·p + T_amb``.
 
+``influence_vault_matrix``: ``Hv[i, j]`` = rise of core i per watt spread evenly over the banks of vault j (all DRAM
+dies), the memory side of the same superposition.
+
 Linear superposition of ``cores`` steady solves of the model's network (package ring included), cached per model.
 """
 
@@ -29,9 +32,39 @@ def influence_for_model(model: StackModel) -> np.ndarray:
     H = np.stack([model.core_temps(T[:, j]) for j in range(n)], axis=1)
     with _LOCK:
         _H[model.key] = H
-        while len(_H) > 8:
+        while len(_H) > 16:
             _H.pop(next(iter(_H)))
     return H.copy()
+
+
+def vault_influence_for_model(model: StackModel) -> np.ndarray:
+    key = model.key + ":vault"
+    with _LOCK:
+        H = _H.get(key)
+    if H is not None:
+        return H.copy()
+    n = model.n_cores
+    nd, nb = len(model.dram_layers), model.n_banks_per_layer
+    vault = model.vault_of_bank
+    counts = np.bincount(vault, minlength=n)
+    cols = []
+    for j in range(n):
+        bw = np.zeros((nd, nb))
+        if nd:
+            bw[:, vault == j] = 1.0 / (nd * counts[j])
+        cols.append(model.node_power(np.zeros(n), bw))
+    T = model.solver.solve(0.0, np.stack(cols, axis=1))
+    H = np.stack([model.core_temps(T[:, j]) for j in range(n)], axis=1)
+    with _LOCK:
+        _H[key] = H
+        while len(_H) > 16:
+            _H.pop(next(iter(_H)))
+    return H.copy()
+
+
+def influence_vault_matrix(arch: ArchConfig) -> np.ndarray:
+    """(cores × vaults) K/W: steady rise at core i per W spread over vault j's banks."""
+    return vault_influence_for_model(get_model(arch))
 
 
 def influence_matrix(arch: ArchConfig) -> np.ndarray:

@@ -120,9 +120,19 @@ class StackModel:
         out: np.ndarray = self.core_map.avg @ self.layer_cells(T, self.logic_layer)
         return out
 
+    @cached_property
+    def _core_cells(self) -> list[np.ndarray]:
+        avg = self.core_map.avg
+        return [avg.indices[avg.indptr[c]:avg.indptr[c + 1]] for c in range(avg.shape[0])]
+
     def core_max_temps(self, T: np.ndarray) -> np.ndarray:
+        """(cores,) hottest cell of each core, K."""
         cells = self.layer_cells(T, self.logic_layer)
-        return np.array([cells[row.indices].max() for row in self.core_map.avg])
+        idx = self._core_cells
+        if len({i.size for i in idx}) == 1:
+            out: np.ndarray = cells[np.stack(idx)].max(axis=1)
+            return out
+        return np.array([cells[i].max() for i in idx])
 
     def bank_temps(self, T: np.ndarray) -> np.ndarray:
         """(DRAM dies, banks per layer) K."""

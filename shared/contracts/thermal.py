@@ -131,6 +131,7 @@ class InfluenceMatrix(BaseModel):
     model: str
     cores: int
     H: list[list[float]]
+    H_vault: list[list[float]] = Field(default_factory=list)  # [core i][vault j] K/W per W spread over vault j
 
 
 class HotspotExportRequest(BaseModel):
@@ -141,10 +142,12 @@ class HotspotExportRequest(BaseModel):
     arch: ArchConfig
     core_w: list[float]
     bank_w: list[list[float]] | None = None
+    run_hotspot: bool = False  # also run a `hotspot` binary on PATH on the files and return its steady temperatures
 
 
 class HotspotFiles(BaseModel):
     files: dict[str, str]  # file name -> text
+    hotspot_steady_k: dict[str, float] | None = None  # block -> K from a real HotSpot run (export with run_hotspot)
 
 
 class HotspotImportRequest(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from services.thermal.app import create_app
 from services.thermal.hotspot_io import parse_temp_file
-from services.thermal.influence import influence_matrix
+from services.thermal.influence import influence_matrix, influence_vault_matrix
 from services.thermal.model import get_model
 from services.thermal.service import decode_field, solve_power_map, thermal_step
 from shared.configs import ArchConfig
@@ -18,6 +19,7 @@ from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.thermal import StepResult, ThermalState
 from shared.errors import Conflict
 from shared.settings import Settings
+from tests.conftest import FIXTURES
 from tests.thermal.conftest import small_arch
 
 
@@ -36,6 +38,8 @@ def test_step_heats_the_busy_core_and_chains_windows(arch_small: ArchConfig) -> 
     s = r0.snapshot
     assert len(s.temps_core_c) == 16 and int(np.argmax(s.temps_core_c)) == 5
     assert len(s.temps_bank_c) == 16 and len(s.temps_bank_c[0]) == 2
+    assert all(mx >= mean - 1e-9 for mx, mean in zip(s.temps_core_max_c, s.temps_core_c, strict=True))
+    assert s.temps_core_max_c[5] > s.temps_core_c[5] + 1e-3
     assert set(s.peak_c) == {"logic", "dram_1", "dram_2", "tim", "spreader", "sink"}
     assert s.power_w.logic_dynamic == pytest.approx((4e9 + 1e8) / 2 * 1.5e-12 / 3e-3)
     assert sum(s.power_core_w) == pytest.approx(s.power_w.logic_dynamic + s.power_w.logic_leakage + s.power_w.noc)
@@ -73,6 +77,15 @@ def test_influence_matrix_predicts_steady_solve(arch_small: ArchConfig) -> None:
     res = solve_power_map(arch_small, p.tolist())
     amb = arch_small.geometry.cooling.ambient_c
     assert np.allclose(np.array(res.temps_core_c), H @ p + amb, atol=1e-8)
+    Hv = influence_vault_matrix(arch_small)
+    q = np.random.default_rng(4).random(16) * 0.1
+    bank_w = np.zeros((2, 64))
+    vault = get_model(arch_small).vault_of_bank
+    for j in range(16):
+        bank_w[:, vault == j] = q[j] / (2 * 4)
+    res = solve_power_map(arch_small, [0.0] * 16, bank_w.tolist())
+    assert np.allclose(np.array(res.temps_core_c), Hv @ q + amb, atol=1e-8)
+    assert np.all(np.argmax(Hv, axis=0) == np.arange(16))  # a vault heats its own core most
 
 
 def test_transient_solve_returns_state(arch_small: ArchConfig) -> None:
@@ -111,7 +124,7 @@ def test_http_models_step_influence(client: TestClient, arch_small: ArchConfig) 
     r = client.post("/v1/step", json=_step_body(arch_small, 5, first.state))
     assert r.status_code == 409 and r.json()["error"]["field"] == "state.window"
     r = client.get(f"/v1/models/{info['model']}/influence")
-    assert r.status_code == 200 and len(r.json()["H"]) == 16
+    assert r.status_code == 200 and len(r.json()["H"]) == 16 and len(r.json()["H_vault"]) == 16
     assert client.get("/v1/models/0123456789abcdef/influence").status_code == 404
     r = client.post("/v1/solve", json={"arch": arch_small.model_dump(mode="json"), "core_w": [1.0] * 16})
     assert r.status_code == 200 and len(r.json()["temps_core_c"]) == 16
@@ -156,3 +169,28 @@ def test_hotspot_export_import_round_trip(client: TestClient) -> None:
     # an input outside the upload is refused
     bad = client.post("/v1/hotspot/import", json={"files": files, "args": [*args[:-2], "-init_file", "/etc/hosts"]})
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "init_file"
+
+
+def test_hotspot_import_bad_trace_is_422(client: TestClient) -> None:
+    files = {f.name: f.read_text() for f in (FIXTURES / "thermal").iterdir()}
+    files["tiny.ptrace"] = "A\tB\n1.0\t-2.0\n"
+    args = ["-c", "tiny.config", "-grid_layer_file", "tiny.lcf", "-p", "tiny.ptrace", "-steady_file", "o.steady"]
+    r = client.post("/v1/hotspot/import", json={"files": files, "args": args})
+    err = r.json()["error"]
+    assert r.status_code == 422 and err["field"] == "B" and "tiny.ptrace:2" in err["message"]
+
+
+def test_export_runs_a_hotspot_binary_when_asked(client: TestClient, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    body = {"arch": small_arch(variant="hotspot").model_dump(mode="json"), "core_w": [1.0] * 16,
+            "run_hotspot": True}
+    monkeypatch.setenv("PATH", str(tmp_path))
+    r = client.post("/v1/hotspot/export", json=body)
+    assert r.status_code == 502 and "hotspot" in r.json()["error"]["message"]
+    fake = tmp_path / "hotspot"  # stands in for HotSpot: checks its inputs are there, writes a steady file
+    fake.write_text("#!/bin/sh\ntest -f stack.lcf && test -f power.ptrace && "
+                    "printf 'layer_0_C_0_0\\t330.50\\ninode_0\\t320.00\\n' > out.steady\n")
+    fake.chmod(0o755)
+    r = client.post("/v1/hotspot/export", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["hotspot_steady_k"] == {"layer_0_C_0_0": 330.5, "inode_0": 320.0}

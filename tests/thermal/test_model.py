@@ -118,3 +118,49 @@ def test_transient_substeps_converge(arch_small_hotspot: ArchConfig) -> None:
     e1 = np.abs(solvers.step(m.solver, T0, P, 2e-3, 2) - ref).max()
     e2 = np.abs(solvers.step(m.solver, T0, P, 2e-3, 4) - ref).max()
     assert 2.5 < e1 / e2 < 6.0
+
+
+@pytest.mark.parametrize("variant", ["physical", "hotspot"])
+def test_spectral_agrees_with_sparse_on_a_rectangular_die(variant: str) -> None:
+    """rows != cols and cw != ch: checks the north/south vs east/west conductances and the ring sides."""
+    arch = ArchConfig.model_validate({
+        "mesh": {"cores": [4, 2]}, "dram": {"banks": [8, 4, 1]},
+        "geometry": {"die_mm": [12.0, 5.0], "stack": [
+            {"name": "logic", "kind": "logic", "thickness_um": 50, "k_wmk": 120},
+            {"name": "dram", "kind": "dram", "thickness_um": 50, "k_wmk": 30},
+            {"name": "tim", "kind": "tim", "thickness_um": 20, "k_wmk": 5, "rho_c_jm3k": 4.0e6}]},
+        "thermal": {"grid": [24, 10], "variant": variant},
+    })
+    m = build_model(arch)
+    assert (m.net.rows, m.net.cols) == (10, 24)
+    rng = np.random.default_rng(9)
+    P = m.node_power(rng.random(8) * 3, rng.random((1, 32)) * 0.05)
+    fast, oracle = SpectralSolver(m.net), solvers.SparseSolver(m.net)
+    a, b = solvers.steady(fast, P), solvers.steady(oracle, P)
+    assert np.abs(a - b).max() < 1e-6
+    assert m.net.heat_to_ambient(a) == pytest.approx(P.sum(), rel=1e-9)
+    T0 = b + rng.random(m.net.n_nodes)
+    assert np.abs(solvers.step(fast, T0, P, 2e-3, 3) - solvers.step(oracle, T0, P, 2e-3, 3)).max() < 1e-6
+
+
+@pytest.mark.parametrize("variant", ["physical", "hotspot"])
+def test_exponential_step_is_the_exact_solution(variant: str) -> None:
+    """Contour-quadrature exponential vs scipy's expm_multiply of −C⁻¹G; TR-BDF2 converges to it."""
+    import scipy.sparse as sps
+    from scipy.sparse.linalg import expm_multiply
+
+    m = build_model(small_arch(variant=variant))
+    rng = np.random.default_rng(12)
+    P = m.node_power(rng.random(16) * 3, rng.random((2, 64)) * 0.01)
+    T0 = np.full(m.net.n_nodes, m.net.ambient) + rng.random(m.net.n_nodes) * 20
+    fast, oracle = SpectralSolver(m.net), solvers.SparseSolver(m.net)
+    dt = 3e-3
+    a = solvers.step_exponential(fast, T0, P, dt)
+    assert np.abs(a - solvers.step_exponential(oracle, T0, P, dt)).max() < 1e-6
+    Ts = solvers.steady(oracle, P)
+    A = -(sps.diags(1.0 / m.net.capacitance) @ m.net.conductance)
+    exact = Ts + expm_multiply(A * dt, T0 - Ts)
+    assert np.abs(a - exact).max() < 1e-5
+    e4 = np.abs(solvers.step(fast, T0, P, dt, 4) - exact).max()
+    e16 = np.abs(solvers.step(fast, T0, P, dt, 16) - exact).max()
+    assert e16 < e4 / 8 and e16 < 0.01
