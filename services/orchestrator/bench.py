@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from services.orchestrator import repository as repo
+from services.orchestrator.acceptance import check_results
 from services.orchestrator.db import open_database
 from services.orchestrator.local import run_local
 from shared.bench import BenchRow, fmt_s
@@ -88,6 +89,10 @@ def bench() -> list[BenchRow]:
         note = "" if res.ok else "; ".join(f"{k}: {v}" for k, v in res.errors.items())[:200]
         rows.append(BenchRow("embedded make run (4 scenarios, Mixtral)", f"{wall:.1f} s, {sum(res.windows.values())} "
                              "windows", "< 60 s", wall < 60 and res.ok, note))
+        problems = check_results(tmp / "mixtral", workload="mixtral-8x7b", ambient_c=res.ambient_c)
+        rows.append(BenchRow("science acceptance of that run (CSVs, no NaN, >= ambient, tas/taps < baseline)",
+                             "pass" if not problems else f"{len(problems)} problem(s)", "pass", not problems,
+                             "; ".join(problems)[:300]))
         for sc, n in res.windows.items():
             cs = res.compute_s.get(sc, 0.0)
             rate = n / cs if cs > 0 else 0.0
