@@ -16,14 +16,16 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
 
+import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.orchestrator import repository as repo
 from services.orchestrator.finalize import finalize_experiment
-from services.orchestrator.models import TERMINAL
+from services.orchestrator.models import TERMINAL, Experiment, RunStatus, ScenarioRun, utcnow
 from services.orchestrator.window_loop import RunOutcome, WindowHook, default_owner, run_scenario
 from shared.client import ServiceClients
 
@@ -100,18 +102,24 @@ class EmbeddedRunner:
         return out
 
     # -- recovery
-    def recover(self) -> list[str]:
-        """Submit every queued run and every run whose lease expired (its worker died)."""
+    def recover(self, *, queued_grace_s: float = 0.0) -> list[str]:
+        """Submit every run whose lease expired (its worker died), and every queued run created more than
+        ``queued_grace_s`` ago (a grace period, so that a periodic pass does not race another process's own pool
+        for the runs it just created)."""
+        cutoff = utcnow() - timedelta(seconds=queued_grace_s)
         with self.sessions() as s:
             stale = repo.stale_runs(session=s)
-        for run_id in stale:
+            young = set(s.scalars(sa.select(ScenarioRun.id).join(Experiment).where(
+                ScenarioRun.status == RunStatus.queued, Experiment.created_at > cutoff))) if queued_grace_s else set()
+        picked = [r for r in stale if r not in young]
+        for run_id in picked:
             self.submit_run(run_id)
-        return stale
+        return picked
 
     def _reap_loop(self, interval: float) -> None:
         while not self._stop.wait(interval):
             try:
-                self.recover()
+                self.recover(queued_grace_s=4 * self.lease_s)
             except Exception:
                 log.exception("reaper pass failed")
 

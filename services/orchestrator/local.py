@@ -112,6 +112,11 @@ def _execute(exp_id: str, out_dir: Path, label: str, sessions: Any, clients: Ser
     try:
         runner.submit_experiment(exp_id)
         runner.wait(exp_id)
+        # a run may have been taken by another process sharing the database (its lease, its claim): wait for it too
+        while any(st in {"queued", "running"} for _, _, st in snapshot().values()):
+            time.sleep(0.5)
+            runner.submit_experiment(exp_id)  # ... and take over a run of ours whose lease expired
+            runner.wait(exp_id)
     finally:
         stop.set()
         watcher.join()
