@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
-from pathlib import Path
 from typing import Protocol
 
 import sqlalchemy as sa
@@ -138,14 +136,3 @@ class EmbeddedRunner:
         """Stop taking work; runs in flight give their lease back at the next window boundary."""
         self._stop.set()
         self._pool.shutdown(wait=wait, cancel_futures=True)
-
-
-def out_dir_of(*, sessions: sessionmaker[Session], exp_id: str) -> Path:
-    with sessions() as s:
-        exp = repo.get_experiment(session=s, exp_id=exp_id)
-        if exp is None:
-            raise KeyError(exp_id)
-        return Path(exp.out_dir)
-
-
-RunnerFactory = Callable[[], Dispatcher]
