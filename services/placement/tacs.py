@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -51,37 +52,45 @@ ACT_BYTES_PER_TOKEN = 2 * 4096  # activation bytes a rerouted token carries each
 
 @dataclass(frozen=True)
 class _PlacementIndex:
-    """Parsed, reusable view of a placement: shard banks per expert and bank occupancy (bytes)."""
+    """Parsed, reusable view of a placement: bank occupancy (bytes) per (vault core, slot)."""
 
-    shards: dict[str, list[tuple[str, int, int, int]]]  # expert -> [(tensor id, size, vault core, slot)]
     used: np.ndarray  # (n_cores, vault_banks) bytes
 
 
 _INDEX_CACHE: OrderedDict[int, tuple[Placement, _PlacementIndex]] = OrderedDict()
+_BANK_RE = re.compile(r"B\((\d+),(\d+),(\d+)\)")
 
 
 def _index(placement: Placement, geom: ChipGeometry) -> _PlacementIndex:
-    """Parse the placement's tensors once per placement object (LRU of 8; the object is held so its id is stable)."""
+    """Bank occupancy of a placement, parsed once per placement object (LRU of 8; the object is held so its id stays
+    valid). One regex pass over all bank ids, then vectorised index arithmetic."""
     hit = _INDEX_CACHE.get(id(placement))
     if hit is not None and hit[0] is placement and hit[1].used.shape == (geom.n_cores, geom.vault_banks):
         _INDEX_CACHE.move_to_end(id(placement))
         return hit[1]
+    banks: list[str] = []
+    sizes: list[int] = []
+    for tp in placement.tensors.values():
+        copies = [tp.dram_bank, *(tp.replica_banks or [])]
+        banks.extend(copies)
+        sizes.extend([int(tp.size_bytes or 0)] * len(copies))
+    found = _BANK_RE.findall(";".join(banks))
+    xyz = np.asarray(found, dtype=np.int64).reshape(-1, 3)
+    bad = len(found) != len(banks) or bool(np.any(
+        (xyz[:, 0] >= geom.banks_x) | (xyz[:, 1] >= geom.banks_y) | (xyz[:, 2] >= geom.n_dram_layers)))
+    if bad:  # name the first offending tensor
+        for tid, tp in placement.tensors.items():
+            for bank in [tp.dram_bank, *(tp.replica_banks or [])]:
+                try:
+                    geom.bank_core_slot(bank)
+                except ValueError as exc:
+                    raise BadInput(f"placement.tensors.{tid}: {exc}", field=f"placement.tensors.{tid}") from None
+    bx, by, layer = xyz[:, 0], xyz[:, 1], xyz[:, 2]
+    core = (by // geom.vault_y) * geom.mesh_x + bx // geom.vault_x
+    slot = ((by % geom.vault_y) * geom.vault_x + bx % geom.vault_x) * geom.n_dram_layers + layer
     used = np.zeros((geom.n_cores, geom.vault_banks))
-    shards: dict[str, list[tuple[str, int, int, int]]] = {}
-    for tid, tp in placement.tensors.items():
-        size = int(tp.size_bytes or 0)
-        for k, bank in enumerate([tp.dram_bank, *(tp.replica_banks or [])]):
-            try:
-                core, slot = geom.bank_core_slot(bank)
-            except ValueError as exc:
-                raise BadInput(f"placement.tensors.{tid}: {exc}", field=f"placement.tensors.{tid}") from None
-            used[core, slot] += size
-            if k == 0 and tid.startswith("W_L"):
-                eid = tid[2:tid.rindex("_")]
-                shards.setdefault(eid, []).append((tid, size, core, slot))
-    for lst in shards.values():
-        lst.sort(key=lambda t: int(t[0][t[0].rindex("_") + 1:]))
-    idx = _PlacementIndex(shards=shards, used=used)
+    np.add.at(used, (core, slot), np.asarray(sizes, dtype=float))
+    idx = _PlacementIndex(used=used)
     _INDEX_CACHE[id(placement)] = (placement, idx)
     while len(_INDEX_CACHE) > 8:
         _INDEX_CACHE.popitem(last=False)
@@ -244,7 +253,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
             since = max(ent.ts_created_ns, ent.last_change_ns or 0) if ent is not None else 0
             if t_apply - since < res_ns:
                 continue  # minimum residency
-            shards = _current_shards(eid, ent, idx, geom)
+            shards = _current_shards(eid, ent, placement, geom)
             size = sum(sz for _, sz, _, _ in shards)
             if any(sz / window_s > bank_bw for _, sz, _, _ in shards):
                 continue  # a shard cannot be written within one window at bank bandwidth
@@ -277,15 +286,22 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
         _new_state(actions, state, t_apply), [float(x) for x in T]
 
 
-def _current_shards(eid: str, ent: ReplicaEntry | None, idx: _PlacementIndex,
+def _current_shards(eid: str, ent: ReplicaEntry | None, placement: Placement,
                     geom: ChipGeometry) -> list[tuple[str, int, int, int]]:
-    base = idx.shards.get(eid, [])
-    if ent is None or not ent.shard_banks:
-        return base
+    """(tensor id, bytes, vault core, slot) of each weight shard of ``eid``'s current (first) copy: the banks recorded
+    in the replica state after a migration, else the placement's."""
     out = []
-    for (tid, size, _, _), bank in zip(base, ent.shard_banks, strict=False):
+    k = 0
+    moved = ent.shard_banks if ent is not None and ent.shard_banks else None
+    while True:
+        tid = f"W_{eid}_{k}"
+        tp = placement.tensors.get(tid)
+        if tp is None:
+            break
+        bank = moved[k] if moved is not None and k < len(moved) else tp.dram_bank
         core, slot = geom.bank_core_slot(bank)
-        out.append((tid, size, core, slot))
+        out.append((tid, int(tp.size_bytes or 0), core, slot))
+        k += 1
     return out
 
 

@@ -253,3 +253,13 @@ def test_core_outside_mesh_names_the_field(tas: TasParams) -> None:
     with pytest.raises(BadInput) as ei:
         tacs_step(Telemetry(temps_core=[50.0] * 16), plc, ReplicaState(), tas.tacs, ARCH4, H4, None, None, 0)
     assert ei.value.field == "placement.experts.L0E1.cores"
+
+
+def test_bank_outside_the_chip_names_the_tensor(tas: TasParams) -> None:
+    plc = placement_from(ARCH4, {"L0E0": [0], "L0E1": [0]})
+    plc.tensors["W_L0E1_0"] = plc.tensors["W_L0E1_0"].model_copy(update={"dram_bank": "B(99,0,0)"})
+    hot = [100.0] + [50.0] * 15
+    with pytest.raises(BadInput) as ei:
+        tacs_step(Telemetry(temps_core=hot), plc, ReplicaState(), tas.tacs, ARCH4, H4,
+                  window(9, {"L0E0": 2.0, "L0E1": 2.0}), None, 27_000_000)
+    assert ei.value.field == "placement.tensors.W_L0E1_0"
