@@ -52,6 +52,19 @@ def test_default_placement(client: TestClient) -> None:
     assert r.json()["experts"]["L2E7"]["cores"] == [15]
 
 
+def test_default_placement_as_the_orchestrator_asks(client: TestClient) -> None:
+    """No expert_load, float expert_bytes: the expert count comes from n_experts or the workload's model."""
+    r = client.post("/v1/placements", json={"method": "default", "expert_load": None, "moe_layers": [0, 1, 2],
+                                            "expert_flops_per_token": 2.5e9, "expert_bytes": 352321536.0})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["experts"]) == 24  # mixtral-8x7b: 8 routed experts per layer
+    r = client.post("/v1/placements", json={"method": "default", "moe_layers": [1], "n_experts": 5,
+                                            "expert_bytes": 1e6})
+    assert r.status_code == 200 and len(r.json()["experts"]) == 5
+    r = client.post("/v1/placements", json={"method": "default"})
+    assert r.status_code == 422 and _err(r)["field"] == "moe_layers"
+
+
 def test_milp_is_a_job(client: TestClient) -> None:
     H = synthetic_diffusion_kernel(3, 3).tolist()
     r = client.post("/v1/placements", json={"method": "milp", "arch": SMALL_ARCH, "expert_load": zipf_loads(2, 4),
