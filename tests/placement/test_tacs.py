@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.placement.geometry import ChipGeometry, hops_matrix, synthetic_diffusion_kernel
+from services.placement.geometry import ChipGeometry, hops_matrix, influence_for, synthetic_diffusion_kernel
 from services.placement.tacs import ACT_BYTES_PER_TOKEN, replica_state_from_placement, tacs_step
 from shared.configs import ArchConfig, TasParams
 from shared.configs.tas import TacsParams
@@ -44,6 +44,24 @@ def test_hot_spot_is_spread_out(arch: ArchConfig, tas: TasParams, kernel64: np.n
     assert peaks[-1] <= tas.tacs.thresholds.Thot + 1.0  # spread until the hottest core is about Thot
     assert len({c for cs in final.values() for c in cs}) >= 5
     assert all(b <= a + 1e-9 for a, b in itertools.pairwise(peaks))
+
+
+def test_hot_spot_with_the_chip_influence_matrix(arch: ArchConfig, tas: TasParams) -> None:
+    """Same hot spot with H from ``influence_for(arch)``: the thermal service's matrix when its module is present,
+    else the documented analytic kernel. Powers are scaled so the hot spot starts 60 K above ambient."""
+    H, _ = influence_for(arch)
+    cores = {f"L0E{e}": [27] for e in range(16)}
+    watts = {eid: 60.0 / (16 * H[27, 27]) for eid in cores}
+    plc = placement_from(arch, cores)
+    state, smoothed = ReplicaState(), None
+    rise0 = temps(H, cores, watts).max() - 45.0
+    for k in range(30):
+        T = temps(H, cores_now(plc, state), watts)
+        tele = Telemetry(temps_core=T.tolist(), util_core=[0.5] * 64, noc_load=0.1)
+        _, state, smoothed = tacs_step(tele, plc, state, tas.tacs, arch, H, window(k + 1, watts, 3.0), smoothed,
+                                       (k + 1) * 3_000_000)
+    rise = temps(H, cores_now(plc, state), watts).max() - 45.0
+    assert rise0 > 55 and rise < 0.8 * rise0
 
 
 def test_overlay_rows_follow_the_seed_schema(arch: ArchConfig, tas: TasParams, kernel64: np.ndarray) -> None:
