@@ -9,8 +9,9 @@ deterministic for the same request except where HiGHS hits its time limit).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,10 +41,20 @@ _LOCK = threading.Lock()
 MAX_JOBS = 256  # oldest finished jobs are forgotten beyond this
 
 
+def job_id_of(req: PlacementRequest) -> str:
+    """Content hash of the request: a replayed request (same Idempotency-Key or not) finds the same job."""
+    canon = json.dumps(req.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return "milp-" + hashlib.sha256(canon.encode()).hexdigest()[:20]
+
+
 def submit(req: PlacementRequest) -> str:
-    job_id = uuid.uuid4().hex
-    job = _Job()
+    """Start (or find) the MILP job of this request; returns its id."""
+    job_id = job_id_of(req)
     with _LOCK:
+        old = _JOBS.get(job_id)
+        if old is not None and old.status != "failed":
+            return job_id
+        job = _Job()
         _JOBS[job_id] = job
         finished = [k for k, j in _JOBS.items() if j.done.is_set()]
         for k in finished[: max(0, len(_JOBS) - MAX_JOBS)]:

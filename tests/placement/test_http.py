@@ -142,3 +142,15 @@ def test_balance_endpoint(client: TestClient) -> None:
                         ({"loads": [[1.0, 1.0], [1.0]], "slots": 2}, "loads[1]")):
         r = client.post("/v1/balance", json=body)
         assert r.status_code == 422 and _err(r)["field"] == field, r.text
+
+
+def test_milp_job_is_idempotent_and_celery_shaped(client: TestClient) -> None:
+    from services.placement.jobs import run_placement_job
+
+    body = {"method": "milp", "arch": SMALL_ARCH, "expert_load": zipf_loads(1, 3), "expert_bytes": 1 << 20,
+            "H": synthetic_diffusion_kernel(3, 3).tolist()}
+    a = client.post("/v1/placements", json=body).json()["job_id"]
+    b = client.post("/v1/placements", json=body).json()["job_id"]
+    assert a == b
+    out = run_placement_job(body)  # the plain JSON-in/JSON-out function a Celery task wraps
+    assert set(out["experts"]) == {"L0E0", "L0E1", "L0E2"} and out["meta"]["method"] == "milp"
