@@ -1,8 +1,8 @@
 """MILP placement jobs.
 
 ``run_placement_job(payload) -> dict`` is a plain, JSON-in/JSON-out function: a Celery task can wrap it unchanged
-(``celery_app.task(name="placement.milp")(run_placement_job)``). Inside the placement service the jobs run in a
-background thread and their state lives in an in-process dict — an accepted exception to "services are stateless"
+(``celery_app.task(name="placement.milp")(run_placement_job)``). Inside the placement service the jobs run on a
+two-thread pool and their state lives in an in-process dict — an accepted exception to "services are stateless"
 for this one long call only: a restarted service forgets its running jobs (the caller resubmits; the result is
 deterministic for the same request except where HiGHS hits its time limit).
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ class _Job:
 
 _JOBS: dict[str, _Job] = {}
 _LOCK = threading.Lock()
+_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="milp")  # at most two MILPs at once; others queue
 MAX_JOBS = 256  # oldest finished jobs are forgotten beyond this
 
 
@@ -75,7 +77,7 @@ def submit(req: PlacementRequest) -> str:
         finally:
             job.done.set()
 
-    threading.Thread(target=_run, name=f"milp-{job_id[:8]}", daemon=True).start()
+    _POOL.submit(_run)
     return job_id
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -58,16 +59,18 @@ class _PlacementIndex:
 
 
 _INDEX_CACHE: OrderedDict[int, tuple[Placement, _PlacementIndex]] = OrderedDict()
+_INDEX_LOCK = threading.Lock()
 _BANK_RE = re.compile(r"B\((\d+),(\d+),(\d+)\)")
 
 
 def _index(placement: Placement, geom: ChipGeometry) -> _PlacementIndex:
     """Bank occupancy of a placement, parsed once per placement object (LRU of 8; the object is held so its id stays
     valid). One regex pass over all bank ids, then vectorised index arithmetic."""
-    hit = _INDEX_CACHE.get(id(placement))
-    if hit is not None and hit[0] is placement and hit[1].used.shape == (geom.n_cores, geom.vault_banks):
-        _INDEX_CACHE.move_to_end(id(placement))
-        return hit[1]
+    with _INDEX_LOCK:
+        hit = _INDEX_CACHE.get(id(placement))
+        if hit is not None and hit[0] is placement and hit[1].used.shape == (geom.n_cores, geom.vault_banks):
+            _INDEX_CACHE.move_to_end(id(placement))
+            return hit[1]
     banks: list[str] = []
     sizes: list[int] = []
     for tp in placement.tensors.values():
@@ -91,9 +94,10 @@ def _index(placement: Placement, geom: ChipGeometry) -> _PlacementIndex:
     used = np.zeros((geom.n_cores, geom.vault_banks))
     np.add.at(used, (core, slot), np.asarray(sizes, dtype=float))
     idx = _PlacementIndex(used=used)
-    _INDEX_CACHE[id(placement)] = (placement, idx)
-    while len(_INDEX_CACHE) > 8:
-        _INDEX_CACHE.popitem(last=False)
+    with _INDEX_LOCK:
+        _INDEX_CACHE[id(placement)] = (placement, idx)
+        while len(_INDEX_CACHE) > 8:
+            _INDEX_CACHE.popitem(last=False)
     return idx
 
 
