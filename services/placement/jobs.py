@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ import numpy as np
 from services.placement.schemas import PlacementRequest
 from services.placement.service import placement_for
 from shared.errors import NotFound, TasmoeError
+
+log = logging.getLogger(__name__)
 
 
 def run_placement_job(payload: dict[str, Any]) -> dict[str, Any]:
@@ -73,6 +76,10 @@ def submit(req: PlacementRequest) -> str:
             job.status = "failed"
         except (ValueError, np.linalg.LinAlgError) as exc:
             job.error = {"code": "failed", "message": str(exc), "field": None}
+            job.status = "failed"
+        except Exception as exc:  # a bug must fail the job visibly, never leave it "running" forever
+            log.exception("placement job %s crashed", job_id)
+            job.error = {"code": "internal", "message": f"{type(exc).__name__}: {exc}", "field": None}
             job.status = "failed"
         finally:
             job.done.set()
