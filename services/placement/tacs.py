@@ -172,19 +172,17 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
 
     # instance power estimate (W) per (expert, core); mb ids per expert from the pending window
     e_flop = arch.power.mac_pj * 0.5e-12
-    mbs: dict[str, list[int]] = {}
     tokens: dict[str, float] = {}
     inst_power: dict[str, float] = {}
     if pending_window is not None and len(pending_window.compute):
         comp = pending_window.compute
         flops_e: dict[str, float] = {}
-        for layer, ex, mb, tok, fl in zip(comp.layer, comp.expert, comp.mb_id, comp.tokens, comp.flops, strict=True):
+        for layer, ex, tok, fl in zip(comp.layer, comp.expert, comp.tokens, comp.flops, strict=True):
             if ex < 0:
                 continue
             eid = f"L{layer}E{ex}"
             flops_e[eid] = flops_e.get(eid, 0.0) + fl
             tokens[eid] = tokens.get(eid, 0.0) + tok
-            mbs.setdefault(eid, []).append(mb)
         for eid, fl in flops_e.items():
             if eid in cores_of:
                 inst_power[eid] = fl * e_flop / window_s / len(cores_of[eid])
@@ -257,7 +255,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
             since = max(ent.ts_created_ns, ent.last_change_ns or 0) if ent is not None else 0
             if t_apply - since < res_ns:
                 continue  # minimum residency
-            shards = _current_shards(eid, ent, placement, geom)
+            shards = _current_shards(eid, ent, placement, cores, geom)
             size = sum(sz for _, sz, _, _ in shards)
             if any(sz / window_s > bank_bw for _, sz, _, _ in shards):
                 continue  # a shard cannot be written within one window at bank bandwidth
@@ -286,14 +284,16 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
                 actions.append(chosen)
                 break
 
-    return _emit(actions, state, cores_of, mbs, t_apply, pending_window is not None), \
+    return _emit(actions, t_apply), \
         _new_state(actions, state, t_apply), [float(x) for x in T]
 
 
-def _current_shards(eid: str, ent: ReplicaEntry | None, placement: Placement,
+def _current_shards(eid: str, ent: ReplicaEntry | None, placement: Placement, cores: list[int],
                     geom: ChipGeometry) -> list[tuple[str, int, int, int]]:
-    """(tensor id, bytes, vault core, slot) of each weight shard of ``eid``'s current (first) copy: the banks recorded
-    in the replica state after a migration, else the placement's."""
+    """(tensor id, bytes, vault core, slot) of each weight shard of ``eid``'s current copy: the banks recorded in the
+    replica state after a TACS migration; else the placement's bank while its vault core still hosts the expert; else
+    (the expert moved and the state does not say where its shards went) the same slot in the current core's vault —
+    the physicalizer tracks the true banks, this only prices the move."""
     out = []
     k = 0
     moved = ent.shard_banks if ent is not None and ent.shard_banks else None
@@ -302,8 +302,12 @@ def _current_shards(eid: str, ent: ReplicaEntry | None, placement: Placement,
         tp = placement.tensors.get(tid)
         if tp is None:
             break
-        bank = moved[k] if moved is not None and k < len(moved) else tp.dram_bank
-        core, slot = geom.bank_core_slot(bank)
+        if moved is not None and k < len(moved):
+            core, slot = geom.bank_core_slot(moved[k])
+        else:
+            core, slot = geom.bank_core_slot(tp.dram_bank)
+            if core not in cores:
+                core = cores[0]
         out.append((tid, int(tp.size_bytes or 0), core, slot))
         k += 1
     return out
@@ -329,20 +333,19 @@ def _pick_banks(act: _Action, idx: _PlacementIndex, geom: ChipGeometry, bank_cap
     return out
 
 
-def _emit(actions: list[_Action], state: ReplicaState, cores_of: dict[str, list[int]], mbs: dict[str, list[int]],
-          t_apply: int, have_pending: bool) -> Overlays:
+def _emit(actions: list[_Action], t_apply: int) -> Overlays:
+    """Reroute rows (scope ``expert``, ``mb_ids_json = ["L{l}E{e}"]``: all of that expert's work on ``from_core``
+    from ``t_apply`` on) for every action; for a migration also one ``expert`` row and one ``weight`` row per shard."""
     rr: dict[str, list[object]] = {k: [] for k in OverlayReroute.model_fields}
     mg: dict[str, list[object]] = {k: [] for k in OverlayMigrate.model_fields}
     for a in actions:
-        mb = sorted(set(mbs.get(a.expert, [])))
         rr["t_apply_ns"].append(t_apply)
-        rr["scope"].append("mb" if have_pending else "expert")
+        rr["scope"].append("expert")
         rr["from_core"].append(a.src)
         rr["to_core"].append(a.dst)
-        rr["mb_ids_json"].append(json.dumps(mb))
+        rr["mb_ids_json"].append(json.dumps([a.expert]))
         rr["reason"].append("migrate" if a.kind == "migrate" else "hot_core")
         rr["expected_gain"].append(round(a.drop, 6))
-        rr["expert_id"].append(a.expert)
         if a.kind != "migrate":
             continue
         total = sum(sz for _, sz, _, _ in a.shards or []) or 1
