@@ -37,6 +37,7 @@ from shared.errors import BadInput
 
 log = logging.getLogger(__name__)
 
+MAX_INSTANCES = 65_536  # expert instances per request (DeepSeek-V3: 58 x 256 = 14 848)
 CAPACITY_HEADROOM = 1.15  # when demand exceeds the chip, rates are scaled to a mean utilisation of 1/1.15
 
 
@@ -158,6 +159,9 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
                   moe_layers: Sequence[int] | None = None) -> Problem:
     loads = validate_loads(expert_load)
     n_layers, n_e = loads.shape
+    if n_layers * n_e > MAX_INSTANCES:
+        raise BadInput(f"expert_load has {n_layers * n_e} expert instances; the placer takes at most {MAX_INSTANCES}",
+                       field="expert_load")
     layers = list(range(n_layers)) if moe_layers is None else [int(x) for x in moe_layers]
     if len(layers) != n_layers:
         raise BadInput(f"moe_layers lists {len(layers)} layers but expert_load has {n_layers}", field="moe_layers")
