@@ -9,7 +9,8 @@ Per call (temperatures °C, times ns, powers W):
    replicas; no weights move) and, among the ``min(top_k_hot, max_parallel_migrations)`` hottest candidates only, at
    most one *migration* (move a single-core expert and its weight shards to a sink). An action moving instance power
    w from s to d changes temperatures by ``ΔT̂ = w·(H[:, d] − H[:, s])``; it is feasible when the source cools
-   (``drop_s > 0``) and the destination stays cooler than the relieved source. The expert is the most powerful one
+   (``drop_s > 0``), the destination stays cooler than the relieved source and is not itself overloaded
+   (``q_d ≤ q_tgt``). The expert is the most powerful one
    with a feasible destination (most relief per move); the destination is the one of least cost
    ``λ·hops + μ·NoĈ + η·ΔT̂_d`` with ``NoĈ = noc_load + bytes·hops / (NoC link capacity over one window)`` and
    ``ΔT̂_d`` the rise at the destination (K). The pressure decides *whether* a core acts, the cost only *where*:
@@ -218,7 +219,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
         """(feasible, cost, drop at s): feasible when the source cools and the destination stays cooler than it."""
         drop = w * (H[s, s] - H[s, d])
         rise = w * (H[d, d] - H[d, s])
-        ok = drop > 0 and T[d] + rise < T[s] - drop
+        ok = drop > 0 and T[d] + rise < T[s] - drop and q[d] <= params.q_target
         cost = lam * hop[s, d] + mu * (tele.noc_load + noc_added) + eta * rise
         return bool(ok), float(cost), float(drop)
 
