@@ -36,7 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from shared import DEFAULT_PORTS, SERVICES
+from shared.errors import first_validation_error
 from shared.settings import Settings, sqlalchemy_url
 
 REPO = Path(__file__).resolve().parents[1]
@@ -466,8 +469,8 @@ def _env_default(name: str, default: str) -> str:
     return os.environ.get(name) or default
 
 
-def build_parser() -> argparse.ArgumentParser:
-    settings = Settings()
+def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
+    settings = settings or Settings()
     ap = argparse.ArgumentParser(prog="python -m scripts.cluster", description=__doc__.split("\n\n")[0] if __doc__
                                  else None)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -501,7 +504,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        field, message = first_validation_error(exc)
+        print(f"cluster: error: environment variable TASMOE_{field.upper()}: {message}", file=sys.stderr)
+        return 2
+    args = build_parser(settings).parse_args(argv)
     state_dir: Path = args.state_dir.resolve()
     try:
         if args.command == "up":

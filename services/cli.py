@@ -19,7 +19,7 @@ from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
 from shared.configs.base import StrictModel
 from shared.errors import TasmoeError
 from shared.logging import setup_logging
-from shared.settings import get_settings
+from shared.settings import get_settings, load_settings
 
 EXIT_USAGE = 2
 
@@ -63,7 +63,9 @@ def _openapi(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tasmoe", description="TAS-MoE Lab: thermal-aware MoE scheduling on a 3D-stacked chip.")
-    parser.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING, ERROR")
+    parser.add_argument("--log-level", default=None, type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                        help="override TASMOE_LOG_LEVEL (DEBUG, INFO, WARNING, ERROR, CRITICAL)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
@@ -97,9 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    settings = get_settings()
-    setup_logging(args.log_level or settings.log_level, json_lines=settings.log_json)
     try:
+        settings = load_settings()
+        setup_logging(args.log_level or settings.log_level, json_lines=settings.log_json)
         rc = args.func(args)
     except TasmoeError as exc:
         print(f"tasmoe {args.command}: error: {exc}", file=sys.stderr)

@@ -10,10 +10,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared import DEFAULT_PORTS, SERVICES
+from shared.errors import ConfigError, first_validation_error
 
 Mode = Literal["embedded", "cluster"]
 
@@ -80,3 +81,13 @@ def sqlalchemy_url(url: str) -> str:
 def get_settings() -> Settings:
     """Process-wide settings read from the environment once (tests build their own `Settings`)."""
     return Settings()
+
+
+def load_settings() -> Settings:
+    """`get_settings()` for entry points: a bad ``TASMOE_*`` value raises `ConfigError` naming the variable
+    (``TASMOE_LOG_LEVEL: must be one of ...``) instead of a pydantic traceback."""
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        field, message = first_validation_error(exc)
+        raise ConfigError(f"environment variable TASMOE_{field.upper()}: {message}", field=field) from None

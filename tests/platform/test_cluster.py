@@ -12,15 +12,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from scripts import cluster
 from shared import SERVICES
-from shared.client import ServiceClients
-from shared.settings import Settings
+from shared.client import ServiceClient, ServiceClients
+from shared.settings import Settings, sqlalchemy_url
 from tests.platform.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,10 +85,23 @@ def test_bad_flags_are_one_line_errors(tmp_path: Path) -> None:
 
 
 @pytest.fixture()
-def cluster_env(postgres_url: str, redis_url: str) -> dict[str, str]:
+def cluster_env(postgres_url: str, redis_url: str) -> Iterator[dict[str, str]]:
+    """The cluster's environment, with a database of its own (``up`` creates it; dropped afterwards)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    base = make_url(sqlalchemy_url(postgres_url))
+    name = f"tasmoe_cluster_{uuid.uuid4().hex[:10]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASMOE_")}
-    env.update({"TASMOE_DATABASE_URL": postgres_url, "TASMOE_REDIS_URL": redis_url})
-    return env
+    env.update({"TASMOE_DATABASE_URL": base.set(database=name).render_as_string(hide_password=False),
+                "TASMOE_REDIS_URL": redis_url})
+    yield env
+    admin = create_engine(base.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
 
 
 @pytest.fixture()
@@ -135,9 +149,36 @@ def test_cluster_up_serves_all_six_and_the_worker_then_down_stops_them(
 
     app = Celery("tasmoe-test", broker=redis_url, backend=redis_url)
     try:
-        assert app.send_task("tasmoe.ping").get(timeout=20) == "pong"
+        queues = (app.control.inspect([worker_name], timeout=3.0).active_queues() or {})[worker_name]
+        queue = queues[0]["name"]  # whatever queue the orchestrator's app consumes
+        assert app.send_task("tasmoe.ping", queue=queue).get(timeout=20) == "pong"
     finally:
         app.close()
+
+    # an experiment posted to the orchestrator is claimed by the worker (Celery over Redis, run state in PostgreSQL):
+    # the science may still fail mid-development, the wiring may not
+    orch = ServiceClient("orchestrator", settings.service_url("orchestrator"), settings)
+    try:
+        accepted = orch.post_json("/v1/experiments", {"windows": 1, "scenarios": ["baseline"], "traces": False})
+        deadline = time.monotonic() + 60
+        view = orch.get_json(f"/v1/experiments/{accepted['id']}")
+        while time.monotonic() < deadline and not any(r["attempts"] >= 1 for r in view["runs"]):
+            time.sleep(0.25)
+            view = orch.get_json(f"/v1/experiments/{accepted['id']}")
+        assert any(r["attempts"] >= 1 for r in view["runs"]), f"no worker claimed the run: {view}"
+        if view["status"] in {"queued", "running"}:
+            orch.post_json(f"/v1/experiments/{accepted['id']}/cancel")
+    finally:
+        orch.close()
+
+    # `up` created the cluster's database and ran the orchestrator's migrations into it
+    from sqlalchemy import create_engine, inspect
+
+    engine = create_engine(sqlalchemy_url(cluster_env["TASMOE_DATABASE_URL"]))
+    try:
+        assert "alembic_version" in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
 
     status = _run("status", "--state-dir", str(state), env=cluster_env)
     assert status.returncode == 0
@@ -158,16 +199,74 @@ def test_cluster_up_serves_all_six_and_the_worker_then_down_stops_them(
     assert all(cluster._port_free("127.0.0.1", base + i) for i in range(len(SERVICES)))
 
 
-@pytest.mark.cluster
+def _fake_serve(failing: str | None) -> Callable[[str, cluster.ClusterConfig], list[str]]:
+    """Stand-ins for `tasmoe serve`: cheap processes that never answer /healthz; ``failing`` exits 3 after 0.3 s."""
+
+    def cmd(name: str, _: cluster.ClusterConfig) -> list[str]:
+        if name == failing:
+            return [sys.executable, "-c", "import sys, time; time.sleep(0.3); print('bad setting: log_level'); "
+                                          "sys.exit(3)"]
+        return [sys.executable, "-c", "import time; time.sleep(120)"]
+
+    return cmd
+
+
+def _assert_torn_down(state: Path) -> None:
+    assert not list(state.glob("*.pid"))
+    started = json.loads((state / "cluster.json").read_text())["processes"]
+    assert set(started) == set(SERVICES)
+    assert not [n for n, p in started.items() if cluster.group_members(int(p["pid"]))], "processes left running"
+
+
+@pytest.mark.services
 def test_a_process_that_dies_while_starting_tears_the_cluster_down(
         tmp_path: Path, postgres_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TASMOE_LOG_LEVEL", "LOUD")  # every child refuses its settings and exits
+    monkeypatch.setattr(cluster, "_serve_cmd", _fake_serve(failing="thermal"))
     cfg = cluster.ClusterConfig(host="127.0.0.1", base_port=_free_block(), state_dir=tmp_path,
-                                database_url=postgres_url, redis_url=redis_url, timeout_s=60, migrate=False)
-    out = tmp_path / "out.txt"
-    with out.open("w") as fh, pytest.raises(cluster.ClusterError, match="exited with code 1 while starting") as info:
-        cluster.up(cfg, out=fh)
-    assert "log_level" in str(info.value)  # the log tail names the bad setting
-    assert not list(tmp_path.glob("*.pid"))
-    started = json.loads((tmp_path / "cluster.json").read_text())["processes"]
-    assert not [n for n, p in started.items() if cluster.group_members(int(p["pid"]))]
+                                database_url=postgres_url, redis_url=redis_url, timeout_s=60, worker=False,
+                                migrate=False)
+    with (tmp_path / "out.txt").open("w") as out, pytest.raises(cluster.ClusterError) as info:
+        cluster.up(cfg, out=out)
+    assert "thermal exited with code 3 while starting" in str(info.value)
+    assert "bad setting: log_level" in str(info.value)  # the log tail
+    _assert_torn_down(tmp_path)
+
+
+@pytest.mark.services
+def test_a_start_timeout_names_the_silent_services_and_tears_down(
+        tmp_path: Path, postgres_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster, "_serve_cmd", _fake_serve(failing=None))
+    cfg = cluster.ClusterConfig(host="127.0.0.1", base_port=_free_block(), state_dir=tmp_path,
+                                database_url=postgres_url, redis_url=redis_url, timeout_s=1.0, worker=False,
+                                migrate=False)
+    with (tmp_path / "out.txt").open("w") as out, pytest.raises(cluster.ClusterError) as info:
+        cluster.up(cfg, out=out)
+    assert f"timed out after 1 s waiting for {', '.join(sorted(SERVICES))}" in str(info.value)
+    _assert_torn_down(tmp_path)
+
+
+@pytest.mark.services
+def test_check_database_creates_a_missing_database_once(postgres_url: str) -> None:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    base = make_url(sqlalchemy_url(postgres_url))
+    name = f"tasmoe_cluster_{uuid.uuid4().hex[:10]}"
+    url = base.set(database=name).render_as_string(hide_password=False)
+    missing = base.set(database=f"{name}_never").render_as_string(hide_password=False)
+    admin = create_engine(base.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        assert cluster.check_database(url).startswith("database created")
+        assert cluster.check_database(url).startswith("database ok")
+        with pytest.raises(cluster.ClusterError, match="not reachable"):
+            cluster.check_database(missing, create=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+def test_redacted_urls_hide_passwords() -> None:
+    assert cluster._redact("postgresql+psycopg://u:pw@h:5432/db") == "postgresql+psycopg://u:***@h:5432/db"
+    assert cluster._redact("redis://:pw@h:6379/0") == "redis://:***@h:6379/0"
+    assert cluster._redact("redis://h:6379/0") == "redis://h:6379/0"

@@ -37,7 +37,7 @@ def test_record_inside_bind_run_id_carries_it(caplog: pytest.LogCaptureFixture) 
     with bind_run_id("exp-1/baseline"):
         log.info("window 3 stepped")
     log.info("outside")
-    runs = [(r.getMessage(), _run(r)) for r in caplog.records]
+    runs = [(r.getMessage(), _run(r)) for r in caplog.records if r.name == "tasmoe.test"]
     assert runs == [("window 3 stepped", "exp-1/baseline"), ("outside", "-")]
 
 
@@ -53,7 +53,8 @@ def test_run_id_is_per_thread_context(caplog: pytest.LogCaptureFixture) -> None:
         t.start()
     for t in threads:
         t.join()
-    assert sorted((r.getMessage(), _run(r)) for r in caplog.records) == [(f"in r{i}", f"r{i}") for i in range(4)]
+    got = sorted((r.getMessage(), _run(r)) for r in caplog.records if r.name == "tasmoe.test")
+    assert got == [(f"in r{i}", f"r{i}") for i in range(4)]
 
 
 def _logging_app(settings: Settings) -> TestClient:
@@ -79,7 +80,7 @@ def test_request_with_run_id_header_logs_it_inside_the_service(settings: Setting
     assert client.get("/v1/work", headers={"X-Run-Id": "exp-9/tacs"}).json() == {"run": "exp-9/tacs"}
     assert client.get("/v1/awork", headers={"X-Run-Id": "exp-9/tas"}).json() == {"run": "exp-9/tas"}
     assert client.get("/v1/work").json() == {"run": "-"}
-    assert [(r.getMessage(), _run(r)) for r in caplog.records] == [
+    assert [(r.getMessage(), _run(r)) for r in caplog.records if r.name == "tasmoe.test"] == [
         ("working", "exp-9/tacs"), ("async working", "exp-9/tas"), ("working", "-")]
 
 
@@ -89,7 +90,8 @@ def test_client_call_carries_the_run_id_into_the_service(settings: Settings, cap
     clients = ServiceClients(settings, asgi_apps={"thermal": app})
     with bind_run_id("exp-3/taps"):
         assert clients["thermal"].get_json("/v1/work") == {"run": "exp-3/taps"}
-    assert [_run(r) for r in caplog.records if r.getMessage() == "working"] == ["exp-3/taps"]
+    mine = [r for r in caplog.records if r.name == "tasmoe.test" and r.getMessage() == "working"]
+    assert [_run(r) for r in mine] == ["exp-3/taps"]
 
 
 def test_configured_handlers_print_the_run_id(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:

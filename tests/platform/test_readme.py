@@ -3,9 +3,13 @@ real default, every `make` target it mentions exists, and the Results section is
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
+from pydantic_settings import BaseSettings
+
+from shared import SERVICES
 from shared.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,12 +27,28 @@ def test_make_run_and_make_test_come_first() -> None:
     assert README.index("make run") < README.index("## ")
 
 
+def _settings_classes() -> list[type[BaseSettings]]:
+    """The shared Settings and every service's own settings class (``services/<name>/settings.py``)."""
+    classes: list[type[BaseSettings]] = [Settings]
+    for name in SERVICES:
+        try:
+            mod = importlib.import_module(f"services.{name}.settings")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"services.{name}.settings":
+                raise
+            continue
+        classes += [obj for obj in vars(mod).values()
+                    if isinstance(obj, type) and issubclass(obj, BaseSettings) and obj.__module__ == mod.__name__]
+    return classes
+
+
 def test_settings_table_lists_every_field_with_its_default() -> None:
     table = _settings_table()
-    expected = {f"TASMOE_{name.upper()}" for name in Settings.model_fields}
+    fields = {name: field for cls in _settings_classes() for name, field in cls.model_fields.items()}
+    expected = {f"TASMOE_{name.upper()}" for name in fields}
     assert set(table) == expected, f"missing {sorted(expected - set(table))}, stale {sorted(set(table) - expected)}"
     for name, shown in table.items():
-        value = Settings.model_fields[name[len("TASMOE_"):].lower()].default
+        value = fields[name[len("TASMOE_"):].lower()].default
         if value in ("", None):
             assert shown == "*(empty)*", name
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,9 +71,13 @@ def _error(resp: Any) -> dict[str, Any]:
     return err
 
 
-@pytest.fixture(params=SERVICES)
-def service_app(request: pytest.FixtureRequest, settings: Settings) -> Iterator[tuple[str, FastAPI, TestClient]]:
+@pytest.fixture(scope="module", params=SERVICES)
+def service_app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[tuple[str, FastAPI, TestClient]]:
+    """One service's real app (lifespan entered once per module) with the probe router added."""
     name: str = request.param
+    settings = Settings.model_validate({"results_dir": tmp_path_factory.mktemp(name) / "results",
+                                        "configs_dir": Path(__file__).resolve().parents[2] / "configs"})
     app = create_service(name, settings)
     app.include_router(_probe_router(), prefix="/v1")
     with TestClient(app, raise_server_exceptions=False) as client:  # enters the service's lifespan
