@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
@@ -21,9 +21,15 @@ from shared.errors import BadInput
 IntArr = NDArray[np.int64]
 
 
+@lru_cache(maxsize=1 << 16)
 def stable_hash(s: str) -> int:
     """Process-independent 32-bit hash (Python's ``hash`` is salted per process)."""
     return zlib.crc32(s.encode())
+
+
+@lru_cache(maxsize=1 << 16)
+def _parse_bank_cached(s: str) -> tuple[int, int, int]:
+    return parse_bank_id(s)
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,16 @@ class Chip:
         cx, cy = core % self.X, core // self.X
         return self.flat_bank(cx * self.bpx + lx, cy * self.bpy + ly, layer)
 
+    def vault_bank_parts(self, key: IntArr) -> tuple[IntArr, IntArr]:
+        """``vault_bank(core, key) == key_part[key] + core_part[core]`` (the flat bank id is linear in both):
+        lets a caller gather two small tables instead of recomputing per event."""
+        per_layer = self.bpx * self.bpy
+        k = key % (per_layer * self.L)
+        key_part = self.flat_bank(k % self.bpx, (k // self.bpx) % self.bpy, k // per_layer)
+        cores = np.arange(self.n_cores, dtype=np.int64)
+        core_part = (cores // self.X) * self.bpy * self.BX + (cores % self.X) * self.bpx
+        return key_part, core_part
+
     def bank_str(self, flat: int) -> str:
         bx = flat % self.BX
         by = (flat // self.BX) % self.BY
@@ -100,7 +116,7 @@ class Chip:
 
     def parse_bank(self, s: str, field: str) -> int:
         try:
-            bx, by, layer = parse_bank_id(s)
+            bx, by, layer = _parse_bank_cached(s)
         except ValueError as exc:
             raise BadInput(str(exc), field=field) from None
         if not (bx < self.BX and by < self.BY and layer < self.L):

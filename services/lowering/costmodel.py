@@ -108,35 +108,55 @@ def _traffic(M: int, K: int, N: int, Mt: Any, Kt: Any, Nt: Any, b: int) -> tuple
     return n_outer, m_outer
 
 
-def _candidates(dim: int, unit: int) -> NDArray[np.int64]:
-    """Tile sizes for one dimension: multiples of the array side (powers of two) capped at the dimension."""
+def _candidates(dim: int, unit: int, align: int = 1) -> NDArray[np.int64]:
+    """Tile sizes for one dimension: multiples of the array side (powers of two) capped at the dimension; a tile
+    that does not cover the dimension must be a multiple of ``align`` elements (DMA burst alignment)."""
     vals = {dim}
-    t = unit
+    t = max(unit, 1)
     while t < dim:
         vals.add(t)
         t *= 2
     if dim < unit:
         vals.add(dim)
-    return np.array(sorted(vals), dtype=np.int64)
+    out = [v for v in vals if v >= dim or v % align == 0]
+    if len(out) == 1 and out[0] == dim and dim > align and align > 1:
+        a = align
+        while a < dim:  # no power-of-two multiple of the array side is aligned: use multiples of the burst
+            out.append(a)
+            a *= 2
+    return np.array(sorted(set(out)), dtype=np.int64)
 
 
-def choose_tiling(M: int, K: int, N: int, *, array: tuple[int, int], spm_bytes: int, dtype: str) -> Tiling:
-    """Smallest-traffic tile shape that fits the SPM, preferring double buffering (ties: larger tiles)."""
+def choose_tiling(M: int, K: int, N: int, *, array: tuple[int, int], spm_bytes: int, dtype: str,
+                  n_weights: int = 1, a_fixed: tuple[int, int] | None = None, bias: bool = False,
+                  align_elems: int = 1) -> Tiling:
+    """Smallest-traffic tile shape that fits the SPM, preferring double buffering (ties: fewer, larger tiles).
+
+    SPM need: A tiles (none when A is resident, ``a_fixed = (Mt, Kt)``), ``n_weights`` B tiles and fp32 output tiles
+    (SwiGLU's gate and up share the A tile), an optional bias row; double buffering doubles the A/B/bias tiles.
+    """
     R, C = array
     b = dtype_bytes(dtype)
-    mc, kc, nc = _candidates(M, R), _candidates(K, R), _candidates(N, C)
+    if a_fixed is not None:
+        mc, kc = np.array([a_fixed[0]]), np.array([a_fixed[1]])
+    else:
+        mc, kc = _candidates(M, R), _candidates(K, R, align_elems)
+    nc = _candidates(N, C, align_elems)
     Mt, Kt, Nt = (g.ravel() for g in np.meshgrid(mc, kc, nc, indexing="ij"))
-    ab = (Mt * Kt + Kt * Nt) * b
-    acc = Mt * Nt * ACC_BYTES
+    a_tile = np.zeros_like(Mt) if a_fixed is not None else Mt * Kt * b
+    ab = a_tile + n_weights * Kt * Nt * b + (Nt * b if bias else 0)
+    acc = n_weights * Mt * Nt * ACC_BYTES
     single = ab + acc
     double = 2 * ab + acc
     n_outer, m_outer = _traffic(M, K, N, Mt, Kt, Nt, b)
+    if a_fixed is not None:  # A costs nothing to re-read
+        n_outer = n_outer - np.where((Mt >= M) & (Kt >= K), M * K * b, M * K * b * np.ceil(N / Nt))
+        m_outer = m_outer - np.where(Kt >= K, M * K * b, M * K * b * np.ceil(N / Nt))
     traffic = np.minimum(n_outer, m_outer)
     for db, need in ((True, double), (False, single)):
         ok = need <= spm_bytes
         if not ok.any():
             continue
-        # minimise traffic, then number of tiles (fewer, larger tiles), deterministic by index
         n_tiles = np.ceil(M / Mt) * np.ceil(K / Kt) * np.ceil(N / Nt)
         key = np.where(ok, traffic, np.inf)
         best_t = key.min()
@@ -145,7 +165,7 @@ def choose_tiling(M: int, K: int, N: int, *, array: tuple[int, int], spm_bytes: 
         order: Literal["n_outer", "m_outer"] = "n_outer" if n_outer[i] <= m_outer[i] else "m_outer"
         return Tiling(int(Mt[i]), int(Kt[i]), int(Nt[i]), db, order, int(need[i]))
     smallest = int(single.min())
-    raise BadInput(f"no tile fits the SPM: the smallest tile needs {smallest} bytes but spm_bytes = {spm_bytes}",
+    raise BadInput(f"no tile fits the SPM: the smallest tile needs {smallest} bytes but {spm_bytes} are free",
                    field="spm_bytes")
 
 
@@ -189,7 +209,7 @@ def mac_pj_for(dtype: str, arch: ArchConfig | None) -> float:
 
 def gemm_cost(M: int, K: int, N: int, *, array: tuple[int, int] = (32, 32), dataflow: Dataflow = "ws",
               spm_bytes: int = 512 * 1024, dma_bytes_per_cycle: float = 64.0, dtype: str = "bf16",
-              arch: ArchConfig | None = None) -> GemmCost:
+              arch: ArchConfig | None = None, burst_bytes: int = 64) -> GemmCost:
     """Cycles, bytes and energy of ``C[M,N] = A[M,K] · B[K,N]`` on one core (see the module docstring)."""
     for name, v in (("M", M), ("K", K), ("N", N)):
         if v < 1:
@@ -202,7 +222,8 @@ def gemm_cost(M: int, K: int, N: int, *, array: tuple[int, int] = (32, 32), data
     if dma_bytes_per_cycle <= 0:
         raise BadInput("dma_bytes_per_cycle must be > 0", field="dma_bytes_per_cycle")
     b = dtype_bytes(dtype)
-    tiling = choose_tiling(M, K, N, array=array, spm_bytes=spm_bytes, dtype=dtype)
+    tiling = choose_tiling(M, K, N, array=array, spm_bytes=spm_bytes, dtype=dtype,
+                           align_elems=max(1, burst_bytes // b))
     compute = float(fold_cycles(M, K, N, R, C, dataflow))
     n_o, m_o = _traffic(M, K, N, np.array(tiling.Mt), np.array(tiling.Kt), np.array(tiling.Nt), b)
     traffic = float(min(n_o, m_o))
@@ -241,7 +262,8 @@ def gemm_cost(M: int, K: int, N: int, *, array: tuple[int, int] = (32, 32), data
 def gemm_cost_for_arch(M: int, K: int, N: int, arch: ArchConfig, *, dtype: str | None = None) -> GemmCost:
     core = arch.core
     return gemm_cost(M, K, N, array=core.array, dataflow=core.dataflow, spm_bytes=core.spm_kb * 1024,
-                     dma_bytes_per_cycle=core.dma_bytes_per_cycle, dtype=dtype or core.dtype, arch=arch)
+                     dma_bytes_per_cycle=core.dma_bytes_per_cycle, dtype=dtype or core.dtype, arch=arch,
+                     burst_bytes=core.dma_burst_bytes)
 
 
 # Vector-unit passes per element of each VE op (a documented estimate: each pass is one vector instruction per

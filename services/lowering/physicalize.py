@@ -64,7 +64,7 @@ F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
 # Order of ops inside one layer of a micro-batch: attention/dense → router → experts → LM head.
-PHASE: dict[str, int] = {"attn": 0, "dense": 0, "router": 1, "shared": 2, "fc": 2, "head": 3}
+PHASE: dict[str, int] = {"attn": 0, "router": 1, "shared": 2, "fc": 2, "dense": 2, "head": 3}
 UNKNOWN_PHASE = 2
 _NONE = ("", "-1", "none", "None")
 
@@ -144,11 +144,15 @@ class _Migration:
 
 
 def _apply_migrations(overlays: Overlays, placement: Placement, replicas: ReplicaState,
-                      tensor_banks: dict[str, str], chip: Chip, t0: int) -> list[_Migration]:
-    """Update replica state / tensor banks in place; return the transfers to schedule."""
+                      tensor_banks: dict[str, str], chip: Chip, t0: int) -> tuple[list[_Migration], int]:
+    """Update replica state / tensor banks in place; return the transfers to schedule and the number of objects
+    moved (an expert with its shards counts once; a lone weight shard counts once)."""
     out: list[_Migration] = []
+    moved: set[str] = set()
     mig = overlays.migrate
-    for i, (t_apply, obj_type, obj_id, src, dst, size, _cost) in enumerate(mig.rows()):
+    for i in range(len(mig)):
+        t_apply, obj_type, obj_id = mig.t_apply_ns[i], mig.obj_type[i], mig.obj_id[i]
+        src, dst, size = mig.src[i], mig.dst[i], mig.size_bytes[i]
         f = f"overlays.migrate[{i}]"
         if size < 0:
             raise BadInput("size_bytes must be >= 0", field=f"{f}.size_bytes")
@@ -156,14 +160,17 @@ def _apply_migrations(overlays: Overlays, placement: Placement, replicas: Replic
             sb = chip.parse_bank(src, f"{f}.src")
             db = chip.parse_bank(dst, f"{f}.dst")
             tensor_banks[obj_id] = chip.bank_str(db)
-            out.append(_Migration(int(chip.bank_vault_core(np.array([db]))[0]), sb, db, float(size),
-                                  float(max(t_apply, t0))))
+            moved.add(obj_id[2:].rpartition("_")[0] if obj_id.startswith("W_") else obj_id)
+            if size > 0:
+                out.append(_Migration(int(chip.bank_vault_core(np.array([db]))[0]), sb, db, float(size),
+                                      float(max(t_apply, t0))))
         elif obj_type == "expert":
             try:
                 layer, e = parse_expert_id(obj_id)
             except ValueError as exc:
                 raise BadInput(str(exc), field=f"{f}.obj_id") from None
             key = expert_id(layer, e)
+            moved.add(key)
             cores = _expert_cores(key, placement, replicas, chip)
             try:
                 s_core = None if src.strip() in _NONE else chip.check_core(int(src), f"{f}.src")
@@ -176,19 +183,21 @@ def _apply_migrations(overlays: Overlays, placement: Placement, replicas: Replic
                 new.append(d_core)
             if not new:
                 raise BadInput(f"migration would leave {key} on no core", field=f)
-            prev = replicas.experts.get(key)
-            replicas.experts[key] = ReplicaEntry(
-                cores=new, ts_created_ns=prev.ts_created_ns if prev is not None else int(t_apply),
-                last_change_ns=int(t_apply), prev_cores=cores)
-            if d_core is not None:
+            if new != cores:  # not yet applied (TACS may already have updated the replica state itself)
+                prev = replicas.experts.get(key)
+                replicas.experts[key] = ReplicaEntry(
+                    cores=new, ts_created_ns=prev.ts_created_ns if prev is not None else int(t_apply),
+                    last_change_ns=int(t_apply), prev_cores=cores)
+            if d_core is not None and size > 0:  # the instance's weights, when no weight rows list them
                 from_core = s_core if s_core is not None else cores[0]
                 key_h = np.array([stable_hash(key)])
                 sb = int(chip.vault_bank(np.array([from_core]), key_h)[0])
                 db = int(chip.vault_bank(np.array([d_core]), key_h)[0])
                 out.append(_Migration(d_core, sb, db, float(size), float(max(t_apply, t0))))
+                tensor_banks[f"{key}_*"] = chip.bank_str(db)  # its shards now live in the destination vault
         else:
             raise BadInput(f"obj_type must be 'weight' or 'expert', got {obj_type!r}", field=f"{f}.obj_type")
-    return out
+    return out, len(moved)
 
 
 def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placement, overlays: Overlays | None,
@@ -239,7 +248,7 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     link_bw = chip.link_bw_bytes_per_ns
 
     # ---- 1. migrations --------------------------------------------------------------------------------------
-    migs = _apply_migrations(overlays, placement, replicas, tensor_banks, chip, int(t0))
+    migs, n_moved = _apply_migrations(overlays, placement, replicas, tensor_banks, chip, int(t0))
 
     # ---- 2. logical rows → assignments ----------------------------------------------------------------------
     lc = logical.compute.to_numpy()
@@ -327,35 +336,37 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
 
     # ---- 3. reroute overlays ----------------------------------------------------------------------------------
     rr = overlays.reroute
-    for i, (t_apply, scope, from_core, to_core, ids_json, _reason, _gain) in enumerate(rr.rows()):
+    rr_expert: list[str] = list(getattr(rr, "expert_id", None) or [""] * len(rr))  # extra column (placement)
+    for i in range(len(rr)):
+        t_apply, scope = rr.t_apply_ns[i], rr.scope[i]
+        from_core, to_core = rr.from_core[i], rr.to_core[i]
         f = f"overlays.reroute[{i}]"
         chip.check_core(from_core, f"{f}.from_core")
         chip.check_core(to_core, f"{f}.to_core")
-        ids = _parse_ids(ids_json, f"{f}.mb_ids_json")
+        ids = _parse_ids(rr.mb_ids_json[i], f"{f}.mb_ids_json")
         sel = (A.core == from_core) & (tgen[A.row] >= t_apply)
         mb_list = [int(x) for x in ids if isinstance(x, int | float) and not isinstance(x, bool)]
         ex_list = [str(x) for x in ids if isinstance(x, str)]
+        if rr_expert[i]:
+            ex_list.append(rr_expert[i])
         if scope == "mb":
             sel &= np.isin(mb[A.row], np.asarray(mb_list, dtype=np.int64))
         elif scope == "expert":
             sel &= is_exp[A.row]
-            if ids:
-                m = np.zeros(A.row.size, dtype=bool)
-                if mb_list:
-                    m |= np.isin(mb[A.row], np.asarray(mb_list, dtype=np.int64))
-                if ex_list:
-                    codes = layer[A.row] * 100003 + expert[A.row]
-                    want = []
-                    for x_id in ex_list:
-                        try:
-                            lv, e = parse_expert_id(x_id)
-                        except ValueError as exc:
-                            raise BadInput(str(exc), field=f"{f}.mb_ids_json") from None
-                        want.append(lv * 100003 + e)
-                    m |= np.isin(codes, np.asarray(want, dtype=np.int64))
-                sel &= m
+            if mb_list:
+                sel &= np.isin(mb[A.row], np.asarray(mb_list, dtype=np.int64))
         else:
             raise BadInput(f"scope must be 'mb' or 'expert', got {scope!r}", field=f"{f}.scope")
+        if ex_list:  # only the listed expert instances' work
+            want = []
+            for x_id in ex_list:
+                try:
+                    lv, e = parse_expert_id(x_id)
+                except ValueError as exc:
+                    raise BadInput(str(exc), field=f"{f}.expert_id") from None
+                want.append(lv * 100003 + e)
+            codes = np.where(is_exp[A.row], layer[A.row] * 100003 + expert[A.row], -1)
+            sel &= np.isin(codes, np.asarray(want, dtype=np.int64))
         A.core = np.where(sel, to_core, A.core)
 
     na = A.row.size
@@ -376,8 +387,9 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
         if np.any(m_bytes < 0):
             raise BadInput("bytes must be >= 0", field="logical.memory.bytes")
         tids = lm.tensor_id
-        m_write = np.array([a == "write" for a in lm.access], dtype=bool)
-        bad_acc = [i for i, a in enumerate(lm.access) if a not in ("read", "write")]
+        acc_arr = np.asarray(lm.access)
+        m_write = acc_arr == "write"
+        bad_acc = np.flatnonzero(~m_write & (acc_arr != "read")).tolist()
         if bad_acc:
             raise BadInput(f"access must be 'read' or 'write', got {lm.access[bad_acc[0]]!r}",
                            field=f"logical.memory.access[{bad_acc[0]}]")
@@ -386,28 +398,45 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
         uniq_t = np.array(list(t_code), dtype=object)
         t_is_w = np.array([t.startswith("W_") for t in t_code], dtype=bool)
         t_hash = np.array([stable_hash(t) for t in t_code], dtype=np.int64)
-        # explicit bank of a weight tensor: migrated (state) > placement (if still with the expert) > none (-1)
+        # Bank of a weight shard's copy on the expert's cores[0] (t_bank, owner t_owner): a weight overlay
+        # (state.tensor_banks) > the replica state's shard_banks (after a TACS migration) > placement.tensors >
+        # none (-1: a bank of the home core's vault). Copies of replicas: placement.tensors[...].replica_banks.
         t_bank = np.full(uniq_t.size, -1, dtype=np.int64)
-        t_bank_vault_ok: dict[int, set[int] | None] = {}
-        for j, t in enumerate(uniq_t.tolist()):
+        t_owner = np.full(uniq_t.size, -1, dtype=np.int64)
+        rep_bank: dict[tuple[int, int], int] = {}
+        any_bank_info = bool(tensor_banks) or bool(placement.tensors) or any(
+            e.shard_banks for e in replicas.experts.values())
+        key_info: dict[str, tuple[str, list[int]]] = {}
+        for j, t in enumerate(uniq_t.tolist() if any_bank_info else []):
             if not t_is_w[j]:
                 continue
-            if t in tensor_banks:
-                t_bank[j] = chip.parse_bank(tensor_banks[t], f"state.tensor_banks.{t}")
-                t_bank_vault_ok[j] = None
-            elif t in placement.tensors:
-                t_bank[j] = chip.parse_bank(placement.tensors[t].dram_bank, f"placement.tensors.{t}.dram_bank")
-                # a placement bank stays valid only while its vault core still hosts the expert
-                parts = t[2:].rsplit("_", 1)[0]
+            key_s, _, shard_s = t[2:].rpartition("_")
+            info = key_info.get(key_s)
+            if info is None:
                 try:
-                    lv, e = parse_expert_id(parts)
-                    cores = cache.get(expert_id(lv, e)) or _expert_cores(expert_id(lv, e), placement, replicas, chip)
-                    t_bank_vault_ok[j] = set(cores)
+                    lv, e = parse_expert_id(key_s)
+                    k_ = expert_id(lv, e)
+                    info = (k_, cache.get(k_) or _expert_cores(k_, placement, replicas, chip))
                 except (ValueError, BadInput):
-                    t_bank_vault_ok[j] = None
-        for j, ok in t_bank_vault_ok.items():
-            if ok is not None and int(chip.bank_vault_core(t_bank[j:j + 1])[0]) not in ok:
-                t_bank[j] = -1
+                    info = ("", [])
+                key_info[key_s] = info
+            key, cores = info
+            k_shard = int(shard_s) if shard_s.isdigit() else -1
+            ent = replicas.experts.get(key) if key else None
+            tp = placement.tensors.get(t)
+            bank_s = tensor_banks.get(t) or (tensor_banks.get(f"{key}_*") if key else None)
+            if bank_s is not None:
+                where = f"state.tensor_banks.{t}"
+            elif ent is not None and ent.shard_banks and 0 <= k_shard < len(ent.shard_banks):
+                bank_s, where = ent.shard_banks[k_shard], f"state.replicas.experts.{key}.shard_banks"
+            elif tp is not None:
+                bank_s, where = tp.dram_bank, f"placement.tensors.{t}.dram_bank"
+            if bank_s is not None:
+                t_bank[j] = chip.parse_bank(bank_s, where)
+                t_owner[j] = cores[0] if cores else -1
+            if tp is not None and tp.replica_banks and len(cores) > 1:
+                for c, rb in zip(cores[1:], tp.replica_banks, strict=False):
+                    rep_bank[(j, c)] = chip.parse_bank(rb, f"placement.tensors.{t}.replica_banks")
         # sort memory rows by compute row, expand per assignment
         mo = np.argsort(m_row, kind="stable")
         cnt = np.bincount(m_row, minlength=nrow)
@@ -421,7 +450,15 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
         is_w = t_is_w[e_t]
         e_bytes = m_bytes[e_m] * np.where(is_w, A.w_frac[e_a], A.tok_frac[e_a])
         default_core = np.where(is_w, A.home[e_a], e_core)
-        e_bank = np.where(t_bank[e_t] >= 0, t_bank[e_t], chip.vault_bank(default_core, t_hash[e_t]))
+        key_part, core_part = chip.vault_bank_parts(t_hash)
+        tb, own = t_bank[e_t], t_owner[e_t]
+        use_tb = (tb >= 0) & ((own < 0) | (own == default_core))
+        e_bank = np.where(use_tb, tb, key_part[e_t] + core_part[default_core])
+        if rep_bank:  # replicas read their own copies
+            for ev in np.flatnonzero(is_w & ~use_tb).tolist():
+                copy = rep_bank.get((int(e_t[ev]), int(default_core[ev])))
+                if copy is not None:
+                    e_bank[ev] = copy
         e_rw_w = m_write[e_m]
     else:
         e_a = np.zeros(0, np.int64)
@@ -740,7 +777,7 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
         util_core=util.tolist(),
         bytes_moved=float(me_bytes.sum()),
         noc_link_util=link_util.tolist(),
-        migrations=len(migs),
+        migrations=n_moved,
         t0_ns=int(t0), t1_ns=int(t1),
         tokens_generated=logical.tokens_generated,
         energy_j=float(ce_energy.sum()) + me_energy,

@@ -23,6 +23,7 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
+from sqlalchemy.orm import Session, sessionmaker
 
 from services.orchestrator.settings import OrchestratorSettings, orchestrator_settings
 from shared.settings import Settings
@@ -44,7 +45,7 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
         result_expires=3600,
-        task_default_queue="tasmoe",
+        task_default_queue=s.celery_queue,
         worker_max_tasks_per_child=200,
     )
     return app
@@ -62,21 +63,19 @@ def ping() -> str:
 class CeleryDispatcher:
     """Cluster mode: one ``tasmoe.run_scenario`` task per unfinished run of the experiment."""
 
-    def __init__(self, settings: Settings, app: Celery | None = None) -> None:
+    def __init__(self, settings: Settings, sessions: sessionmaker[Session], app: Celery | None = None) -> None:
         self.settings = orchestrator_settings(settings)
+        self.sessions = sessions
         self.app = app or create_celery_app(self.settings)
 
     def submit_experiment(self, exp_id: str) -> None:
-        from services.orchestrator.tasks import process_resources
-
-        sessions = process_resources(self.settings).sessions
         from services.orchestrator.jobs import run_ids_of
 
-        for run_id in run_ids_of(sessions=sessions, exp_id=exp_id):
-            self.app.send_task("tasmoe.run_scenario", args=[run_id])
+        for run_id in run_ids_of(sessions=self.sessions, exp_id=exp_id):
+            self.app.send_task("tasmoe.run_scenario", args=[run_id], queue=self.settings.celery_queue)
 
     def shutdown(self) -> None:
-        return None
+        self.app.close()
 
 
 _reaper_stop = threading.Event()

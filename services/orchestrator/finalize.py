@@ -30,6 +30,7 @@ def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClie
         if exp is None:
             return None
         spec = ExperimentSpec.model_validate(exp.configs)
+        plots = plots and spec.plots
         out = Path(exp.out_dir)
         table = results_csv(session=s, exp_id=exp_id)
         runs = [r for r in repo.runs_of(session=s, exp_id=exp_id) if r.status == RunStatus.succeeded]

@@ -69,7 +69,7 @@ def run_local(*, arch: str | Path, workload: str | Path, tas: str | Path, out: s
               settings: Settings | None = None, clients: ServiceClients | None = None, traces: bool = True,
               progress: ProgressFn | None = None, database_url: str | None = None) -> LocalResult:
     """Run the scenarios of one experiment embedded and write ``<out>/<scenario>/<workload>.csv`` for each."""
-    from services.root_app import embedded
+    from services.orchestrator.worker import compute_clients
 
     s = orchestrator_settings(settings)
     out_dir = Path(out)
@@ -83,8 +83,8 @@ def run_local(*, arch: str | Path, workload: str | Path, tas: str | Path, out: s
                                       max_attempts=s.max_attempts)
         if clients is not None:
             return _execute(exp_id, out_dir, spec.workload.label, sessions, clients, s, progress, t0)
-        with embedded(s) as emb:
-            return _execute(exp_id, out_dir, spec.workload.label, sessions, emb.clients, s, progress, t0)
+        with compute_clients(s) as cc:
+            return _execute(exp_id, out_dir, spec.workload.label, sessions, cc, s, progress, t0)
     finally:
         engine.dispose()
 

@@ -90,7 +90,7 @@ class WindowRecord(Base):
     window: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=False)
     snapshot: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
     metrics: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
-    frontier: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+    frontier: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
     worker: Mapped[str] = mapped_column(sa.String(200), default="")
     created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
 

@@ -7,20 +7,81 @@ run, the window and the call, so a retried request (or a resumed run replaying t
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from shared.client import ServiceClients
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
-from shared.contracts.events import ComputeEvents, MemoryEvents, PhysicalState, WindowTiming
+from shared.contracts.events import WindowTiming
 from shared.contracts.metrics import WindowMetrics
-from shared.contracts.placement import Overlays, Placement, ReplicaState, Telemetry
-from shared.contracts.thermal import ThermalSnapshot, ThermalState
-from shared.contracts.workload import LogicalWindow
+from shared.contracts.placement import Overlays, Placement, Telemetry
+from shared.contracts.thermal import ThermalSnapshot
 from shared.errors import NotFound, UpstreamError
 
 PlacementMethod = Literal["default", "heuristic", "milp"]
+Columns = dict[str, list[Any]]  # a columnar batch as plain JSON (one list per field)
+
+
+class RawJson:
+    """A JSON value already encoded: spliced into request bodies as is (large objects that stay the same for a whole
+    run — arch, placement, H — or that pass through unchanged — the logical window — are encoded once, not per call)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str | bytes) -> None:
+        self.text = text.decode() if isinstance(text, bytes) else text
+
+    @classmethod
+    def of(cls, value: Any) -> RawJson:
+        if isinstance(value, BaseModel):
+            return cls(value.model_dump_json())
+        return cls(json.dumps(value, separators=(",", ":")))
+
+
+def encode_body(parts: Mapping[str, Any]) -> bytes:
+    """A JSON object from parts that are `RawJson`, pydantic models or plain JSON values."""
+    out = []
+    for key, value in parts.items():
+        if isinstance(value, RawJson):
+            text = value.text
+        elif isinstance(value, BaseModel):
+            text = value.model_dump_json()
+        else:
+            text = json.dumps(value, separators=(",", ":"))
+        out.append(f"{json.dumps(key)}:{text}")
+    return ("{" + ",".join(out) + "}").encode()
+
+
+@dataclass(frozen=True)
+class WindowData:
+    """One logical window: the response text (forwarded to TACS and the physicalizer unchanged) and its parsed form
+    (for the trace files and the window bounds)."""
+
+    raw: RawJson
+    data: dict[str, Any]
+
+    @property
+    def t0_ns(self) -> int:
+        return int(self.data["t0_ns"])
+
+    @property
+    def t1_ns(self) -> int:
+        return int(self.data["t1_ns"])
+
+    @property
+    def compute(self) -> Columns:
+        c: Columns = self.data["compute"]
+        return c
+
+    @property
+    def memory(self) -> Columns:
+        m: Columns = self.data["memory"]
+        return m
 
 
 @dataclass(frozen=True)
@@ -37,17 +98,20 @@ class TraceInfo:
 
 @dataclass(frozen=True)
 class TacsResult:
-    overlays: Overlays
-    state: ReplicaState
+    overlays: dict[str, Columns]  # {"reroute": columns, "migrate": columns} (an `Overlays` as JSON)
+    state: dict[str, Any]  # a `ReplicaState` as JSON
     smoothed: Any  # opaque to the orchestrator: passed back on the next step, saved at the frontier
 
 
 @dataclass(frozen=True)
 class PhysicalResult:
-    compute: ComputeEvents
-    memory: MemoryEvents
-    state: PhysicalState
+    compute: Columns  # `ComputeEvents` as JSON (forwarded to the thermal step)
+    memory: Columns  # `MemoryEvents` as JSON
+    state: dict[str, Any]  # `PhysicalState` as JSON (saved at the frontier, sent back next window)
     timing: WindowTiming
+
+
+EMPTY_OVERLAYS: dict[str, Columns] = Overlays().model_dump(mode="json")
 
 
 @dataclass(frozen=True)
@@ -79,12 +143,12 @@ class Pipeline:
                          flops_per_token_expert=float(r["flops_per_token_expert"]),
                          expert_bytes=float(r["expert_bytes"]))
 
-    def logical_window(self, trace: TraceInfo, k: int, *, workload: WorkloadConfig,
-                       window_ms: float) -> LogicalWindow:
+    def logical_window(self, trace: TraceInfo, k: int, *, workload: WorkloadConfig, window_ms: float) -> WindowData:
         """Window k of the trace; if the service forgot the trace (restart, LRU), re-create it and retry once."""
         path = f"/v1/traces/{trace.trace_id}/windows/{k}"
+        client = self.clients["workload"]
         try:
-            return self.clients["workload"].get_model(path, LogicalWindow)
+            resp = client.request("GET", path)
         except NotFound as exc:
             if exc.code not in {"unknown_trace", "not_found"}:
                 raise
@@ -92,7 +156,8 @@ class Pipeline:
             if again.trace_id != trace.trace_id:
                 raise UpstreamError(f"workload: trace id changed on re-creation ({trace.trace_id} -> "
                                     f"{again.trace_id}); traces must be deterministic") from exc
-            return self.clients["workload"].get_model(path, LogicalWindow)
+            resp = client.request("GET", path)
+        return WindowData(raw=RawJson(resp.content), data=resp.json())
 
     def expert_load(self, trace: TraceInfo, *, workload: WorkloadConfig, window_ms: float) -> list[list[float]]:
         path = f"/v1/traces/{trace.trace_id}/expert-load"
@@ -124,17 +189,18 @@ class Pipeline:
             return [[float(x) for x in row] for row in r]
         raise UpstreamError(f"thermal: influence response has no matrix field (keys: {sorted(r)})")
 
-    def thermal_step(self, *, arch: ArchConfig, window: int, window_ms: float, state: ThermalState | None,
-                     compute: ComputeEvents, memory: MemoryEvents) -> tuple[ThermalState, ThermalSnapshot]:
-        body = {"arch": arch.model_dump(mode="json"), "window": window, "window_ms": window_ms,
-                "state": state.model_dump(mode="json") if state is not None else None,
-                "compute_events": compute.model_dump(mode="json"), "memory_events": memory.model_dump(mode="json")}
-        r = self.clients["thermal"].post_json("/v1/step", body, idempotency_key=self._key("step", window))
-        return ThermalState.model_validate(r["state"]), ThermalSnapshot.model_validate(r["snapshot"])
+    def thermal_step(self, *, arch: RawJson, window: int, window_ms: float, state: dict[str, Any] | None,
+                     compute: Columns, memory: Columns) -> tuple[dict[str, Any], ThermalSnapshot]:
+        """(new `ThermalState` as JSON, snapshot) of one window."""
+        body = encode_body({"arch": arch, "window": window, "window_ms": window_ms, "state": state,
+                            "compute_events": compute, "memory_events": memory})
+        r = self.clients["thermal"].request("POST", "/v1/step", content=body,
+                                            idempotency_key=self._key("step", window)).json()
+        return dict(r["state"]), ThermalSnapshot.model_validate(r["snapshot"])
 
     # ---------------------------------------------------------------------------------------------- placement
     def placement(self, *, arch: ArchConfig, workload: WorkloadConfig, tas: TasParams, method: PlacementMethod,
-                  trace: TraceInfo, expert_load: list[list[float]] | None,
+                  trace: TraceInfo, expert_load: list[list[float]],
                   H: list[list[float]] | None) -> Placement:
         body: dict[str, Any] = {
             "arch": arch.model_dump(mode="json"), "workload": workload.model_dump(mode="json"),
@@ -164,33 +230,29 @@ class Pipeline:
                 raise UpstreamError(f"placement: MILP job {job_id} still {status} after {self.milp_timeout_s:.0f} s")
             time.sleep(self.milp_poll_s)
 
-    def tacs_step(self, *, telemetry: Telemetry, placement: Placement, state: ReplicaState, tas: TasParams,
-                  arch: ArchConfig, H: list[list[float]] | None, pending: LogicalWindow | None, smoothed: Any,
-                  now_ns: int, window: int) -> TacsResult:
-        body: dict[str, Any] = {
-            "telemetry": telemetry.model_dump(mode="json"), "placement": placement.model_dump(mode="json"),
-            "state": state.model_dump(mode="json"), "params": tas.tacs.model_dump(mode="json"),
-            "arch": arch.model_dump(mode="json"), "smoothed": smoothed, "now_ns": now_ns}
+    def tacs_step(self, *, telemetry: Telemetry, placement: RawJson, state: dict[str, Any], params: RawJson,
+                  arch: RawJson, H: RawJson | None, pending: RawJson | None, smoothed: Any, now_ns: int,
+                  bank_bw_gbps: float, window: int) -> TacsResult:
+        parts: dict[str, Any] = {"telemetry": telemetry, "placement": placement, "state": state, "params": params,
+                                 "arch": arch, "smoothed": smoothed, "now_ns": now_ns, "bank_bw_gbps": bank_bw_gbps}
         if H is not None:
-            body["H"] = H
+            parts["H"] = H
         if pending is not None:
-            body["pending"] = pending.model_dump(mode="json")
-        r = self.clients["placement"].post_json("/v1/tacs/step", body, idempotency_key=self._key("tacs", window))
-        return TacsResult(overlays=Overlays.model_validate(r["overlays"]),
-                          state=ReplicaState.model_validate(r["state"]), smoothed=r.get("smoothed"))
+            parts["pending"] = pending
+        r = self.clients["placement"].request("POST", "/v1/tacs/step", content=encode_body(parts),
+                                              idempotency_key=self._key("tacs", window)).json()
+        return TacsResult(overlays=r["overlays"], state=r["state"], smoothed=r.get("smoothed"))
 
     # ----------------------------------------------------------------------------------------------- lowering
-    def physicalize(self, *, window: int, logical: LogicalWindow, placement: Placement, overlays: Overlays,
-                    state: PhysicalState, arch: ArchConfig, freq_ghz: list[float], window_ms: float,
-                    bw_eff_factor: float) -> PhysicalResult:
-        body = {"window": window, "logical": logical.model_dump(mode="json"),
-                "placement": placement.model_dump(mode="json"), "overlays": overlays.model_dump(mode="json"),
-                "state": state.model_dump(mode="json"), "arch": arch.model_dump(mode="json"), "freq_ghz": freq_ghz,
-                "window_ms": window_ms, "bw_eff_factor": bw_eff_factor}
-        r = self.clients["lowering"].post_json("/v1/physicalize", body, idempotency_key=self._key("phys", window))
-        return PhysicalResult(compute=ComputeEvents.model_validate(r["compute"]),
-                              memory=MemoryEvents.model_validate(r["memory"]),
-                              state=PhysicalState.model_validate(r["state"]),
+    def physicalize(self, *, window: int, logical: RawJson, placement: RawJson, overlays: dict[str, Columns],
+                    state: dict[str, Any], arch: RawJson, freq_ghz: list[float], window_ms: float,
+                    bw_eff_factor: float | list[float], n_layers: int) -> PhysicalResult:
+        body = encode_body({"window": window, "logical": logical, "placement": placement, "overlays": overlays,
+                            "state": state, "arch": arch, "freq_ghz": freq_ghz, "window_ms": window_ms,
+                            "bw_eff_factor": bw_eff_factor, "n_layers": n_layers})
+        r = self.clients["lowering"].request("POST", "/v1/physicalize", content=body,
+                                             idempotency_key=self._key("phys", window)).json()
+        return PhysicalResult(compute=r["compute"], memory=r["memory"], state=r["state"],
                               timing=WindowTiming.model_validate(r["timing"]))
 
     # ------------------------------------------------------------------------------------------------ metrics

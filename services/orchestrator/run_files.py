@@ -30,10 +30,11 @@ from typing import Any
 from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.ids import expert_id
 from shared.contracts.placement import OverlayMigrate, OverlayReroute, Placement, ReplicaState
-from shared.contracts.workload import LogicalWindow
 
 LOGICAL_COMPUTE_COLUMNS = ("event_id", "t_gen_ns", "mb_id", "token_id", "experts_json", "flops_json", "op_type",
                            "layer", "tokens")
+
+Columns = dict[str, list[Any]]
 
 APPENDED: dict[str, tuple[str, ...]] = {
     "traces/logical_compute.csv": LOGICAL_COMPUTE_COLUMNS,
@@ -97,35 +98,44 @@ class RunFiles:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(_dump_json(placement.model_dump(mode="json", exclude_none=True)), encoding="utf-8")
 
-    def write_replica_state(self, state: ReplicaState) -> None:
+    def write_replica_state(self, state: ReplicaState | dict[str, Any]) -> None:
+        if isinstance(state, dict):
+            state = ReplicaState.model_validate(state)
         p = self.path("runtime/replica_state.json")
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(".json.tmp")
         tmp.write_text(_dump_json(state.to_json_obj()), encoding="utf-8")
         os.replace(tmp, p)
 
-    def append_window(self, *, logical: LogicalWindow, reroute: OverlayReroute, migrate: OverlayMigrate,
-                      compute: ComputeEvents, memory: MemoryEvents) -> None:
+    def append_window(self, *, logical_compute: Columns, logical_memory: Columns, overlays: dict[str, Columns],
+                      compute: Columns, memory: Columns) -> None:
+        """Append one window's rows; every argument is a columnar batch as JSON (one list per field)."""
         if not self.traces:
             return
-        lc = logical.compute
+        lc = logical_compute
+        # experts_json / flops_json are one-element JSON arrays; formatted directly (json.dumps per row is slow)
         logical_rows = (
-            (eid, t, mb, "", json.dumps([expert_id(layer, e)] if e >= 0 else []), json.dumps([fl]), op, layer, tok)
-            for eid, t, mb, layer, op, e, tok, fl in zip(lc.event_id, lc.t_gen_ns, lc.mb_id, lc.layer, lc.op_type,
-                                                         lc.expert, lc.tokens, lc.flops, strict=True))
-        parts = {
+            (eid, t, mb, "", f'["{expert_id(layer, e)}"]' if e >= 0 else "[]", f"[{float(fl)!r}]", op, layer, tok)
+            for eid, t, mb, layer, op, e, tok, fl in zip(lc["event_id"], lc["t_gen_ns"], lc["mb_id"], lc["layer"],
+                                                         lc["op_type"], lc["expert"], lc["tokens"], lc["flops"],
+                                                         strict=True))
+        parts: dict[str, Iterable[Sequence[Any]]] = {
             "traces/logical_compute.csv": logical_rows,
-            "traces/logical_memory.csv": logical.memory.rows(),
-            "runtime/overlay_reroute.csv": reroute.rows(),
-            "runtime/overlay_migrate.csv": migrate.rows(),
-            "traces/physical/compute_events.csv": compute.rows(),
-            "traces/physical/memory_events.csv": memory.rows(),
+            "traces/logical_memory.csv": _rows(logical_memory, APPENDED["traces/logical_memory.csv"]),
+            "runtime/overlay_reroute.csv": _rows(overlays["reroute"], APPENDED["runtime/overlay_reroute.csv"]),
+            "runtime/overlay_migrate.csv": _rows(overlays["migrate"], APPENDED["runtime/overlay_migrate.csv"]),
+            "traces/physical/compute_events.csv": _rows(compute, APPENDED["traces/physical/compute_events.csv"]),
+            "traces/physical/memory_events.csv": _rows(memory, APPENDED["traces/physical/memory_events.csv"]),
         }
         for rel, rows in parts.items():
             text = _csv_text(rows)
             if text:
                 with open(self.path(rel), "a", encoding="utf-8", newline="") as fh:
                     fh.write(text)
+
+
+def _rows(cols: Columns, order: tuple[str, ...]) -> Iterable[Sequence[Any]]:
+    return zip(*(cols[c] for c in order), strict=True)
 
 
 def result_csv_path(out_dir: Path, scenario: str, workload_label: str) -> Path:

@@ -54,11 +54,18 @@ class _OnlyRun(logging.Filter):
         return current_run_id() == self.run_id
 
 
+# Progress and header lines go to the run's file only (not to the console): a logger that does not propagate, with one
+# file handler per active run, each keeping only its own run's records.
+_RUN_LOGGER = logging.getLogger("tasmoe.runfile")
+_RUN_LOGGER.propagate = False
+_RUN_LOGGER.setLevel(logging.INFO)
+
+
 class RunLog:
     def __init__(self, path: Path, run_id: str) -> None:
         self.path = path
         self.run_id = run_id
-        self.log = logging.getLogger("tasmoe.run")
+        self.log = _RUN_LOGGER
 
     def info(self, msg: str) -> None:
         self.log.info(msg)
@@ -82,12 +89,11 @@ def run_log(path: Path, *, run_id: str) -> Iterator[RunLog]:
     handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     handler.setLevel(logging.INFO)
     root = logging.getLogger()
-    root.addHandler(handler)
-    run_logger = logging.getLogger("tasmoe.run")
-    if run_logger.getEffectiveLevel() > logging.INFO:
-        run_logger.setLevel(logging.INFO)
+    root.addHandler(handler)  # warnings and errors of any module while this run is bound (e.g. its failure)
+    _RUN_LOGGER.addHandler(handler)
     try:
         yield RunLog(path, run_id)
     finally:
+        _RUN_LOGGER.removeHandler(handler)
         root.removeHandler(handler)
         handler.close()

@@ -42,7 +42,7 @@ async def runtime(settings: Settings, *, clients: ServiceClients | None = None,
         if dispatcher is None and settings.mode == "cluster":
             from services.orchestrator.celery_app import CeleryDispatcher
 
-            dispatcher = CeleryDispatcher(settings)
+            dispatcher = CeleryDispatcher(settings, sessions)
         if dispatcher is None:
             if clients is None:
                 from services.root_app import create_service

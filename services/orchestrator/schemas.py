@@ -28,6 +28,7 @@ class ExperimentRequest(BaseModel):
     windows: int | None = Field(default=None, ge=1, le=100_000, description="run only the first N windows")
     name: str | None = Field(default=None, max_length=200)
     traces: bool = Field(default=True, description="write the per-window trace CSVs (ARCHITECTURE §6)")
+    plots: bool = Field(default=True, description="draw the plots when the last scenario finished")
 
 
 class ExperimentSpec(BaseModel):
@@ -41,6 +42,7 @@ class ExperimentSpec(BaseModel):
     windows: int | None = None
     name: str = ""
     traces: bool = True
+    plots: bool = True
 
 
 class RunProgress(BaseModel):

@@ -12,6 +12,11 @@ class OrchestratorSettings(Settings):
     max_attempts: int = Field(default=3, ge=1, le=100, description="claims of one run before it is failed")
     pool_workers: int = Field(default=4, ge=1, le=64, description="embedded mode: runs executed at once")
     task_time_limit_s: float = Field(default=4 * 3600.0, gt=0, description="Celery hard time limit of one run")
+    celery_queue: str = Field(default="tasmoe", min_length=1, description="the Celery queue runs are sent to")
+    worker_services: str = Field(
+        default="urls", min_length=1,
+        description="how a Celery worker reaches the compute services: 'urls' (TASMOE_<SERVICE>_URL), 'embedded' "
+                    "(in-process apps) or 'module:factory' returning {service: ASGI app}")
 
 
 def orchestrator_settings(base: Settings | None = None) -> OrchestratorSettings:

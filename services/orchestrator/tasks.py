@@ -46,8 +46,19 @@ def process_resources(settings: Settings | None = None) -> _Resources:
         if _res is None or _res.pid != os.getpid():
             s = orchestrator_settings(settings)
             _, sessions = open_database(s.effective_database_url)
-            _res = _Resources(os.getpid(), s, sessions, ServiceClients(s))
+            _res = _Resources(os.getpid(), s, sessions, _clients(s))
         return _res
+
+
+def _clients(s: OrchestratorSettings) -> ServiceClients:
+    """Service clients of a worker process: over URLs, or over in-process apps (``worker_services``)."""
+    if s.worker_services == "urls":
+        return ServiceClients(s)
+    from services.orchestrator.worker import build_apps, enter_lifespans
+
+    apps = build_apps(s, None if s.worker_services == "embedded" else s.worker_services)
+    enter_lifespans(apps)
+    return ServiceClients(s, asgi_apps=apps)
 
 
 @celery_app.task(name="tasmoe.run_scenario", bind=True, max_retries=20)
@@ -74,7 +85,7 @@ def reap_once(settings: OrchestratorSettings, app: Celery) -> list[str]:
                                      .where(ScenarioRun.status == RunStatus.queued, Experiment.created_at >= cutoff)))
     picked = [r for r in stale if r not in fresh_queued]
     for run_id in picked:
-        app.send_task("tasmoe.run_scenario", args=[run_id])
+        app.send_task("tasmoe.run_scenario", args=[run_id], queue=settings.celery_queue)
     if picked:
         log.info("reaper re-enqueued %d run(s): %s", len(picked), ", ".join(picked))
     return picked

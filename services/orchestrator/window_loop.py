@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.orchestrator import repository as repo
 from services.orchestrator.models import RunStatus
-from services.orchestrator.pipeline_clients import Pipeline, TraceInfo
+from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RawJson, TraceInfo
 from services.orchestrator.run_files import RunFiles, result_csv_path, run_dir_for
 from services.orchestrator.run_log import RunLog, run_log
 from services.orchestrator.schemas import ExperimentSpec
@@ -40,8 +40,8 @@ from shared.client import ServiceClients
 from shared.configs import ArchConfig
 from shared.contracts.events import PhysicalState, WindowTiming
 from shared.contracts.metrics import WindowMetrics
-from shared.contracts.placement import Overlays, Placement, ReplicaEntry, ReplicaState, Telemetry
-from shared.contracts.thermal import ThermalSnapshot, ThermalState
+from shared.contracts.placement import Placement, ReplicaEntry, ReplicaState, Telemetry
+from shared.contracts.thermal import ThermalSnapshot
 from shared.logging import bind_run_id
 
 log = logging.getLogger(__name__)
@@ -129,26 +129,27 @@ def next_telemetry(snap: ThermalSnapshot, timing: WindowTiming, t1_ns: int) -> T
 
 @dataclass
 class Frontier:
-    thermal: ThermalState | None
-    physical: PhysicalState
+    """Everything window k+1 needs, as JSON-ready values (the thermal and physical states are forwarded to the
+    services unchanged, so they are kept in their wire form)."""
+
+    thermal: dict[str, Any] | None  # `ThermalState`
+    physical: dict[str, Any]  # `PhysicalState` (its `replicas` is the replica state)
     smoothed: Any
     telemetry: Telemetry
     freq_ghz: list[float]
-    bw_eff_factor: float
+    bw_eff_factor: float | list[float]
     files: dict[str, int]
 
     def to_json(self) -> dict[str, Any]:
-        return {"thermal": self.thermal.model_dump(mode="json") if self.thermal else None,
-                "physical": self.physical.model_dump(mode="json"), "smoothed": self.smoothed,
+        return {"thermal": self.thermal, "physical": self.physical, "smoothed": self.smoothed,
                 "telemetry": self.telemetry.model_dump(mode="json"), "freq_ghz": self.freq_ghz,
                 "bw_eff_factor": self.bw_eff_factor, "files": self.files}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Frontier:
-        return cls(thermal=ThermalState.model_validate(d["thermal"]) if d.get("thermal") else None,
-                   physical=PhysicalState.model_validate(d["physical"]), smoothed=d.get("smoothed"),
+        return cls(thermal=d.get("thermal"), physical=dict(d["physical"]), smoothed=d.get("smoothed"),
                    telemetry=Telemetry.model_validate(d["telemetry"]), freq_ghz=list(d["freq_ghz"]),
-                   bw_eff_factor=float(d["bw_eff_factor"]), files=dict(d.get("files") or {}))
+                   bw_eff_factor=d["bw_eff_factor"], files=dict(d.get("files") or {}))
 
 
 # ------------------------------------------------------------------------------------------------- the run
@@ -171,14 +172,10 @@ def _placement(*, pipe: Pipeline, spec: ExperimentSpec, scenario: str, trace: Tr
         job = repo.get_job(session=s, job_id=job_id)
         if job is not None and job.result is not None:
             return Placement.model_validate(job.result)
-    if scenario in TAPS_SCENARIOS:
-        load = pipe.expert_load(trace, workload=spec.workload, window_ms=spec.tas.tacs.window_ms)
-        method = spec.tas.taps.method
-        plc = pipe.placement(arch=spec.arch, workload=spec.workload, tas=spec.tas, method=method, trace=trace,
-                             expert_load=load, H=H)
-    else:
-        plc = pipe.placement(arch=spec.arch, workload=spec.workload, tas=spec.tas, method="default", trace=trace,
-                             expert_load=None, H=None)
+    load = pipe.expert_load(trace, workload=spec.workload, window_ms=spec.tas.tacs.window_ms)
+    method = spec.tas.taps.method if scenario in TAPS_SCENARIOS else "default"
+    plc = pipe.placement(arch=spec.arch, workload=spec.workload, tas=spec.tas, method=method, trace=trace,
+                         expert_load=load, H=H if scenario in TAPS_SCENARIOS else None)
     with sessions.begin() as s:
         job = repo.get_job(session=s, job_id=job_id)
         if job is None:
@@ -236,7 +233,7 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         files.start_fresh()
         files.write_placement(plc)
         reps = initial_replicas(plc)
-        fr = Frontier(thermal=None, physical=PhysicalState(replicas=reps), smoothed=None,
+        fr = Frontier(thermal=None, physical=PhysicalState(replicas=reps).model_dump(mode="json"), smoothed=None,
                       telemetry=ambient_telemetry(arch), freq_ghz=initial_freqs(arch), bw_eff_factor=1.0,
                       files=files.sizes())
         files.write_replica_state(reps)
@@ -244,31 +241,43 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         fr = Frontier.from_json(saved)
         files.truncate_to(fr.files)
         files.write_placement(plc)
+        files.write_replica_state(fr.physical.get("replicas", {}))  # it may lag the frontier by one window
         rlog.info(f"resuming at window {k0} of {n} (attempt {claim.attempts})")
 
+    # encoded once per run, spliced into every request (see pipeline_clients.RawJson)
+    arch_j, plc_j = RawJson.of(arch), RawJson.of(plc)
+    params_j = RawJson.of(tas.tacs)
+    H_j = RawJson.of(H) if H is not None else None
     tacs_on = scenario in TACS_SCENARIOS
     done = 0
+    phase = dict.fromkeys(("workload", "tacs", "physicalize", "thermal", "orchestrator"), 0.0)
     for k in range(k0, n):
         if stop is not None and stop.is_set():
             repo.release_lease(sessions=sessions, run_id=run_id, owner=owner)
             return RunOutcome(run_id, "stopped", done)
         t0 = time.perf_counter()
         L = pipe.logical_window(trace, k, workload=wl, window_ms=window_ms)
+        t1 = time.perf_counter()
         phys = fr.physical
         if tacs_on:
-            tr = pipe.tacs_step(telemetry=fr.telemetry, placement=plc, state=phys.replicas, tas=tas, arch=arch, H=H,
-                                pending=L, smoothed=fr.smoothed, now_ns=L.t0_ns, window=k)
+            tr = pipe.tacs_step(telemetry=fr.telemetry, placement=plc_j, state=phys.get("replicas", {}),
+                                params=params_j, arch=arch_j, H=H_j, pending=L.raw, smoothed=fr.smoothed,
+                                now_ns=L.t0_ns, bank_bw_gbps=tas.taps.capacity.bank_bw_gbps, window=k)
             overlays, smoothed = tr.overlays, tr.smoothed
-            phys = phys.model_copy(update={"replicas": tr.state})
+            phys = {**phys, "replicas": tr.state}
         else:
-            overlays, smoothed = Overlays(), fr.smoothed
-        P = pipe.physicalize(window=k, logical=L, placement=plc, overlays=overlays, state=phys, arch=arch,
-                             freq_ghz=fr.freq_ghz, window_ms=window_ms, bw_eff_factor=fr.bw_eff_factor)
-        th_state, snap = pipe.thermal_step(arch=arch, window=k, window_ms=window_ms, state=fr.thermal,
+            overlays, smoothed = EMPTY_OVERLAYS, fr.smoothed
+        t2 = time.perf_counter()
+        P = pipe.physicalize(window=k, logical=L.raw, placement=plc_j, overlays=overlays, state=phys, arch=arch_j,
+                             freq_ghz=fr.freq_ghz, window_ms=window_ms, bw_eff_factor=fr.bw_eff_factor,
+                             n_layers=trace.n_layers)
+        t3 = time.perf_counter()
+        th_state, snap = pipe.thermal_step(arch=arch_j, window=k, window_ms=window_ms, state=fr.thermal,
                                            compute=P.compute, memory=P.memory)
+        t4 = time.perf_counter()
         wm = build_window_metrics(window=k, t0_ns=L.t0_ns, t1_ns=L.t1_ns, snap=snap, timing=P.timing, arch=arch)
-        files.append_window(logical=L, reroute=overlays.reroute, migrate=overlays.migrate, compute=P.compute,
-                            memory=P.memory)
+        files.append_window(logical_compute=L.compute, logical_memory=L.memory, overlays=overlays,
+                            compute=P.compute, memory=P.memory)
         new = Frontier(thermal=th_state, physical=P.state, smoothed=smoothed,
                        telemetry=next_telemetry(snap, P.timing, L.t1_ns),
                        freq_ghz=list(snap.freq_ghz) or fr.freq_ghz, bw_eff_factor=snap.refresh.bw_eff_factor,
@@ -282,15 +291,23 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
                 cancelled = run is not None and run.status == RunStatus.cancelled
             rlog.info(f"window {k}: {'cancelled' if cancelled else 'lease lost'}, stopping")
             return RunOutcome(run_id, "cancelled" if cancelled else "lost_lease", done)
-        files.write_replica_state(P.state.replicas)
+        if P.state.get("replicas") != fr.physical.get("replicas"):  # the file holds the newest state; rewrite on change
+            files.write_replica_state(P.state.get("replicas", {}))
         fr = new
         done += 1
+        t5 = time.perf_counter()
+        for name, dt in (("workload", t1 - t0), ("tacs", t2 - t1), ("physicalize", t3 - t2), ("thermal", t4 - t3),
+                         ("orchestrator", t5 - t4)):
+            phase[name] += dt
         if k % 25 == 0 or k == n - 1:
             rlog.info(f"window {k + 1} of {n}: T_peak_logic {wm.T_peak_logic:.2f} C, "
                       f"T_peak_dram {wm.T_peak_dram:.2f} C, tokens {wm.tokens_completed}")
         if on_window is not None and on_window(run_id, k, n) is False:
             return RunOutcome(run_id, "stopped", done)
 
+    if done:
+        rlog.info(f"{done} windows; wall time per window by call (ms): "
+                  + ", ".join(f"{name} {1e3 * v / done:.1f}" for name, v in phase.items()))
     # reduce over the committed windows, read back from the database (identical whichever worker ran them)
     with sessions() as s:
         wins = repo.window_metrics(session=s, run_id=run_id)

@@ -9,7 +9,9 @@ Model (SI inside):
   ``logic_leak_w_per_core``;
 - temperatures ``T̂ = H·p̂ + T_amb`` (°C; H in K/W, cores × cores);
 - objective ``w_peak·max(T̂) + w_var·var(T̂) + w_smooth·Σ_(i,j) adjacent (T̂_i − T̂_j)²``.
-Constraints: per-core FLOP rate ≤ ``core_flops_tps`` (scaled up, with a note, when the whole workload cannot fit);
+When the demand exceeds the chip (``Σ f > n_cores·core_flops_tps``) the chip saturates: every rate (and so power and
+bank traffic) is scaled to the sustainable throughput, a mean utilisation of ``1/CAPACITY_HEADROOM`` (noted).
+Constraints: per-core FLOP rate ≤ ``core_flops_tps``;
 two replicas of one expert never share a core; weight shards in the vault of the core that uses them, spilling to the
 nearest vault with room, each bank within ``bank_capacity_mb`` and ``bank_bw_gbps`` where possible.
 
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.placement.geometry import MIB, ChipGeometry, adjacent_pairs, check_h, influence_for
+from services.placement.geometry import MIB, ChipGeometry, adjacent_pairs, check_h, hops_matrix, influence_for
 from services.placement.shards import BankBook, shard_sizes
 from shared.configs import ArchConfig, WorkloadConfig
 from shared.configs.tas import TapsParams
@@ -35,7 +37,7 @@ from shared.errors import BadInput
 
 log = logging.getLogger(__name__)
 
-CAPACITY_HEADROOM = 1.15  # when demand exceeds the chip, allow each core this factor above the mean demand
+CAPACITY_HEADROOM = 1.15  # when demand exceeds the chip, rates are scaled to a mean utilisation of 1/1.15
 
 
 @dataclass
@@ -175,7 +177,6 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     H = check_h(H, n)
 
     steps_per_s = 1e3 / wl.sequence.step_interval_ms
-    R = routed_tokens_per_step(wl) * steps_per_s  # routed tokens/s per MoE layer
     share = loads / loads.sum(axis=1, keepdims=True)
     n_rep = np.ones((n_layers, n_e), dtype=np.int64)
     k_hot = min(taps.replicate_hot_k, n_e) if n >= 2 else 0
@@ -190,13 +191,21 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     flops = tok_step * steps_per_s * expert_flops_per_token
     e_flop = arch.power.mac_pj * 0.5e-12  # J per FLOP
     power = flops * e_flop
-    total = float(share.sum() * R * expert_flops_per_token)
+    total = float(flops.sum())
     cap = taps.capacity.core_flops_tps
     if total > cap * n:
-        cap_eff = CAPACITY_HEADROOM * total / n
-        notes.append(f"demand {total:.3g} FLOP/s exceeds the chip's {cap * n:.3g} FLOP/s: per-core capacity "
-                     f"relaxed to {cap_eff:.3g} FLOP/s ({CAPACITY_HEADROOM}x the mean)")
-        cap = cap_eff
+        # the chip saturates: work queues and the sustained rate is what heats it. Scale every rate so the mean
+        # core utilisation is 1/CAPACITY_HEADROOM (room for the packing to respect per-core capacity).
+        rho = cap * n / (total * CAPACITY_HEADROOM)
+        notes.append(f"demand {total:.3g} FLOP/s exceeds the chip's {cap * n:.3g} FLOP/s: rates scaled by {rho:.3g} to "
+                     f"the sustainable throughput (mean core utilisation {1 / CAPACITY_HEADROOM:.0%})")
+        flops = flops * rho
+        power = power * rho
+        steps_per_s = steps_per_s * rho  # micro-batches keep their size; fewer of them per second
+    if flops.size and flops.max() > cap:
+        notes.append(f"the busiest instance needs {flops.max():.3g} FLOP/s, more than a core's {cap:.3g}: per-core "
+                     "capacity relaxed to it")
+        cap = float(flops.max()) * (1 + 1e-9)
     t_amb = arch.geometry.cooling.ambient_c
     t_base = t_amb + H @ np.full(n, arch.power.logic_leak_w_per_core)
     obj = taps.objective
@@ -254,9 +263,11 @@ def greedy(pb: Problem) -> tuple[np.ndarray, int]:
 def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int = 3, movers: int = 8) -> np.ndarray:
     """Improve ``assign`` by moves and swaps that lower the objective, working on the hottest cores first.
 
-    Each iteration looks at the ``hot_cores`` hottest cores in turn; for the ``movers`` most powerful instances on one
-    it scores, vectorised, every move to another core and every swap with a less powerful instance elsewhere, and
-    applies the best strictly improving candidate. Stops after ``iters`` applied changes or when none improves.
+    Each iteration looks at the ``hot_cores`` hottest cores, then the mesh neighbours of the hottest one (their heat
+    spreads into it), in turn; for the ``movers`` most powerful instances on one it scores, vectorised, every move to
+    another core and every swap with a less powerful instance elsewhere, plus swapping the whole contents of the core
+    with another core's, and applies the best strictly improving candidate of the first core that has one. Stops
+    after ``iters`` applied changes or when none improves.
     """
     assign = assign.copy()
     load = np.bincount(assign, weights=pb.inst_flops, minlength=pb.n)
@@ -265,12 +276,22 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
     cores = np.arange(pb.n)
     cap = pb.cap_flops * (1 + 1e-12)
     multi = np.bincount(pb.inst_expert)[pb.inst_expert] > 1  # (m,) instance has a sibling replica
+    hop1 = hops_matrix(pb.geom.mesh_x, pb.geom.mesh_y) == 1
     for _ in range(iters):
         best: tuple[float, str, int, int] | None = None
-        for h in (int(x) for x in np.argsort(-T, kind="stable")[:hot_cores]):
+        hot = [int(x) for x in np.argsort(-T, kind="stable")[:hot_cores]]
+        around = [int(x) for x in np.flatnonzero(hop1[hot[0]]) if int(x) not in hot]
+        for h in hot + sorted(around, key=lambda c: -T[c]):
             on_h = np.flatnonzero(assign == h)
             if on_h.size == 0:
                 continue
+            # swap the whole contents of h with another core (always feasible: loads and replicas swap together)
+            core_p = np.bincount(assign, weights=pb.inst_power, minlength=pb.n)
+            cobjs = pb.delta_objective(T, cores, np.full(pb.n, h), core_p[h] - core_p)
+            cobjs[h] = np.inf
+            b = int(np.argmin(cobjs))
+            if cobjs[b] < cur - 1e-9 * max(1.0, abs(cur)) and (best is None or cobjs[b] < best[0]):
+                best = (float(cobjs[b]), "cores", h, b)
             on_h = on_h[np.argsort(-pb.inst_power[on_h], kind="stable")[:movers]]
             for i in (int(x) for x in on_h):
                 w = pb.inst_power[i]
@@ -307,6 +328,16 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
         if best is None:
             break
         _, kind, i, x = best
+        if kind == "cores":
+            h, b = i, x
+            on_h, on_b = assign == h, assign == b
+            core_p = np.bincount(assign, weights=pb.inst_power, minlength=pb.n)
+            T += (core_p[h] - core_p[b]) * (pb.H[:, b] - pb.H[:, h])
+            load[h], load[b] = load[b], load[h]
+            assign[on_h] = b
+            assign[on_b] = h
+            cur = pb.objective(T)
+            continue
         h = int(assign[i])
         if kind == "move":
             b = x
@@ -382,10 +413,47 @@ def assemble(pb: Problem, assign: np.ndarray, *, arch: ArchConfig, expert_bytes:
     return Placement(experts=experts, tensors=tensors, meta=meta)
 
 
-def heuristic_assign(pb: Problem, iters: int) -> tuple[np.ndarray, list[str]]:
+ILS_MAX_INSTANCES = 128  # iterated local search (random kicks + local search) only for problems up to this size
+ILS_ROUNDS = 24
+
+
+def _feasible(pb: Problem, assign: np.ndarray) -> bool:
+    load = np.bincount(assign, weights=pb.inst_flops, minlength=pb.n)
+    if np.any(load > pb.cap_flops * (1 + 1e-12)):
+        return False
+    pairs = pb.inst_expert.astype(np.int64) * pb.n + assign
+    return bool(np.unique(pairs).size == pairs.size)
+
+
+def iterated_local_search(pb: Problem, assign: np.ndarray, iters: int, rounds: int, seed: int) -> np.ndarray:
+    """Kick the best assignment (swap two random instances on different cores, twice), re-run the local search, keep
+    the result when its objective is lower. Deterministic: ``numpy.random.default_rng(seed)``."""
+    rng = np.random.default_rng(seed)
+    best = assign
+    best_obj = pb.objective(pb.temps(best))
+    for _ in range(rounds):
+        cand = best.copy()
+        for _ in range(2):
+            i, j = rng.choice(pb.m, 2, replace=False)
+            cand[i], cand[j] = cand[j], cand[i]
+        if not _feasible(pb, cand):
+            continue
+        cand = local_search(pb, cand, iters)
+        obj = pb.objective(pb.temps(cand))
+        if obj < best_obj - 1e-9 * max(1.0, abs(best_obj)):
+            best, best_obj = cand, obj
+    return best
+
+
+def heuristic_assign(pb: Problem, iters: int, seed: int = 0) -> tuple[np.ndarray, list[str]]:
+    """Greedy + local search; small problems (≤ ILS_MAX_INSTANCES) also get ILS_ROUNDS rounds of iterated local
+    search seeded with ``seed`` (the workload's routing seed)."""
     assign, viol = greedy(pb)
     notes = [f"{viol} instances could not respect core capacity or replica separation"] if viol else []
-    return local_search(pb, assign, iters), notes
+    assign = local_search(pb, assign, iters)
+    if pb.m <= ILS_MAX_INSTANCES and _feasible(pb, assign):
+        assign = iterated_local_search(pb, assign, iters, ILS_ROUNDS, seed)
+    return assign, notes
 
 
 def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams,
@@ -402,7 +470,7 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
     method = method or taps.method
     pb = build_problem(arch, workload, taps, expert_load, expert_flops_per_token, H, moe_layers=moe_layers)
     if method == "heuristic":
-        assign, notes = heuristic_assign(pb, taps.local_search_iters)
+        assign, notes = heuristic_assign(pb, taps.local_search_iters, workload.routing.seed)
         return assemble(pb, assign, arch=arch, expert_bytes=expert_bytes,
                         weight_shard_mb=workload.tensors.weight_shard_mb, bank_bw_gbps=taps.capacity.bank_bw_gbps,
                         method="heuristic", extra_notes=notes)
@@ -410,5 +478,5 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
         from services.placement.milp import solve_milp
 
         return solve_milp(pb, taps, arch=arch, expert_bytes=expert_bytes,
-                          weight_shard_mb=workload.tensors.weight_shard_mb)
+                          weight_shard_mb=workload.tensors.weight_shard_mb, seed=workload.routing.seed)
     raise BadInput(f"unknown method {method!r} (heuristic | milp)", field="method")

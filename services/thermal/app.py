@@ -1,13 +1,76 @@
-"""HTTP layer of the thermal service: routers only; the logic lives in plain functions beside this module."""
+"""HTTP layer of the thermal service: routers only; the logic lives in plain functions beside this module
+(``service.py``, ``influence.py``, ``hotspot.py``)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI
 
-from shared.service_app import create_service_app
+from services.thermal import hotspot_files, service
+from services.thermal.influence import influence_for_model, vault_influence_for_model
+from services.thermal.model import lookup_model
+from shared.contracts.thermal import (
+    HotspotExportRequest,
+    HotspotFiles,
+    HotspotImportRequest,
+    InfluenceMatrix,
+    ModelInfo,
+    ModelRequest,
+    SolveRequest,
+    SolveResult,
+    StepRequest,
+    StepResult,
+)
+from shared.errors import NotFound
+from shared.service_app import ERROR_RESPONSES, create_service_app
 from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["thermal"])
+router = APIRouter(tags=["thermal"], responses=ERROR_RESPONSES)
+
+
+@router.post("/models", response_model=ModelInfo)
+def build_model(req: ModelRequest) -> ModelInfo:
+    """Build (or find in the cache) the stack model of an arch config; returns its hash and size."""
+    return service.model_info(req.arch)
+
+
+@router.post("/step", response_model=StepResult)
+def step(req: StepRequest) -> StepResult:
+    """One window: power from events, transient step, DVFS for the next window, refresh. Idempotent."""
+    return service.thermal_step(req.arch, req.window, req.window_ms, req.state, req.compute_events,
+                                req.memory_events)
+
+
+@router.post("/solve", response_model=SolveResult)
+def solve(req: SolveRequest) -> SolveResult:
+    """One-off steady or transient solve of a power map."""
+    return service.solve_power_map(req.arch, req.core_w, req.bank_w, mode=req.mode, duration_ms=req.duration_ms,
+                                   state=req.state)
+
+
+@router.get("/models/{model_hash}/influence", response_model=InfluenceMatrix)
+def influence(model_hash: str) -> InfluenceMatrix:
+    """H (cores × cores, K/W) of a model built earlier with ``POST /v1/models`` (404 when unknown)."""
+    model = lookup_model(model_hash)
+    if model is None:
+        raise NotFound(f"unknown model {model_hash}: POST /v1/models with its arch config first", field="model_hash")
+    H = influence_for_model(model)
+    return InfluenceMatrix(model=model.key, cores=model.n_cores, H=H.tolist(),
+                           H_vault=vault_influence_for_model(model).tolist())
+
+
+@router.post("/hotspot/export", response_model=HotspotFiles)
+def hotspot_export(req: HotspotExportRequest) -> HotspotFiles:
+    """Our stack and a power map as HotSpot inputs (.flp per layer, .lcf, .ptrace, config); with ``run_hotspot``,
+    also HotSpot's own steady block temperatures from a ``hotspot`` binary on PATH (502 when there is none)."""
+    files = hotspot_files.export_files(req.arch, req.core_w, req.bank_w)
+    steady = hotspot_files.run_hotspot(files) if req.run_hotspot else None
+    return HotspotFiles(files=files, hotspot_steady_k=steady)
+
+
+@router.post("/hotspot/import", response_model=HotspotFiles)
+def hotspot_import(req: HotspotImportRequest) -> HotspotFiles:
+    """HotSpot inputs + HotSpot's command line, solved like ``tasmoe hotspot``; returns the output files."""
+    return HotspotFiles(files=hotspot_files.import_and_solve(req.files, req.args))
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

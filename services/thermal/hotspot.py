@@ -131,10 +131,11 @@ def parse_options(args: Sequence[str]) -> HotspotOptions:
 
 
 def _resolve(name: str, base: Path) -> Path:
+    """A floorplan named in a layer file: beside the layer file when it is there, else as given (from the cwd)."""
     p = Path(name)
-    if p.is_absolute() or p.exists():
-        return p
-    return base / p
+    if not p.is_absolute() and (base / p).exists():
+        return base / p
+    return p
 
 
 @dataclass
@@ -221,6 +222,9 @@ def load_case(opts: HotspotOptions) -> HotspotCase:
     flps: list[Floorplan] = []
     prefixes: list[str] = []
     lcf_path = opts.path("grid_layer_file")
+    f_path = opts.path("f")
+    if lcf_path is not None and f_path is not None:
+        read_flp(f_path)  # HotSpot reads -f even when the layer file overrides it: a bad one is still an error
     if lcf_path is not None:
         try:
             text = lcf_path.read_text()
@@ -244,6 +248,11 @@ def load_case(opts: HotspotOptions) -> HotspotCase:
             layers.append(LayerSpec(name, opts.number(k), opts.number(p), opts.number(t), True, power))
             flps.append(flp)
             prefixes.append(pre)
+    if opts.text("detailed_3D") == "on":
+        with_materials = [f for f in flps if f.has_materials]
+        if with_materials:
+            raise BadInput(f"{with_materials[0].source}: per-block heat capacity/resistivity columns with "
+                           "-detailed_3D on are not supported (uniform layers only)", field="detailed_3D")
     width, height = flps[0].total_width(), flps[0].total_height()
     maps = [block_map(flp, width, height, rows, cols, layer=lay.name) for flp, lay in zip(flps, layers, strict=True)]
     for n, flp in enumerate(flps[1:], start=1):

@@ -31,6 +31,7 @@ class Floorplan:
     leftx: np.ndarray
     bottomy: np.ndarray
     source: str = ""
+    has_materials: bool = False  # extra columns (per-block heat capacity / resistivity, used by -detailed_3D)
 
     @property
     def n_units(self) -> int:
@@ -62,7 +63,9 @@ def _data_lines(text: str) -> list[tuple[int, list[str]]]:
 def parse_flp(text: str, source: str = "<flp>") -> Floorplan:
     names: list[str] = []
     vals: list[list[float]] = []
+    extra = False
     for no, tok in _data_lines(text):
+        extra = extra or len(tok) > 5
         if len(tok) < 5:
             raise BadInput(f"{source}:{no}: expected <name> <width> <height> <left-x> <bottom-y>", field=source)
         try:
@@ -80,7 +83,7 @@ def parse_flp(text: str, source: str = "<flp>") -> Floorplan:
     if not names:
         raise BadInput(f"{source}: no blocks in floorplan", field=source)
     a = np.array(vals)
-    flp = Floorplan(tuple(names), a[:, 0], a[:, 1], a[:, 2], a[:, 3], source)
+    flp = Floorplan(tuple(names), a[:, 0], a[:, 1], a[:, 2], a[:, 3], source, extra)
     check_overlaps(flp)
     return flp
 

@@ -77,7 +77,7 @@ class CoolingConfig(StrictModel):
 def _default_stack() -> tuple[StackLayer, ...]:
     return (
         StackLayer(name="logic", kind="logic", thickness_um=50, k_wmk=120),
-        StackLayer(name="dram", kind="dram", thickness_um=50, k_wmk=2, count=8),
+        StackLayer(name="dram", kind="dram", thickness_um=50, k_wmk=130, count=8),
         StackLayer(name="tim", kind="tim", thickness_um=20, k_wmk=5, rho_c_jm3k=4.0e6),
     )
 
@@ -133,7 +133,9 @@ class RefreshConfig(StrictModel):
     tref_base_us: PositiveFloat = 7.8
     tref_curve: tuple[tuple[float, PositiveFloat], ...] = ((40.0, 1.0), (55.0, 2.0), (70.0, 4.0), (85.0, 8.0))
     trfc_ns: PositiveFloat = 350.0  # DDR4 8Gb tRFC1 (energy_anchors.csv, Micron datasheet)
-    refresh_energy_nj: float = Field(default=30.0, ge=0)  # per refresh command per bank
+    # Energy of one refresh command in one bank: a DDR4 8Gb all-bank REF is ~(IDD5B-IDD3N)·VDD·tRFC
+    # ≈ 0.2 A·1.2 V·350 ns ≈ 84 nJ for 16 banks of 512 Mb, ~5 nJ per bank (our banks are 512 Mb too).
+    refresh_energy_nj: float = Field(default=5.0, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> RefreshConfig:

@@ -5,9 +5,9 @@ Owner: placement service. Consumers: lowering (physicalize), orchestrator (files
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from shared.contracts.columnar import Columnar
 
@@ -41,19 +41,38 @@ class Placement(BaseModel):
 
 
 class OverlayReroute(Columnar):
-    """``runtime/overlay_reroute.csv`` columns (seed §3.3); ``mb_ids_json`` holds JSON arrays as strings."""
+    """``runtime/overlay_reroute.csv`` columns (seed §3.3); ``mb_ids_json`` holds JSON arrays as strings.
+
+    Extra column after the seed's: ``expert_id`` — the expert instance (``L{l}E{e}``) whose work moves; ``""`` means
+    all work of the listed micro-batches on ``from_core``. Optional on input (filled with ``""``).
+    ``expected_gain`` is the predicted temperature drop at ``from_core`` in kelvin.
+    """
 
     t_apply_ns: list[int]
-    scope: list[str]  # "mb" | "expert"
+    scope: list[str]  # "mb" (the listed micro-batches) | "expert" (all of the expert's work in the window)
     from_core: list[int]
     to_core: list[int]
     mb_ids_json: list[str]
     reason: list[str]
     expected_gain: list[float]
+    expert_id: list[str]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_expert_id(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "expert_id" not in data:
+            n = len(data.get("t_apply_ns", []) or [])
+            data = {**data, "expert_id": [""] * n}
+        return data
 
 
 class OverlayMigrate(Columnar):
-    """``runtime/overlay_migrate.csv`` columns (seed §3.3)."""
+    """``runtime/overlay_migrate.csv`` columns (seed §3.3).
+
+    TACS writes, per migrated expert, one ``expert`` row (src/dst = core ids as text, ``size_bytes`` 0: the move of the
+    instance itself) followed by one ``weight`` row per shard (src/dst = banks, bytes moved over the NoC); ``cost`` is
+    the move's cost ``λ·hops + μ·NoC + η·ΔT̂`` (on the expert row; weight rows carry their byte share of it).
+    """
 
     t_apply_ns: list[int]
     obj_type: list[str]  # "weight" | "expert"

@@ -6,7 +6,12 @@ no run state and replaying a step gives the same answer.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.configs.arch import ArchConfig
+from shared.contracts.events import ComputeEvents, MemoryEvents
 
 
 class ThermalState(BaseModel):
@@ -53,3 +58,103 @@ class ThermalSnapshot(BaseModel):
     power_core_w: list[float] = Field(default_factory=list)
     freq_ghz: list[float] = Field(default_factory=list)  # per core, for the NEXT window
     refresh: RefreshReport = Field(default_factory=RefreshReport)
+
+
+class ModelInfo(BaseModel):
+    """``POST /v1/models`` answer: the stack model built (and cached) for an arch config."""
+
+    model: str  # content hash of the ArchConfig
+    nodes: int
+    layers: list[str]
+    grid: list[int]  # [nx, ny]
+    variant: str
+    cores: int
+    dram_layers: int
+    ambient_c: float
+
+
+class StepResult(BaseModel):
+    """``POST /v1/step`` answer: the state to pass to the next window and what the window did."""
+
+    state: ThermalState
+    snapshot: ThermalSnapshot
+
+
+class SolveResult(BaseModel):
+    """``POST /v1/solve`` answer: block temperatures (°C) of a one-off steady or transient solve."""
+
+    model: str
+    mode: str  # "steady" | "transient"
+    temps_core_c: list[float]
+    temps_bank_c: list[list[float]] = Field(default_factory=list)  # [vault/core][dram layer]
+    peak_c: dict[str, float] = Field(default_factory=dict)
+    mean_c: dict[str, float] = Field(default_factory=dict)
+    state: ThermalState | None = None  # transient only: the field at the end
+
+
+class ModelRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    arch: ArchConfig
+
+
+class StepRequest(BaseModel):
+    """``POST /v1/step``: one window. ``state`` is the previous answer's state (None = ambient, all cores at the top
+    DVFS step); its ``window`` must be ``window - 1`` (409 otherwise)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arch: ArchConfig
+    window: int = Field(ge=0)
+    window_ms: float = Field(gt=0)
+    state: ThermalState | None = None
+    compute_events: ComputeEvents
+    memory_events: MemoryEvents
+
+
+class SolveRequest(BaseModel):
+    """``POST /v1/solve``: a power map in W (``core_w`` per core in the logic layer, ``bank_w`` [DRAM die][bank])."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arch: ArchConfig
+    core_w: list[float]
+    bank_w: list[list[float]] | None = None
+    mode: Literal["steady", "transient"] = "steady"
+    duration_ms: float = 0.0
+    state: ThermalState | None = None
+
+
+class InfluenceMatrix(BaseModel):
+    """``GET /v1/models/{hash}/influence``: ``H[i][j]`` K/W = steady rise at core i per W at core j."""
+
+    model: str
+    cores: int
+    H: list[list[float]]
+    H_vault: list[list[float]] = Field(default_factory=list)  # [core i][vault j] K/W per W spread over vault j
+
+
+class HotspotExportRequest(BaseModel):
+    """``POST /v1/hotspot/export``: our stack and one power map (W) as HotSpot input files."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arch: ArchConfig
+    core_w: list[float]
+    bank_w: list[list[float]] | None = None
+    run_hotspot: bool = False  # also run a `hotspot` binary on PATH on the files and return its steady temperatures
+
+
+class HotspotFiles(BaseModel):
+    files: dict[str, str]  # file name -> text
+    hotspot_steady_k: dict[str, float] | None = None  # block -> K from a real HotSpot run (export with run_hotspot)
+
+
+class HotspotImportRequest(BaseModel):
+    """``POST /v1/hotspot/import``: HotSpot input files and HotSpot's command line (plain file names), solved like
+    ``tasmoe hotspot``; the answer's ``files`` are the output files it wrote."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    files: dict[str, str]
+    args: list[str]

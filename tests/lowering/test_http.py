@@ -59,3 +59,37 @@ def test_physicalize_bad_input_names_the_field(settings: Settings) -> None:
     r = c.post("/v1/physicalize", json=body)
     assert r.status_code == 422
     assert r.json()["error"]["field"].startswith("logical.compute")
+
+
+def test_lower_ops_stages_graph(settings: Settings) -> None:
+    c = _client(settings)
+    r = c.post("/v1/lower/ops", json={"ops": [{"kind": "matmul", "M": 8, "K": 256, "N": 128},
+                                              {"kind": "softmax", "M": 4, "N": 512}]})
+    assert r.status_code == 200, r.text
+    res = r.json()["results"]
+    assert [x["kind"] for x in res] == ["matmul", "softmax"]
+    assert res[0]["violations"] == [] and res[0]["instructions"][0][0] == "DMA_LOAD_TILE"
+    r = c.post("/v1/lower/stages", json={"blocks": [{"layer": 2, "tokens": 4}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["host_dma_bytes"]["kv_cache"] > 0
+    r = c.post("/v1/lower/graph", json={"ops": [{"kind": "SwiGLU", "tokens": 2}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["plans"][0]["nodes"][0]["kind"] == "MatMul"
+
+
+def test_lower_bad_input_is_422_with_field(settings: Settings) -> None:
+    c = _client(settings)
+    r = c.post("/v1/lower/ops", json={"ops": [{"kind": "matmul", "M": 8, "K": 0, "N": 128}]})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "ops[0].matmul.K"
+    r = c.post("/v1/lower/ops", json={"ops": [{"kind": "matmul", "M": 8, "K": 8, "N": 8}], "dtype": "fp4"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "dtype"
+    tiny = {"core": {"spm_kb": 1}}
+    r = c.post("/v1/lower/ops", json={"ops": [{"kind": "softmax", "M": 4, "N": 4096}], "arch": tiny})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "ops[0].N"
+    assert "SPM" in r.json()["error"]["message"]
+    r = c.post("/v1/lower/ops", json={"ops": [{"kind": "conv3d", "M": 1}]})
+    assert r.status_code == 422 and r.json()["error"]["field"].startswith("ops[0]")
+    r = c.post("/v1/lower/stages", json={"blocks": [{"heads": 6, "kv_heads": 4}]})
+    assert r.status_code == 422 and r.json()["error"]["field"].startswith("blocks[0]")
+    r = c.post("/v1/lower/graph", json={"ops": [{"kind": "Bogus"}]})
+    assert r.status_code == 422 and r.json()["error"]["field"].startswith("ops[0].kind")

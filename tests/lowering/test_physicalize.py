@@ -132,7 +132,8 @@ def test_reroute_moves_work_and_reads_weights_over_the_noc() -> None:
     c0, _, _, _ = run(lw, placement=plc, window_ms=10_000.0)
     src = plc.experts["L0E0"].cores[0]  # core 0
     ov = Overlays(reroute=OverlayReroute(t_apply_ns=[0], scope=["expert"], from_core=[src], to_core=[63],
-                                        mb_ids_json=['["L0E0"]'], reason=["hot_core"], expected_gain=[0.1]))
+                                        mb_ids_json=["[]"], reason=["hot_core"], expected_gain=[0.1],
+                                        expert_id=["L0E0"]))
     c1, m1, _, t1 = run(lw, placement=plc, overlays=ov, window_ms=10_000.0)
     fc0 = [c for c, o in zip(c0.core_id, c0.op, strict=True) if o == "fc"]
     fc1 = [c for c, o in zip(c1.core_id, c1.op, strict=True) if o == "fc"]
@@ -148,7 +149,8 @@ def test_reroute_mb_scope_only_touches_listed_micro_batches() -> None:
     plc = default_placement(ARCH, n_layers=2)
     mbs = sorted(set(lw.compute.mb_id))
     ov = Overlays(reroute=OverlayReroute(t_apply_ns=[0], scope=["mb"], from_core=[0], to_core=[1],
-                                        mb_ids_json=[f"[{mbs[0]}]"], reason=["x"], expected_gain=[0.0]))
+                                        mb_ids_json=[f"[{mbs[0]}]"], reason=["x"], expected_gain=[0.0],
+                                        expert_id=[""]))
     c, _, _, _ = run(lw, placement=plc, overlays=ov, window_ms=10_000.0)
     # attention of the listed micro-batch left core 0: core 0 runs fewer attention events than core 2
     att = [core for core, o in zip(c.core_id, c.op, strict=True) if o == "attn"]
@@ -238,7 +240,81 @@ def test_unplaced_expert_and_bad_overlay() -> None:
         run(lw, placement=plc)
     assert ei.value.field == "placement.experts.L0E0"
     ov = Overlays(reroute=OverlayReroute(t_apply_ns=[0], scope=["mb"], from_core=[0], to_core=[99],
-                                        mb_ids_json=["[]"], reason=[""], expected_gain=[0.0]))
+                                        mb_ids_json=["[]"], reason=[""], expected_gain=[0.0], expert_id=[""]))
     with pytest.raises(BadInput) as ei:
         run(lw, overlays=ov)
     assert ei.value.field == "overlays.reroute[0].to_core"
+
+
+def test_real_workload_windows_conserve_work_and_complete_every_token() -> None:
+    """The workload service's Mixtral trace (contract data, not the synthetic window) through the physicalizer."""
+    from services.workload.traces import iter_windows
+    from shared.configs.workload import SequenceConfig, WorkloadConfig
+
+    wl = WorkloadConfig(sequence=SequenceConfig(tokens=256, micro_batch=4, steps=4, step_interval_ms=1.0))
+    wins = list(iter_windows(wl, 2.0))
+    plc = default_placement(ARCH)
+    st = PhysicalState()
+    flops = nbytes = 0.0
+    done = 0
+    k = 0
+    t0 = 0
+    while True:
+        # the trace's 2 ms windows, then long empty windows until the queue drains
+        w_ms = 2.0 if k < len(wins) else 200.0
+        lw = wins[k] if k < len(wins) else LogicalWindow(
+            trace_id="t", window=k, t0_ns=t0, t1_ns=int(t0 + w_ms * 1e6),
+            compute=wins[0].compute.empty(), memory=wins[0].memory.empty())
+        assert lw.t0_ns == t0
+        c, m, st, tm = physicalize_window(k, lw, plc, None, st, ARCH, F, w_ms, 1.0)
+        flops += sum(c.flops)
+        nbytes += sum(m.bytes)
+        done += tm.tokens_completed
+        t0 = tm.t1_ns
+        k += 1
+        if k >= len(wins) and not len(st.queue.carry_compute) and not st.queue.pending:
+            break
+        assert k < 500
+    assert flops == pytest.approx(sum(sum(w.compute.flops) for w in wins), rel=1e-9)
+    assert nbytes == pytest.approx(sum(sum(w.memory.bytes) for w in wins), rel=1e-9)
+    assert done == sum(w.tokens_generated for w in wins) == 16
+
+
+def test_tacs_style_migration_keeps_its_replica_state() -> None:
+    """TACS updates ReplicaState itself and sends an expert row (0 bytes) plus one weight row per shard."""
+    from shared.contracts.placement import ReplicaEntry, ReplicaState
+
+    lw = small_window()
+    plc = default_placement(ARCH, n_layers=2)
+    state = PhysicalState(replicas=ReplicaState(experts={"L0E0": ReplicaEntry(
+        cores=[27], ts_created_ns=0, last_change_ns=5, prev_cores=[0],
+        shard_banks=["B(13,13,0)", "B(14,13,1)", "B(13,14,2)", "B(14,14,3)", "B(12,12,4)", "B(15,15,5)"])}))
+    ov = Overlays(migrate=OverlayMigrate(
+        t_apply_ns=[0, 0, 0], obj_type=["expert", "weight", "weight"], obj_id=["L0E0", "W_L0E0_0", "W_L0E0_1"],
+        src=["0", "B(0,0,0)", "B(1,0,0)"], dst=["27", "B(13,13,0)", "B(14,13,1)"], size_bytes=[0, 1000, 2000],
+        cost=[1.0, 0.3, 0.7]))
+    c, m, st, tm = run(lw, placement=plc, overlays=ov, state=state, window_ms=10_000.0)
+    assert tm.migrations == 1
+    ent = st.replicas.experts["L0E0"]
+    assert ent.cores == [27] and ent.prev_cores == [0] and ent.last_change_ns == 5  # TACS's bookkeeping kept
+    mig = sorted(b for b, q in zip(m.bytes, m.noc_qos, strict=True) if q == "migration")
+    assert mig == [1000, 1000, 2000, 2000]
+    # every shard read of L0E0 goes to the banks the state lists, locally (core 27's vault)
+    reads = {b for b, q, core in zip(m.dst_bank, m.noc_qos, m.src_core, strict=True) if q == "normal" and core == 27}
+    assert set(state.replicas.experts["L0E0"].shard_banks or []) <= reads
+    assert 27 in {k for k, o in zip(c.core_id, c.op, strict=True) if o == "fc"}
+
+
+def test_replicas_read_their_own_copies() -> None:
+    from shared.contracts.placement import TensorPlacement
+
+    lw = small_window()
+    plc = default_placement(ARCH, n_layers=2)
+    plc.experts["L0E0"] = ExpertPlacement(cores=[0, 20], policy="replicate")
+    for k in range(6):
+        plc.tensors[f"W_L0E0_{k}"] = TensorPlacement(dram_bank=f"B(0,{k % 4},{k})",
+                                                     replica_banks=[f"B(16,{8 + k % 4},{k})"])
+    _, m, _, _ = run(lw, placement=plc, window_ms=10_000.0)
+    for core, bank in ((0, "B(0,0,0)"), (20, "B(16,8,0)")):
+        rows = [(b, h) for b, h, c in zip(m.dst_bank, m.hops, m.src_core, strict=True) if c == core and b == bank]
+        assert rows and all(h == 0 for _, h in rows)

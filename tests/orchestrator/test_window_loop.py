@@ -135,3 +135,44 @@ def test_upstream_failure_fails_the_run_with_its_reason(db: Db, settings: Settin
     with db.sessions() as s:
         run = s.get(ScenarioRun, repo.run_id_for(exp_id, "baseline"))
         assert run is not None and run.status == RunStatus.failed and "thermal" in (run.error or "")
+
+
+class FlakyApp:
+    """A compute service that "restarts": it answers 503 to the next `down` requests, then works again."""
+
+    def __init__(self, app: FastAPI, down: int) -> None:
+        self.app, self.down, self.refused = app, down, 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.down > 0:
+            self.down -= 1
+            self.refused += 1
+            await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"restarting"})
+            return
+        await self.app(scope, receive, send)
+
+
+def test_service_restart_mid_run_is_retried_and_changes_nothing(db: Db, settings: Settings,
+                                                                tmp_path: Path) -> None:
+    s2 = settings.model_copy(update={"http_retries": 4, "http_backoff_s": 0.01})
+    ref_clients = ServiceClients(s2, asgi_apps=fakes.build_apps(s2))
+    ref = _experiment(db, settings, tmp_path / "ref", scenarios=["tacs"])
+    assert run_scenario(repo.run_id_for(ref, "tacs"), ref_clients, db.sessions).status == "succeeded"
+    ref_clients.close()
+
+    apps: dict[str, Any] = dict(fakes.build_apps(s2))
+    flaky = FlakyApp(apps["thermal"], down=0)
+    apps["thermal"] = flaky
+    clients = ServiceClients(s2, asgi_apps=apps)
+
+    def restart(_r: str, k: int, _n: int) -> bool:
+        if k == 2:
+            flaky.down = 3  # thermal goes away for three requests during window 3
+        return True
+
+    exp = _experiment(db, settings, tmp_path / "flaky", scenarios=["tacs"])
+    out = run_scenario(repo.run_id_for(exp, "tacs"), clients, db.sessions, on_window=restart)
+    clients.close()
+    assert out.status == "succeeded" and flaky.refused == 3
+    assert _tree(tmp_path / "flaky") == _tree(tmp_path / "ref")

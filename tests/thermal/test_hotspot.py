@@ -159,3 +159,11 @@ def test_zero_thickness_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     text = (d / "tiny.lcf").read_text().replace("2e-05", "0")
     (d / "tiny.lcf").write_text(text)
     _expect_error(d, capsys, "layer 1", "thickness")
+
+
+def test_detailed_3d_with_per_block_materials_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = _tiny(tmp_path)
+    (d / "tiny.flp").write_text("A\t0.002\t0.004\t0.000\t0.000\t1.6e6\t0.01\nB\t0.002\t0.004\t0.002\t0.000\n")
+    assert _run_tiny(d, "-detailed_3D", "on") == 2
+    assert "-detailed_3D" in capsys.readouterr().err
+    assert _run_tiny(d) == 0  # without -detailed_3D HotSpot ignores the extra columns, and so do we

@@ -128,8 +128,11 @@ def test_events_follow_the_ir_and_routing() -> None:
 
 
 def test_operator_overrides_from_the_config() -> None:
-    cfg = load_workload(CONFIGS / "workload_mixtral_8x7b.yaml")
-    cfg = cfg.model_copy(update={"sequence": cfg.sequence.model_copy(update={"steps": 3})})
+    data = load_workload(CONFIGS / "workload_mixtral_8x7b.yaml").model_dump()
+    data["sequence"]["steps"] = 3
+    data["operators"] = {"fc": {"flop_per_token": 2.5e9},
+                         "attn": {"flop_per_token": 1.0e9, "kv_bytes_per_token": 4096}}  # the seed's values
+    cfg = WorkloadConfig.model_validate(data)
     w = next(iter_windows(cfg, 3.0))
     ops = np.asarray(w.compute.op_type)
     np.testing.assert_allclose(np.asarray(w.compute.flops)[ops == "fc"],

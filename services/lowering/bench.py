@@ -1,0 +1,74 @@
+"""Lowering benchmarks (``make bench``): GEMM costing versus SCALE-Sim's wall time, physicalizing a Mixtral window."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+from services.lowering.costmodel import gemm_cost
+from services.lowering.physicalize import physicalize_window
+from services.lowering.synthetic import default_placement, synthetic_window
+from shared.bench import BenchRow, fmt_s, time_call
+from shared.configs.arch import ArchConfig
+from shared.contracts.events import PhysicalState
+from shared.contracts.workload import LogicalWindow
+
+REFERENCE = Path(os.environ.get("TASMOE_REFERENCE_DIR", Path(__file__).resolve().parents[3] / "shared" / "reference"))
+
+
+def _scalesim_wall_s(run: str) -> float | None:
+    path = REFERENCE / "scalesim" / "scalesim_gemm.csv"
+    if not path.is_file():
+        return None
+    with path.open() as fh:
+        for r in csv.DictReader(fh):
+            if r["run"] == run and r.get("wall_s"):
+                return float(r["wall_s"])
+    return None
+
+
+def bench() -> list[BenchRow]:
+    rows: list[BenchRow] = []
+    med, _ = time_call(lambda: gemm_cost(1, 4096, 14336, array=(128, 128), dataflow="ws"), repeat=50)
+    ref = _scalesim_wall_s("decode_m1_128x128_ws_CALC")
+    note = f"SCALE-Sim took {ref:.0f} s for the same GEMM" if ref else "SCALE-Sim reference not found"
+    rows.append(BenchRow("cost 1x4096x14336 GEMM on 128x128 (ws)", f"{fmt_s(med)} median of 50", "< 10 ms",
+                         med < 10e-3, note))
+    arch = ArchConfig()
+    plc = default_placement(arch)
+    windows, source = _mixtral_windows(6)
+    freq = [2.0] * arch.mesh.n_cores
+    lw = windows[0]
+    med, _ = time_call(lambda: physicalize_window(0, lw, plc, None, PhysicalState(), arch, freq, 3.0, 1.0),
+                       repeat=20)
+    rows.append(BenchRow("physicalize a Mixtral window (3 ms, 3 micro-batches x 32 layers), empty queue",
+                         f"{fmt_s(med)} median of 20", "< 20 ms", med < 20e-3,
+                         f"{len(lw.compute)} logical rows, {len(lw.memory)} memory rows ({source})"))
+    # a later window: the queue carries the backlog of the earlier ones
+    st = PhysicalState()
+    for k, w in enumerate(windows[:-1]):
+        st = physicalize_window(k, w, plc, None, st, arch, freq, 3.0, 1.0)[2]
+    k_last, last = len(windows) - 1, windows[-1]
+    med, _ = time_call(lambda: physicalize_window(k_last, last, plc, None, st, arch, freq, 3.0, 1.0), repeat=20)
+    rows.append(BenchRow(f"physicalize Mixtral window {k_last} with the carried backlog", f"{fmt_s(med)} median of 20",
+                         "< 20 ms", med < 20e-3, f"{len(st.queue.carry_compute)} carried compute records"))
+    return rows
+
+
+def _mixtral_windows(n: int) -> tuple[list[LogicalWindow], str]:
+    """The first windows of the shipped Mixtral workload (the workload service's traces), else synthetic ones."""
+    cfg = Path(__file__).resolve().parents[2] / "configs" / "workload_mixtral_8x7b.yaml"
+    try:
+        from services.workload.traces import iter_windows
+        from shared.configs import load_workload
+
+        it = iter_windows(load_workload(cfg), 3.0)
+        return [next(it) for _ in range(n)], "configs/workload_mixtral_8x7b.yaml via the workload service"
+    except (ImportError, OSError, StopIteration):
+        return [synthetic_window(k) for k in range(n)], "synthetic window"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    for r in bench():
+        print(r)

@@ -1,0 +1,111 @@
+"""Orchestrator benchmarks (``make bench``): the embedded ``make run`` experiment (4 scenarios, default Mixtral config)
+wall time against the 60 s goal, windows per second per scenario, and the orchestrator's own per-window overhead
+(window commit with the frontier state, on SQLite)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from services.orchestrator import repository as repo
+from services.orchestrator.db import open_database
+from services.orchestrator.local import run_local
+from shared.bench import BenchRow, fmt_s
+from shared.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _commit_overhead(tmp: Path, n: int = 200) -> float:
+    engine, sessions = open_database(f"sqlite:///{tmp / 'bench.sqlite3'}")
+    with sessions.begin() as s:
+        repo.add_experiment(session=s, exp_id="b", name="b", configs={}, seed=0, scenarios=["tas"], out_dir=str(tmp),
+                            idempotency_key=None, request_hash="", max_attempts=3)
+    run_id = repo.run_id_for("b", "tas")
+    repo.claim_run(sessions=sessions, run_id=run_id, owner="me", lease_s=60)
+    metrics = {"temps_core_c": [50.0 + i / 7 for i in range(64)], "temps_bank_c": [[50.0] * 8] * 64}
+    frontier = {"thermal": {"field_b64": "A" * 260_000}, "physical": {"x": list(range(5000))}}
+    t0 = time.perf_counter()
+    for k in range(n):
+        repo.commit_window(sessions=sessions, run_id=run_id, owner="me", window=k, snapshot=metrics, metrics=metrics,
+                           frontier=frontier, lease_s=60)
+    engine.dispose()
+    return (time.perf_counter() - t0) / n
+
+
+def _cluster_run(tmp: Path, timeout_s: float = 1800.0) -> tuple[float, dict[str, int], dict[str, float], str]:
+    """The same experiment on the local cluster (uvicorn per service + a Celery worker with 4 processes,
+    PostgreSQL, Redis): (wall s, windows per scenario, loop s per scenario, status)."""
+    import io
+    import os
+
+    from scripts import cluster
+    from shared.client import ServiceClient
+
+    os.environ["TASMOE_RESULTS_DIR"] = str(tmp / "cluster-results")
+    cfg = cluster.ClusterConfig(host="127.0.0.1", base_port=18300, state_dir=tmp / "cluster",
+                                database_url="postgresql+psycopg://postgres@127.0.0.1:5432/tasmoe_bench",
+                                redis_url="redis://127.0.0.1:6379/13", timeout_s=240, worker_concurrency=4)
+    cluster.up(cfg, out=io.StringIO())
+    try:
+        api = ServiceClient("orchestrator", cfg.url("orchestrator"), Settings())
+        t0 = time.perf_counter()
+        exp = api.post_json("/v1/experiments", {"arch": "arch_8x8_32x32x8.yaml",
+                                                "workload": "workload_mixtral_8x7b.yaml", "tas": "tas_params.yaml"})
+        while True:
+            view = api.get_json(f"/v1/experiments/{exp['id']}")
+            if view["status"] in {"succeeded", "failed", "cancelled"} or time.perf_counter() - t0 > timeout_s:
+                break
+            time.sleep(0.5)
+        wall = time.perf_counter() - t0
+        api.close()
+        return (wall, {r["scenario"]: r["window"] for r in view["runs"]},
+                {r["scenario"]: r["compute_s"] for r in view["runs"]}, str(view["status"]))
+    finally:
+        cluster.down(cfg.state_dir, out=io.StringIO())
+
+
+def bench() -> list[BenchRow]:
+    tmp = Path(tempfile.mkdtemp(prefix="tasmoe-orch-bench-"))
+    rows: list[BenchRow] = []
+    try:
+        per = _commit_overhead(tmp)
+        rows.append(BenchRow("window commit (fenced update + insert + 260 kB frontier), SQLite", fmt_s(per),
+                             "< 10 ms", per < 0.010))
+        settings = Settings(results_dir=tmp / "results", configs_dir=REPO / "configs")
+        t0 = time.perf_counter()
+        try:
+            res = run_local(arch=REPO / "configs/arch_8x8_32x32x8.yaml",
+                            workload=REPO / "configs/workload_mixtral_8x7b.yaml", tas=REPO / "configs/tas_params.yaml",
+                            out=tmp / "mixtral", settings=settings, database_url=f"sqlite:///{tmp / 'run.sqlite3'}")
+        except Exception as exc:  # a service not merged yet: report it instead of a number
+            rows.append(BenchRow("embedded make run (4 scenarios, Mixtral)", "did not run", "< 60 s", False,
+                                 f"{type(exc).__name__}: {exc}"[:200]))
+            return rows
+        wall = time.perf_counter() - t0
+        note = "" if res.ok else "; ".join(f"{k}: {v}" for k, v in res.errors.items())[:200]
+        rows.append(BenchRow("embedded make run (4 scenarios, Mixtral)", f"{wall:.1f} s, {sum(res.windows.values())} "
+                             "windows", "< 60 s", wall < 60 and res.ok, note))
+        for sc, n in res.windows.items():
+            cs = res.compute_s.get(sc, 0.0)
+            rate = n / cs if cs > 0 else 0.0
+            rows.append(BenchRow(f"windows/s, {sc} (embedded, 4 scenarios in parallel)", f"{rate:.1f} windows/s",
+                                 note=f"{n} windows, {cs:.1f} s in the window loop"))
+        try:
+            cwall, cwin, ccs, cstatus = _cluster_run(tmp)
+        except Exception as exc:
+            rows.append(BenchRow("local cluster, same experiment", "did not run", "< 2x embedded", False,
+                                 f"{type(exc).__name__}: {exc}"[:200]))
+            return rows
+        rows.append(BenchRow("local cluster, same experiment (Celery worker x4, PostgreSQL)",
+                             f"{cwall:.1f} s ({cwall / wall:.2f}x embedded), {cstatus}", "< 2x embedded",
+                             cwall < 2 * wall and cstatus == "succeeded"))
+        for sc, n in cwin.items():
+            cs = ccs.get(sc, 0.0)
+            rows.append(BenchRow(f"windows/s, {sc} (cluster)", f"{n / cs if cs > 0 else 0.0:.1f} windows/s",
+                                 note=f"{n} windows, {cs:.1f} s in the window loop"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rows

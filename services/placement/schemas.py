@@ -1,0 +1,82 @@
+"""Request/response bodies of the placement service's HTTP API (service-local; the wire contracts they carry —
+Placement, Overlays, ReplicaState, Telemetry, LogicalWindow, configs — live in ``shared``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.configs import ArchConfig, TasParams, WorkloadConfig
+from shared.configs.tas import TacsParams
+from shared.contracts.placement import Overlays, Placement, ReplicaState, Telemetry
+from shared.contracts.workload import LogicalWindow
+
+
+class PlacementRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    arch: ArchConfig = ArchConfig()
+    workload: WorkloadConfig = WorkloadConfig()
+    tas: TasParams = TasParams()
+    method: Literal["default", "heuristic", "milp"] = "heuristic"
+    expert_load: list[list[float]] = Field(min_length=1, description="per MoE layer, per expert (any scale)")
+    moe_layers: list[int] | None = Field(default=None, description="model layer index of each expert_load row")
+    expert_flops_per_token: float = Field(default=2 * 3 * 4096 * 14336, gt=0, description="FLOPs/token/expert")
+    expert_bytes: int = Field(default=3 * 4096 * 14336 * 2, ge=0, description="weight bytes of one expert")
+    H: list[list[float]] | None = Field(default=None, description="cores x cores influence matrix, K/W")
+
+
+class JobAccepted(BaseModel):
+    job_id: str
+    status: Literal["queued", "running", "done", "failed"]
+
+
+class JobStatus(BaseModel):
+    job_id: str
+    status: Literal["queued", "running", "done", "failed"]
+    result: Placement | None = None
+    error: dict[str, str | None] | None = None
+
+
+class TacsStepRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    telemetry: Telemetry
+    placement: Placement
+    state: ReplicaState = ReplicaState()
+    params: TacsParams = TacsParams()
+    arch: ArchConfig = ArchConfig()
+    H: list[list[float]] | None = None
+    pending: LogicalWindow | None = None
+    smoothed: list[float] | None = None
+    now_ns: int = Field(default=0, ge=0)
+    bank_bw_gbps: float = Field(default=25.0, gt=0)
+
+
+class TacsStepResponse(BaseModel):
+    overlays: Overlays
+    state: ReplicaState
+    smoothed: list[float]
+
+
+class BalanceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    loads: list[list[float]] = Field(min_length=1, description="per layer, per expert")
+    cores: int = Field(default=64, ge=1)
+    slots: int = Field(ge=1, description="total replica slots (>= experts)")
+
+
+class BalanceLayer(BaseModel):
+    layer: int
+    replicas: list[list[int]]  # [core, expert]
+    replica_counts: list[int]
+    core_loads: list[float]
+    max_over_mean: float
+    lower_bound: float
+    gap: float
+
+
+class BalanceResponse(BaseModel):
+    layers: list[BalanceLayer]

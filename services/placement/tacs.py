@@ -1,0 +1,356 @@
+"""TACS: online thermal-aware balancing, one decision per window (seed 001 §4.3, §6, §7; ARCHITECTURE §5.2).
+
+Per call (temperatures °C, times ns, powers W):
+1. Smooth the telemetry: ``T̃ = α·T + (1−α)·T̃_prev`` (α = ``smoothing_alpha``; decisions only).
+2. Pressure ``S_c = [T̃_c − Thot]+ / (Temg − Thot) + γ·[q_c − q_tgt]+ / q_tgt`` (q = core utilisation).
+3. Candidate sources: the ``top_k_hot`` hottest cores (by T̃; a set that does not depend on Thot) that have S > 0.
+   Sinks of a source: the cores within ``hop_radius`` hops plus the ``top_k_hot`` coolest cores: O(K·deg) edges.
+4. Each source takes at most one *reroute* (move the window's traffic of a replicated expert to another of its
+   replicas; no weights move) and, among the ``min(top_k_hot, max_parallel_migrations)`` hottest candidates only, at
+   most one *migration* (move a single-core expert and its weight shards to a sink). An action moving instance power
+   w from s to d changes temperatures by ``ΔT̂ = w·(H[:, d] − H[:, s])``; it is feasible when the source cools
+   (``drop_s > 0``) and the destination stays cooler than the relieved source. The expert is the most powerful one
+   with a feasible destination (most relief per move); the destination is the one of least cost
+   ``λ·hops + μ·NoĈ + η·ΔT̂_d`` with ``NoĈ = noc_load + bytes·hops / (NoC link capacity over one window)`` and
+   ``ΔT̂_d`` the rise at the destination (K). The pressure decides *whether* a core acts, the cost only *where*:
+   sources decide independently, so raising Thot can only remove actions and raising μ can only pick destinations
+   with less NoC traffic.
+5. Migrations respect ``min_residency_ms`` (since the expert's last change), the undo cool-down (no move back to its
+   previous cores within ``undo_cooldown_ms``), the NoC guard (none while ``noc_load > noc_guard``), bank capacity
+   (free banks in the destination vault) and bank bandwidth (each shard must be writable within one window at
+   ``bank_bw_gbps``, one incoming shard per bank per window).
+Overlays apply at the next window's start only; the returned ReplicaState records the change.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.placement.geometry import MIB, ChipGeometry, check_h, hops_matrix
+from shared.configs import ArchConfig
+from shared.configs.tas import TacsParams
+from shared.contracts.placement import (
+    OverlayMigrate,
+    OverlayReroute,
+    Overlays,
+    Placement,
+    ReplicaEntry,
+    ReplicaState,
+    Telemetry,
+)
+from shared.contracts.workload import LogicalWindow
+from shared.errors import BadInput
+
+ACT_BYTES_PER_TOKEN = 2 * 4096  # activation bytes a rerouted token carries each way (bf16, hidden 4096)
+
+
+@dataclass(frozen=True)
+class _PlacementIndex:
+    """Parsed, reusable view of a placement: shard banks per expert and bank occupancy (bytes)."""
+
+    shards: dict[str, list[tuple[str, int, int, int]]]  # expert -> [(tensor id, size, vault core, slot)]
+    used: np.ndarray  # (n_cores, vault_banks) bytes
+
+
+_INDEX_CACHE: OrderedDict[int, tuple[Placement, _PlacementIndex]] = OrderedDict()
+
+
+def _index(placement: Placement, geom: ChipGeometry) -> _PlacementIndex:
+    """Parse the placement's tensors once per placement object (LRU of 8; the object is held so its id is stable)."""
+    hit = _INDEX_CACHE.get(id(placement))
+    if hit is not None and hit[0] is placement and hit[1].used.shape == (geom.n_cores, geom.vault_banks):
+        _INDEX_CACHE.move_to_end(id(placement))
+        return hit[1]
+    used = np.zeros((geom.n_cores, geom.vault_banks))
+    shards: dict[str, list[tuple[str, int, int, int]]] = {}
+    for tid, tp in placement.tensors.items():
+        size = int(tp.size_bytes or 0)
+        for k, bank in enumerate([tp.dram_bank, *(tp.replica_banks or [])]):
+            try:
+                core, slot = geom.bank_core_slot(bank)
+            except ValueError as exc:
+                raise BadInput(f"placement.tensors.{tid}: {exc}", field=f"placement.tensors.{tid}") from None
+            used[core, slot] += size
+            if k == 0 and tid.startswith("W_L"):
+                eid = tid[2:tid.rindex("_")]
+                shards.setdefault(eid, []).append((tid, size, core, slot))
+    for lst in shards.values():
+        lst.sort(key=lambda t: int(t[0][t[0].rindex("_") + 1:]))
+    idx = _PlacementIndex(shards=shards, used=used)
+    _INDEX_CACHE[id(placement)] = (placement, idx)
+    while len(_INDEX_CACHE) > 8:
+        _INDEX_CACHE.popitem(last=False)
+    return idx
+
+
+def replica_state_from_placement(placement: Placement, t_ns: int = 0) -> ReplicaState:
+    """Every expert at its placement cores since ``t_ns``."""
+    return ReplicaState(experts={eid: ReplicaEntry(cores=list(ep.cores), ts_created_ns=t_ns)
+                                 for eid, ep in placement.experts.items()})
+
+
+def validate_inputs(tele: Telemetry, placement: Placement, state: ReplicaState, geom: ChipGeometry,
+                    smoothed: list[float] | None) -> None:
+    n = geom.n_cores
+    if len(tele.temps_core) != n:
+        raise BadInput(f"telemetry.temps_core has {len(tele.temps_core)} values, the mesh has {n} cores",
+                       field="telemetry.temps_core")
+    if tele.util_core and len(tele.util_core) != n:
+        raise BadInput(f"telemetry.util_core has {len(tele.util_core)} values, the mesh has {n} cores",
+                       field="telemetry.util_core")
+    if not all(math.isfinite(t) for t in tele.temps_core):
+        raise BadInput("telemetry.temps_core must be finite", field="telemetry.temps_core")
+    if smoothed is not None and len(smoothed) != n:
+        raise BadInput(f"smoothed has {len(smoothed)} values, the mesh has {n} cores", field="smoothed")
+    for where, experts in (("placement.experts", {k: v.cores for k, v in placement.experts.items()}),
+                           ("state.experts", {k: v.cores for k, v in state.experts.items()})):
+        for eid, cores in experts.items():
+            bad = [c for c in cores if not 0 <= c < n]
+            if bad:
+                raise BadInput(f"{where}.{eid}.cores: core {bad[0]} is outside the mesh (0..{n - 1})",
+                               field=f"{where}.{eid}.cores")
+
+
+@dataclass
+class _Action:
+    kind: str  # "migrate" | "reroute"
+    expert: str
+    src: int
+    dst: int
+    cost: float
+    drop: float
+    noc_added: float
+    shards: list[tuple[str, int, str, str]] | None = None  # (tensor id, size, src bank, dst bank)
+
+
+def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params: TacsParams, arch: ArchConfig,
+              H: np.ndarray, pending_window: LogicalWindow | None, smoothed: list[float] | None, now_ns: int, *,
+              bank_bw_gbps: float = 25.0) -> tuple[Overlays, ReplicaState, list[float]]:
+    """One TACS decision (see the module docstring). Returns (overlays for the next window, new state, smoothed T)."""
+    geom = ChipGeometry.of(arch)
+    n = geom.n_cores
+    validate_inputs(tele, placement, state, geom, smoothed)
+    H = check_h(H, n)
+    alpha = params.smoothing_alpha
+    T_raw = np.asarray(tele.temps_core, dtype=float)
+    T = T_raw if smoothed is None else alpha * T_raw + (1 - alpha) * np.asarray(smoothed, dtype=float)
+    q = np.asarray(tele.util_core, dtype=float) if tele.util_core else np.zeros(n)
+    thot, temg = params.thresholds.Thot, params.thresholds.Temg
+    span = temg - thot
+    S = np.maximum(T - thot, 0) / span + params.gamma * np.maximum(q - params.q_target, 0) / params.q_target
+
+    t_apply = pending_window.t0_ns if pending_window is not None else now_ns
+    window_s = (params.window_ms * 1e-3 if pending_window is None or pending_window.t1_ns <= pending_window.t0_ns
+                else (pending_window.t1_ns - pending_window.t0_ns) * 1e-9)
+
+    # current cores of every expert (state overrides placement)
+    cores_of: dict[str, list[int]] = {eid: ep.cores for eid, ep in placement.experts.items()}
+    for eid, entry in state.experts.items():
+        cores_of[eid] = entry.cores
+    on_core: list[list[str]] = [[] for _ in range(n)]
+    for eid, cores in cores_of.items():
+        for c in cores:
+            on_core[c].append(eid)
+
+    # instance power estimate (W) per (expert, core); mb ids per expert from the pending window
+    e_flop = arch.power.mac_pj * 0.5e-12
+    mbs: dict[str, list[int]] = {}
+    tokens: dict[str, float] = {}
+    inst_power: dict[str, float] = {}
+    if pending_window is not None and len(pending_window.compute):
+        comp = pending_window.compute
+        flops_e: dict[str, float] = {}
+        for layer, ex, mb, tok, fl in zip(comp.layer, comp.expert, comp.mb_id, comp.tokens, comp.flops, strict=True):
+            if ex < 0:
+                continue
+            eid = f"L{layer}E{ex}"
+            flops_e[eid] = flops_e.get(eid, 0.0) + fl
+            tokens[eid] = tokens.get(eid, 0.0) + tok
+            mbs.setdefault(eid, []).append(mb)
+        for eid, fl in flops_e.items():
+            if eid in cores_of:
+                inst_power[eid] = fl * e_flop / window_s / len(cores_of[eid])
+    else:
+        peak_flops = arch.core.array[0] * arch.core.array[1] * 2 * max(arch.dvfs.domains[0].steps_ghz) * 1e9
+        for c in range(n):
+            if on_core[c]:
+                share = q[c] * peak_flops * e_flop / len(on_core[c])
+                for eid in on_core[c]:
+                    inst_power[eid] = share  # identical share on every core of a replicated expert
+
+    hop = hops_matrix(geom.mesh_x, geom.mesh_y)
+    X, Y = geom.mesh_x, geom.mesh_y
+    links = 2 * ((X - 1) * Y + X * (Y - 1))
+    noc_cap_bytes = max(links, 1) * arch.mesh.noc.width_bits / 8 * arch.mesh.noc.link_freq_ghz * 1e9 * window_s
+    lam, mu, eta = params.cost.lambda_hops, params.cost.mu_noc, params.cost.eta_temp
+    order_hot = np.lexsort((np.arange(n), -q, -T))  # hottest first (Thot-independent)
+    coolest = [int(c) for c in np.lexsort((np.arange(n), q, T))[: params.top_k_hot]]
+    candidates = [int(c) for c in order_hot[: params.top_k_hot]]
+    k_mig = min(params.top_k_hot, params.max_parallel_migrations)
+    mig_sources = {c for c in candidates[:k_mig] if S[c] > 0}
+    sources = [c for c in candidates if S[c] > 0]
+    migrations_allowed = tele.noc_load <= params.noc_guard and params.max_parallel_migrations > 0
+
+    idx = _index(placement, geom) if migrations_allowed and mig_sources else None
+    res_ns = params.min_residency_ms * 1e6
+    undo_ns = params.undo_cooldown_ms * 1e6
+    bank_cap = arch.dram.bank_capacity_mb * MIB
+    bank_bw = bank_bw_gbps * 1e9
+    claimed: set[tuple[int, int]] = set()  # banks receiving a shard this window
+
+    def score(s: int, d: int, w: float, noc_added: float) -> tuple[bool, float, float]:
+        """(feasible, cost, drop at s): feasible when the source cools and the destination stays cooler than it."""
+        drop = w * (H[s, s] - H[s, d])
+        rise = w * (H[d, d] - H[d, s])
+        ok = drop > 0 and T[d] + rise < T[s] - drop
+        cost = lam * hop[s, d] + mu * (tele.noc_load + noc_added) + eta * rise
+        return bool(ok), float(cost), float(drop)
+
+    actions: list[_Action] = []
+    for s in sorted(sources, key=lambda c: (-S[c], c)):
+        sinks = sorted({int(c) for c in np.flatnonzero((hop[s] <= params.hop_radius) & (hop[s] > 0))}
+                       | {c for c in coolest if c != s})
+        # reroute: the most powerful replicated expert on s that can go to another of its replicas
+        for eid in sorted(on_core[s], key=lambda e: (-inst_power.get(e, 0.0), e)):
+            cores = cores_of[eid]
+            w = inst_power.get(eid, 0.0)
+            if len(cores) < 2 or w <= 0:
+                continue
+            best: _Action | None = None
+            for d in cores:
+                if d == s:
+                    continue
+                added = tokens.get(eid, 0.0) / len(cores) * ACT_BYTES_PER_TOKEN * 2 * hop[s, d] / noc_cap_bytes
+                ok, cost, drop = score(s, d, w, added)
+                if ok and (best is None or (cost, d) < (best.cost, best.dst)):
+                    best = _Action("reroute", eid, s, d, cost, drop, added)
+            if best is not None:
+                actions.append(best)
+                break
+        if s not in mig_sources or idx is None:
+            continue
+        # migration: the most powerful eligible single-core expert that has a feasible sink, to its cheapest sink
+        for eid in sorted(on_core[s], key=lambda e: (-inst_power.get(e, 0.0), e)):
+            cores = cores_of[eid]
+            w = inst_power.get(eid, 0.0)
+            if len(cores) != 1 or w <= 0:
+                continue
+            ent = state.experts.get(eid)
+            since = max(ent.ts_created_ns, ent.last_change_ns or 0) if ent is not None else 0
+            if t_apply - since < res_ns:
+                continue  # minimum residency
+            shards = _current_shards(eid, ent, idx, geom)
+            size = sum(sz for _, sz, _, _ in shards)
+            if any(sz / window_s > bank_bw for _, sz, _, _ in shards):
+                continue  # a shard cannot be written within one window at bank bandwidth
+            ranked: list[_Action] = []
+            for d in sinks:
+                if (ent is not None and ent.prev_cores and d in ent.prev_cores and ent.last_change_ns is not None
+                        and t_apply - ent.last_change_ns < undo_ns):
+                    continue  # undo cool-down
+                if eid in on_core[d]:
+                    continue
+                added = size * hop[s, d] / noc_cap_bytes
+                ok, cost, drop = score(s, d, w, added)
+                if ok:
+                    ranked.append(_Action("migrate", eid, s, d, cost, drop, added,
+                                          shards=[(t, sz, geom.slot_bank_id(v, sl), "") for t, sz, v, sl in shards]))
+            ranked.sort(key=lambda a: (a.cost, a.dst))
+            chosen = None
+            for act in ranked:
+                dst_banks = _pick_banks(act, idx, geom, bank_cap, claimed)
+                if dst_banks is not None:
+                    act.shards = [(t, sz, src, dst)
+                                  for (t, sz, src, _), dst in zip(act.shards or [], dst_banks, strict=True)]
+                    chosen = act
+                    break
+            if chosen is not None:
+                actions.append(chosen)
+                break
+
+    return _emit(actions, state, cores_of, mbs, t_apply, pending_window is not None), \
+        _new_state(actions, state, t_apply), [float(x) for x in T]
+
+
+def _current_shards(eid: str, ent: ReplicaEntry | None, idx: _PlacementIndex,
+                    geom: ChipGeometry) -> list[tuple[str, int, int, int]]:
+    base = idx.shards.get(eid, [])
+    if ent is None or not ent.shard_banks:
+        return base
+    out = []
+    for (tid, size, _, _), bank in zip(base, ent.shard_banks, strict=False):
+        core, slot = geom.bank_core_slot(bank)
+        out.append((tid, size, core, slot))
+    return out
+
+
+def _pick_banks(act: _Action, idx: _PlacementIndex, geom: ChipGeometry, bank_cap: float,
+                claimed: set[tuple[int, int]]) -> list[str] | None:
+    """Distinct banks with room in the destination vault, one incoming shard per bank this window (bandwidth)."""
+    d = act.dst
+    out: list[str] = []
+    used = idx.used[d]
+    order = np.lexsort((np.arange(geom.vault_banks), used))
+    k = 0
+    for _, size, _, _ in act.shards or []:
+        while k < order.size and ((d, int(order[k])) in claimed or used[order[k]] + size > bank_cap + 1e-6):
+            k += 1
+        if k >= order.size:
+            return None
+        out.append(geom.slot_bank_id(d, int(order[k])))
+        k += 1
+    for b in out:
+        claimed.add(geom.bank_core_slot(b))
+    return out
+
+
+def _emit(actions: list[_Action], state: ReplicaState, cores_of: dict[str, list[int]], mbs: dict[str, list[int]],
+          t_apply: int, have_pending: bool) -> Overlays:
+    rr: dict[str, list[object]] = {k: [] for k in OverlayReroute.model_fields}
+    mg: dict[str, list[object]] = {k: [] for k in OverlayMigrate.model_fields}
+    for a in actions:
+        mb = sorted(set(mbs.get(a.expert, [])))
+        rr["t_apply_ns"].append(t_apply)
+        rr["scope"].append("mb" if have_pending else "expert")
+        rr["from_core"].append(a.src)
+        rr["to_core"].append(a.dst)
+        rr["mb_ids_json"].append(json.dumps(mb))
+        rr["reason"].append("migrate" if a.kind == "migrate" else "hot_core")
+        rr["expected_gain"].append(round(a.drop, 6))
+        rr["expert_id"].append(a.expert)
+        if a.kind != "migrate":
+            continue
+        total = sum(sz for _, sz, _, _ in a.shards or []) or 1
+        mg["t_apply_ns"].append(t_apply)
+        mg["obj_type"].append("expert")
+        mg["obj_id"].append(a.expert)
+        mg["src"].append(str(a.src))
+        mg["dst"].append(str(a.dst))
+        mg["size_bytes"].append(0)
+        mg["cost"].append(round(a.cost, 6))
+        for tid, sz, src, dst in a.shards or []:
+            mg["t_apply_ns"].append(t_apply)
+            mg["obj_type"].append("weight")
+            mg["obj_id"].append(tid)
+            mg["src"].append(src)
+            mg["dst"].append(dst)
+            mg["size_bytes"].append(sz)
+            mg["cost"].append(round(a.cost * sz / total, 6))
+    return Overlays(reroute=OverlayReroute.model_validate(rr), migrate=OverlayMigrate.model_validate(mg))
+
+
+def _new_state(actions: list[_Action], state: ReplicaState, t_apply: int) -> ReplicaState:
+    moved = [a for a in actions if a.kind == "migrate"]
+    if not moved:
+        return state
+    experts = dict(state.experts)
+    for a in moved:
+        experts[a.expert] = ReplicaEntry(cores=[a.dst], ts_created_ns=t_apply, last_change_ns=t_apply,
+                                         prev_cores=[a.src], shard_banks=[dst for _, _, _, dst in a.shards or []])
+    return ReplicaState(experts=experts)
+

@@ -1,0 +1,136 @@
+"""Thermal benchmarks (``make bench``): the default stack (64 × 64 grid, logic + 8 DRAM + TIM + spreader + sink) and
+the HotSpot reference cases. Ratios are measured in the same run (shared, noisy machine); goals are from issue 4."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from services.thermal import hotspot, solvers
+from services.thermal.model import build_model
+from services.thermal.service import substeps, thermal_step
+from services.thermal.spectral import SpectralSolver
+from shared.bench import BenchRow, fmt_s, time_call
+from shared.configs import ArchConfig
+from shared.contracts.events import ComputeEvents, MemoryEvents
+
+REFERENCE = Path(os.environ.get("TASMOE_REFERENCE_DIR", Path(__file__).resolve().parents[2].parent / "shared" /
+                                "reference"))
+HOTSPOT_STEADY_S = {"S8": (5.7, 6.6)}  # HotSpot's own SuperLU steady time per case on this machine (README)
+
+
+def _cpu_median(fn: object, repeat: int) -> float:
+    """Median process CPU time of ``fn()`` (s): less sensitive than wall time to other jobs on a shared machine."""
+    import statistics
+
+    assert callable(fn)
+    samples = []
+    for _ in range(repeat):
+        c0 = time.process_time()
+        fn()
+        samples.append(time.process_time() - c0)
+    return statistics.median(samples)
+
+
+def _default_power(model_cores: int, dies: int, banks: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return 0.5 + 2.0 * rng.random(model_cores), 0.002 + 0.002 * rng.random((dies, banks))
+
+
+def bench_default_stack(window_ms: float = 1.0, repeat: int = 30) -> list[BenchRow]:
+    arch = ArchConfig()
+    rows: list[BenchRow] = []
+    med_build, _ = time_call(lambda: build_model(arch), repeat=5, warmup=1)
+    rows.append(BenchRow("thermal: build StackModel, default stack 64x64x12", f"{fmt_s(med_build)} median of 5",
+                         "< 0.5 s", med_build < 0.5))
+    model = build_model(arch)
+    fast = SpectralSolver(model.net)
+    t0 = time.perf_counter()
+    fast.factor(0.0)
+    rows.append(BenchRow("thermal: spectral steady factorisation (once per model)", fmt_s(time.perf_counter() - t0)))
+    cw, bw = _default_power(model.n_cores, len(model.dram_layers), model.n_banks_per_layer)
+    P = model.node_power(cw, bw)
+    T0 = solvers.steady(fast, P) - 5.0
+    for wms in (window_ms, 3.0):
+        n_sub = substeps(wms, arch)
+        dt = wms * 1e-3
+        solvers.step(fast, T0, P, dt, n_sub)  # factor for this dt
+        oracle = solvers.SparseSolver(model.net)
+
+        def run_fast(dt: float = dt, n_sub: int = n_sub) -> object:
+            return solvers.step(fast, T0, P, dt, n_sub)
+
+        def run_sparse(dt: float = dt, n_sub: int = n_sub, o: solvers.SparseSolver = oracle) -> object:
+            return solvers.step(o, T0, P, dt, n_sub)
+
+        med_fast, _ = time_call(run_fast, repeat=repeat)
+        cpu_fast = _cpu_median(run_fast, repeat)
+        t0 = time.perf_counter()
+        oracle.factor(1.0 / (solvers.D_TRBDF2 * dt / n_sub))
+        t_fac = time.perf_counter() - t0
+        med_sparse, _ = time_call(run_sparse, repeat=3, warmup=1)
+        diff = float(np.abs(solvers.step(fast, T0, P, dt, n_sub) - solvers.step(oracle, T0, P, dt, n_sub)).max())
+        rows.append(BenchRow(f"thermal: transient window step {wms:g} ms ({n_sub} TR-BDF2 sub-steps), spectral",
+                             f"{fmt_s(med_fast)} median of {repeat} (CPU {fmt_s(cpu_fast)})", "< 2 ms",
+                             med_fast < 2e-3, f"max |spectral - sparse| = {diff:.1e} K"))
+        ratio = med_sparse / med_fast
+        rows.append(BenchRow(f"thermal: same step, prefactored sparse LU ({wms:g} ms window)",
+                             f"{fmt_s(med_sparse)} median of 3 (factorisation {fmt_s(t_fac)})", "", None))
+        rows.append(BenchRow(f"thermal: spectral vs prefactored sparse-LU step ({wms:g} ms window)",
+                             f"{ratio:.0f}x", ">= 20x", ratio >= 20))
+    # a whole /v1/step (power from events + step + snapshot), 3 ms window
+    c = ComputeEvents.from_columns({"evt_id": list(range(64)), "t_start_ns": [0] * 64, "core_id": list(range(64)),
+                                    "duration_cycles": [1] * 64, "flops": [2e9] * 64, "op": ["mm"] * 64,
+                                    "dvfs_domain": ["all"] * 64, "power_hint": [0.0] * 64})
+    m = MemoryEvents.from_columns({"evt_id": [0], "t_start_ns": [0], "src_core": [0], "dst_bank": ["B(31,31,7)"],
+                                   "bytes": [1e6], "rw": ["r"], "hops": [14], "noc_qos": ["normal"]})
+    first = thermal_step(arch, 0, 3.0, None, c, m)
+    med_step, _ = time_call(lambda: thermal_step(arch, 1, 3.0, first.state, c, m), repeat=10)
+    rows.append(BenchRow("thermal: thermal_step() incl. power from events + snapshot, 3 ms window",
+                         f"{fmt_s(med_step)} median of 10"))
+    return rows
+
+
+def bench_reference_steady() -> list[BenchRow]:
+    ref = REFERENCE / "hotspot"
+    rows: list[BenchRow] = []
+    if not ref.is_dir():
+        return [BenchRow("thermal: HotSpot reference steady", "skipped", note=f"no reference data at {ref}")]
+    for stack, case in (("S2", "steady_b_hotcore"), ("S8", "steady_a_uniform"), ("S8", "steady_b_hotcore")):
+        args = ["-c", str(ref / "hotspot.config"), "-p", str(ref / stack / f"{case}.ptrace"), "-grid_layer_file",
+                str(ref / stack / "stack.lcf"), "-model_type", "grid"]
+        opts = hotspot.parse_options(args)
+        t0 = time.perf_counter()
+        res = hotspot.run(opts, SpectralSolver)  # a fresh solver: parse + build + factor + solve
+        t_cold = time.perf_counter() - t0
+        fast = SpectralSolver(res.case.net)
+        fast.factor(0.0)
+        b = res.case.net.conductance @ res.steady  # the case's own P + g_amb·T_amb
+
+        def run(b: np.ndarray = b, f: SpectralSolver = fast) -> object:
+            return f.solve(0.0, b)
+
+        med, _ = time_call(run, repeat=20)
+        lo, hi = HOTSPOT_STEADY_S.get(stack, (None, None))
+        if lo is not None and hi is not None:
+            speed = lo / med
+            rows.append(BenchRow(f"thermal: steady solve {stack} {case} (prefactored spectral)",
+                                 f"{fmt_s(med)} median of 20; {speed:.0f}x vs HotSpot {lo}-{hi} s",
+                                 ">= 100x", speed >= 100, f"cold run incl. parsing and factorisation {fmt_s(t_cold)} "
+                                 f"({lo / t_cold:.0f}x)"))
+        else:
+            rows.append(BenchRow(f"thermal: steady solve {stack} {case} (prefactored spectral)",
+                                 f"{fmt_s(med)} median of 20", note=f"cold run {fmt_s(t_cold)}"))
+    return rows
+
+
+def bench() -> list[BenchRow]:
+    return [*bench_default_stack(), *bench_reference_steady()]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    for row in bench():
+        print(f"{row.name:80s} {row.value:55s} {row.target:8s} {row.met} {row.note}")

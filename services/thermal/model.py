@@ -1,0 +1,194 @@
+"""``StackModel``: the 3D stack of an ``ArchConfig`` as an RC network plus the core/bank <-> grid-cell maps.
+
+Immutable and cached by the content hash of the ``ArchConfig`` (LRU). Layers come from
+``arch.geometry.expanded_stack()`` (farthest from the sink first: logic, DRAM dies, TIM), then the heat spreader and
+the heat sink of ``arch.geometry.cooling`` (HotSpot's package: the parts beyond the die are the 12 ring nodes). The grid
+is ``arch.thermal.grid = (nx, ny)`` cells over ``arch.geometry.die_mm``; convection ``h`` over the whole sink top gives
+``r_convec = 1/(h·s_sink²)``. ``arch.thermal.variant`` picks the network variant (``hotspot`` or ``physical``, see
+``services/thermal/network.py``).
+
+Geometry of cores and banks: core ``c = y·X + x`` covers grid rows ``[y·ny/Y, (y+1)·ny/Y)`` (row 0 = north edge) and
+columns ``[x·nx/X, (x+1)·nx/X)`` of the logic layer; bank ``B(bx,by,d)`` covers its ``1/BX × 1/BY`` share of DRAM die
+``d`` (``d = 0`` is ``dram_1``, the die nearest the logic). Block temperature = mean of its cells.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from services.thermal import solvers
+from services.thermal.hotspot_io import BlockMap, Floorplan, block_map
+from services.thermal.network import LayerSpec, NetworkSpec, PackageSpec, RCNetwork, build_network
+from services.thermal.spectral import SpectralSolver
+from shared.configs import ArchConfig
+
+KELVIN = 273.15
+HOTSPOT_C_CONVEC = 140.4  # J/K, HotSpot's default convection capacitance (temperature.c), hotspot variant only
+
+
+def network_spec(arch: ArchConfig) -> NetworkSpec:
+    g = arch.geometry
+    layers = tuple(
+        LayerSpec(x.name, x.k_wmk, x.rho_c_jm3k, x.thickness_um * 1e-6, True, x.kind in ("logic", "dram"))
+        for x in g.expanded_stack()
+    )
+    cool = g.cooling
+    s_sink = cool.sink.side_mm * 1e-3
+    pkg = PackageSpec(
+        s_spreader=cool.spreader.side_mm * 1e-3, t_spreader=cool.spreader.thickness_mm * 1e-3,
+        k_spreader=cool.spreader.k_wmk, p_spreader=cool.spreader.rho_c_jm3k,
+        s_sink=s_sink, t_sink=cool.sink.thickness_mm * 1e-3, k_sink=cool.sink.k_wmk, p_sink=cool.sink.rho_c_jm3k,
+        r_convec=1.0 / (cool.h_wmk2k * s_sink * s_sink),
+        c_convec=HOTSPOT_C_CONVEC if arch.thermal.variant == "hotspot" else 0.0,
+    )
+    nx, ny = arch.thermal.grid
+    return NetworkSpec(layers, pkg, g.die_mm[0] * 1e-3, g.die_mm[1] * 1e-3, rows=ny, cols=nx,
+                       ambient=cool.ambient_c + KELVIN, variant=arch.thermal.variant)
+
+
+def _tiles(nx: int, ny: int, width: float, height: float, prefix: str) -> Floorplan:
+    """A regular nx × ny floorplan, block index ``y·nx + x`` with y = 0 along the north edge."""
+    w, h = width / nx, height / ny
+    x = np.tile(np.arange(nx), ny)
+    y = np.repeat(np.arange(ny), nx)
+    names = tuple(f"{prefix}{i}" for i in range(nx * ny))
+    return Floorplan(names, np.full(nx * ny, w), np.full(nx * ny, h), x * w, height - (y + 1) * h, prefix)
+
+
+@dataclass(frozen=True, eq=False)
+class StackModel:
+    key: str  # content hash of the ArchConfig
+    arch: ArchConfig
+    net: RCNetwork
+    logic_layer: int
+    dram_layers: tuple[int, ...]  # network layer of DRAM die d
+    core_map: BlockMap
+    bank_map: BlockMap
+
+    @property
+    def layer_names(self) -> tuple[str, ...]:
+        return self.net.names
+
+    @property
+    def n_cores(self) -> int:
+        return self.arch.mesh.n_cores
+
+    @property
+    def n_banks_per_layer(self) -> int:
+        return self.arch.dram.banks[0] * self.arch.dram.banks[1]
+
+    @cached_property
+    def solver(self) -> solvers.Solver:
+        if self.arch.thermal.solver == "sparse":
+            return solvers.SparseSolver(self.net)
+        return SpectralSolver(self.net)
+
+    @cached_property
+    def sparse_solver(self) -> solvers.SparseSolver:
+        return solvers.SparseSolver(self.net)
+
+    @cached_property
+    def vault_of_bank(self) -> np.ndarray:
+        """(banks per layer,) vault core of each bank (index by·BX + bx)."""
+        bx_n, by_n, _ = self.arch.dram.banks
+        cx, cy = self.arch.mesh.cores
+        bx = np.tile(np.arange(bx_n), by_n)
+        by = np.repeat(np.arange(by_n), bx_n)
+        out: np.ndarray = (by // (by_n // cy)) * cx + bx // (bx_n // cx)
+        return out
+
+    def node_power(self, core_w: np.ndarray, bank_w: np.ndarray) -> np.ndarray:
+        """Node power (W): ``core_w`` (cores,), ``bank_w`` (DRAM dies, banks per layer)."""
+        P = np.zeros(self.net.n_nodes)
+        nrc = self.net.rows * self.net.cols
+        lo = self.logic_layer * nrc
+        P[lo:lo + nrc] = self.core_map.power @ core_w
+        for d, layer in enumerate(self.dram_layers):
+            P[layer * nrc:(layer + 1) * nrc] = self.bank_map.power @ bank_w[d]
+        return P
+
+    def layer_cells(self, T: np.ndarray, layer: int) -> np.ndarray:
+        nrc = self.net.rows * self.net.cols
+        return T[layer * nrc:(layer + 1) * nrc]
+
+    def core_temps(self, T: np.ndarray) -> np.ndarray:
+        out: np.ndarray = self.core_map.avg @ self.layer_cells(T, self.logic_layer)
+        return out
+
+    @cached_property
+    def _core_cells(self) -> list[np.ndarray]:
+        avg = self.core_map.avg
+        return [avg.indices[avg.indptr[c]:avg.indptr[c + 1]] for c in range(avg.shape[0])]
+
+    def core_max_temps(self, T: np.ndarray) -> np.ndarray:
+        """(cores,) hottest cell of each core, K."""
+        cells = self.layer_cells(T, self.logic_layer)
+        idx = self._core_cells
+        if len({i.size for i in idx}) == 1:
+            out: np.ndarray = cells[np.stack(idx)].max(axis=1)
+            return out
+        return np.array([cells[i].max() for i in idx])
+
+    def bank_temps(self, T: np.ndarray) -> np.ndarray:
+        """(DRAM dies, banks per layer) K."""
+        return np.stack([self.bank_map.avg @ self.layer_cells(T, layer) for layer in self.dram_layers]) \
+            if self.dram_layers else np.zeros((0, self.n_banks_per_layer))
+
+    def vault_temps(self, T: np.ndarray) -> np.ndarray:
+        """(cores, DRAM dies) mean bank temperature of each vault per die, K."""
+        bt = self.bank_temps(T)
+        counts = np.bincount(self.vault_of_bank, minlength=self.n_cores)
+        out = np.stack([np.bincount(self.vault_of_bank, row, self.n_cores) / counts for row in bt], axis=1) \
+            if len(bt) else np.zeros((self.n_cores, 0))
+        return out
+
+    def summary(self) -> dict[str, object]:
+        return {"model": self.key, "nodes": self.net.n_nodes, "layers": list(self.layer_names),
+                "grid": [self.net.cols, self.net.rows], "variant": self.net.spec.variant,
+                "cores": self.n_cores, "dram_layers": len(self.dram_layers),
+                "ambient_c": self.net.ambient - KELVIN}
+
+
+def build_model(arch: ArchConfig) -> StackModel:
+    spec = network_spec(arch)
+    net = build_network(spec)
+    kinds = [x.kind for x in arch.geometry.expanded_stack()]
+    logic = kinds.index("logic")
+    dram = tuple(i for i, k in enumerate(kinds) if k == "dram")
+    cx, cy = arch.mesh.cores
+    bx, by, _ = arch.dram.banks
+    W, H = spec.width, spec.height
+    cores = block_map(_tiles(cx, cy, W, H, "core"), W, H, spec.rows, spec.cols, layer="logic")
+    banks = block_map(_tiles(bx, by, W, H, "bank"), W, H, spec.rows, spec.cols, layer="dram")
+    return StackModel(arch.content_hash(), arch, net, logic, dram, cores, banks)
+
+
+_MODELS: OrderedDict[str, StackModel] = OrderedDict()
+_MODELS_LOCK = threading.Lock()
+MODEL_CACHE_SIZE = 8
+
+
+def get_model(arch: ArchConfig) -> StackModel:
+    """The cached ``StackModel`` of ``arch`` (LRU by content hash)."""
+    key = arch.content_hash()
+    with _MODELS_LOCK:
+        m = _MODELS.get(key)
+        if m is not None:
+            _MODELS.move_to_end(key)
+            return m
+    m = build_model(arch)
+    with _MODELS_LOCK:
+        _MODELS[key] = m
+        while len(_MODELS) > MODEL_CACHE_SIZE:
+            _MODELS.popitem(last=False)
+    return m
+
+
+def lookup_model(key: str) -> StackModel | None:
+    with _MODELS_LOCK:
+        return _MODELS.get(key)

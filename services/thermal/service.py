@@ -1,0 +1,185 @@
+"""The thermal service's plain functions (the endpoints are thin wrappers): build a model, step a window, solve a
+power map. Stateless: the temperature field and DVFS levels travel in ``ThermalState`` (float32 little-endian, K,
+model node order, base64), so replaying a window with the same input gives the same output.
+
+Window step (ARCHITECTURE §5.4): power from the window's events at the previous window's temperatures and DVFS
+levels, then ``window_ms`` of transient at constant power (TR-BDF2, ``ceil(window_ms / max_substep_ms)`` sub-steps,
+services/thermal/solvers.py), then the DVFS decision for the NEXT window and the refresh report at the new
+temperatures.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+
+import numpy as np
+
+from services.thermal import solvers
+from services.thermal.dvfs import (
+    busy_fraction,
+    dvfs_step,
+    freq_volt,
+    refresh_mhz,
+    refresh_multiplier,
+    trefi_us,
+)
+from services.thermal.model import KELVIN, StackModel, get_model
+from services.thermal.power import compute_power_from_events
+from shared.configs import ArchConfig
+from shared.contracts.events import ComputeEvents, MemoryEvents
+from shared.contracts.thermal import (
+    ModelInfo,
+    PowerBreakdown,
+    RefreshReport,
+    SolveResult,
+    StepResult,
+    ThermalSnapshot,
+    ThermalState,
+)
+from shared.errors import BadInput, Conflict
+
+
+def model_info(arch: ArchConfig) -> ModelInfo:
+    return ModelInfo.model_validate(get_model(arch).summary())
+
+
+def encode_field(T: np.ndarray) -> str:
+    return base64.b64encode(np.asarray(T, dtype="<f4").tobytes()).decode("ascii")
+
+
+def decode_field(b64: str | None, model: StackModel) -> np.ndarray:
+    n = model.net.n_nodes
+    if b64 is None:
+        return np.full(n, model.net.ambient)
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except ValueError:
+        raise BadInput("state.field_b64 is not valid base64", field="state.field_b64") from None
+    if len(raw) != 4 * n:
+        raise BadInput(f"state.field_b64 holds {len(raw) // 4} temperatures but model {model.key} has {n} nodes",
+                       field="state.field_b64")
+    T = np.frombuffer(raw, dtype="<f4").astype(np.float64)
+    if not np.all(np.isfinite(T)) or np.any(T <= 0):
+        raise BadInput("state.field_b64 holds non-finite or non-positive temperatures", field="state.field_b64")
+    return T
+
+
+def substeps(window_ms: float, arch: ArchConfig) -> int:
+    return max(1, math.ceil(window_ms / arch.thermal.max_substep_ms - 1e-9))
+
+
+def _layer_stats(model: StackModel, T: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:
+    L, nrc = model.net.n_layers, model.net.rows * model.net.cols
+    cells = T[:model.net.n_cells].reshape(L, nrc) - KELVIN
+    peak = {name: float(cells[i].max()) for i, name in enumerate(model.layer_names)}
+    mean = {name: float(cells[i].mean()) for i, name in enumerate(model.layer_names)}
+    return peak, mean
+
+
+def _refresh_report(model: StackModel, T: np.ndarray) -> RefreshReport:
+    arch = model.arch
+    if not model.dram_layers:
+        return RefreshReport()
+    bank_c = model.bank_temps(T) - KELVIN  # (dies, banks)
+    layer_peak = bank_c.max(axis=1)
+    vault_c = model.vault_temps(T) - KELVIN  # (cores, dies)
+    vault_busy = busy_fraction(vault_c, arch.refresh).mean(axis=1)
+    return RefreshReport(
+        multiplier=[float(x) for x in refresh_multiplier(layer_peak, arch.refresh)],
+        trefi_us=[float(x) for x in trefi_us(layer_peak, arch.refresh)],
+        busy_fraction=[float(x) for x in busy_fraction(layer_peak, arch.refresh)],
+        refresh_mhz=refresh_mhz(bank_c, arch.refresh),
+        bw_eff_factor=float(np.mean(1.0 - vault_busy)),
+    )
+
+
+def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: ThermalState | None,
+                 compute: ComputeEvents, memory: MemoryEvents) -> StepResult:
+    """One window: events -> power -> temperatures, DVFS levels for the next window, refresh report."""
+    if window < 0:
+        raise BadInput("window must be >= 0", field="window")
+    if not (math.isfinite(window_ms) and window_ms > 0):
+        raise BadInput("window_ms must be > 0", field="window_ms")
+    model = get_model(arch)
+    n_cores = model.n_cores
+    if state is not None and state.window != window - 1:
+        raise Conflict(f"state is after window {state.window}; window {window} needs the state after window "
+                       f"{window - 1}", field="state.window")
+    T0 = decode_field(state.field_b64 if state else None, model)
+    levels = np.zeros(n_cores, dtype=int)
+    if state is not None and state.dvfs_level:
+        if len(state.dvfs_level) != n_cores:
+            raise BadInput(f"state.dvfs_level has {len(state.dvfs_level)} entries for {n_cores} cores",
+                           field="state.dvfs_level")
+        levels = np.asarray(state.dvfs_level, dtype=int)
+    freq, _ = freq_volt(levels, arch)
+    power = compute_power_from_events(
+        compute, memory, arch, core_temp_c=model.core_temps(T0) - KELVIN,
+        bank_temp_c=model.bank_temps(T0) - KELVIN, freq_ghz=freq, window_s=window_ms * 1e-3)
+    P = model.node_power(power.core_w, power.bank_w)
+    T1 = solvers.step(model.solver, T0, P, window_ms * 1e-3, substeps(window_ms, arch))
+    # what the next window starts from is the float32 state: decide on exactly that
+    T1 = np.asarray(T1, dtype="<f4").astype(np.float64)
+    core_c = model.core_temps(T1) - KELVIN
+    next_levels = dvfs_step(core_c, levels, arch)
+    next_freq, _ = freq_volt(next_levels, arch)
+    peak, mean = _layer_stats(model, T1)
+    snap = ThermalSnapshot(
+        window=window,
+        temps_core_c=[float(x) for x in core_c],
+        temps_core_max_c=[float(x) for x in model.core_max_temps(T1) - KELVIN],
+        temps_bank_c=(model.vault_temps(T1) - KELVIN).tolist(),
+        peak_c=peak,
+        mean_c=mean,
+        power_w=power.breakdown,
+        power_core_w=[float(x) for x in power.core_w],
+        freq_ghz=[float(x) for x in next_freq],
+        refresh=_refresh_report(model, T1),
+    )
+    new_state = ThermalState(
+        t_ns=(state.t_ns if state else 0) + round(window_ms * 1e6),
+        field_b64=encode_field(T1),
+        dvfs_level=[int(x) for x in next_levels],
+        window=window,
+    )
+    return StepResult(state=new_state, snapshot=snap)
+
+
+def solve_power_map(arch: ArchConfig, core_w: list[float], bank_w: list[list[float]] | None = None, *,
+                    mode: str = "steady", duration_ms: float = 0.0, state: ThermalState | None = None) -> SolveResult:
+    """One-off solve of a power map: ``core_w`` (cores,) W in the logic layer, ``bank_w`` (DRAM dies, banks per
+    die) W. ``steady``: the steady state. ``transient``: ``duration_ms`` from ``state`` (ambient when None)."""
+    model = get_model(arch)
+    cw = np.asarray(core_w, dtype=float)
+    if cw.shape != (model.n_cores,):
+        raise BadInput(f"core_w needs {model.n_cores} values, got {cw.size}", field="core_w")
+    nd, nb = len(model.dram_layers), model.n_banks_per_layer
+    bw = np.zeros((nd, nb)) if bank_w is None else np.asarray(bank_w, dtype=float)
+    if bw.shape != (nd, nb):
+        raise BadInput(f"bank_w must be {nd} x {nb} (DRAM dies x banks per die)", field="bank_w")
+    for name, arr in (("core_w", cw), ("bank_w", bw)):
+        bad = np.flatnonzero(~np.isfinite(arr.ravel()) | (arr.ravel() < 0))
+        if bad.size:
+            raise BadInput(f"{name}[{bad[0]}] must be a finite power >= 0 W", field=f"{name}[{bad[0]}]")
+    P = model.node_power(cw, bw)
+    if mode == "steady":
+        T = solvers.steady(model.solver, P)
+        out_state = None
+    elif mode == "transient":
+        if not (math.isfinite(duration_ms) and duration_ms > 0):
+            raise BadInput("duration_ms must be > 0 for a transient solve", field="duration_ms")
+        T0 = decode_field(state.field_b64 if state else None, model)
+        T = solvers.step(model.solver, T0, P, duration_ms * 1e-3, substeps(duration_ms, arch))
+        out_state = ThermalState(t_ns=(state.t_ns if state else 0) + round(duration_ms * 1e6),
+                                 field_b64=encode_field(T), dvfs_level=list(state.dvfs_level) if state else [],
+                                 window=state.window if state else -1)
+    else:
+        raise BadInput(f"mode must be 'steady' or 'transient', got {mode!r}", field="mode")
+    peak, mean = _layer_stats(model, T)
+    return SolveResult(model=model.key, mode=mode, temps_core_c=[float(x) for x in model.core_temps(T) - KELVIN],
+                       temps_bank_c=(model.vault_temps(T) - KELVIN).tolist(), peak_c=peak, mean_c=mean,
+                       state=out_state)
+
+
+__all__ = ["PowerBreakdown", "model_info", "solve_power_map", "thermal_step"]

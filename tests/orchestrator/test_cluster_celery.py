@@ -1,0 +1,159 @@
+"""Cluster mode with a real Celery worker (Redis broker, PostgreSQL run state): the same experiment gives byte-identical
+files to embedded mode, and a worker killed with -9 mid-scenario is replaced by a new one that finishes the run.
+
+The worker reaches the compute services in-process (``TASMOE_WORKER_SERVICES=tests.orchestrator.fakes:build_apps``)
+so these tests exercise Celery, the broker, leases and the database, not the simulation."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+from services.orchestrator import repository as repo
+from services.orchestrator.celery_app import CeleryDispatcher
+from services.orchestrator.models import RunStatus, ScenarioRun, WindowRecord
+from services.orchestrator.service import create_experiment, resolve_spec
+from services.orchestrator.settings import OrchestratorSettings
+from services.orchestrator.window_loop import run_scenario
+from shared.client import ServiceClients
+from shared.settings import Settings
+from tests.conftest import CONFIGS, REPO
+from tests.orchestrator import fakes
+from tests.orchestrator.conftest import Db, sqlite_db
+from tests.orchestrator.test_window_loop import small_request
+
+pytestmark = [pytest.mark.slow, pytest.mark.services]
+
+
+def _pg_url(db: Db) -> str:
+    return f"{db.url}?options=-csearch_path%3D{db.schema}"
+
+
+@pytest.fixture()
+def queue(redis_url: str) -> Iterator[str]:
+    name = f"tasmoe-test-{uuid.uuid4().hex[:8]}"
+    yield name
+    redis.Redis.from_url(redis_url).delete(name)
+
+
+def _worker(db: Db, redis_url: str, queue: str, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "TASMOE_DATABASE_URL": _pg_url(db), "TASMOE_REDIS_URL": redis_url,
+           "TASMOE_CELERY_QUEUE": queue, "TASMOE_WORKER_SERVICES": "tests.orchestrator.fakes:build_apps",
+           "TASMOE_LEASE_S": "1", "TASMOE_LOG_LEVEL": "WARNING", "TASMOE_MODE": "cluster"}
+    cmd = [sys.executable, "-m", "celery", "-A", "services.orchestrator.celery_app", "worker", "-Q", queue,
+           "--concurrency", "1", "-n", f"{queue}-{uuid.uuid4().hex[:4]}@%h", "--without-gossip", "--without-mingle",
+           "--loglevel", "WARNING"]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _stop(p: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    if p.poll() is None:
+        os.killpg(p.pid, sig)
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
+
+
+def _wait_run(db: Db, run_id: str, pred: Any, timeout: float, log: Path) -> ScenarioRun:
+    deadline = time.monotonic() + timeout
+    while True:
+        with db.sessions() as s:
+            run = s.get(ScenarioRun, run_id)
+            assert run is not None
+            if pred(run):
+                return run
+        assert time.monotonic() < deadline, f"run {run_id} stuck; worker log:\n{log.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != "run.log"}
+
+
+def _spec(steps: int, scenarios: list[str]) -> Any:
+    req = small_request(scenarios=scenarios, plots=False)
+    wl = req.workload.model_copy(update={"sequence": req.workload.sequence.model_copy(  # type: ignore[union-attr]
+        update={"steps": steps})})
+    return resolve_spec(req.model_copy(update={"workload": wl}), configs_dir=CONFIGS)
+
+
+def test_embedded_and_cluster_give_identical_files(pg: Db, redis_url: str, queue: str, settings: Settings,
+                                                   tmp_path: Path) -> None:
+    spec = _spec(24, ["baseline", "tas"])
+    # embedded: SQLite, in-process pool
+    (tmp_path / "emb").mkdir()
+    emb_db = next(sqlite_db(tmp_path / "emb"))
+    emb_id, _ = create_experiment(sessions=emb_db.sessions, spec=spec, settings=settings, out_dir=tmp_path / "e")
+    clients = ServiceClients(settings, asgi_apps=fakes.build_apps(settings))
+    for sc in spec.scenarios:
+        assert run_scenario(repo.run_id_for(emb_id, sc), clients, emb_db.sessions).status == "succeeded"
+    clients.close()
+    # cluster: PostgreSQL, Celery worker, Redis broker
+    osettings = OrchestratorSettings(redis_url=redis_url, celery_queue=queue, results_dir=settings.results_dir)
+    exp_id, _ = create_experiment(sessions=pg.sessions, spec=spec, settings=settings, out_dir=tmp_path / "c")
+    worker = _worker(pg, redis_url, queue, tmp_path / "worker.log")
+    try:
+        disp = CeleryDispatcher(osettings, pg.sessions)
+        disp.submit_experiment(exp_id)
+        for sc in spec.scenarios:
+            run = _wait_run(pg, repo.run_id_for(exp_id, sc), lambda r: r.status not in
+                            {RunStatus.queued, RunStatus.running}, 180, tmp_path / "worker.log")
+            assert run.status == RunStatus.succeeded, run.error
+        disp.shutdown()
+    finally:
+        _stop(worker)
+    for sub in ("runs", "baseline", "tas"):
+        assert _tree(tmp_path / "c" / sub) == _tree(tmp_path / "e" / sub)
+
+
+def test_kill_9_celery_worker_new_worker_finishes(pg: Db, redis_url: str, queue: str, settings: Settings,
+                                                  tmp_path: Path) -> None:
+    spec = _spec(90, ["tas"])
+    ref_id, _ = create_experiment(sessions=pg.sessions, spec=spec, settings=settings, out_dir=tmp_path / "ref")
+    clients = ServiceClients(settings, asgi_apps=fakes.build_apps(settings))
+    assert run_scenario(repo.run_id_for(ref_id, "tas"), clients, pg.sessions).status == "succeeded"
+    clients.close()
+
+    osettings = OrchestratorSettings(redis_url=redis_url, celery_queue=queue)
+    exp_id, _ = create_experiment(sessions=pg.sessions, spec=spec, settings=settings, out_dir=tmp_path / "crash")
+    run_id = repo.run_id_for(exp_id, "tas")
+    w1 = _worker(pg, redis_url, queue, tmp_path / "w1.log")
+    try:
+        CeleryDispatcher(osettings, pg.sessions).submit_experiment(exp_id)
+        _wait_run(pg, run_id, lambda r: r.next_window >= 5, 120, tmp_path / "w1.log")
+        _stop(w1, signal.SIGKILL)  # the whole worker (main process and its pool child)
+    finally:
+        _stop(w1, signal.SIGKILL)
+    with pg.sessions() as s:
+        run = s.get(ScenarioRun, run_id)
+        assert run is not None and run.status == RunStatus.running and run.next_window < 30
+        killed_at = run.next_window
+    w2 = _worker(pg, redis_url, queue, tmp_path / "w2.log")  # its reaper re-enqueues the expired run
+    try:
+        run = _wait_run(pg, run_id, lambda r: r.status != RunStatus.running, 180, tmp_path / "w2.log")
+    finally:
+        _stop(w2)
+    assert run.status == RunStatus.succeeded, run.error
+    with pg.sessions() as s:
+        rows = list(s.execute(sa.select(WindowRecord.window, WindowRecord.worker)
+                              .where(WindowRecord.run_id == run_id).order_by(WindowRecord.window)))
+    assert [w for w, _ in rows] == list(range(30))
+    owners = [o for _, o in rows]
+    assert owners[0] != owners[-1] and len(set(owners[killed_at:])) == 1
+    for sub in ("runs", "tas"):
+        assert _tree(tmp_path / "crash" / sub) == _tree(tmp_path / "ref" / sub)

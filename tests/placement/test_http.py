@@ -1,0 +1,131 @@
+"""HTTP wiring of the placement service (TestClient on create_app): status codes, bodies, 422 naming the field."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from services.placement.app import create_app
+from services.placement.geometry import synthetic_diffusion_kernel
+from shared.settings import Settings
+from tests.placement.conftest import zipf_loads
+from tests.placement.tacs_helpers import placement_from, window
+
+SMALL_ARCH: dict[str, Any] = {
+    "mesh": {"cores": [3, 3]},
+    "dram": {"banks": [6, 6, 2]},
+    "geometry": {"stack": [
+        {"name": "logic", "kind": "logic", "thickness_um": 50, "k_wmk": 120},
+        {"name": "dram", "kind": "dram", "thickness_um": 50, "k_wmk": 2, "count": 2},
+        {"name": "tim", "kind": "tim", "thickness_um": 20, "k_wmk": 5}]},
+}
+
+
+@pytest.fixture()
+def client(settings: Settings) -> TestClient:
+    return TestClient(create_app(settings))
+
+
+def _err(r: Any) -> dict[str, Any]:
+    body: dict[str, Any] = r.json()["error"]
+    return body
+
+
+def test_heuristic_placement_is_synchronous(client: TestClient) -> None:
+    H = synthetic_diffusion_kernel(8, 8).tolist()
+    r = client.post("/v1/placements", json={"method": "heuristic", "expert_load": zipf_loads(4, 8), "H": H})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert len(body["experts"]) == 32 and body["meta"]["method"] == "heuristic"
+    assert body["meta"]["predicted_peak_c"] == max(body["meta"]["predicted_core_temps_c"])
+    assert body["tensors"]["W_L0E0_0"]["dram_bank"].startswith("B(")
+
+
+def test_default_placement(client: TestClient) -> None:
+    r = client.post("/v1/placements", json={"method": "default", "expert_load": [[1.0] * 8] * 2,
+                                            "moe_layers": [1, 2]})
+    assert r.status_code == 200, r.text
+    assert r.json()["experts"]["L2E7"]["cores"] == [15]
+
+
+def test_milp_is_a_job(client: TestClient) -> None:
+    H = synthetic_diffusion_kernel(3, 3).tolist()
+    r = client.post("/v1/placements", json={"method": "milp", "arch": SMALL_ARCH, "expert_load": zipf_loads(2, 4),
+                                            "H": H, "expert_bytes": 1 << 20})
+    assert r.status_code == 202, r.text
+    job_id = r.json()["job_id"]
+    for _ in range(300):
+        st = client.get(f"/v1/placement-jobs/{job_id}").json()
+        if st["status"] in {"done", "failed"}:
+            break
+        time.sleep(0.05)
+    assert st["status"] == "done", st
+    assert st["result"]["meta"]["method"] == "milp" and st["result"]["meta"]["optimality_gap"] is not None
+    assert client.get("/v1/placement-jobs/nope").status_code == 404
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"expert_load": [[1.0, 2.0], [1.0]]}, "expert_load[1]"),
+    ({"expert_load": [[1.0, -2.0]]}, "expert_load[0][1]"),
+    ({"expert_load": [[1.0, 2.0]], "H": [[1.0]]}, "H"),
+    ({"expert_load": [[1.0, 2.0]], "method": "simplex"}, "method"),
+    ({}, "expert_load"),
+])
+def test_placement_bad_input_is_422_naming_the_field(client: TestClient, body: dict[str, Any], field: str) -> None:
+    r = client.post("/v1/placements", json=body)
+    assert r.status_code == 422, r.text
+    assert _err(r)["field"] == field
+
+
+def test_tacs_step_round_trip(client: TestClient) -> None:
+    from services.placement.geometry import ChipGeometry
+    from shared.configs import ArchConfig
+
+    arch = ArchConfig()
+    cores = {f"L0E{e}": [27] for e in range(8)}
+    watts = {eid: 3.0 for eid in cores}
+    plc = placement_from(arch, cores)
+    H = synthetic_diffusion_kernel(8, 8)
+    p = np.zeros(64)
+    p[27] = 24.0
+    T = (H @ p + 45.0).tolist()
+    req = {"telemetry": {"temps_core": T, "util_core": [0.5] * 64, "noc_load": 0.1},
+           "placement": plc.model_dump(mode="json"), "H": H.tolist(),
+           "pending": window(6, watts).model_dump(mode="json"), "now_ns": 18_000_000}
+    r = client.post("/v1/tacs/step", json=req)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert len(body["smoothed"]) == 64
+    assert "expert" in body["overlays"]["migrate"]["obj_type"]
+    moved = next(iter(body["state"]["experts"]))
+    assert body["state"]["experts"][moved]["prev_cores"] == [27]
+    assert ChipGeometry.of(arch).n_cores == 64
+
+
+def test_tacs_step_bad_core_is_422(client: TestClient) -> None:
+    from shared.configs import ArchConfig
+
+    plc = placement_from(ArchConfig(), {"L0E0": [0]}).model_dump(mode="json")
+    plc["experts"]["L0E0"]["cores"] = [64]
+    r = client.post("/v1/tacs/step", json={"telemetry": {"temps_core": [50.0] * 64}, "placement": plc})
+    assert r.status_code == 422
+    assert _err(r)["field"] == "placement.experts.L0E0.cores"
+    r = client.post("/v1/tacs/step", json={"telemetry": {"temps_core": [50.0] * 5},
+                                           "placement": placement_from(ArchConfig(), {"L0E0": [0]}).model_dump()})
+    assert r.status_code == 422 and _err(r)["field"] == "telemetry.temps_core"
+
+
+def test_balance_endpoint(client: TestClient) -> None:
+    r = client.post("/v1/balance", json={"loads": [[3.0, 1.0, 1.0, 1.0]], "cores": 2, "slots": 4})
+    assert r.status_code == 200, r.text
+    lay = r.json()["layers"][0]
+    assert lay["max_over_mean"] == pytest.approx(1.0) and lay["gap"] == pytest.approx(0.0)
+    for body, field in (({"loads": [[1.0, 2.0, 3.0]], "slots": 2}, "slots"),
+                        ({"loads": [[1.0, -1.0]], "slots": 2}, "loads[0][1]"),
+                        ({"loads": [[1.0, 1.0], [1.0]], "slots": 2}, "loads[1]")):
+        r = client.post("/v1/balance", json=body)
+        assert r.status_code == 422 and _err(r)["field"] == field, r.text

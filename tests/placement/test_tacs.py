@@ -1,0 +1,255 @@
+"""TACS: hot spot spreading, replica-state invariants under adversarial telemetry, monotonicity in Thot and μ,
+overlay format, bad input. Thermal response is a synthetic kernel (``synthetic_diffusion_kernel``), stated per test."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from services.placement.geometry import ChipGeometry, hops_matrix, synthetic_diffusion_kernel
+from services.placement.tacs import ACT_BYTES_PER_TOKEN, replica_state_from_placement, tacs_step
+from shared.configs import ArchConfig, TasParams
+from shared.configs.tas import TacsParams
+from shared.contracts.placement import Overlays, ReplicaState, Telemetry
+from shared.errors import BadInput
+from tests.placement.conftest import small_arch
+from tests.placement.tacs_helpers import cores_now, placement_from, temps, window
+
+ARCH4 = small_arch(4, 4, (8, 8, 2))
+H4 = synthetic_diffusion_kernel(4, 4, self_kw=2.0, length=1.0, base_kw=0.05)
+
+
+def test_hot_spot_is_spread_out(arch: ArchConfig, tas: TasParams, kernel64: np.ndarray) -> None:
+    """All 16 experts on core 27 (synthetic kernel): TACS moves them out, the peak falls window after window."""
+    cores = {f"L0E{e}": [27] for e in range(16)}
+    watts = {eid: 2.0 for eid in cores}
+    plc = placement_from(arch, cores)
+    state = ReplicaState()
+    smoothed = None
+    peaks = []
+    for k in range(20):
+        T = temps(kernel64, cores_now(plc, state), watts)
+        peaks.append(T.max())
+        tele = Telemetry(temps_core=T.tolist(), util_core=[0.5] * 64, noc_load=0.1, ts_ns=k * 3_000_000)
+        ov, state, smoothed = tacs_step(tele, plc, state, tas.tacs, arch, kernel64, window(k + 1, watts), smoothed,
+                                        (k + 1) * 3_000_000)
+        assert ov.migrate.obj_type.count("expert") <= tas.tacs.max_parallel_migrations
+    final = cores_now(plc, state)
+    assert peaks[0] > 100 and peaks[-1] < peaks[0] - 25
+    assert peaks[-1] <= tas.tacs.thresholds.Thot + 1.0  # spread until the hottest core is about Thot
+    assert len({c for cs in final.values() for c in cs}) >= 5
+    assert all(b <= a + 1e-9 for a, b in itertools.pairwise(peaks))
+
+
+def test_overlay_rows_follow_the_seed_schema(arch: ArchConfig, tas: TasParams, kernel64: np.ndarray) -> None:
+    cores = {f"L0E{e}": [27] for e in range(8)}
+    watts = {eid: 3.0 for eid in cores}
+    plc = placement_from(arch, cores)
+    T = temps(kernel64, cores, watts)
+    pend = window(5, watts)
+    ov, state, sm = tacs_step(Telemetry(temps_core=T.tolist()), plc, ReplicaState(), tas.tacs, arch, kernel64, pend,
+                              None, 15_000_000)
+    assert len(ov.migrate) >= 2 and len(ov.reroute) >= 1
+    assert set(ov.migrate.t_apply_ns) == {pend.t0_ns} and set(ov.reroute.t_apply_ns) == {pend.t0_ns}
+    geom = ChipGeometry.of(arch)
+    for typ, oid, src, dst, size in zip(ov.migrate.obj_type, ov.migrate.obj_id, ov.migrate.src, ov.migrate.dst,
+                                        ov.migrate.size_bytes, strict=True):
+        if typ == "weight":
+            assert oid.startswith("W_L0E") and size == 32 << 20
+            assert geom.bank_core_slot(src)[0] == 27
+            moved_to = state.experts[oid[2:oid.rindex("_")]].cores[0]
+            assert geom.bank_core_slot(dst)[0] == moved_to
+        else:
+            assert typ == "expert" and src == "27" and int(dst) == state.experts[oid].cores[0]
+    for scope, fr, mbj, eid in zip(ov.reroute.scope, ov.reroute.from_core, ov.reroute.mb_ids_json,
+                                   ov.reroute.expert_id, strict=True):
+        assert scope == "mb" and fr == 27 and json.loads(mbj) == [10, 11] and eid.startswith("L0E")
+    ent = next(iter(state.experts.values()))
+    assert ent.ts_created_ns == pend.t0_ns and ent.last_change_ns == pend.t0_ns and ent.prev_cores == [27]
+    assert sm == pytest.approx(T.tolist())  # first call: smoothing starts at the raw value
+
+
+def test_smoothing_is_exponential(tas: TasParams) -> None:
+    plc = placement_from(ARCH4, {"L0E0": [0]})
+    prev = [50.0] * 16
+    tele = Telemetry(temps_core=[70.0] * 16)
+    _, _, sm = tacs_step(tele, plc, ReplicaState(), tas.tacs, ARCH4, H4, None, prev, 0)
+    a = tas.tacs.smoothing_alpha
+    assert sm == pytest.approx([a * 70 + (1 - a) * 50] * 16)
+
+
+def _mixed_placement() -> tuple[dict[str, list[int]], dict[str, float]]:
+    cores = {f"L0E{e}": [e % 16] for e in range(12)}
+    cores.update({f"L1E{e}": [e % 16, (e + 5) % 16] for e in range(4)})
+    cores.update({f"L2E{e}": [5] for e in range(4)})  # a crowded core
+    watts = {eid: 1.0 + (i % 5) for i, eid in enumerate(sorted(cores))}
+    return cores, watts
+
+
+temps_st = st.lists(st.floats(min_value=40.0, max_value=110.0), min_size=16, max_size=16)
+utils_st = st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=16, max_size=16)
+
+
+def _check_invariants(params: TacsParams, seq: list[tuple[list[float], list[float], float]]) -> int:
+    """Run TACS over ``seq`` (temps, utils, noc load per window) and assert the replica-state invariants; returns the
+    number of migrations seen."""
+    cores, watts = _mixed_placement()
+    plc = placement_from(ARCH4, cores)
+    state = replica_state_from_placement(plc, 0)
+    smoothed = None
+    history: dict[str, list[tuple[int, list[int], list[int]]]] = {}
+    for k, (t, u, noc) in enumerate(seq):
+        pend = window(k + 1, watts)
+        ov, new, smoothed = tacs_step(Telemetry(temps_core=t, util_core=u, noc_load=noc, ts_ns=k * 3_000_000), plc,
+                                      state, params, ARCH4, H4, pend, smoothed, pend.t0_ns)
+        assert set(ov.migrate.t_apply_ns) <= {pend.t0_ns} and set(ov.reroute.t_apply_ns) <= {pend.t0_ns}
+        moved = [eid for eid in new.experts if new.experts[eid] != state.experts.get(eid)]
+        assert len(moved) == ov.migrate.obj_type.count("expert") <= params.max_parallel_migrations
+        if noc > params.noc_guard:
+            assert not moved  # NoC congestion guard
+        for eid in moved:
+            old, ent = state.experts[eid], new.experts[eid]
+            history.setdefault(eid, []).append((pend.t0_ns, old.cores, ent.cores))
+            assert ent.ts_created_ns == ent.last_change_ns == pend.t0_ns and ent.prev_cores == old.cores
+        state = new
+    for changes in history.values():
+        for (t0, from0, to0), (t1, from1, to1) in itertools.pairwise(changes):
+            assert t1 - t0 >= params.min_residency_ms * 1e6  # minimum residency
+            assert from1 == to0
+            if set(to1) & set(from0):  # moved back where it came from: only after the undo cool-down
+                assert t1 - t0 >= params.undo_cooldown_ms * 1e6
+    return sum(len(c) for c in history.values())
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seq=st.lists(st.tuples(temps_st, utils_st, st.floats(min_value=0.0, max_value=1.0)), min_size=4,
+                    max_size=14))
+def test_replica_state_invariants(tas: TasParams, seq: list[tuple[list[float], list[float], float]]) -> None:
+    """Adversarial telemetry (hypothesis): min residency and the undo cool-down always hold; never more than
+    max_parallel_migrations moves per window; the NoC guard holds; overlays only for the next window."""
+    params = tas.tacs.model_copy(update={"min_residency_ms": 7.0, "undo_cooldown_ms": 13.0})
+    _check_invariants(params, seq)
+
+
+def test_replica_state_invariants_flip_flop(tas: TasParams) -> None:
+    """Deterministic adversary: the hot side of the chip flips every window, tempting experts to bounce back."""
+    params = tas.tacs.model_copy(update={"min_residency_ms": 7.0, "undo_cooldown_ms": 13.0})
+    left = [100.0 if c % 4 < 2 else 50.0 for c in range(16)]
+    right = [150.0 - t for t in left]
+    seq = [(left if k % 2 == 0 else right, [0.5] * 16, 0.1) for k in range(30)]
+    assert _check_invariants(params, seq) >= 10
+
+
+def _run(params: TacsParams, t: list[float], u: list[float], noc: float) -> tuple[Overlays, ReplicaState]:
+    cores, watts = _mixed_placement()
+    plc = placement_from(ARCH4, cores)
+    ov, st_, _ = tacs_step(Telemetry(temps_core=t, util_core=u, noc_load=noc), plc, ReplicaState(), params, ARCH4,
+                           H4, window(9, watts), None, 27_000_000)
+    return ov, st_
+
+
+def _noc_bytes_hops(ov: Overlays) -> float:
+    """Bytes × hops the overlays add to the NoC: weight moves plus rerouted activations (8 tokens x 2 mbs / 2
+    replicas in the scenario)."""
+    geom = ChipGeometry.of(ARCH4)
+    h = hops_matrix(4, 4)
+    total = 0.0
+    for typ, src, dst, size in zip(ov.migrate.obj_type, ov.migrate.src, ov.migrate.dst, ov.migrate.size_bytes,
+                                   strict=True):
+        if typ == "weight":
+            total += size * h[geom.bank_core_slot(src)[0], geom.bank_core_slot(dst)[0]]
+    for reason, fr, to in zip(ov.reroute.reason, ov.reroute.from_core, ov.reroute.to_core, strict=True):
+        if reason != "migrate":
+            total += 16 / 2 * ACT_BYTES_PER_TOKEN * 2 * h[fr, to]
+    return total
+
+
+THOTS = (70.0, 78.0, 82.0, 86.0, 89.5)
+MUS = (0.0, 0.5, 2.0, 8.0, 64.0, 1000.0)
+warm_st = st.lists(st.floats(min_value=55.0, max_value=100.0), min_size=16, max_size=16)
+util_mid_st = st.lists(st.floats(min_value=0.0, max_value=0.8), min_size=16, max_size=16)
+
+
+def _counts_over_thot(tas: TasParams, t: list[float], u: list[float], noc: float) -> list[tuple[int, int]]:
+    out = []
+    for thot in THOTS:
+        params = tas.tacs.model_copy(update={"thresholds": tas.tacs.thresholds.model_copy(update={"Thot": thot})})
+        ov, _ = _run(params, t, u, noc)
+        out.append((ov.migrate.obj_type.count("expert"), len(ov.reroute)))
+    return out
+
+
+def _noc_over_mu(tas: TasParams, t: list[float], u: list[float], noc: float, lam: float, eta: float) -> list[float]:
+    out = []
+    for mu in MUS:
+        cost = tas.tacs.cost.model_copy(update={"mu_noc": mu, "lambda_hops": lam, "eta_temp": eta})
+        ov, _ = _run(tas.tacs.model_copy(update={"cost": cost}), t, u, noc)
+        out.append(_noc_bytes_hops(ov))
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(t=warm_st, u=util_mid_st, noc=st.floats(min_value=0.0, max_value=0.7))
+def test_raising_thot_never_increases_migrations(tas: TasParams, t: list[float], u: list[float], noc: float) -> None:
+    counts = _counts_over_thot(tas, t, u, noc)
+    migrations = [m for m, _ in counts]
+    actions = [m + r for m, r in counts]
+    assert all(b <= a for a, b in itertools.pairwise(migrations)), counts
+    assert all(b <= a for a, b in itertools.pairwise(actions)), counts
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(t=warm_st, u=util_mid_st, noc=st.floats(min_value=0.0, max_value=0.7),
+       weights=st.sampled_from([(1.0, 1.5), (0.0, 0.0), (0.0, 1.5), (1.0, 0.0)]))
+def test_raising_mu_never_increases_added_noc_load(tas: TasParams, t: list[float], u: list[float], noc: float,
+                                                   weights: tuple[float, float]) -> None:
+    loads = _noc_over_mu(tas, t, u, noc, *weights)
+    assert all(b <= a + 1e-6 for a, b in itertools.pairwise(loads)), loads
+
+
+def test_monotonicity_tests_are_not_vacuous(tas: TasParams) -> None:
+    """On seeded random scenarios, raising Thot does remove actions and raising μ does cut NoC traffic sometimes."""
+    rng = np.random.default_rng(7)
+    thot_drops = mu_drops = 0
+    for _ in range(12):
+        t = rng.uniform(55, 100, 16).tolist()
+        u = rng.uniform(0, 0.8, 16).tolist()
+        counts = _counts_over_thot(tas, t, u, 0.2)
+        thot_drops += counts[-1] < counts[0]
+        loads = _noc_over_mu(tas, t, u, 0.2, 0.0, 0.0)
+        mu_drops += loads[-1] < loads[0]
+    assert thot_drops >= 2 and mu_drops >= 2
+
+
+def test_cool_chip_does_nothing(tas: TasParams) -> None:
+    cores, watts = _mixed_placement()
+    plc = placement_from(ARCH4, cores)
+    ov, st_, _ = tacs_step(Telemetry(temps_core=[60.0] * 16, util_core=[0.3] * 16), plc, ReplicaState(), tas.tacs,
+                           ARCH4, H4, window(1, watts), None, 0)
+    assert ov.is_empty() and st_.experts == {}
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda d: d.update(temps_core=[50.0] * 3), "telemetry.temps_core"),
+    (lambda d: d.update(util_core=[0.5] * 3), "telemetry.util_core"),
+])
+def test_bad_telemetry_names_the_field(tas: TasParams, mutate: object, field: str) -> None:
+    plc = placement_from(ARCH4, {"L0E0": [0]})
+    d: dict[str, object] = {"temps_core": [50.0] * 16}
+    mutate(d)  # type: ignore[operator]
+    with pytest.raises(BadInput) as ei:
+        tacs_step(Telemetry.model_validate(d), plc, ReplicaState(), tas.tacs, ARCH4, H4, None, None, 0)
+    assert ei.value.field == field
+
+
+def test_core_outside_mesh_names_the_field(tas: TasParams) -> None:
+    plc = placement_from(ARCH4, {"L0E0": [0]})
+    plc.experts["L0E1"] = plc.experts["L0E0"].model_copy(update={"cores": [99]})
+    with pytest.raises(BadInput) as ei:
+        tacs_step(Telemetry(temps_core=[50.0] * 16), plc, ReplicaState(), tas.tacs, ARCH4, H4, None, None, 0)
+    assert ei.value.field == "placement.experts.L0E1.cores"

@@ -1,0 +1,196 @@
+"""The thermal service's functions (step, solve, influence) and their HTTP wiring."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from services.thermal.app import create_app
+from services.thermal.hotspot_io import parse_temp_file
+from services.thermal.influence import influence_matrix, influence_vault_matrix
+from services.thermal.model import get_model
+from services.thermal.service import decode_field, solve_power_map, thermal_step
+from shared.configs import ArchConfig
+from shared.contracts.events import ComputeEvents, MemoryEvents
+from shared.contracts.thermal import StepResult, ThermalState
+from shared.errors import Conflict
+from shared.settings import Settings
+from tests.conftest import FIXTURES
+from tests.thermal.conftest import small_arch
+
+
+def _events(hot_core: int, flops: float = 4e9) -> tuple[ComputeEvents, MemoryEvents]:
+    c = ComputeEvents.from_columns({"evt_id": [0, 1], "t_start_ns": [0, 0], "core_id": [hot_core, 0],
+                                    "duration_cycles": [1, 1], "flops": [flops, 1e8], "op": ["mm", "mm"],
+                                    "dvfs_domain": ["all", "all"], "power_hint": [0.0, 0.0]})
+    m = MemoryEvents.from_columns({"evt_id": [2], "t_start_ns": [0], "src_core": [0], "dst_bank": ["B(7,7,1)"],
+                                   "bytes": [1e6], "rw": ["r"], "hops": [6], "noc_qos": ["normal"]})
+    return c, m
+
+
+def test_step_heats_the_busy_core_and_chains_windows(arch_small: ArchConfig) -> None:
+    c, m = _events(5)
+    r0 = thermal_step(arch_small, 0, 3.0, None, c, m)
+    s = r0.snapshot
+    assert len(s.temps_core_c) == 16 and int(np.argmax(s.temps_core_c)) == 5
+    assert len(s.temps_bank_c) == 16 and len(s.temps_bank_c[0]) == 2
+    assert all(mx >= mean - 1e-9 for mx, mean in zip(s.temps_core_max_c, s.temps_core_c, strict=True))
+    assert s.temps_core_max_c[5] > s.temps_core_c[5] + 1e-3
+    assert set(s.peak_c) == {"logic", "dram_1", "dram_2", "tim", "spreader", "sink"}
+    assert s.power_w.logic_dynamic == pytest.approx((4e9 + 1e8) / 2 * 1.5e-12 / 3e-3)
+    assert sum(s.power_core_w) == pytest.approx(s.power_w.logic_dynamic + s.power_w.logic_leakage + s.power_w.noc)
+    assert r0.state.window == 0 and r0.state.t_ns == 3_000_000 and len(r0.state.dvfs_level) == 16
+    r1 = thermal_step(arch_small, 1, 3.0, r0.state, c, m)
+    assert r1.snapshot.temps_core_c[5] > s.temps_core_c[5]  # still heating up
+    with pytest.raises(Conflict):
+        thermal_step(arch_small, 3, 3.0, r1.state, c, m)
+
+
+def test_step_is_idempotent(arch_small: ArchConfig) -> None:
+    c, m = _events(9)
+    r0 = thermal_step(arch_small, 0, 2.0, None, c, m)
+    a = thermal_step(arch_small, 1, 2.0, r0.state, c, m)
+    b = thermal_step(arch_small, 1, 2.0, r0.state, c, m)
+    assert a.model_dump_json() == b.model_dump_json()
+
+
+def test_dvfs_throttles_a_hot_core() -> None:
+    arch = small_arch(grid=[8, 8])
+    c, m = _events(6, flops=4e11)  # ~100 W on one core for 3 ms
+    r = thermal_step(arch, 0, 3.0, None, c, m)
+    hot = r.snapshot.temps_core_c[6]
+    assert hot > 90.0
+    assert r.snapshot.freq_ghz[6] == 1.2 and r.state.dvfs_level[6] == 3
+    assert r.snapshot.freq_ghz[0] == 2.0
+
+
+def test_influence_matrix_predicts_steady_solve(arch_small: ArchConfig) -> None:
+    H = influence_matrix(arch_small)
+    assert H.shape == (16, 16)
+    assert np.allclose(H, H.T, rtol=1e-9, atol=1e-12)  # reciprocity
+    assert np.all(np.diag(H) > H.max(axis=1) - 1e-12) and np.all(H > 0)
+    p = np.random.default_rng(3).random(16)
+    res = solve_power_map(arch_small, p.tolist())
+    amb = arch_small.geometry.cooling.ambient_c
+    assert np.allclose(np.array(res.temps_core_c), H @ p + amb, atol=1e-8)
+    Hv = influence_vault_matrix(arch_small)
+    q = np.random.default_rng(4).random(16) * 0.1
+    bank_w = np.zeros((2, 64))
+    vault = get_model(arch_small).vault_of_bank
+    for j in range(16):
+        bank_w[:, vault == j] = q[j] / (2 * 4)
+    res = solve_power_map(arch_small, [0.0] * 16, bank_w.tolist())
+    assert np.allclose(np.array(res.temps_core_c), Hv @ q + amb, atol=1e-8)
+    assert np.all(np.argmax(Hv, axis=0) == np.arange(16))  # a vault heats its own core most
+
+
+def test_transient_solve_returns_state(arch_small: ArchConfig) -> None:
+    res = solve_power_map(arch_small, [1.0] * 16, mode="transient", duration_ms=5.0)
+    assert res.state is not None
+    T = decode_field(res.state.field_b64, get_model(arch_small))
+    steady = solve_power_map(arch_small, [1.0] * 16)
+    assert arch_small.geometry.cooling.ambient_c < max(res.temps_core_c) < max(steady.temps_core_c)
+    assert T.shape == (get_model(arch_small).net.n_nodes,)
+
+
+# --- HTTP wiring -------------------------------------------------------------------------------------------------
+
+@pytest.fixture()
+def client(settings: Settings) -> TestClient:
+    return TestClient(create_app(settings))
+
+
+def _step_body(arch: ArchConfig, window: int, state: ThermalState | None) -> dict[str, Any]:
+    c, m = _events(5)
+    return {"arch": arch.model_dump(mode="json"), "window": window, "window_ms": 3.0,
+            "state": state.model_dump(mode="json") if state else None,
+            "compute_events": c.model_dump(mode="json"), "memory_events": m.model_dump(mode="json")}
+
+
+def test_http_models_step_influence(client: TestClient, arch_small: ArchConfig) -> None:
+    r = client.post("/v1/models", json={"arch": arch_small.model_dump(mode="json")})
+    assert r.status_code == 200, r.text
+    info = r.json()
+    assert info["model"] == arch_small.content_hash() and info["nodes"] == 6 * 256 + 12
+    r = client.post("/v1/step", json=_step_body(arch_small, 0, None))
+    assert r.status_code == 200, r.text
+    first = StepResult.model_validate(r.json())
+    again = client.post("/v1/step", json=_step_body(arch_small, 0, None))
+    assert again.json() == r.json()
+    r = client.post("/v1/step", json=_step_body(arch_small, 5, first.state))
+    assert r.status_code == 409 and r.json()["error"]["field"] == "state.window"
+    r = client.get(f"/v1/models/{info['model']}/influence")
+    assert r.status_code == 200 and len(r.json()["H"]) == 16 and len(r.json()["H_vault"]) == 16
+    assert client.get("/v1/models/0123456789abcdef/influence").status_code == 404
+    r = client.post("/v1/solve", json={"arch": arch_small.model_dump(mode="json"), "core_w": [1.0] * 16})
+    assert r.status_code == 200 and len(r.json()["temps_core_c"]) == 16
+
+
+def test_http_bad_input_names_field(client: TestClient, arch_small: ArchConfig) -> None:
+    body = _step_body(arch_small, 0, None)
+    body["memory_events"]["dst_bank"] = ["nonsense"]
+    r = client.post("/v1/step", json=body)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "memory_events.dst_bank[0]"
+    r = client.post("/v1/solve", json={"arch": arch_small.model_dump(mode="json"), "core_w": [1.0] * 15 + [-1.0]})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "core_w[15]"
+    body = _step_body(arch_small, 0, None)
+    body["window_ms"] = 0
+    r = client.post("/v1/step", json=body)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "window_ms"
+    body = _step_body(arch_small, 1, ThermalState(window=0, field_b64="AAAA"))
+    r = client.post("/v1/step", json=body)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "state.field_b64"
+
+
+def test_hotspot_export_import_round_trip(client: TestClient) -> None:
+    """Exported files, solved through the `tasmoe hotspot` path, give the hotspot variant of our own model."""
+    arch = small_arch(variant="hotspot")
+    rng = np.random.default_rng(11)
+    core_w = (rng.random(16) * 2).tolist()
+    bank_w = (rng.random((2, 64)) * 0.01).tolist()
+    r = client.post("/v1/hotspot/export", json={"arch": arch.model_dump(mode="json"), "core_w": core_w,
+                                                "bank_w": bank_w})
+    assert r.status_code == 200, r.text
+    files = r.json()["files"]
+    assert {"logic.flp", "dram_0.flp", "dram_1.flp", "tim.flp", "stack.lcf", "power.ptrace",
+            "hotspot.config"} <= set(files)
+    args = ["-c", "hotspot.config", "-f", "logic.flp", "-p", "power.ptrace", "-grid_layer_file", "stack.lcf",
+            "-model_type", "grid", "-steady_file", "out.steady"]
+    r = client.post("/v1/hotspot/import", json={"files": files, "args": args})
+    assert r.status_code == 200, r.text
+    temps = parse_temp_file(r.json()["files"]["out.steady"])
+    ours = solve_power_map(arch, core_w, bank_w)
+    theirs = [temps[f"layer_0_C_{c // 4}_{c % 4}"] - 273.15 for c in range(16)]
+    assert np.abs(np.array(theirs) - np.array(ours.temps_core_c)).max() < 0.006  # files print 2 decimals
+    # an input outside the upload is refused
+    bad = client.post("/v1/hotspot/import", json={"files": files, "args": [*args[:-2], "-init_file", "/etc/hosts"]})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "init_file"
+
+
+def test_hotspot_import_bad_trace_is_422(client: TestClient) -> None:
+    files = {f.name: f.read_text() for f in (FIXTURES / "thermal").iterdir()}
+    files["tiny.ptrace"] = "A\tB\n1.0\t-2.0\n"
+    args = ["-c", "tiny.config", "-grid_layer_file", "tiny.lcf", "-p", "tiny.ptrace", "-steady_file", "o.steady"]
+    r = client.post("/v1/hotspot/import", json={"files": files, "args": args})
+    err = r.json()["error"]
+    assert r.status_code == 422 and err["field"] == "B" and "tiny.ptrace:2" in err["message"]
+
+
+def test_export_runs_a_hotspot_binary_when_asked(client: TestClient, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    body = {"arch": small_arch(variant="hotspot").model_dump(mode="json"), "core_w": [1.0] * 16,
+            "run_hotspot": True}
+    monkeypatch.setenv("PATH", str(tmp_path))
+    r = client.post("/v1/hotspot/export", json=body)
+    assert r.status_code == 502 and "hotspot" in r.json()["error"]["message"]
+    fake = tmp_path / "hotspot"  # stands in for HotSpot: checks its inputs are there, writes a steady file
+    fake.write_text("#!/bin/sh\ntest -f stack.lcf && test -f power.ptrace && "
+                    "printf 'layer_0_C_0_0\\t330.50\\ninode_0\\t320.00\\n' > out.steady\n")
+    fake.chmod(0o755)
+    r = client.post("/v1/hotspot/export", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["hotspot_steady_k"] == {"layer_0_C_0_0": 330.5, "inode_0": 320.0}

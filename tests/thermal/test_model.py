@@ -1,0 +1,166 @@
+"""StackModel from an ArchConfig: spectral fast path vs sparse oracle, and physical sanity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.thermal import solvers
+from services.thermal.model import build_model, get_model
+from services.thermal.network import C_FACTOR
+from services.thermal.spectral import SpectralSolver
+from shared.configs import ArchConfig
+from tests.thermal.conftest import small_arch
+
+
+def _random_power(model_cores: int, dies: int, banks: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.random(model_cores) * 2.0, rng.random((dies, banks)) * 0.01
+
+
+@pytest.mark.parametrize("variant", ["physical", "hotspot"])
+def test_spectral_agrees_with_sparse(variant: str) -> None:
+    m = build_model(small_arch(variant=variant))
+    cw, bw = _random_power(m.n_cores, len(m.dram_layers), m.n_banks_per_layer, 1)
+    P = m.node_power(cw, bw)
+    fast, oracle = SpectralSolver(m.net), solvers.SparseSolver(m.net)
+    assert np.abs(solvers.steady(fast, P) - solvers.steady(oracle, P)).max() < 1e-6
+    T0 = np.full(m.net.n_nodes, m.net.ambient) + np.random.default_rng(2).random(m.net.n_nodes) * 5
+    assert np.abs(solvers.step(fast, T0, P, 3e-3, 3) - solvers.step(oracle, T0, P, 3e-3, 3)).max() < 1e-6
+    assert np.abs(solvers.step_euler(fast, T0, P, 1e-3, 2) - solvers.step_euler(oracle, T0, P, 1e-3, 2)).max() < 1e-6
+
+
+def test_model_is_cached_by_content_hash(arch_small: ArchConfig) -> None:
+    a = get_model(arch_small)
+    assert get_model(ArchConfig.model_validate(arch_small.model_dump())) is a
+    other = get_model(small_arch(variant="hotspot"))
+    assert other.key != a.key and other.key == small_arch(variant="hotspot").content_hash()
+    assert a.layer_names == ("logic", "dram_1", "dram_2", "tim", "spreader", "sink")
+    assert a.net.n_nodes == 6 * 16 * 16 + 12
+
+
+def test_variants_differ_as_documented(arch_small: ArchConfig, arch_small_hotspot: ArchConfig) -> None:
+    phys, hs = build_model(arch_small).net, build_model(arch_small_hotspot).net
+    assert np.allclose(hs.cap[:-1], C_FACTOR * phys.cap[:-1])  # C_FACTOR everywhere (sink also has c_convec)
+    rz = [lay.thickness / (lay.k * phys.cell_area) for lay in phys.spec.layers]
+    assert hs.g_z[0] == pytest.approx(1.0 / rz[0])  # hotspot: full rz of the upper layer
+    assert phys.g_z[0] == pytest.approx(1.0 / (rz[0] / 2 + rz[1] / 2))  # physical: two half cells
+
+
+def test_energy_balance(arch_small: ArchConfig) -> None:
+    m = get_model(arch_small)
+    cw, bw = _random_power(m.n_cores, len(m.dram_layers), m.n_banks_per_layer, 3)
+    P = m.node_power(cw, bw)
+    assert P.sum() == pytest.approx(cw.sum() + bw.sum(), rel=1e-12)
+    T = solvers.steady(m.solver, P)
+    assert m.net.heat_to_ambient(T) == pytest.approx(P.sum(), rel=1e-6)
+
+
+def test_symmetric_power_gives_symmetric_field(arch_small: ArchConfig) -> None:
+    m = get_model(arch_small)
+    core = np.zeros((4, 4))
+    core[1:3, 1:3] = 2.0
+    core[0, 0] = core[0, 3] = core[3, 0] = core[3, 3] = 0.5
+    T = solvers.steady(m.solver, m.node_power(core.ravel(), np.zeros((2, 64))))
+    cells = T[:m.net.n_cells].reshape(m.net.n_layers, 16, 16)
+    assert np.abs(cells - cells[:, ::-1, :]).max() < 1e-9
+    assert np.abs(cells - cells[:, :, ::-1]).max() < 1e-9
+    assert np.abs(cells - cells.transpose(0, 2, 1)).max() < 1e-9
+    ring = T[m.net.n_cells:]
+    assert ring[0] == pytest.approx(ring[1]) and ring[2] == pytest.approx(ring[3])  # SP_W = SP_E, SP_N = SP_S
+
+
+def test_superposition(arch_small: ArchConfig) -> None:
+    m = get_model(arch_small)
+    amb = m.net.ambient
+    p1 = m.node_power(*_random_power(16, 2, 64, 4))
+    p2 = m.node_power(*_random_power(16, 2, 64, 5))
+    t1, t2, t12 = (solvers.steady(m.solver, p) - amb for p in (p1, p2, p1 + p2))
+    assert np.abs(t12 - (t1 + t2)).max() < 1e-9
+    assert np.abs((solvers.steady(m.solver, 3 * p1) - amb) - 3 * t1).max() < 1e-9
+
+
+def test_monotonic_in_power_and_h() -> None:
+    arch = small_arch()
+    m = get_model(arch)
+    cw, bw = _random_power(16, 2, 64, 6)
+    base = solvers.steady(m.solver, m.node_power(cw, bw))
+    more = cw.copy()
+    more[5] += 1.0
+    hotter = solvers.steady(m.solver, m.node_power(more, bw))
+    assert np.all(hotter >= base - 1e-12) and (hotter - base).max() > 0.1
+    data = arch.model_dump()
+    data["geometry"]["cooling"]["h_wmk2k"] = 20000.0
+    m2 = get_model(ArchConfig.model_validate(data))
+    cooler = solvers.steady(m2.solver, m2.node_power(cw, bw))
+    assert np.all(cooler < base)
+
+
+def test_steady_is_long_time_limit_of_transient(arch_small: ArchConfig) -> None:
+    m = get_model(arch_small)
+    P = m.node_power(*_random_power(16, 2, 64, 7))
+    Ts = solvers.steady(m.solver, P)
+    T = np.full(m.net.n_nodes, m.net.ambient)
+    for dt, n in ((1.0, 20), (100.0, 20), (1e4, 20)):  # L-stable TR-BDF2 takes long steps
+        T = solvers.step(m.solver, T, P, dt, n)
+    assert np.abs(T - Ts).max() < 1e-6
+    # and a short transient is still far from it
+    T_short = solvers.step(m.solver, np.full(m.net.n_nodes, m.net.ambient), P, 1e-3, 4)
+    assert np.abs(T_short - Ts).max() > 1.0
+
+
+def test_transient_substeps_converge(arch_small_hotspot: ArchConfig) -> None:
+    """TR-BDF2 is second order: halving the sub-step cuts the error about four times."""
+    m = get_model(arch_small_hotspot)
+    P = m.node_power(*_random_power(16, 2, 64, 8))
+    T0 = np.full(m.net.n_nodes, m.net.ambient)
+    ref = solvers.step(m.solver, T0, P, 2e-3, 64)
+    e1 = np.abs(solvers.step(m.solver, T0, P, 2e-3, 2) - ref).max()
+    e2 = np.abs(solvers.step(m.solver, T0, P, 2e-3, 4) - ref).max()
+    assert 2.5 < e1 / e2 < 6.0
+
+
+@pytest.mark.parametrize("variant", ["physical", "hotspot"])
+def test_spectral_agrees_with_sparse_on_a_rectangular_die(variant: str) -> None:
+    """rows != cols and cw != ch: checks the north/south vs east/west conductances and the ring sides."""
+    arch = ArchConfig.model_validate({
+        "mesh": {"cores": [4, 2]}, "dram": {"banks": [8, 4, 1]},
+        "geometry": {"die_mm": [12.0, 5.0], "stack": [
+            {"name": "logic", "kind": "logic", "thickness_um": 50, "k_wmk": 120},
+            {"name": "dram", "kind": "dram", "thickness_um": 50, "k_wmk": 30},
+            {"name": "tim", "kind": "tim", "thickness_um": 20, "k_wmk": 5, "rho_c_jm3k": 4.0e6}]},
+        "thermal": {"grid": [24, 10], "variant": variant},
+    })
+    m = build_model(arch)
+    assert (m.net.rows, m.net.cols) == (10, 24)
+    rng = np.random.default_rng(9)
+    P = m.node_power(rng.random(8) * 3, rng.random((1, 32)) * 0.05)
+    fast, oracle = SpectralSolver(m.net), solvers.SparseSolver(m.net)
+    a, b = solvers.steady(fast, P), solvers.steady(oracle, P)
+    assert np.abs(a - b).max() < 1e-6
+    assert m.net.heat_to_ambient(a) == pytest.approx(P.sum(), rel=1e-9)
+    T0 = b + rng.random(m.net.n_nodes)
+    assert np.abs(solvers.step(fast, T0, P, 2e-3, 3) - solvers.step(oracle, T0, P, 2e-3, 3)).max() < 1e-6
+
+
+@pytest.mark.parametrize("variant", ["physical", "hotspot"])
+def test_exponential_step_is_the_exact_solution(variant: str) -> None:
+    """Contour-quadrature exponential vs scipy's expm_multiply of −C⁻¹G; TR-BDF2 converges to it."""
+    import scipy.sparse as sps
+    from scipy.sparse.linalg import expm_multiply
+
+    m = build_model(small_arch(variant=variant))
+    rng = np.random.default_rng(12)
+    P = m.node_power(rng.random(16) * 3, rng.random((2, 64)) * 0.01)
+    T0 = np.full(m.net.n_nodes, m.net.ambient) + rng.random(m.net.n_nodes) * 20
+    fast, oracle = SpectralSolver(m.net), solvers.SparseSolver(m.net)
+    dt = 3e-3
+    a = solvers.step_exponential(fast, T0, P, dt)
+    assert np.abs(a - solvers.step_exponential(oracle, T0, P, dt)).max() < 1e-6
+    Ts = solvers.steady(oracle, P)
+    A = -(sps.diags(1.0 / m.net.capacitance) @ m.net.conductance)
+    exact = Ts + expm_multiply(A * dt, T0 - Ts)
+    assert np.abs(a - exact).max() < 1e-5
+    e4 = np.abs(solvers.step(fast, T0, P, dt, 4) - exact).max()
+    e16 = np.abs(solvers.step(fast, T0, P, dt, 16) - exact).max()
+    assert e16 < e4 / 8 and e16 < 0.01

@@ -1,0 +1,120 @@
+"""Power from events, leakage, DVFS and refresh models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.thermal.dvfs import (
+    busy_fraction,
+    bw_eff_factor,
+    dvfs_level_step,
+    dvfs_step,
+    freq_volt,
+    refresh_mhz,
+    refresh_multiplier,
+)
+from services.thermal.power import WindowPower, compute_power_from_events, leakage_scale, liao
+from shared.configs import ArchConfig
+from shared.configs.arch import DvfsDomain, RefreshConfig
+from shared.contracts.events import ComputeEvents, MemoryEvents
+from shared.errors import BadInput
+
+
+def _compute(cores: list[int], flops: list[float]) -> ComputeEvents:
+    n = len(cores)
+    return ComputeEvents.from_columns({"evt_id": list(range(n)), "t_start_ns": [0] * n, "core_id": cores,
+                                       "duration_cycles": [1] * n, "flops": flops, "op": ["mm"] * n,
+                                       "dvfs_domain": ["all"] * n, "power_hint": [0.0] * n})
+
+
+def _memory(src: list[int], banks: list[str], nbytes: list[float], hops: list[int]) -> MemoryEvents:
+    n = len(src)
+    return MemoryEvents.from_columns({"evt_id": list(range(n)), "t_start_ns": [0] * n, "src_core": src,
+                                      "dst_bank": banks, "bytes": nbytes, "rw": ["r"] * n, "hops": hops,
+                                      "noc_qos": ["normal"] * n})
+
+
+def _power(arch: ArchConfig, c: ComputeEvents, m: MemoryEvents, temp_c: float = 45.0,
+           freq: float = 2.0, window_s: float = 1e-3) -> WindowPower:
+    n = arch.mesh.n_cores
+    bx, by, nd = arch.dram.banks
+    return compute_power_from_events(c, m, arch, core_temp_c=np.full(n, temp_c),
+                                     bank_temp_c=np.full((nd, bx * by), temp_c), freq_ghz=np.full(n, freq),
+                                     window_s=window_s)
+
+
+def test_logic_dynamic_power_from_flops_and_voltage(arch_small: ArchConfig) -> None:
+    p = _power(arch_small, _compute([3, 3, 7], [1e9, 1e9, 1e9]), MemoryEvents.empty())
+    # 2e9 FLOPs = 1e9 MACs x 1.5 pJ = 1.5 mJ in 1 ms = 1.5 W on core 3; 0.75 W on core 7
+    assert p.core_dynamic_w[3] == pytest.approx(1.5) and p.core_dynamic_w[7] == pytest.approx(0.75)
+    assert p.core_dynamic_w[[0, 1, 2, 4]].sum() == 0
+    slow = _power(arch_small, _compute([3], [2e9]), MemoryEvents.empty(), freq=1.2)
+    assert slow.core_dynamic_w[3] == pytest.approx(1.5 * (1.2 / 2.0) ** 2)  # V ∝ f, energy ∝ V²
+
+
+def test_dram_and_noc_power_land_on_bank_and_route(arch_small: ArchConfig) -> None:
+    # core 0 = (0,0); bank (7,7) of die 1 belongs to vault core (3,3) = 15: XY route 0-1-2-3-7-11-15, 6 hops
+    p = _power(arch_small, _compute([], []), _memory([0], ["B(7,7,1)"], [1e6], [6]))
+    assert p.bank_w[1, 7 * 8 + 7] - p.bank_w[0, 0] == pytest.approx(1e6 * 8 * 3.9e-12 / 1e-3)
+    noc = 1e6 * 8 * 6 * 0.18e-12 / 1e-3
+    route = [0, 1, 2, 3, 7, 11, 15]
+    assert p.core_noc_w[route] == pytest.approx(np.full(7, noc / 7))
+    assert np.delete(p.core_noc_w, route).sum() == 0
+    assert p.breakdown.noc == pytest.approx(noc)
+    assert p.breakdown.dram_dynamic == pytest.approx(1e6 * 8 * 3.9e-12 / 1e-3)
+
+
+def test_leakage_and_refresh_grow_with_temperature(arch_small: ArchConfig) -> None:
+    # energy_anchors.csv: Liao fit at V = 1.0, ratio vs 25 °C = 1.72 at 85 °C and 1.20 at 45 °C
+    assert liao(np.array(358.15), 1.0) / liao(np.array(298.15), 1.0) == pytest.approx(1.72, abs=0.01)
+    assert liao(np.array(318.15), 1.0) / liao(np.array(298.15), 1.0) == pytest.approx(1.20, abs=0.01)
+    assert leakage_scale(np.array(318.15), 1.0, arch_small) == pytest.approx(1.0)
+    cool = _power(arch_small, _compute([], []), MemoryEvents.empty(), temp_c=45.0)
+    hot = _power(arch_small, _compute([], []), MemoryEvents.empty(), temp_c=90.0)
+    assert cool.breakdown.logic_leakage == pytest.approx(16 * 0.05)
+    assert hot.breakdown.logic_leakage > 1.3 * cool.breakdown.logic_leakage
+    assert hot.breakdown.dram_refresh == pytest.approx(8 * cool.breakdown.dram_refresh / refresh_multiplier(45.0))
+
+
+def test_refresh_model() -> None:
+    cfg = RefreshConfig()
+    assert float(refresh_multiplier(40.0, cfg)) == 1.0 and float(refresh_multiplier(85.0, cfg)) == 8.0
+    assert float(refresh_multiplier(62.5, cfg)) == pytest.approx(3.0)  # halfway between (55, 2) and (70, 4)
+    assert float(refresh_multiplier(20.0, cfg)) == 1.0 and float(refresh_multiplier(120.0, cfg)) == 8.0
+    assert float(busy_fraction(30.0, cfg)) == pytest.approx(0.35 / 7.8)  # 4.5 % (energy_anchors.csv)
+    assert float(bw_eff_factor(85.0, cfg)) == pytest.approx(1 - 0.35 * 8 / 7.8)
+    assert refresh_mhz(np.full((2, 4), 30.0), cfg) == pytest.approx(8 / 7.8)
+
+
+def test_dvfs_trips_and_hysteresis() -> None:
+    dom = DvfsDomain()  # steps 2.0/1.8/1.6/1.2 GHz, trips 80/85/90 °C, hysteresis 3 K
+    seq, lv = [], 0
+    for t in (70, 80, 79, 77.5, 76.9, 95, 88, 86.9, 60):
+        lv = dvfs_level_step(t, lv, dom)
+        seq.append(lv)
+    assert seq == [0, 1, 1, 1, 0, 3, 3, 2, 0]
+
+
+def test_dvfs_per_core_and_frequencies(arch_small: ArchConfig) -> None:
+    temps = np.full(16, 50.0)
+    temps[5] = 86.0
+    lv = dvfs_step(temps, np.zeros(16, dtype=int), arch_small)
+    assert lv[5] == 2 and np.delete(lv, 5).sum() == 0
+    f, v = freq_volt(lv, arch_small)
+    assert f[5] == 1.6 and f[0] == 2.0 and v[5] == pytest.approx(0.8)
+
+
+def test_bad_events_name_the_field(arch_small: ArchConfig) -> None:
+    with pytest.raises(BadInput) as e:
+        _power(arch_small, _compute([99], [1.0]), MemoryEvents.empty())
+    assert e.value.field == "compute_events.core_id[0]"
+    with pytest.raises(BadInput) as e:
+        _power(arch_small, _compute([], []), _memory([0, 0], ["B(1,1,0)", "bank7"], [1.0, 1.0], [0, 0]))
+    assert e.value.field == "memory_events.dst_bank[1]"
+    with pytest.raises(BadInput) as e:
+        _power(arch_small, _compute([], []), _memory([0], ["B(1,1,5)"], [1.0], [0]))
+    assert e.value.field == "memory_events.dst_bank[0]"
+    with pytest.raises(BadInput) as e:
+        _power(arch_small, _compute([1], [-5.0]), MemoryEvents.empty())
+    assert e.value.field == "compute_events.flops[0]"
