@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
+from shared.contracts.placement import Placement
 
 Scenario = Literal["baseline", "taps", "tacs", "tas"]
 ALL_SCENARIOS: tuple[Scenario, ...] = ("baseline", "taps", "tacs", "tas")
@@ -29,6 +30,8 @@ class ExperimentRequest(BaseModel):
     name: str | None = Field(default=None, max_length=200)
     traces: bool = Field(default=True, description="write the per-window trace CSVs (ARCHITECTURE §6)")
     plots: bool = Field(default=True, description="draw the plots when the last scenario finished")
+    placement: Placement | None = Field(
+        default=None, description="a hand-made mapping used instead of the default or TAPS one (every scenario)")
 
 
 class ExperimentSpec(BaseModel):
@@ -43,6 +46,7 @@ class ExperimentSpec(BaseModel):
     name: str = ""
     traces: bool = True
     plots: bool = True
+    placement: Placement | None = None
 
 
 class RunProgress(BaseModel):

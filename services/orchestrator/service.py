@@ -62,7 +62,8 @@ def resolve_spec(req: ExperimentRequest, *, configs_dir: Path) -> ExperimentSpec
     wl = WorkloadConfig.model_validate(wl_d)
     scenarios = list(dict.fromkeys(req.scenarios))
     return ExperimentSpec(arch=arch, workload=wl, tas=tas, scenarios=scenarios, seed=seed, windows=req.windows,
-                          name=req.name or f"{wl.label}", traces=req.traces, plots=req.plots)
+                          name=req.name or f"{wl.label}", traces=req.traces, plots=req.plots,
+                          placement=req.placement)
 
 
 def spec_hash(spec: ExperimentSpec) -> str:

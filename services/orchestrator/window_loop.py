@@ -172,6 +172,8 @@ def _placement(*, pipe: Pipeline, spec: ExperimentSpec, scenario: str, trace: Tr
         job = repo.get_job(session=s, job_id=job_id)
         if job is not None and job.result is not None:
             return Placement.model_validate(job.result)
+    if spec.placement is not None:  # a hand-made mapping (e.g. a hot spot) replaces default and TAPS
+        return spec.placement
     load = pipe.expert_load(trace, workload=spec.workload, window_ms=spec.tas.tacs.window_ms)
     method = spec.tas.taps.method if scenario in TAPS_SCENARIOS else "default"
     plc = pipe.placement(arch=spec.arch, workload=spec.workload, tas=spec.tas, method=method, trace=trace,

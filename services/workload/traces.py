@@ -284,7 +284,9 @@ class TracePlan:
 
     def events_per_mb(self, counts: IntArray) -> IntArray:
         """Number of compute events of each micro-batch given its expert counts (n_mb, n_moe, E)."""
-        active: IntArray = np.count_nonzero(counts.reshape(len(counts), -1), axis=1).astype(np.int64)
+        # explicit row width: reshape(n, -1) fails for a window with no micro-batch (n = 0)
+        flat = counts.reshape(len(counts), int(np.prod(counts.shape[1:])))
+        active: IntArray = np.count_nonzero(flat, axis=1).astype(np.int64)
         return self.n_fixed_events + active
 
     # --- events -----------------------------------------------------------------------------------------------
@@ -294,7 +296,7 @@ class TracePlan:
         S = len(self.slot_op)
         tok = np.full((n, S), self.T, dtype=np.int64)
         if len(self.fc_slots):
-            tok[:, self.fc_slots] = counts.reshape(n, -1)
+            tok[:, self.fc_slots] = counts.reshape(n, int(np.prod(counts.shape[1:])))
         mb_rel, slot = np.nonzero(tok > 0)
         tokens = tok[mb_rel, slot]
         mb = mb_rel.astype(np.int64) + mb0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,3 +177,31 @@ def test_service_restart_mid_run_is_retried_and_changes_nothing(db: Db, settings
     clients.close()
     assert out.status == "succeeded" and flaky.refused == 3
     assert _tree(tmp_path / "flaky") == _tree(tmp_path / "ref")
+
+
+def test_hand_made_placement_replaces_default_and_taps(db: Db, settings: Settings, clients: ServiceClients,
+                                                       tmp_path: Path) -> None:
+    from shared.contracts.placement import ExpertPlacement, Placement
+
+    hot = Placement(experts={f"L{layer}E{e}": ExpertPlacement(cores=[27]) for layer in range(2) for e in range(8)})
+    exp_id = _experiment(db, settings, tmp_path / "out", scenarios=["taps"], placement=hot)
+    assert run_scenario(repo.run_id_for(exp_id, "taps"), clients, db.sessions).status == "succeeded"
+    written = json.loads((run_dir_for(tmp_path / "out", "taps") / "mapping/placement.json").read_text())
+    assert {e["cores"][0] for e in written["experts"].values()} == {27}
+    phys = (run_dir_for(tmp_path / "out", "taps") / "traces/physical/compute_events.csv").read_text().splitlines()
+    cores = {line.split(",")[2] for line in phys[1:]}
+    assert cores == {"27"}  # every expert event ran on the hot core
+
+
+def test_milp_placement_is_a_polled_job_kept_for_resume(db: Db, settings: Settings, clients: ServiceClients,
+                                                        tmp_path: Path) -> None:
+    from shared.configs import TasParams
+
+    tas = TasParams.model_validate({"taps": {"method": "milp"}})
+    exp_id = _experiment(db, settings, tmp_path / "out", scenarios=["tas"], tas=tas)
+    run_id = repo.run_id_for(exp_id, "tas")
+    assert run_scenario(run_id, clients, db.sessions).status == "succeeded"
+    with db.sessions() as s:
+        job = repo.get_job(session=s, job_id=f"plc-{run_id}")
+        assert job is not None and job.status == RunStatus.succeeded and job.result is not None
+        assert job.result["meta"]["method"] == "milp"

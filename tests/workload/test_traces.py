@@ -253,6 +253,11 @@ def test_empty_windows_between_micro_batches(tmp_path: Path) -> None:
     assert all(w.tokens_generated == 0 for w in windows if w.window not in busy)
     cpath, _ = generate_logical_traces(cfg, tmp_path, window_ms=1.0)
     assert len(Path(cpath).read_text().splitlines()) == 1 + 3 * (32 * 2 + 1)
+    # an MoE model too: windows without arrivals have no routed-expert counts at all
+    moe = small("mixtral-8x7b", sequence={"steps": 2, "step_interval_ms": 12.0})
+    moe_windows = list(iter_windows(moe, 3.0))
+    assert [w.window for w in moe_windows if len(w.compute)] == [0, 4]
+    assert all(len(w.memory) == 0 for w in moe_windows if w.window not in (0, 4))
 
 
 def test_prefill_uses_the_prefill_ir() -> None:
@@ -265,3 +270,20 @@ def test_prefill_uses_the_prefill_ir() -> None:
     # a prefill token attends to the 512-token prompt: 2·2·512·d·H score FLOPs per layer on top of the projections
     decode = build_ir(get_model_config("llama-2-7b"), phase="decode", batch=1, seq_len=512)
     assert attn_pt == pytest.approx(sum(op.compute.total for op in decode.layers[1].ops))
+
+
+def test_service_windows_without_arrivals_match_the_stream() -> None:
+    """Served windows (cached routing, global event ids) equal the streamed ones, empty windows included."""
+    from services.workload.service import TraceCache, create_trace, get_window
+
+    cfg = small("mixtral-8x7b", sequence={"steps": 3, "step_interval_ms": 12.0})
+    cache = TraceCache()
+    summary = create_trace(cache, cfg, 3.0)
+    entry = cache.get(summary.trace_id)
+    streamed = list(iter_windows(cfg, 3.0))
+    served = [get_window(entry, k) for k in range(summary.n_windows)]
+    assert len(served) == len(streamed) and summary.n_windows > 3
+    assert [len(w.compute) > 0 for w in served] == [len(w.compute) > 0 for w in streamed]
+    assert sum(len(w.compute) == 0 for w in served) >= 2
+    for a, b in zip(served, streamed, strict=True):
+        assert a.compute == b.compute and a.memory == b.memory
