@@ -335,9 +335,8 @@ def _pick_banks(act: _Action, idx: _PlacementIndex, geom: ChipGeometry, bank_cap
 
 
 def _emit(actions: list[_Action], t_apply: int) -> Overlays:
-    """Reroute rows (scope ``expert``, ``expert_id`` and ``mb_ids_json = ["L{l}E{e}"]``: all of that expert's work on
-    ``from_core`` from ``t_apply`` on) for every action; for a migration also one ``expert`` row and one ``weight``
-    row per shard."""
+    """Reroute rows (scope ``expert``, ``mb_ids_json = ["L{l}E{e}"]``: all of that expert's work on ``from_core`` from
+    ``t_apply`` on) for every action; for a migration also one ``expert`` row and one ``weight`` row per shard."""
     rr: dict[str, list[object]] = {k: [] for k in OverlayReroute.model_fields}
     mg: dict[str, list[object]] = {k: [] for k in OverlayMigrate.model_fields}
     for a in actions:
@@ -348,7 +347,6 @@ def _emit(actions: list[_Action], t_apply: int) -> Overlays:
         rr["mb_ids_json"].append(json.dumps([a.expert]))
         rr["reason"].append("migrate" if a.kind == "migrate" else "hot_core")
         rr["expected_gain"].append(round(a.drop, 6))
-        rr["expert_id"].append(a.expert)
         if a.kind != "migrate":
             continue
         total = sum(sz for _, sz, _, _ in a.shards or []) or 1
