@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from services.orchestrator import repository as repo
+from services.orchestrator.acceptance import check_results
 from services.orchestrator.db import open_database
 from services.orchestrator.local import run_local
 from shared.bench import BenchRow, fmt_s
@@ -36,7 +37,7 @@ def _commit_overhead(tmp: Path, n: int = 200) -> float:
 
 
 def _cluster_run(tmp: Path, timeout_s: float = 1800.0) -> tuple[float, dict[str, int], dict[str, float], str]:
-    """The same experiment on the local cluster (uvicorn per service + a Celery worker with 4 processes,
+    """The same experiment on the local cluster (uvicorn per service + a Celery worker with 2 processes,
     PostgreSQL, Redis): (wall s, windows per scenario, loop s per scenario, status)."""
     import io
     import os
@@ -47,7 +48,7 @@ def _cluster_run(tmp: Path, timeout_s: float = 1800.0) -> tuple[float, dict[str,
     os.environ["TASMOE_RESULTS_DIR"] = str(tmp / "cluster-results")
     cfg = cluster.ClusterConfig(host="127.0.0.1", base_port=18300, state_dir=tmp / "cluster",
                                 database_url="postgresql+psycopg://postgres@127.0.0.1:5432/tasmoe_bench",
-                                redis_url="redis://127.0.0.1:6379/13", timeout_s=240, worker_concurrency=4)
+                                redis_url="redis://127.0.0.1:6379/13", timeout_s=240, worker_concurrency=2)
     cluster.up(cfg, out=io.StringIO())
     try:
         api = ServiceClient("orchestrator", cfg.url("orchestrator"), Settings())
@@ -88,6 +89,10 @@ def bench() -> list[BenchRow]:
         note = "" if res.ok else "; ".join(f"{k}: {v}" for k, v in res.errors.items())[:200]
         rows.append(BenchRow("embedded make run (4 scenarios, Mixtral)", f"{wall:.1f} s, {sum(res.windows.values())} "
                              "windows", "< 60 s", wall < 60 and res.ok, note))
+        problems = check_results(tmp / "mixtral", workload="mixtral-8x7b", ambient_c=res.ambient_c)
+        rows.append(BenchRow("science acceptance of that run (CSVs, no NaN, >= ambient, tas/taps < baseline)",
+                             "pass" if not problems else f"{len(problems)} problem(s)", "pass", not problems,
+                             "; ".join(problems)[:300]))
         for sc, n in res.windows.items():
             cs = res.compute_s.get(sc, 0.0)
             rate = n / cs if cs > 0 else 0.0
@@ -99,7 +104,7 @@ def bench() -> list[BenchRow]:
             rows.append(BenchRow("local cluster, same experiment", "did not run", "< 2x embedded", False,
                                  f"{type(exc).__name__}: {exc}"[:200]))
             return rows
-        rows.append(BenchRow("local cluster, same experiment (Celery worker x4, PostgreSQL)",
+        rows.append(BenchRow("local cluster, same experiment (Celery worker x2, PostgreSQL)",
                              f"{cwall:.1f} s ({cwall / wall:.2f}x embedded), {cstatus}", "< 2x embedded",
                              cwall < 2 * wall and cstatus == "succeeded"))
         for sc, n in cwin.items():

@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 PLOT_KINDS = ("temperature", "performance", "heatmap")
 
 
+class _NoBaseline(Exception):
+    pass
+
+
 def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClients, exp_id: str,
                         plots: bool = True) -> Path | None:
     with sessions() as s:
@@ -43,9 +47,13 @@ def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClie
         return summary
     pipe = Pipeline(clients, run_key=exp_id)
     try:
+        if not any(r.get("scenario") == "baseline" for r in rows):
+            raise _NoBaseline
         cmp_csv, cmp_md = pipe.compare(rows)
         (out / "comparison.csv").write_text(cmp_csv, encoding="utf-8")
         (out / "comparison.md").write_text(cmp_md, encoding="utf-8")
+    except _NoBaseline:
+        pass  # deltas are against baseline: nothing to compare
     except TasmoeError as exc:
         log.warning("comparison for %s not written: %s", exp_id, exc)
     if not plots:

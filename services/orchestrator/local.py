@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from services.orchestrator import repository as repo
+from services.orchestrator.acceptance import check_results
 from services.orchestrator.db import open_database
 from services.orchestrator.jobs import EmbeddedRunner
 from services.orchestrator.run_files import result_csv_path
@@ -35,6 +36,7 @@ class LocalResult:
     windows: dict[str, int]
     wall_s: float
     compute_s: dict[str, float]
+    ambient_c: float = 45.0
 
     @property
     def ok(self) -> bool:
@@ -77,20 +79,21 @@ def run_local(*, arch: str | Path, workload: str | Path, tas: str | Path, out: s
                             scenarios=list(scenarios), seed=seed, windows=windows, traces=traces)
     spec = resolve_spec(req, configs_dir=s.configs_dir)
     engine, sessions = open_database(database_url or s.effective_database_url)
+    ambient = spec.arch.geometry.cooling.ambient_c
     t0 = time.perf_counter()
     try:
         exp_id, _ = create_experiment(sessions=sessions, spec=spec, settings=s, out_dir=out_dir,
                                       max_attempts=s.max_attempts)
         if clients is not None:
-            return _execute(exp_id, out_dir, spec.workload.label, sessions, clients, s, progress, t0)
+            return _execute(exp_id, out_dir, spec.workload.label, sessions, clients, s, progress, t0, ambient)
         with compute_clients(s) as cc:
-            return _execute(exp_id, out_dir, spec.workload.label, sessions, cc, s, progress, t0)
+            return _execute(exp_id, out_dir, spec.workload.label, sessions, cc, s, progress, t0, ambient)
     finally:
         engine.dispose()
 
 
 def _execute(exp_id: str, out_dir: Path, label: str, sessions: Any, clients: ServiceClients, s: Any,
-             progress: ProgressFn | None, t0: float) -> LocalResult:
+             progress: ProgressFn | None, t0: float, ambient_c: float) -> LocalResult:
     runner = EmbeddedRunner(sessions=sessions, clients=clients, max_workers=s.pool_workers, lease_s=s.lease_s)
     stop = threading.Event()
 
@@ -124,7 +127,8 @@ def _execute(exp_id: str, out_dir: Path, label: str, sessions: Any, clients: Ser
             errors={r.scenario: r.error for r in runs if r.error},
             windows={r.scenario: r.next_window for r in runs},
             wall_s=time.perf_counter() - t0,
-            compute_s={r.scenario: r.compute_s for r in runs})
+            compute_s={r.scenario: r.compute_s for r in runs},
+            ambient_c=ambient_c)
 
 
 def print_summary(res: LocalResult, stream: TextIO = sys.stdout) -> None:
@@ -141,6 +145,10 @@ def print_summary(res: LocalResult, stream: TextIO = sys.stdout) -> None:
             print(line, file=stream)
     print(f"experiment {res.experiment_id}: {sum(res.windows.values())} windows in {res.wall_s:.1f} s -> "
           f"{res.out_dir}", file=stream)
+    if res.ok and set(res.csvs) == {"baseline", "taps", "tacs", "tas"}:
+        label = next(iter(res.csvs.values())).stem
+        problems = check_results(res.out_dir, workload=label, ambient_c=res.ambient_c)
+        print("acceptance (seed §9.2/§15): " + ("ok" if not problems else "; ".join(problems)), file=stream)
 
 
 def check_ok(res: LocalResult) -> None:

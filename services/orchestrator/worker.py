@@ -11,6 +11,7 @@ Several workers (or a worker and the API's own pool) may share one database: cla
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import signal
 import sys
@@ -40,20 +41,23 @@ def build_apps(settings: OrchestratorSettings, factory: str | None) -> dict[str,
     return {name: create_service(name, settings) for name in COMPUTE_SERVICES}
 
 
-_portals: list[Any] = []
+_lifespan_loops: list[asyncio.AbstractEventLoop] = []
 
 
 def enter_lifespans(apps: dict[str, Any]) -> None:
-    """Enter the apps' lifespans on a background event-loop thread that lives as long as the process."""
-    from anyio.from_thread import start_blocking_portal
-
-    cm = start_blocking_portal()
-    portal = cm.__enter__()
-    _portals.append((cm, portal))
+    """Enter the apps' lifespans on an event loop in a daemon thread that lives as long as the process (Celery
+    worker children: nothing to tear down, and a daemon thread never holds up the process's exit)."""
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="tasmoe-lifespans", daemon=True).start()
+    _lifespan_loops.append(loop)
     stack = AsyncExitStack()
-    portal.call(stack.__aenter__)
-    for app in apps.values():
-        portal.call(stack.enter_async_context, app.router.lifespan_context(app))
+
+    async def enter() -> None:
+        await stack.__aenter__()
+        for app in apps.values():
+            await stack.enter_async_context(app.router.lifespan_context(app))
+
+    asyncio.run_coroutine_threadsafe(enter(), loop).result()
 
 
 @contextmanager
@@ -80,12 +84,11 @@ def compute_clients(settings: Settings, factory: str | None = None) -> Iterator[
 
 @contextmanager
 def service_clients(settings: OrchestratorSettings, *, mode: str, apps: str | None) -> Iterator[ServiceClients]:
-    if mode == "urls":
-        c = ServiceClients(settings)
-    else:
-        built = build_apps(settings, apps)
-        enter_lifespans(built)
-        c = ServiceClients(settings, asgi_apps=built)
+    if mode != "urls":
+        with compute_clients(settings, apps) as c:
+            yield c
+        return
+    c = ServiceClients(settings)
     try:
         yield c
     finally:
