@@ -34,7 +34,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from pydantic import ValidationError
 
@@ -277,17 +277,27 @@ def worker_ping(redis_url: str, worker_name: str, timeout_s: float = 1.0) -> boo
 # ------------------------------------------------------------------------------------------------------------ up/down
 
 
+def _read_pid(state_dir: Path, name: str) -> int | None:
+    try:
+        return int(_pid_file(state_dir, name).read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _ours(pid: int, name: str, starts: dict[str, int]) -> bool:
+    """False when ``pid`` now belongs to a newer process than the one `up` started (its start time differs)."""
+    now = start_ticks(pid)
+    return now is None or name not in starts or now == starts[name]
+
+
 def _running(state_dir: Path) -> dict[str, int]:
+    """Processes of a previous `up` from ``state_dir`` that still run (stale pid files do not count)."""
+    starts = _recorded_starts(state_dir)
     out = {}
     for name in (*SERVICES, WORKER):
-        pid_path = _pid_file(state_dir, name)
-        if pid_path.is_file():
-            try:
-                pid = int(pid_path.read_text(encoding="utf-8").strip())
-            except ValueError:
-                continue
-            if group_members(pid):
-                out[name] = pid
+        pid = _read_pid(state_dir, name)
+        if pid is not None and group_members(pid) and (not is_alive(pid) or _ours(pid, name, starts)):
+            out[name] = pid
     return out
 
 
@@ -307,7 +317,8 @@ def _migrate(cfg: ClusterConfig, env: dict[str, str]) -> str:
     return "migrations applied (alembic upgrade head)"
 
 
-def up(cfg: ClusterConfig, *, out: Any = sys.stdout) -> int:
+def up(cfg: ClusterConfig, *, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     running = _running(cfg.state_dir)
     if running:
@@ -350,7 +361,7 @@ def up(cfg: ClusterConfig, *, out: Any = sys.stdout) -> int:
     return 0
 
 
-def _wait_ready(cfg: ClusterConfig, procs: dict[str, subprocess.Popen[bytes]], out: Any) -> None:
+def _wait_ready(cfg: ClusterConfig, procs: dict[str, subprocess.Popen[bytes]], out: TextIO) -> None:
     t0 = time.monotonic()
     deadline = t0 + cfg.timeout_s
     pending = set(procs)
@@ -387,28 +398,22 @@ def _recorded_starts(state_dir: Path) -> dict[str, int]:
         return {}
 
 
-def down(state_dir: Path, *, grace_s: float = 10.0, out: Any = sys.stdout) -> int:
+def down(state_dir: Path, *, grace_s: float = 10.0, out: TextIO | None = None) -> int:
     """Stop the process groups named by the pid files in ``state_dir``; remove the pid files. Returns 0."""
+    out = out or sys.stdout
     starts = _recorded_starts(state_dir)
     targets: dict[str, int] = {}
     for name in (*SERVICES, WORKER):
-        pid_path = _pid_file(state_dir, name)
-        if not pid_path.is_file():
+        pid = _read_pid(state_dir, name)
+        if pid is None:
+            _pid_file(state_dir, name).unlink(missing_ok=True)
             continue
-        try:
-            pid = int(pid_path.read_text(encoding="utf-8").strip())
-        except ValueError:
-            pid_path.unlink()
-            continue
-        now = start_ticks(pid)
-        if now is not None and name in starts and now != starts[name] and is_alive(pid):
+        if is_alive(pid) and not _ours(pid, name, starts):
             print(f"{name}: pid {pid} belongs to a newer process now; left alone", file=out)
-            pid_path.unlink()
-            continue
-        if group_members(pid):
+        elif group_members(pid):
             targets[name] = pid
-        else:
-            pid_path.unlink()
+            continue
+        _pid_file(state_dir, name).unlink(missing_ok=True)
     if not targets:
         print(f"no cluster processes running (state dir {state_dir})", file=out)
         return 0
@@ -435,7 +440,8 @@ def _signal_groups(targets: dict[str, int], sig: signal.Signals) -> None:
             os.killpg(pid, sig)  # started with start_new_session: the group id is the leader's pid
 
 
-def status(state_dir: Path, *, out: Any = sys.stdout) -> int:
+def status(state_dir: Path, *, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     running = _running(state_dir)
     try:
         state = json.loads(_state_file(state_dir).read_text(encoding="utf-8"))

@@ -97,7 +97,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         # A bug, not a user error: log the traceback, answer with the same body shape (no stack trace on the wire).
-        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        with bind_run_id(request.headers.get(RUN_ID_HEADER)):  # this handler runs outside RunIdMiddleware
+            log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return error_response(500, "internal", f"internal error ({type(exc).__name__})")
 
 

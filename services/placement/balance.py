@@ -33,6 +33,8 @@ import numpy as np
 from services.placement.taps import validate_loads
 from shared.errors import BadInput
 
+MAX_EXPERT_CORE_PAIRS = 4_000_000  # the packer keeps an experts x cores table
+
 
 def replica_counts(w: np.ndarray, slots: int, cores: int, start: np.ndarray | None = None) -> np.ndarray:
     """Water-filling: start at one replica each (or at ``start``), give every extra slot to argmax ``w_e / r_e``
@@ -299,6 +301,8 @@ def balance(loads: Sequence[Sequence[float]], cores: int, slots: int) -> dict[st
     if slots < n_e:
         raise BadInput(f"slots ({slots}) must be >= the number of experts ({n_e}): every expert needs a replica",
                        field="slots")
+    if n_e * cores > MAX_EXPERT_CORE_PAIRS:
+        raise BadInput(f"experts x cores = {n_e * cores} exceeds {MAX_EXPERT_CORE_PAIRS}", field="cores")
     if slots > n_e * cores:
         raise BadInput(f"slots ({slots}) must be <= experts x cores ({n_e * cores}): no two replicas of one expert "
                        "share a core", field="slots")

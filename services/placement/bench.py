@@ -131,7 +131,7 @@ def _tacs(arch: ArchConfig, tas: TasParams, H: np.ndarray, src: str) -> BenchRow
     inp = workload_inputs(mix)
     plc = default_placement(arch, inp.moe_layers, 8, 64, inp.expert_bytes)
     rng = np.random.default_rng(0)
-    T = 60 + 30 * rng.random(64)
+    T = 50 + 15 * rng.random(64)
     T[[9, 27, 36, 50]] = [96, 93, 91, 88]
     tele = Telemetry(temps_core=T.tolist(), util_core=(0.4 + 0.5 * rng.random(64)).tolist(), noc_load=0.3)
     rows: dict[str, list[object]] = {f: [] for f in LogicalCompute.model_fields}
@@ -158,8 +158,14 @@ def _tacs(arch: ArchConfig, tas: TasParams, H: np.ndarray, src: str) -> BenchRow
 
     ov, _, _ = tacs_step(tele, plc, state, tas.tacs, arch, H, pend, smoothed, 30_000_000)
     med, _ = time_call(step, repeat=50, warmup=3)
-    return BenchRow("one tacs_step, Mixtral default placement (256 instances, 1536 shards, 768 pending events)",
-                    f"{fmt_s(med)} median of 50", "< 5 ms", med < 5e-3,
+
+    def cold() -> object:  # a fresh placement object: its tensors are parsed again (as for every HTTP request)
+        return tacs_step(tele, plc.model_copy(), state, tas.tacs, arch, H, pend, smoothed, 30_000_000)
+
+    med_cold, _ = time_call(cold, repeat=10, warmup=1)
+    return BenchRow(f"one tacs_step, Mixtral default placement (256 instances, 1536 shards, {len(pend.compute)} "
+                    "pending events)", f"{fmt_s(med)} median of 50 (placement index cached; {fmt_s(med_cold)} cold)",
+                    "< 5 ms", med < 5e-3,
                     f"{len(ov.migrate)} migrate rows, {len(ov.reroute)} reroute rows; H: {src}")
 
 

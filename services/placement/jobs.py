@@ -1,16 +1,19 @@
 """MILP placement jobs.
 
 ``run_placement_job(payload) -> dict`` is a plain, JSON-in/JSON-out function: a Celery task can wrap it unchanged
-(``celery_app.task(name="placement.milp")(run_placement_job)``). Inside the placement service the jobs run in a
-background thread and their state lives in an in-process dict — an accepted exception to "services are stateless"
+(``celery_app.task(name="placement.milp")(run_placement_job)``). Inside the placement service the jobs run on a
+two-thread pool and their state lives in an in-process dict — an accepted exception to "services are stateless"
 for this one long call only: a restarted service forgets its running jobs (the caller resubmits; the result is
 deterministic for the same request except where HiGHS hits its time limit).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import threading
-import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +22,8 @@ import numpy as np
 from services.placement.schemas import PlacementRequest
 from services.placement.service import placement_for
 from shared.errors import NotFound, TasmoeError
+
+log = logging.getLogger(__name__)
 
 
 def run_placement_job(payload: dict[str, Any]) -> dict[str, Any]:
@@ -37,13 +42,24 @@ class _Job:
 
 _JOBS: dict[str, _Job] = {}
 _LOCK = threading.Lock()
+_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="milp")  # at most two MILPs at once; others queue
 MAX_JOBS = 256  # oldest finished jobs are forgotten beyond this
 
 
+def job_id_of(req: PlacementRequest) -> str:
+    """Content hash of the request: a replayed request (same Idempotency-Key or not) finds the same job."""
+    canon = json.dumps(req.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return "milp-" + hashlib.sha256(canon.encode()).hexdigest()[:20]
+
+
 def submit(req: PlacementRequest) -> str:
-    job_id = uuid.uuid4().hex
-    job = _Job()
+    """Start (or find) the MILP job of this request; returns its id."""
+    job_id = job_id_of(req)
     with _LOCK:
+        old = _JOBS.get(job_id)
+        if old is not None and old.status != "failed":
+            return job_id
+        job = _Job()
         _JOBS[job_id] = job
         finished = [k for k, j in _JOBS.items() if j.done.is_set()]
         for k in finished[: max(0, len(_JOBS) - MAX_JOBS)]:
@@ -61,10 +77,14 @@ def submit(req: PlacementRequest) -> str:
         except (ValueError, np.linalg.LinAlgError) as exc:
             job.error = {"code": "failed", "message": str(exc), "field": None}
             job.status = "failed"
+        except Exception as exc:  # a bug must fail the job visibly, never leave it "running" forever
+            log.exception("placement job %s crashed", job_id)
+            job.error = {"code": "internal", "message": f"{type(exc).__name__}: {exc}", "field": None}
+            job.status = "failed"
         finally:
             job.done.set()
 
-    threading.Thread(target=_run, name=f"milp-{job_id[:8]}", daemon=True).start()
+    _POOL.submit(_run)
     return job_id
 
 

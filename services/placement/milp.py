@@ -28,6 +28,8 @@ from shared.contracts.placement import Placement
 
 log = logging.getLogger(__name__)
 
+MILP_MAX_VARIABLES = 50_000  # beyond this the dense temperature rows (cores x variables) cost too much memory
+
 
 @dataclass(frozen=True)
 class MilpResult:
@@ -128,6 +130,12 @@ def solve_milp(pb: Problem, taps: TapsParams, *, arch: ArchConfig, expert_bytes:
     """MILP placement with the heuristic as fallback (see the module docstring)."""
     h_assign, h_notes = heuristic_assign(pb, taps.local_search_iters, seed)
     h_peak = float(pb.temps(h_assign).max())
+    if pb.m * pb.n > MILP_MAX_VARIABLES:
+        note = (f"MILP skipped: {pb.m} instances x {pb.n} cores = {pb.m * pb.n} binaries > {MILP_MAX_VARIABLES}; "
+                "heuristic answer")
+        return assemble(pb, h_assign, method="milp-fallback-heuristic", extra_notes=[*h_notes, note], arch=arch,
+                        expert_bytes=expert_bytes, weight_shard_mb=weight_shard_mb,
+                        bank_bw_gbps=taps.capacity.bank_bw_gbps)
     res = solve_peak_milp(pb, taps.milp_time_limit_s)
     if res.assign is not None and res.peak_c is not None and (res.optimal or res.peak_c < h_peak - 1e-9):
         note = (f"MILP {'optimal' if res.optimal else 'time limit, incumbent kept'} (gap "

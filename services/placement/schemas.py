@@ -20,10 +20,13 @@ class PlacementRequest(BaseModel):
     workload: WorkloadConfig = WorkloadConfig()
     tas: TasParams = TasParams()
     method: Literal["default", "heuristic", "milp"] = "heuristic"
-    expert_load: list[list[float]] = Field(min_length=1, description="per MoE layer, per expert (any scale)")
+    expert_load: list[list[float]] | None = Field(
+        default=None, min_length=1, description="per MoE layer, per expert (any scale); required for heuristic/milp")
     moe_layers: list[int] | None = Field(default=None, description="model layer index of each expert_load row")
+    n_experts: int | None = Field(default=None, ge=1, description="routed experts per layer (default method without "
+                                                                   "expert_load; else from the workload's model)")
     expert_flops_per_token: float = Field(default=2 * 3 * 4096 * 14336, gt=0, description="FLOPs/token/expert")
-    expert_bytes: int = Field(default=3 * 4096 * 14336 * 2, ge=0, description="weight bytes of one expert")
+    expert_bytes: float = Field(default=3 * 4096 * 14336 * 2, ge=0, description="weight bytes of one expert")
     H: list[list[float]] | None = Field(default=None, description="cores x cores influence matrix, K/W")
 
 
@@ -64,7 +67,7 @@ class BalanceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     loads: list[list[float]] = Field(min_length=1, description="per layer, per expert")
-    cores: int = Field(default=64, ge=1)
+    cores: int = Field(default=64, ge=1, le=65536)
     slots: int = Field(ge=1, description="total replica slots (>= experts)")
 
 

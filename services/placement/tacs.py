@@ -9,7 +9,8 @@ Per call (temperatures °C, times ns, powers W):
    replicas; no weights move) and, among the ``min(top_k_hot, max_parallel_migrations)`` hottest candidates only, at
    most one *migration* (move a single-core expert and its weight shards to a sink). An action moving instance power
    w from s to d changes temperatures by ``ΔT̂ = w·(H[:, d] − H[:, s])``; it is feasible when the source cools
-   (``drop_s > 0``) and the destination stays cooler than the relieved source. The expert is the most powerful one
+   (``drop_s > 0``), the destination stays cooler than the relieved source and is not itself overloaded
+   (``q_d ≤ q_tgt``). The expert is the most powerful one
    with a feasible destination (most relief per move); the destination is the one of least cost
    ``λ·hops + μ·NoĈ + η·ΔT̂_d`` with ``NoĈ = noc_load + bytes·hops / (NoC link capacity over one window)`` and
    ``ΔT̂_d`` the rise at the destination (K). The pressure decides *whether* a core acts, the cost only *where*:
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -51,40 +54,51 @@ ACT_BYTES_PER_TOKEN = 2 * 4096  # activation bytes a rerouted token carries each
 
 @dataclass(frozen=True)
 class _PlacementIndex:
-    """Parsed, reusable view of a placement: shard banks per expert and bank occupancy (bytes)."""
+    """Parsed, reusable view of a placement: bank occupancy (bytes) per (vault core, slot)."""
 
-    shards: dict[str, list[tuple[str, int, int, int]]]  # expert -> [(tensor id, size, vault core, slot)]
     used: np.ndarray  # (n_cores, vault_banks) bytes
 
 
 _INDEX_CACHE: OrderedDict[int, tuple[Placement, _PlacementIndex]] = OrderedDict()
+_INDEX_LOCK = threading.Lock()
+_BANK_RE = re.compile(r"B\((\d+),(\d+),(\d+)\)")
 
 
 def _index(placement: Placement, geom: ChipGeometry) -> _PlacementIndex:
-    """Parse the placement's tensors once per placement object (LRU of 8; the object is held so its id is stable)."""
-    hit = _INDEX_CACHE.get(id(placement))
-    if hit is not None and hit[0] is placement and hit[1].used.shape == (geom.n_cores, geom.vault_banks):
-        _INDEX_CACHE.move_to_end(id(placement))
-        return hit[1]
+    """Bank occupancy of a placement, parsed once per placement object (LRU of 8; the object is held so its id stays
+    valid). One regex pass over all bank ids, then vectorised index arithmetic."""
+    with _INDEX_LOCK:
+        hit = _INDEX_CACHE.get(id(placement))
+        if hit is not None and hit[0] is placement and hit[1].used.shape == (geom.n_cores, geom.vault_banks):
+            _INDEX_CACHE.move_to_end(id(placement))
+            return hit[1]
+    banks: list[str] = []
+    sizes: list[int] = []
+    for tp in placement.tensors.values():
+        copies = [tp.dram_bank, *(tp.replica_banks or [])]
+        banks.extend(copies)
+        sizes.extend([int(tp.size_bytes or 0)] * len(copies))
+    found = _BANK_RE.findall(";".join(banks))
+    xyz = np.asarray(found, dtype=np.int64).reshape(-1, 3)
+    bad = len(found) != len(banks) or bool(np.any(
+        (xyz[:, 0] >= geom.banks_x) | (xyz[:, 1] >= geom.banks_y) | (xyz[:, 2] >= geom.n_dram_layers)))
+    if bad:  # name the first offending tensor
+        for tid, tp in placement.tensors.items():
+            for bank in [tp.dram_bank, *(tp.replica_banks or [])]:
+                try:
+                    geom.bank_core_slot(bank)
+                except ValueError as exc:
+                    raise BadInput(f"placement.tensors.{tid}: {exc}", field=f"placement.tensors.{tid}") from None
+    bx, by, layer = xyz[:, 0], xyz[:, 1], xyz[:, 2]
+    core = (by // geom.vault_y) * geom.mesh_x + bx // geom.vault_x
+    slot = ((by % geom.vault_y) * geom.vault_x + bx % geom.vault_x) * geom.n_dram_layers + layer
     used = np.zeros((geom.n_cores, geom.vault_banks))
-    shards: dict[str, list[tuple[str, int, int, int]]] = {}
-    for tid, tp in placement.tensors.items():
-        size = int(tp.size_bytes or 0)
-        for k, bank in enumerate([tp.dram_bank, *(tp.replica_banks or [])]):
-            try:
-                core, slot = geom.bank_core_slot(bank)
-            except ValueError as exc:
-                raise BadInput(f"placement.tensors.{tid}: {exc}", field=f"placement.tensors.{tid}") from None
-            used[core, slot] += size
-            if k == 0 and tid.startswith("W_L"):
-                eid = tid[2:tid.rindex("_")]
-                shards.setdefault(eid, []).append((tid, size, core, slot))
-    for lst in shards.values():
-        lst.sort(key=lambda t: int(t[0][t[0].rindex("_") + 1:]))
-    idx = _PlacementIndex(shards=shards, used=used)
-    _INDEX_CACHE[id(placement)] = (placement, idx)
-    while len(_INDEX_CACHE) > 8:
-        _INDEX_CACHE.popitem(last=False)
+    np.add.at(used, (core, slot), np.asarray(sizes, dtype=float))
+    idx = _PlacementIndex(used=used)
+    with _INDEX_LOCK:
+        _INDEX_CACHE[id(placement)] = (placement, idx)
+        while len(_INDEX_CACHE) > 8:
+            _INDEX_CACHE.popitem(last=False)
     return idx
 
 
@@ -159,19 +173,17 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
 
     # instance power estimate (W) per (expert, core); mb ids per expert from the pending window
     e_flop = arch.power.mac_pj * 0.5e-12
-    mbs: dict[str, list[int]] = {}
     tokens: dict[str, float] = {}
     inst_power: dict[str, float] = {}
     if pending_window is not None and len(pending_window.compute):
         comp = pending_window.compute
         flops_e: dict[str, float] = {}
-        for layer, ex, mb, tok, fl in zip(comp.layer, comp.expert, comp.mb_id, comp.tokens, comp.flops, strict=True):
+        for layer, ex, tok, fl in zip(comp.layer, comp.expert, comp.tokens, comp.flops, strict=True):
             if ex < 0:
                 continue
             eid = f"L{layer}E{ex}"
             flops_e[eid] = flops_e.get(eid, 0.0) + fl
             tokens[eid] = tokens.get(eid, 0.0) + tok
-            mbs.setdefault(eid, []).append(mb)
         for eid, fl in flops_e.items():
             if eid in cores_of:
                 inst_power[eid] = fl * e_flop / window_s / len(cores_of[eid])
@@ -207,7 +219,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
         """(feasible, cost, drop at s): feasible when the source cools and the destination stays cooler than it."""
         drop = w * (H[s, s] - H[s, d])
         rise = w * (H[d, d] - H[d, s])
-        ok = drop > 0 and T[d] + rise < T[s] - drop
+        ok = drop > 0 and T[d] + rise < T[s] - drop and q[d] <= params.q_target
         cost = lam * hop[s, d] + mu * (tele.noc_load + noc_added) + eta * rise
         return bool(ok), float(cost), float(drop)
 
@@ -244,7 +256,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
             since = max(ent.ts_created_ns, ent.last_change_ns or 0) if ent is not None else 0
             if t_apply - since < res_ns:
                 continue  # minimum residency
-            shards = _current_shards(eid, ent, idx, geom)
+            shards = _current_shards(eid, ent, placement, cores, geom)
             size = sum(sz for _, sz, _, _ in shards)
             if any(sz / window_s > bank_bw for _, sz, _, _ in shards):
                 continue  # a shard cannot be written within one window at bank bandwidth
@@ -273,19 +285,32 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
                 actions.append(chosen)
                 break
 
-    return _emit(actions, state, cores_of, mbs, t_apply, pending_window is not None), \
+    return _emit(actions, t_apply), \
         _new_state(actions, state, t_apply), [float(x) for x in T]
 
 
-def _current_shards(eid: str, ent: ReplicaEntry | None, idx: _PlacementIndex,
+def _current_shards(eid: str, ent: ReplicaEntry | None, placement: Placement, cores: list[int],
                     geom: ChipGeometry) -> list[tuple[str, int, int, int]]:
-    base = idx.shards.get(eid, [])
-    if ent is None or not ent.shard_banks:
-        return base
+    """(tensor id, bytes, vault core, slot) of each weight shard of ``eid``'s current copy: the banks recorded in the
+    replica state after a TACS migration; else the placement's bank while its vault core still hosts the expert; else
+    (the expert moved and the state does not say where its shards went) the same slot in the current core's vault —
+    the physicalizer tracks the true banks, this only prices the move."""
     out = []
-    for (tid, size, _, _), bank in zip(base, ent.shard_banks, strict=False):
-        core, slot = geom.bank_core_slot(bank)
-        out.append((tid, size, core, slot))
+    k = 0
+    moved = ent.shard_banks if ent is not None and ent.shard_banks else None
+    while True:
+        tid = f"W_{eid}_{k}"
+        tp = placement.tensors.get(tid)
+        if tp is None:
+            break
+        if moved is not None and k < len(moved):
+            core, slot = geom.bank_core_slot(moved[k])
+        else:
+            core, slot = geom.bank_core_slot(tp.dram_bank)
+            if core not in cores:
+                core = cores[0]
+        out.append((tid, int(tp.size_bytes or 0), core, slot))
+        k += 1
     return out
 
 
@@ -309,20 +334,19 @@ def _pick_banks(act: _Action, idx: _PlacementIndex, geom: ChipGeometry, bank_cap
     return out
 
 
-def _emit(actions: list[_Action], state: ReplicaState, cores_of: dict[str, list[int]], mbs: dict[str, list[int]],
-          t_apply: int, have_pending: bool) -> Overlays:
+def _emit(actions: list[_Action], t_apply: int) -> Overlays:
+    """Reroute rows (scope ``expert``, ``mb_ids_json = ["L{l}E{e}"]``: all of that expert's work on ``from_core`` from
+    ``t_apply`` on) for every action; for a migration also one ``expert`` row and one ``weight`` row per shard."""
     rr: dict[str, list[object]] = {k: [] for k in OverlayReroute.model_fields}
     mg: dict[str, list[object]] = {k: [] for k in OverlayMigrate.model_fields}
     for a in actions:
-        mb = sorted(set(mbs.get(a.expert, [])))
         rr["t_apply_ns"].append(t_apply)
-        rr["scope"].append("mb" if have_pending else "expert")
+        rr["scope"].append("expert")
         rr["from_core"].append(a.src)
         rr["to_core"].append(a.dst)
-        rr["mb_ids_json"].append(json.dumps(mb))
+        rr["mb_ids_json"].append(json.dumps([a.expert]))
         rr["reason"].append("migrate" if a.kind == "migrate" else "hot_core")
         rr["expected_gain"].append(round(a.drop, 6))
-        rr["expert_id"].append(a.expert)
         if a.kind != "migrate":
             continue
         total = sum(sz for _, sz, _, _ in a.shards or []) or 1

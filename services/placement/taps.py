@@ -37,6 +37,7 @@ from shared.errors import BadInput
 
 log = logging.getLogger(__name__)
 
+MAX_INSTANCES = 65_536  # expert instances per request (DeepSeek-V3: 58 x 256 = 14 848)
 CAPACITY_HEADROOM = 1.15  # when demand exceeds the chip, rates are scaled to a mean utilisation of 1/1.15
 
 
@@ -158,6 +159,9 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
                   moe_layers: Sequence[int] | None = None) -> Problem:
     loads = validate_loads(expert_load)
     n_layers, n_e = loads.shape
+    if n_layers * n_e > MAX_INSTANCES:
+        raise BadInput(f"expert_load has {n_layers * n_e} expert instances; the placer takes at most {MAX_INSTANCES}",
+                       field="expert_load")
     layers = list(range(n_layers)) if moe_layers is None else [int(x) for x in moe_layers]
     if len(layers) != n_layers:
         raise BadInput(f"moe_layers lists {len(layers)} layers but expert_load has {n_layers}", field="moe_layers")
@@ -260,14 +264,19 @@ def greedy(pb: Problem) -> tuple[np.ndarray, int]:
     return assign, violations
 
 
-def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int = 3, movers: int = 8) -> np.ndarray:
+LS_WORK_BUDGET = 3e7  # evaluated (candidate x core) entries per local search: bounds its time on huge problems
+
+
+def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int = 3, movers: int = 8,
+                 work_budget: float = LS_WORK_BUDGET) -> np.ndarray:
     """Improve ``assign`` by moves and swaps that lower the objective, working on the hottest cores first.
 
     Each iteration looks at the ``hot_cores`` hottest cores, then the mesh neighbours of the hottest one (their heat
     spreads into it), in turn; for the ``movers`` most powerful instances on one it scores, vectorised, every move to
-    another core and every swap with a less powerful instance elsewhere, plus swapping the whole contents of the core
-    with another core's, and applies the best strictly improving candidate of the first core that has one. Stops
-    after ``iters`` applied changes or when none improves.
+    another core and every swap with a less powerful instance on one of the ``max(8, n/4)`` coolest cores, plus
+    swapping the whole contents of the core with another core's, and applies the best strictly improving candidate
+    of the first core that has one. Stops after ``iters`` applied changes, when none improves, or when the evaluated
+    (candidates × cores) entries exceed ``work_budget`` (deterministic, bounds the time on huge problems).
     """
     assign = assign.copy()
     load = np.bincount(assign, weights=pb.inst_flops, minlength=pb.n)
@@ -277,8 +286,14 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
     cap = pb.cap_flops * (1 + 1e-12)
     multi = np.bincount(pb.inst_expert)[pb.inst_expert] > 1  # (m,) instance has a sibling replica
     hop1 = hops_matrix(pb.geom.mesh_x, pb.geom.mesh_y) == 1
+    work = 0  # candidate temperature vectors evaluated x cores: a deterministic budget
+    n_cool = max(8, pb.n // 4)
     for _ in range(iters):
+        if work > work_budget:
+            break
         best: tuple[float, str, int, int] | None = None
+        cool_mask = np.zeros(pb.n, dtype=bool)
+        cool_mask[np.argsort(T, kind="stable")[:n_cool]] = True
         hot = [int(x) for x in np.argsort(-T, kind="stable")[:hot_cores]]
         around = [int(x) for x in np.flatnonzero(hop1[hot[0]]) if int(x) not in hot]
         for h in hot + sorted(around, key=lambda c: -T[c]):
@@ -297,6 +312,7 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
                 w = pb.inst_power[i]
                 # moves i: h -> b
                 objs = pb.delta_objective(T, cores, np.full(pb.n, h), np.full(pb.n, w))
+                work += pb.n * pb.n
                 ok = (load + pb.inst_flops[i] <= cap) & (cores != h)
                 if multi[i]:
                     ok &= ~_sibling_cores(pb, assign, i)
@@ -305,9 +321,10 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
                     if objs[b] < cur - 1e-9 * max(1.0, abs(cur)) and (best is None or objs[b] < best[0]):
                         best = (float(objs[b]), "move", i, b)
                 # swaps i <-> j (j elsewhere, less powerful)
-                js = np.flatnonzero((assign != h) & (pb.inst_power < w))
+                js = np.flatnonzero(cool_mask[assign] & (assign != h) & (pb.inst_power < w))
                 if js.size == 0:
                     continue
+                work += js.size * pb.n
                 bj = assign[js]
                 dw = w - pb.inst_power[js]
                 sobjs = pb.delta_objective(T, bj, np.full(js.size, h), dw)

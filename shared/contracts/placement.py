@@ -5,9 +5,9 @@ Owner: placement service. Consumers: lowering (physicalize), orchestrator (files
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
 from shared.contracts.columnar import Columnar
 
@@ -43,27 +43,18 @@ class Placement(BaseModel):
 class OverlayReroute(Columnar):
     """``runtime/overlay_reroute.csv`` columns (seed §3.3); ``mb_ids_json`` holds JSON arrays as strings.
 
-    Extra column after the seed's: ``expert_id`` — the expert instance (``L{l}E{e}``) whose work moves; ``""`` means
-    all work of the listed micro-batches on ``from_core``. Optional on input (filled with ``""``).
-    ``expected_gain`` is the predicted temperature drop at ``from_core`` in kelvin.
+    Scope ``"mb"``: the listed micro-batch ids; scope ``"expert"``: routed-expert work, all of it when ``mb_ids_json``
+    is ``[]``, else the listed micro-batch ids and/or ``"L{l}E{e}"`` expert instances (TACS writes one expert id).
+    ``expected_gain``: TACS's predicted temperature drop at ``from_core`` (K).
     """
 
     t_apply_ns: list[int]
-    scope: list[str]  # "mb" (the listed micro-batches) | "expert" (all of the expert's work in the window)
+    scope: list[str]  # "mb" | "expert"
     from_core: list[int]
     to_core: list[int]
     mb_ids_json: list[str]
     reason: list[str]
     expected_gain: list[float]
-    expert_id: list[str]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _default_expert_id(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "expert_id" not in data:
-            n = len(data.get("t_apply_ns", []) or [])
-            data = {**data, "expert_id": [""] * n}
-        return data
 
 
 class OverlayMigrate(Columnar):

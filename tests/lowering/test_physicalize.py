@@ -132,8 +132,7 @@ def test_reroute_moves_work_and_reads_weights_over_the_noc() -> None:
     c0, _, _, _ = run(lw, placement=plc, window_ms=10_000.0)
     src = plc.experts["L0E0"].cores[0]  # core 0
     ov = Overlays(reroute=OverlayReroute(t_apply_ns=[0], scope=["expert"], from_core=[src], to_core=[63],
-                                        mb_ids_json=["[]"], reason=["hot_core"], expected_gain=[0.1],
-                                        expert_id=["L0E0"]))
+                                        mb_ids_json=['["L0E0"]'], reason=["hot_core"], expected_gain=[0.1]))
     c1, m1, _, t1 = run(lw, placement=plc, overlays=ov, window_ms=10_000.0)
     fc0 = [c for c, o in zip(c0.core_id, c0.op, strict=True) if o == "fc"]
     fc1 = [c for c, o in zip(c1.core_id, c1.op, strict=True) if o == "fc"]
@@ -149,8 +148,7 @@ def test_reroute_mb_scope_only_touches_listed_micro_batches() -> None:
     plc = default_placement(ARCH, n_layers=2)
     mbs = sorted(set(lw.compute.mb_id))
     ov = Overlays(reroute=OverlayReroute(t_apply_ns=[0], scope=["mb"], from_core=[0], to_core=[1],
-                                        mb_ids_json=[f"[{mbs[0]}]"], reason=["x"], expected_gain=[0.0],
-                                        expert_id=[""]))
+                                        mb_ids_json=[f"[{mbs[0]}]"], reason=["x"], expected_gain=[0.0]))
     c, _, _, _ = run(lw, placement=plc, overlays=ov, window_ms=10_000.0)
     # attention of the listed micro-batch left core 0: core 0 runs fewer attention events than core 2
     att = [core for core, o in zip(c.core_id, c.op, strict=True) if o == "attn"]
@@ -240,7 +238,7 @@ def test_unplaced_expert_and_bad_overlay() -> None:
         run(lw, placement=plc)
     assert ei.value.field == "placement.experts.L0E0"
     ov = Overlays(reroute=OverlayReroute(t_apply_ns=[0], scope=["mb"], from_core=[0], to_core=[99],
-                                        mb_ids_json=["[]"], reason=[""], expected_gain=[0.0], expert_id=[""]))
+                                        mb_ids_json=["[]"], reason=[""], expected_gain=[0.0]))
     with pytest.raises(BadInput) as ei:
         run(lw, overlays=ov)
     assert ei.value.field == "overlays.reroute[0].to_core"

@@ -244,8 +244,8 @@ def placement_app(settings: Settings) -> FastAPI:
                 migrate = OverlayMigrate(t_apply_ns=[now], obj_type=["expert"], obj_id=[e], src=[str(hot)],
                                          dst=[str(cool)], size_bytes=[64_000_000], cost=[1.0])
                 reroute = OverlayReroute(t_apply_ns=[now], scope=["expert"], from_core=[hot], to_core=[cool],
-                                         mb_ids_json=["[]"], reason=["hot_core"],
-                                         expected_gain=[float(sm[hot] - sm[cool])], expert_id=[e])
+                                         mb_ids_json=[json.dumps([e])], reason=["hot_core"],
+                                         expected_gain=[float(sm[hot] - sm[cool])])
                 state.experts[e] = ReplicaEntry(cores=[cool], ts_created_ns=now, last_change_ns=now,
                                                 prev_cores=[hot])
                 _ = (layer, ex)

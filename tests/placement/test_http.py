@@ -52,6 +52,19 @@ def test_default_placement(client: TestClient) -> None:
     assert r.json()["experts"]["L2E7"]["cores"] == [15]
 
 
+def test_default_placement_as_the_orchestrator_asks(client: TestClient) -> None:
+    """No expert_load, float expert_bytes: the expert count comes from n_experts or the workload's model."""
+    r = client.post("/v1/placements", json={"method": "default", "expert_load": None, "moe_layers": [0, 1, 2],
+                                            "expert_flops_per_token": 2.5e9, "expert_bytes": 352321536.0})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["experts"]) == 24  # mixtral-8x7b: 8 routed experts per layer
+    r = client.post("/v1/placements", json={"method": "default", "moe_layers": [1], "n_experts": 5,
+                                            "expert_bytes": 1e6})
+    assert r.status_code == 200 and len(r.json()["experts"]) == 5
+    r = client.post("/v1/placements", json={"method": "default"})
+    assert r.status_code == 422 and _err(r)["field"] == "moe_layers"
+
+
 def test_milp_is_a_job(client: TestClient) -> None:
     H = synthetic_diffusion_kernel(3, 3).tolist()
     r = client.post("/v1/placements", json={"method": "milp", "arch": SMALL_ARCH, "expert_load": zipf_loads(2, 4),
@@ -129,3 +142,15 @@ def test_balance_endpoint(client: TestClient) -> None:
                         ({"loads": [[1.0, 1.0], [1.0]], "slots": 2}, "loads[1]")):
         r = client.post("/v1/balance", json=body)
         assert r.status_code == 422 and _err(r)["field"] == field, r.text
+
+
+def test_milp_job_is_idempotent_and_celery_shaped(client: TestClient) -> None:
+    from services.placement.jobs import run_placement_job
+
+    body = {"method": "milp", "arch": SMALL_ARCH, "expert_load": zipf_loads(1, 3), "expert_bytes": 1 << 20,
+            "H": synthetic_diffusion_kernel(3, 3).tolist()}
+    a = client.post("/v1/placements", json=body).json()["job_id"]
+    b = client.post("/v1/placements", json=body).json()["job_id"]
+    assert a == b
+    out = run_placement_job(body)  # the plain JSON-in/JSON-out function a Celery task wraps
+    assert set(out["experts"]) == {"L0E0", "L0E1", "L0E2"} and out["meta"]["method"] == "milp"

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.placement.geometry import ChipGeometry, hops_matrix, synthetic_diffusion_kernel
+from services.placement.geometry import ChipGeometry, hops_matrix, influence_for, synthetic_diffusion_kernel
 from services.placement.tacs import ACT_BYTES_PER_TOKEN, replica_state_from_placement, tacs_step
 from shared.configs import ArchConfig, TasParams
 from shared.configs.tas import TacsParams
@@ -46,6 +47,24 @@ def test_hot_spot_is_spread_out(arch: ArchConfig, tas: TasParams, kernel64: np.n
     assert all(b <= a + 1e-9 for a, b in itertools.pairwise(peaks))
 
 
+def test_hot_spot_with_the_chip_influence_matrix(arch: ArchConfig, tas: TasParams) -> None:
+    """Same hot spot with H from ``influence_for(arch)``: the thermal service's matrix when its module is present,
+    else the documented analytic kernel. Powers are scaled so the hot spot starts 60 K above ambient."""
+    H, _ = influence_for(arch)
+    cores = {f"L0E{e}": [27] for e in range(16)}
+    watts = {eid: 60.0 / (16 * H[27, 27]) for eid in cores}
+    plc = placement_from(arch, cores)
+    state, smoothed = ReplicaState(), None
+    rise0 = temps(H, cores, watts).max() - 45.0
+    for k in range(30):
+        T = temps(H, cores_now(plc, state), watts)
+        tele = Telemetry(temps_core=T.tolist(), util_core=[0.5] * 64, noc_load=0.1)
+        _, state, smoothed = tacs_step(tele, plc, state, tas.tacs, arch, H, window(k + 1, watts, 3.0), smoothed,
+                                       (k + 1) * 3_000_000)
+    rise = temps(H, cores_now(plc, state), watts).max() - 45.0
+    assert rise0 > 55 and rise < 0.8 * rise0
+
+
 def test_overlay_rows_follow_the_seed_schema(arch: ArchConfig, tas: TasParams, kernel64: np.ndarray) -> None:
     cores = {f"L0E{e}": [27] for e in range(8)}
     watts = {eid: 3.0 for eid in cores}
@@ -66,9 +85,15 @@ def test_overlay_rows_follow_the_seed_schema(arch: ArchConfig, tas: TasParams, k
             assert geom.bank_core_slot(dst)[0] == moved_to
         else:
             assert typ == "expert" and src == "27" and int(dst) == state.experts[oid].cores[0]
-    for scope, fr, mbj, eid in zip(ov.reroute.scope, ov.reroute.from_core, ov.reroute.mb_ids_json,
-                                   ov.reroute.expert_id, strict=True):
-        assert scope == "mb" and fr == 27 and json.loads(mbj) == [10, 11] and eid.startswith("L0E")
+    migrated = {oid for typ, oid in zip(ov.migrate.obj_type, ov.migrate.obj_id, strict=True) if typ == "expert"}
+    rerouted = set()
+    for scope, fr, to, mbj in zip(ov.reroute.scope, ov.reroute.from_core, ov.reroute.to_core, ov.reroute.mb_ids_json,
+                                  strict=True):
+        ids = json.loads(mbj)
+        assert scope == "expert" and fr == 27 and len(ids) == 1 and ids[0].startswith("L0E")
+        assert state.experts[ids[0]].cores == [to]
+        rerouted.add(ids[0])
+    assert rerouted == migrated  # every migration also moves the expert's work
     ent = next(iter(state.experts.values()))
     assert ent.ts_created_ns == pend.t0_ns and ent.last_change_ns == pend.t0_ns and ent.prev_cores == [27]
     assert sm == pytest.approx(T.tolist())  # first call: smoothing starts at the raw value
@@ -253,3 +278,46 @@ def test_core_outside_mesh_names_the_field(tas: TasParams) -> None:
     with pytest.raises(BadInput) as ei:
         tacs_step(Telemetry(temps_core=[50.0] * 16), plc, ReplicaState(), tas.tacs, ARCH4, H4, None, None, 0)
     assert ei.value.field == "placement.experts.L0E1.cores"
+
+
+def test_bank_outside_the_chip_names_the_tensor(tas: TasParams) -> None:
+    plc = placement_from(ARCH4, {"L0E0": [0], "L0E1": [0]})
+    plc.tensors["W_L0E1_0"] = plc.tensors["W_L0E1_0"].model_copy(update={"dram_bank": "B(99,0,0)"})
+    hot = [100.0] + [50.0] * 15
+    with pytest.raises(BadInput) as ei:
+        tacs_step(Telemetry(temps_core=hot), plc, ReplicaState(), tas.tacs, ARCH4, H4,
+                  window(9, {"L0E0": 2.0, "L0E1": 2.0}), None, 27_000_000)
+    assert ei.value.field == "placement.tensors.W_L0E1_0"
+
+
+def test_overlays_are_accepted_by_the_physicalizer(arch: ArchConfig, tas: TasParams, kernel64: np.ndarray) -> None:
+    """Contract check against the lowering service's ``physicalize_window``: TACS rows parse, the migrated expert
+    runs on its new core and the physicalizer's replica state agrees with TACS's."""
+    from services.lowering.physicalize import physicalize_window
+    from shared.contracts.events import PhysicalState
+
+    cores = {f"L0E{e}": [27] for e in range(8)}
+    cores["L0E8"] = [27, 28]
+    watts = {eid: 0.01 for eid in cores}  # light enough that every core finishes its work inside the window
+    plc = placement_from(arch, cores)
+    pend = window(6, watts)
+    hot = [50.0] * 64
+    hot[27] = 95.0
+    ov, state, _ = tacs_step(Telemetry(temps_core=hot), plc, ReplicaState(), tas.tacs, arch, kernel64, pend, None,
+                             pend.t0_ns)
+    moved = {oid: int(dst) for typ, oid, dst in zip(ov.migrate.obj_type, ov.migrate.obj_id, ov.migrate.dst,
+                                                    strict=True) if typ == "expert"}
+    assert moved and "L0E8" in "".join(ov.reroute.mb_ids_json)
+    C, _, phys, _ = physicalize_window(6, pend, plc, ov, PhysicalState(), arch, [2.0] * 64, 3.0)
+    for eid, dst in moved.items():
+        assert phys.replicas.experts[eid].cores == state.experts[eid].cores == [dst]
+        assert dst in set(C.core_id)
+    base, _, _, _ = physicalize_window(6, pend, plc, Overlays(), PhysicalState(), arch, [2.0] * 64, 3.0)
+
+    def flops_on(ev: Any, core: int) -> float:
+        return float(sum(f for c, f in zip(ev.core_id, ev.flops, strict=True) if c == core))
+
+    assert flops_on(C, 27) < flops_on(base, 27)  # the hot core sheds work
+    for fr, to, mbj in zip(ov.reroute.from_core, ov.reroute.to_core, ov.reroute.mb_ids_json, strict=True):
+        (eid,) = json.loads(mbj)
+        assert fr in cores[eid] and to in (state.experts[eid].cores if eid in state.experts else cores[eid])

@@ -247,3 +247,25 @@ def test_transport_error_type_is_not_swallowed_for_unexpected_exceptions(tmp_pat
     with pytest.raises(TypeError):
         client.post_json("/v1/thing", {"x": object()})
     assert script.seen == []
+
+
+def test_post_model_sends_a_model_and_validates_the_answer(tmp_path: Path) -> None:
+    from pydantic import BaseModel, ValidationError
+
+    class Echo(BaseModel):
+        ok: bool
+        echo: str | None
+
+    class Strict(BaseModel):
+        missing_field: int
+
+    class Body(BaseModel):
+        n: int
+
+    script = Script()
+    client = _client(tmp_path, script)
+    got = client.post_model("/v1/thing", Body(n=5), Echo)
+    assert got == Echo(ok=True, echo='{"n":5}')
+    assert client.get_model("/v1/thing", Echo).ok is True
+    with pytest.raises(ValidationError):
+        client.get_model("/v1/thing", Strict)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -270,3 +271,38 @@ def test_redacted_urls_hide_passwords() -> None:
     assert cluster._redact("postgresql+psycopg://u:pw@h:5432/db") == "postgresql+psycopg://u:***@h:5432/db"
     assert cluster._redact("redis://:pw@h:6379/0") == "redis://:***@h:6379/0"
     assert cluster._redact("redis://h:6379/0") == "redis://h:6379/0"
+
+
+def test_down_stops_recorded_groups_and_spares_a_recycled_pid(tmp_path: Path) -> None:
+    """`down` kills the process group a pid file names (children included), but not a process that merely reuses a
+    recorded pid (its start time differs from the one `up` recorded)."""
+    sleeper = [sys.executable, "-c", "import subprocess, sys, time; "
+               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"]
+    ours = subprocess.Popen(sleeper, start_new_session=True)
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(cluster.group_members(ours.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        group = cluster.group_members(ours.pid)
+        assert len(group) == 2  # the leader and its child
+        (tmp_path / "thermal.pid").write_text(f"{ours.pid}\n")
+        (tmp_path / "metrics.pid").write_text(f"{stranger.pid}\n")
+        (tmp_path / "cluster.json").write_text(json.dumps({"processes": {
+            "thermal": {"pid": ours.pid, "start_ticks": cluster.start_ticks(ours.pid)},
+            "metrics": {"pid": stranger.pid, "start_ticks": (cluster.start_ticks(stranger.pid) or 0) - 1}}}))
+        assert set(cluster._running(tmp_path)) == {"thermal"}
+        out = tmp_path / "down.txt"
+        with out.open("w") as fh:
+            assert cluster.down(tmp_path, grace_s=5, out=fh) == 0
+        text = out.read_text()
+        assert "stopped thermal" in text and "metrics: pid" in text and "left alone" in text
+        ours.wait(timeout=5)
+        assert not [p for p in group if cluster.is_alive(p)]
+        assert stranger.poll() is None  # untouched
+        assert not list(tmp_path.glob("*.pid"))
+    finally:
+        for proc in (ours, stranger):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)

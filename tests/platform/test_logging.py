@@ -132,3 +132,20 @@ def test_run_file_handler_writes_the_run_id(tmp_path: object) -> None:
         handler.close()
     assert "run=exp-7/tas done" in path.read_text(encoding="utf-8")
     assert isinstance(JsonFormatter(), logging.Formatter)
+
+
+def test_an_unhandled_error_is_logged_with_the_callers_run_id(settings: Settings,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    router = APIRouter(tags=["probe"])
+
+    @router.get("/boom")
+    def boom() -> None:
+        raise RuntimeError("kaput")
+
+    client = TestClient(create_service_app("probe", settings, [router]), raise_server_exceptions=False)
+    resp = client.get("/v1/boom", headers={"X-Run-Id": "exp-11/tas"})
+    assert resp.status_code == 500
+    assert resp.json()["error"]["code"] == "internal"
+    errors = [r for r in caplog.records if r.name == "shared.service_app" and r.levelno == logging.ERROR]
+    assert [_run(r) for r in errors] == ["exp-11/tas"]
+    assert errors[0].exc_info is not None and "kaput" in str(errors[0].exc_info[1])

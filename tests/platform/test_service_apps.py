@@ -219,3 +219,14 @@ def test_root_app_mounts_all_six(settings: Settings) -> None:
         for name in SERVICES:
             assert client.get(f"/{name}/healthz").json()["service"] == name
             assert _error(client.get(f"/{name}/v1/nowhere"))["code"] == "not_found"
+
+
+def test_embedded_clients_reach_every_service_over_asgi(settings: Settings) -> None:
+    from services.root_app import embedded
+
+    with embedded(settings) as emb:
+        for name in SERVICES:
+            assert emb.clients[name].base_url == f"http://{name}"
+            assert emb.clients[name].get_json("/healthz")["service"] == name
+        with pytest.raises(NotFound, match="thermal: Not Found"):
+            emb.clients["thermal"].get_json("/v1/definitely/not/here")
