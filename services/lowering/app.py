@@ -9,10 +9,10 @@ from services.lowering.graph import GraphRequest, GraphResponse, plan_graph
 from services.lowering.ops import LowerOpsRequest, LowerOpsResponse, lower_ops
 from services.lowering.stages import StagesRequest, StagesResult, decompose
 from shared.contracts.events import PhysicalizeRequest, PhysicalizeResponse
-from shared.service_app import ERROR_RESPONSES, create_service_app
+from shared.service_app import ERROR_RESPONSES, JsonBodyRoute, create_service_app
 from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["lowering"])
+router = APIRouter(tags=["lowering"], route_class=JsonBodyRoute)
 
 
 @router.post("/physicalize", response_model=PhysicalizeResponse, responses=ERROR_RESPONSES)

@@ -17,10 +17,10 @@ from services.placement.schemas import (
 )
 from services.placement.service import balance_for, placement_for, tacs_for
 from shared.contracts.placement import Placement
-from shared.service_app import create_service_app
+from shared.service_app import JsonBodyRoute, create_service_app
 from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["placement"])
+router = APIRouter(tags=["placement"], route_class=JsonBodyRoute)
 
 
 @router.post("/placements", response_model=Placement, responses={202: {"model": JobAccepted}})

@@ -21,10 +21,10 @@ from shared.contracts.thermal import (
     StepResult,
 )
 from shared.errors import NotFound
-from shared.service_app import ERROR_RESPONSES, create_service_app
+from shared.service_app import ERROR_RESPONSES, JsonBodyRoute, create_service_app
 from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["thermal"], responses=ERROR_RESPONSES)
+router = APIRouter(tags=["thermal"], responses=ERROR_RESPONSES, route_class=JsonBodyRoute)
 
 
 @router.post("/models", response_model=ModelInfo)
