@@ -17,6 +17,7 @@ window k, so a resumed run continues exactly where the committed one stopped and
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import socket
@@ -187,6 +188,17 @@ def _placement(*, pipe: Pipeline, spec: ExperimentSpec, scenario: str, trace: Tr
     return plc
 
 
+def freeze_heap() -> None:
+    """Move every object alive now (modules, schemas, caches, the trace and placement of this run) out of the
+    garbage collector's generations (`gc.freeze`), after one collection so no garbage is pinned.
+
+    The window loop allocates many short-lived containers per window (parsed bodies), which triggers full (gen 2)
+    collections; each one walked the ~200 000 long-lived objects of the process (about 120 ms). Frozen objects are
+    still freed by reference counting; only cycles among them wait for `gc.unfreeze`. No effect on any result."""
+    gc.collect()
+    gc.freeze()
+
+
 def run_scenario(run_id: str, clients: ServiceClients, sessions: sessionmaker[Session], *,
                  owner: str | None = None, lease_s: float = 60.0, on_window: WindowHook | None = None,
                  stop: threading.Event | None = None) -> RunOutcome:
@@ -246,6 +258,7 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         files.write_replica_state(fr.physical.get("replicas", {}))  # it may lag the frontier by one window
         rlog.info(f"resuming at window {k0} of {n} (attempt {claim.attempts})")
 
+    freeze_heap()  # the setup's long-lived objects: keep full collections in the loop cheap
     # encoded once per run, spliced into every request (see pipeline_clients.RawJson)
     arch_j, plc_j = RawJson.of(arch), RawJson.of(plc)
     params_j = RawJson.of(tas.tacs)
