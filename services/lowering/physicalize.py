@@ -144,10 +144,13 @@ class _Migration:
 
 
 def _apply_migrations(overlays: Overlays, placement: Placement, replicas: ReplicaState,
-                      tensor_banks: dict[str, str], chip: Chip, t0: int) -> tuple[list[_Migration], int]:
-    """Update replica state / tensor banks in place; return the transfers to schedule and the number of objects
-    moved (an expert with its shards counts once; a lone weight shard counts once)."""
+                      tensor_banks: dict[str, str], chip: Chip, t0: int,
+                      ) -> tuple[list[_Migration], int, list[tuple[str, int, int]]]:
+    """Update replica state / tensor banks in place; return the transfers to schedule, the number of objects
+    moved (an expert with its shards counts once; a lone weight shard counts once) and the expert moves
+    ``(expert id, src core, dst core)`` (rows with both a source and a destination core)."""
     out: list[_Migration] = []
+    moves: list[tuple[str, int, int]] = []
     moved: set[str] = set()
     mig = overlays.migrate
     for i in range(len(mig)):
@@ -183,6 +186,8 @@ def _apply_migrations(overlays: Overlays, placement: Placement, replicas: Replic
                 new.append(d_core)
             if not new:
                 raise BadInput(f"migration would leave {key} on no core", field=f)
+            if s_core is not None and d_core is not None and s_core != d_core:
+                moves.append((key, s_core, d_core))
             if new != cores:  # not yet applied (TACS may already have updated the replica state itself)
                 prev = replicas.experts.get(key)
                 replicas.experts[key] = ReplicaEntry(
@@ -197,7 +202,108 @@ def _apply_migrations(overlays: Overlays, placement: Placement, replicas: Replic
                 tensor_banks[f"{key}_*"] = chip.bank_str(db)  # its shards now live in the destination vault
         else:
             raise BadInput(f"obj_type must be 'weight' or 'expert', got {obj_type!r}", field=f"{f}.obj_type")
-    return out, len(moved)
+    return out, len(moved), moves
+
+
+# Integer code of a routed-expert instance in the carry tags: layer · 2^20 + expert; -1 = untagged.
+_CODE_SHIFT = 20
+
+
+def _expert_code(key: str, field: str) -> int:
+    try:
+        lv, e = parse_expert_id(key)
+    except ValueError as exc:
+        raise BadInput(str(exc), field=field) from None
+    return (lv << _CODE_SHIFT) + e
+
+
+def _tag_codes(tags: list[str], n_rows: int, field: str) -> I64:
+    """Carry tags ("" or "L{l}E{e}") → integer codes (-1 = untagged); an empty tag list tags nothing."""
+    if not tags:
+        return np.full(n_rows, -1, dtype=np.int64)
+    if len(tags) != n_rows:
+        raise BadInput(f"{len(tags)} tags for {n_rows} carried records", field=field)
+    memo: dict[str, int] = {"": -1}
+    return np.array([memo[t] if t in memo else memo.setdefault(t, _expert_code(t, f"{field}[{i}]"))
+                     for i, t in enumerate(tags)], dtype=np.int64)
+
+
+def _code_strs(codes: I64) -> list[str]:
+    mask = (1 << _CODE_SHIFT) - 1
+    return ["" if c < 0 else expert_id(c >> _CODE_SHIFT, c & mask) for c in codes.tolist()]
+
+
+@dataclass
+class _Carry:
+    """The carried work of the previous window as arrays (records may be moved between cores before emission)."""
+
+    c_core: I64
+    c_tail: NDArray[np.bool_]
+    c_code: I64
+    m_core: I64
+    m_tail: NDArray[np.bool_]
+    m_code: I64
+    start: F64  # per core: where its tail resumes (ns)
+    end: F64  # per core: where its tail ends (ns)
+
+
+def _move_carried(cr: _Carry, overlays: Overlays, moves: list[tuple[str, int, int]], c_dur: F64, busy: F64,
+                  chip: Chip, t0: float, t1: float) -> F64:
+    """Move not-started carried work (tail records) of migrated / rerouted experts to their new cores, in place.
+
+    Order: expert migrations (``src`` → ``dst`` cores), then reroute rows applying before ``t1`` in row order
+    (scope ``"expert"``: the listed ``"L{l}E{e}"`` instances, or every routed expert's work when the list is empty;
+    rows that list micro-batch ids, and scope ``"mb"``, do not touch carried work: the carry is aggregated per expert,
+    not per micro-batch). FLOPs, energy and bytes are conserved: records change core, not size. A moved record keeps
+    its duration (ns); each core's tail span and busy-until shrink by the work that left and grow by the work that
+    arrived (appended after the destination's own backlog). Returns the new busy-until per core (ns).
+    """
+    n = chip.n_cores
+    if not (cr.c_tail & (cr.c_code >= 0)).any():
+        return busy
+    steps: list[tuple[int, int, list[int] | None]] = [(s, d, [_expert_code(k, "overlays.migrate.obj_id")])
+                                                      for k, s, d in moves]
+    rr = overlays.reroute
+    rr_expert: list[str] = list(getattr(rr, "expert_id", None) or [""] * len(rr))
+    for i in range(len(rr)):
+        if rr.scope[i] != "expert" or rr.t_apply_ns[i] >= t1:
+            continue
+        ids = _parse_ids(rr.mb_ids_json[i], f"overlays.reroute[{i}].mb_ids_json")
+        if any(isinstance(x, int | float) and not isinstance(x, bool) for x in ids):
+            continue
+        ex = [str(x) for x in ids if isinstance(x, str)] + ([rr_expert[i]] if rr_expert[i] else [])
+        steps.append((int(rr.from_core[i]), int(rr.to_core[i]),
+                      [_expert_code(x, f"overlays.reroute[{i}].mb_ids_json") for x in ex] or None))
+    c_orig = cr.c_core.copy()
+    movable_c = cr.c_tail & (cr.c_code >= 0)
+    movable_m = cr.m_tail & (cr.m_code >= 0)
+    for src, dst, codes in steps:
+        if src == dst:
+            continue
+        sel_c = movable_c & (cr.c_core == src)
+        sel_m = movable_m & (cr.m_core == src)
+        if codes is not None:
+            sel_c &= np.isin(cr.c_code, codes)
+            sel_m &= np.isin(cr.m_code, codes)
+        cr.c_core[sel_c] = dst
+        cr.m_core[sel_m] = dst
+    moved = cr.c_core != c_orig
+    if not moved.any():
+        return busy
+    out_d = _bc(c_orig[moved], weights=c_dur[moved], minlength=n)
+    in_d = _bc(cr.c_core[moved], weights=c_dur[moved], minlength=n)
+    had_tail = _bc(c_orig[cr.c_tail & ~moved], weights=c_dur[cr.c_tail & ~moved], minlength=n) > 0
+    busy = np.maximum(busy, t0)
+    s_tail = np.maximum(cr.start, t0)
+    # sources: the tail ends earlier by what left
+    end = np.where(out_d > 0, np.maximum(cr.end - out_d, s_tail), cr.end)
+    busy = np.where(out_d > 0, np.maximum(busy - out_d, t0), busy)
+    # destinations: what arrived runs after the core's own queue
+    start = np.where((in_d > 0) & ~had_tail, busy, cr.start)
+    end = np.where(in_d > 0, np.where(had_tail, end, start) + in_d, end)
+    busy = np.where(in_d > 0, np.maximum(busy, start) + in_d, busy)
+    cr.start, cr.end = start, end
+    return busy
 
 
 def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placement, overlays: Overlays | None,
@@ -248,7 +354,21 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     link_bw = chip.link_bw_bytes_per_ns
 
     # ---- 1. migrations --------------------------------------------------------------------------------------
-    migs, n_moved = _apply_migrations(overlays, placement, replicas, tensor_banks, chip, int(t0))
+    migs, n_moved, exp_moves = _apply_migrations(overlays, placement, replicas, tensor_banks, chip, int(t0))
+    # ... and the carried, not-started work of moved / rerouted experts follows them (before anything is scheduled)
+    cc, cm = q.carry_compute, q.carry_memory
+    c_dur = np.asarray(cc.duration_ns, dtype=np.float64)
+    carry = _Carry(
+        c_core=np.asarray(cc.core_id, dtype=np.int64), c_tail=np.asarray(cc.part, dtype=np.int64) == 1,
+        c_code=_tag_codes(q.carry_compute_expert, len(cc), "state.queue.carry_compute_expert"),
+        m_core=np.asarray(cm.src_core, dtype=np.int64), m_tail=np.asarray(cm.part, dtype=np.int64) == 1,
+        m_code=_tag_codes(q.carry_memory_expert, len(cm), "state.queue.carry_memory_expert"),
+        start=np.asarray(q.carry_start_ns, dtype=np.float64) if q.carry_start_ns else np.full(n, t0),
+        end=np.asarray(q.carry_end_ns, dtype=np.float64) if q.carry_end_ns else np.full(n, t0))
+    if carry.start.shape != (n,) or carry.end.shape != (n,):
+        raise BadInput(f"state.queue.carry_start_ns / carry_end_ns need {n} values", field="state.queue.carry_start_ns")
+    busy = _move_carried(carry, overlays, exp_moves, c_dur, busy, chip, t0, t1)
+    free = np.maximum(busy, t0)
 
     # ---- 2. logical rows → assignments ----------------------------------------------------------------------
     lc = logical.compute.to_numpy()
@@ -595,13 +715,9 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     # Carried work has two parts per core: the "head" (the remainder of events that straddled the previous window
     # end; it runs back to back from the window start) and the "tail" (events that had not started; they run at a
     # uniform duty D/(end − start) over their span, which keeps the idle gaps between dependent stages).
-    cc, cm = q.carry_compute, q.carry_memory
-    c_core = np.asarray(cc.core_id, dtype=np.int64)
-    c_tail = np.asarray(cc.part, dtype=np.int64) == 1
-    c_dur = np.asarray(cc.duration_ns, dtype=np.float64)
+    c_core, c_tail = carry.c_core, carry.c_tail
     window_ns = t1 - t0
-    c_start_core = np.asarray(q.carry_start_ns, dtype=np.float64) if q.carry_start_ns else np.full(n, t0)
-    c_end_core = np.asarray(q.carry_end_ns, dtype=np.float64) if q.carry_end_ns else np.full(n, t0)
+    c_start_core, c_end_core = carry.start, carry.end
     s_tail = np.maximum(c_start_core, t0)
     span = c_end_core - s_tail
     f_tail = np.where(span > 0, np.clip(np.divide(t1 - s_tail, span, out=np.ones(n), where=span > 0), 0.0, 1.0),
@@ -619,16 +735,20 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
         c_off[o] = (cs - c_dur[o]) - np.where(firsts > 0, cs[np.maximum(firsts - 1, 0)], 0.0)
     emit_c_start = np.where(c_tail, s_tail[c_core], t0) + c_off * fc if c_core.size else np.zeros(0)
     emit_c_dur = c_dur * fc
-    emit_c_cycles = np.asarray(cc.cycles, dtype=np.float64) * fc
+    c_cyc = np.asarray(cc.cycles, dtype=np.float64) * freq[c_core] / freq[np.asarray(cc.core_id, dtype=np.int64)] \
+        if c_core.size else np.zeros(0)  # moved records: same duration at the new core's clock
+    emit_c_cycles = c_cyc * fc
     emit_c_flops = np.asarray(cc.flops, dtype=np.float64) * fc
     emit_c_energy = np.asarray(cc.energy_j, dtype=np.float64) * fc
-    cm_core = np.asarray(cm.src_core, dtype=np.int64)
-    cm_tail = np.asarray(cm.part, dtype=np.int64) == 1
+    cm_core, cm_tail = carry.m_core, carry.m_tail
     cm_f = np.where(cm_tail, f_tail[cm_core], f_head[cm_core]) if cm_core.size else np.zeros(0)
     cm_bytes = np.asarray(cm.bytes, dtype=np.float64)
     cm_bank = np.array([chip.parse_bank(s, "state.queue.carry_memory.dst_bank") for s in cm.dst_bank],
                        dtype=np.int64) if len(cm) else np.zeros(0, np.int64)
     cm_hops = np.asarray(cm.hops, dtype=np.int64)
+    cm_moved = cm_core != np.asarray(cm.src_core, dtype=np.int64)
+    if cm_moved.any():  # moved traffic now flows between the new core and the same bank
+        cm_hops = np.where(cm_moved, chip.hops(cm_core, chip.bank_vault_core(cm_bank)), cm_hops)
     cm_w = np.array([r == "w" for r in cm.rw], dtype=bool)
     cm_mig = np.array([x == "migration" for x in cm.noc_qos], dtype=bool)
     cm_start = np.where(cm_tail, s_tail[cm_core], t0) if cm_core.size else np.zeros(0)
@@ -718,12 +838,16 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     k_part = np.concatenate([c_tail, lat_tail]).astype(np.int64)
     k_op = np.concatenate([cc_op, row_op[A.row[lat]]])
     k_dur = np.concatenate([c_dur * rem_c, dur[lat] * fl])
-    k_cyc = np.concatenate([np.asarray(cc.cycles, dtype=np.float64) * rem_c, dur[lat] * fl * freq[A.core[lat]]])
+    k_cyc = np.concatenate([c_cyc * rem_c, dur[lat] * fl * freq[A.core[lat]]])
+    a_code = np.where(is_exp[A.row], (layer[A.row] << _CODE_SHIFT) + expert[A.row], -1) if na \
+        else np.zeros(0, np.int64)
+    k_code = np.concatenate([np.where(c_tail, carry.c_code, -1), np.where(lat_tail, a_code[lat], -1)])
     k_flops = np.concatenate([np.asarray(cc.flops, dtype=np.float64) * rem_c, a_flops[lat] * fl])
     k_en = np.concatenate([np.asarray(cc.energy_j, dtype=np.float64) * rem_c, a_energy[lat] * fl])
     keep_k = k_dur > 0
-    carry_compute = _aggregate_compute(vocab_arr, k_core[keep_k], k_part[keep_k], k_op[keep_k], k_dur[keep_k],
-                                       k_cyc[keep_k], k_flops[keep_k], k_en[keep_k])
+    carry_compute, carry_c_tags = _aggregate_compute(vocab_arr, k_core[keep_k], k_part[keep_k], k_op[keep_k],
+                                                     k_dur[keep_k], k_cyc[keep_k], k_flops[keep_k], k_en[keep_k],
+                                                     k_code[keep_k])
     el = np.flatnonzero(ef_now < 1.0) if e_a.size else np.zeros(0, np.int64)
     n_ml = int(mg_later.sum())
     km_core = np.concatenate([cm_core, e_core[el], mg_core[mg_later], mg_core[mg_later]])
@@ -736,9 +860,13 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
                               chip.hops(mg_core[mg_later], chip.bank_vault_core(mg_src[mg_later])),
                               chip.hops(mg_core[mg_later], chip.bank_vault_core(mg_dst[mg_later]))])
     km_mig = np.concatenate([cm_mig, e_qos_mig[el], np.ones(2 * n_ml, bool)])
+    el_tail = a_start[e_a[el]] >= t1
+    km_code = np.concatenate([np.where(cm_tail, carry.m_code, -1), np.where(el_tail, a_code[e_a[el]], -1),
+                              np.full(2 * n_ml, -1, np.int64)])
     keep_km = km_bytes > 0
-    carry_memory = _aggregate_memory(chip, km_core[keep_km], km_part[keep_km], km_bank[keep_km],
-                                     km_bytes[keep_km], km_w[keep_km], km_hops[keep_km], km_mig[keep_km])
+    carry_memory, carry_m_tags = _aggregate_memory(chip, km_core[keep_km], km_part[keep_km], km_bank[keep_km],
+                                                   km_bytes[keep_km], km_w[keep_km], km_hops[keep_km],
+                                                   km_mig[keep_km], km_code[keep_km])
     # span of each core's tail: from t1 (old tail remains) or its first deferred start, to its last piece's end
     resume = np.full(n, np.inf)
     c_end = np.full(n, -np.inf)
@@ -793,6 +921,8 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
             carry_memory=carry_memory,
             carry_start_ns=resume.tolist(),
             carry_end_ns=c_end.tolist(),
+            carry_compute_expert=carry_c_tags,
+            carry_memory_expert=carry_m_tags,
             pending=sorted(still, key=lambda p: (p.finish_ns, p.mb_id)),
             open_mbs=sorted(open_mbs.values(), key=lambda o: o.mb_id),
         ),
@@ -803,46 +933,48 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
 
 
 def _aggregate_compute(vocab: NDArray[np.object_], core: I64, part: I64, op: I64, dur: F64, cyc: F64, flops: F64,
-                       energy: F64) -> CarryCompute:
+                       energy: F64, code: I64) -> tuple[CarryCompute, list[str]]:
+    """One record per (core, part, op, expert tag); returns the records and their tags."""
     if core.size == 0:
-        return CarryCompute.empty()
-    uop = vocab
-    nop = len(uop)
+        return CarryCompute.empty(), []
+    nop = len(vocab)
     key = (core * 2 + part) * nop + op
-    uk, inv = np.unique(key, return_inverse=True)
+    uk2, inv = np.unique(np.stack([key, code], axis=1), axis=0, return_inverse=True)
     inv = inv.reshape(-1)
+    uk, u_code = uk2[:, 0], uk2[:, 1]
 
     def s(w: F64) -> list[float]:
         out: list[float] = _bc(inv, weights=w, minlength=uk.size).tolist()
         return out
 
+    tags = _code_strs(u_code) if (u_code >= 0).any() else []
     return CarryCompute.model_construct(
-        core_id=(uk // nop // 2).tolist(), part=((uk // nop) % 2).tolist(), op=uop[uk % nop].tolist(),
-        duration_ns=s(dur), cycles=s(cyc), flops=s(flops), energy_j=s(energy))
+        core_id=(uk // nop // 2).tolist(), part=((uk // nop) % 2).tolist(), op=vocab[uk % nop].tolist(),
+        duration_ns=s(dur), cycles=s(cyc), flops=s(flops), energy_j=s(energy)), tags
 
 
 def _aggregate_memory(chip: Chip, core: I64, part: I64, bank: I64, nbytes: F64, w: NDArray[np.bool_], hops: I64,
-                      mig: NDArray[np.bool_]) -> CarryMemory:
+                      mig: NDArray[np.bool_], code: I64) -> tuple[CarryMemory, list[str]]:
     if core.size == 0:
-        return CarryMemory.empty()
-    # one record per (core, part, bank's vault, rw, qos), at the group's last bank in input order: bounds the
-    # state to a few records per core however long the backlog grows
+        return CarryMemory.empty(), []
+    # one record per (core, part, bank's vault, rw, qos, expert tag), at the group's last bank in input order:
+    # bounds the state to a few records per core and expert however long the backlog grows
     nv = chip.n_cores
     vault = chip.bank_vault_core(bank)
     key = ((((core * 2 + part) * nv + vault) * 2 + w.astype(np.int64)) * 2) + mig.astype(np.int64)
-    size = 16 * nv * nv
-    tot_all = _bc(key, weights=nbytes, minlength=size)
-    rep_bank = np.zeros(size, dtype=np.int64)
-    rep_bank[key] = bank
-    rep_hops = np.zeros(size, dtype=np.int64)
-    rep_hops[key] = hops
-    uk = np.flatnonzero(np.bincount(key, minlength=size))
-    tot = tot_all[uk]
-    first_bank, first_hops = rep_bank[uk], rep_hops[uk]
+    uk2, inv = np.unique(np.stack([key, code], axis=1), axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    uk, u_code = uk2[:, 0], uk2[:, 1]
+    tot = _bc(inv, weights=nbytes, minlength=uk.size)
+    first_bank = np.zeros(uk.size, dtype=np.int64)
+    first_bank[inv] = bank
+    first_hops = np.zeros(uk.size, dtype=np.int64)
+    first_hops[inv] = hops
     u_mig = uk % 2
     u_w = (uk // 2) % 2
     u_cp = uk // 4 // nv
+    tags = _code_strs(u_code) if (u_code >= 0).any() else []
     return CarryMemory.model_construct(
         src_core=(u_cp // 2).tolist(), part=(u_cp % 2).tolist(), dst_bank=chip.bank_strs(first_bank),
         bytes=tot.tolist(), rw=np.array(["r", "w"], dtype=object)[u_w].tolist(), hops=first_hops.tolist(),
-        noc_qos=np.array(["normal", "migration"], dtype=object)[u_mig].tolist())
+        noc_qos=np.array(["normal", "migration"], dtype=object)[u_mig].tolist()), tags
