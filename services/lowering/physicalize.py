@@ -255,8 +255,8 @@ def _move_carried(cr: _Carry, overlays: Overlays, moves: list[tuple[str, int, in
     (scope ``"expert"``: the listed ``"L{l}E{e}"`` instances, or every routed expert's work when the list is empty;
     rows that list micro-batch ids, and scope ``"mb"``, do not touch carried work: the carry is aggregated per expert,
     not per micro-batch). FLOPs, energy and bytes are conserved: records change core, not size. A moved record keeps
-    its duration (ns); each core's tail span and busy-until shrink by the work that left and grow by the work that
-    arrived (appended after the destination's own backlog). Returns the new busy-until per core (ns).
+    its duration (ns). A source's tail span and busy-until shrink by the work that left; a destination's tail starts
+    no later than its head is done and lasts at least its own plus the arrived work. Returns busy-until per core (ns).
     """
     n = chip.n_cores
     if not (cr.c_tail & (cr.c_code >= 0)).any():
@@ -292,16 +292,19 @@ def _move_carried(cr: _Carry, overlays: Overlays, moves: list[tuple[str, int, in
         return busy
     out_d = _bc(c_orig[moved], weights=c_dur[moved], minlength=n)
     in_d = _bc(cr.c_core[moved], weights=c_dur[moved], minlength=n)
-    had_tail = _bc(c_orig[cr.c_tail & ~moved], weights=c_dur[cr.c_tail & ~moved], minlength=n) > 0
+    stay = cr.c_tail & ~moved
+    own = _bc(c_orig[stay], weights=c_dur[stay], minlength=n)  # tail work that stays on its core
+    head_end = t0 + _bc(c_orig[~cr.c_tail], weights=c_dur[~cr.c_tail], minlength=n)
     busy = np.maximum(busy, t0)
     s_tail = np.maximum(cr.start, t0)
     # sources: the tail ends earlier by what left
     end = np.where(out_d > 0, np.maximum(cr.end - out_d, s_tail), cr.end)
     busy = np.where(out_d > 0, np.maximum(busy - out_d, t0), busy)
-    # destinations: what arrived runs after the core's own queue
-    start = np.where((in_d > 0) & ~had_tail, busy, cr.start)
-    end = np.where(in_d > 0, np.where(had_tail, end, start) + in_d, end)
-    busy = np.where(in_d > 0, np.maximum(busy, start) + in_d, busy)
+    # destinations: the arrived work is ready now; it runs in the core's tail, which starts when the core's head
+    # (or, without a tail, its whole queue) is done and is stretched so that its duty stays <= 1
+    start = np.where(in_d > 0, np.where(own > 0, np.minimum(s_tail, head_end), busy), cr.start)
+    end = np.where(in_d > 0, np.maximum(np.where(own > 0, end, start), start + own + in_d), end)
+    busy = np.where(in_d > 0, np.maximum(busy, end), busy)
     cr.start, cr.end = start, end
     return busy
 
