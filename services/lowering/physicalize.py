@@ -245,6 +245,7 @@ class _Carry:
     m_code: I64
     start: F64  # per core: where its tail resumes (ns)
     end: F64  # per core: where its tail ends (ns)
+    m_rehome: I64 | None = None  # per memory record: the core whose vault now holds it after a migration (-1: none)
 
 
 def _move_carried(cr: _Carry, overlays: Overlays, moves: list[tuple[str, int, int]], c_dur: F64, busy: F64,
@@ -261,8 +262,8 @@ def _move_carried(cr: _Carry, overlays: Overlays, moves: list[tuple[str, int, in
     n = chip.n_cores
     if not (cr.c_tail & (cr.c_code >= 0)).any():
         return busy
-    steps: list[tuple[int, int, list[int] | None]] = [(s, d, [_expert_code(k, "overlays.migrate.obj_id")])
-                                                      for k, s, d in moves]
+    steps: list[tuple[int, int, list[int] | None, bool]] = [
+        (s, d, [_expert_code(k, "overlays.migrate.obj_id")], True) for k, s, d in moves]
     rr = overlays.reroute
     rr_expert: list[str] = list(getattr(rr, "expert_id", None) or [""] * len(rr))
     for i in range(len(rr)):
@@ -273,11 +274,12 @@ def _move_carried(cr: _Carry, overlays: Overlays, moves: list[tuple[str, int, in
             continue
         ex = [str(x) for x in ids if isinstance(x, str)] + ([rr_expert[i]] if rr_expert[i] else [])
         steps.append((int(rr.from_core[i]), int(rr.to_core[i]),
-                      [_expert_code(x, f"overlays.reroute[{i}].mb_ids_json") for x in ex] or None))
+                      [_expert_code(x, f"overlays.reroute[{i}].mb_ids_json") for x in ex] or None, False))
     c_orig = cr.c_core.copy()
     movable_c = cr.c_tail & (cr.c_code >= 0)
     movable_m = cr.m_tail & (cr.m_code >= 0)
-    for src, dst, codes in steps:
+    rehome = np.full(cr.m_core.size, -1, dtype=np.int64)
+    for src, dst, codes, migrated in steps:
         if src == dst:
             continue
         sel_c = movable_c & (cr.c_core == src)
@@ -287,6 +289,11 @@ def _move_carried(cr: _Carry, overlays: Overlays, moves: list[tuple[str, int, in
             sel_m &= np.isin(cr.m_code, codes)
         cr.c_core[sel_c] = dst
         cr.m_core[sel_m] = dst
+        # rerouted work reads the expert's weights where they are (over the NoC); a migrated expert's weights and
+        # the work's activations are now in the destination's vault
+        if migrated:
+            rehome[sel_m] = dst
+    cr.m_rehome = rehome
     moved = cr.c_core != c_orig
     if not moved.any():
         return busy
@@ -750,7 +757,14 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
                        dtype=np.int64) if len(cm) else np.zeros(0, np.int64)
     cm_hops = np.asarray(cm.hops, dtype=np.int64)
     cm_moved = cm_core != np.asarray(cm.src_core, dtype=np.int64)
-    if cm_moved.any():  # moved traffic now flows between the new core and the same bank
+    if cm_moved.any():  # moved traffic: local records of a migrated expert now live in the new vault
+        rh = carry.m_rehome if carry.m_rehome is not None else np.full(cm_core.size, -1, dtype=np.int64)
+        src_local = chip.bank_vault_core(cm_bank) == np.asarray(cm.src_core, dtype=np.int64)
+        go = cm_moved & src_local & (rh >= 0)
+        if go.any():
+            h = np.array([stable_hash(t) for t in _code_strs(carry.m_code[go])], dtype=np.int64)
+            cm_bank = cm_bank.copy()
+            cm_bank[go] = chip.vault_bank(rh[go], h)
         cm_hops = np.where(cm_moved, chip.hops(cm_core, chip.bank_vault_core(cm_bank)), cm_hops)
     cm_w = np.array([r == "w" for r in cm.rw], dtype=bool)
     cm_mig = np.array([x == "migration" for x in cm.noc_qos], dtype=bool)

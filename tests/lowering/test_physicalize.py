@@ -391,3 +391,25 @@ def test_carry_tags_must_match_the_records() -> None:
     with pytest.raises(BadInput) as ei:
         run(_next_empty(lw, 1, 0.05), placement=_hot_spot(5), state=bad, window_ms=0.05)
     assert ei.value.field == "state.queue.carry_compute_expert"
+
+
+def test_migrated_backlog_reads_from_the_new_vault_rerouted_over_the_noc() -> None:
+    wms = 0.05
+    lw = small_window()
+    plc = _hot_spot(5)
+    _, _, st0, _ = run(lw, placement=plc, window_ms=wms)
+    t_next = int(lw.t0_ns + wms * 1e6)
+    chip = Chip.from_arch(ARCH)
+    mig = Overlays(migrate=OverlayMigrate(t_apply_ns=[t_next], obj_type=["expert"], obj_id=["L0E0"], src=["5"],
+                                          dst=["40"], size_bytes=[0], cost=[1.0]))
+    rr = Overlays(reroute=OverlayReroute(t_apply_ns=[t_next], scope=["expert"], from_core=[5], to_core=[40],
+                                        mb_ids_json=['["L0E0"]'], reason=["hot_core"], expected_gain=[1.0]))
+    for ov, vault in ((mig, 40), (rr, 5)):
+        _, _, st1, _ = physicalize_window(1, _next_empty(lw, 1, wms), plc, ov, st0, ARCH, F, wms, 1.0, n_layers=2)
+        cm = st1.queue.carry_memory
+        mine = [(b, h) for k, b, h, t in zip(cm.src_core, cm.dst_bank, cm.hops, st1.queue.carry_memory_expert,
+                                             strict=True) if k == 40 and t == "L0E0"]
+        assert mine
+        vaults = {int(chip.bank_vault_core(np.array([chip.parse_bank(b, "x")]))[0]) for b, _ in mine}
+        assert vaults == {vault}
+        assert {h for _, h in mine} == {int(chip.hops(np.array([40]), np.array([vault]))[0])}
