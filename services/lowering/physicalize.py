@@ -26,8 +26,13 @@ stages, because a stage may start only when the previous one of its micro-batch 
    min(vault bw × bw_eff, link bw) + max hops × link latency.
 6. Timing: each core runs its events in order; stage ready = max(t_gen, previous stage of the micro-batch done);
    start = max(ready, core free). Work that starts after the window end is not emitted now: it is carried in
-   ``PhysicalState.queue`` (aggregated per core and op) and emitted in the window where it runs, so emitted power
-   never exceeds what the cores can do. A micro-batch's tokens complete when its last layer finishes.
+   ``PhysicalState.queue`` (aggregated per core, op and, for not-started routed-expert work, expert instance) and
+   emitted in the window where it runs, so emitted power never exceeds what the cores can do. A micro-batch's tokens
+   complete when its last layer finishes.
+7. Carried work that has not started is not physicalized yet (ARCHITECTURE §4), so an expert migration (``src`` →
+   ``dst``) or a scope-``"expert"`` reroute applying in this window moves that expert's queued work and its memory
+   traffic to the new core before anything is scheduled (``_move_carried``); a migrated expert's traffic that was
+   local to the source vault now lives in the destination's vault. Scope-``"mb"`` rows do not touch carried work.
 
 Units: ns (absolute simulated time) inside, ms in ``WindowTiming``, frequencies in GHz (= cycles/ns), bytes, J.
 """
