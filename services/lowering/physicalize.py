@@ -954,6 +954,13 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     return compute, memory, new_state, timing
 
 
+def _unique_pairs(key: I64, code: I64) -> tuple[I64, I64, I64]:
+    """Distinct (key, code) pairs sorted by key then code (code >= -1), and each input's pair index."""
+    m = int(code.max()) + 2 if code.size else 1
+    uc, inv = np.unique(key * m + (code + 1), return_inverse=True)
+    return uc // m, uc % m - 1, inv.reshape(-1)
+
+
 def _aggregate_compute(vocab: NDArray[np.object_], core: I64, part: I64, op: I64, dur: F64, cyc: F64, flops: F64,
                        energy: F64, code: I64) -> tuple[CarryCompute, list[str]]:
     """One record per (core, part, op, expert tag); returns the records and their tags."""
@@ -961,9 +968,7 @@ def _aggregate_compute(vocab: NDArray[np.object_], core: I64, part: I64, op: I64
         return CarryCompute.empty(), []
     nop = len(vocab)
     key = (core * 2 + part) * nop + op
-    uk2, inv = np.unique(np.stack([key, code], axis=1), axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    uk, u_code = uk2[:, 0], uk2[:, 1]
+    uk, u_code, inv = _unique_pairs(key, code)
 
     def s(w: F64) -> list[float]:
         out: list[float] = _bc(inv, weights=w, minlength=uk.size).tolist()
@@ -984,9 +989,7 @@ def _aggregate_memory(chip: Chip, core: I64, part: I64, bank: I64, nbytes: F64, 
     nv = chip.n_cores
     vault = chip.bank_vault_core(bank)
     key = ((((core * 2 + part) * nv + vault) * 2 + w.astype(np.int64)) * 2) + mig.astype(np.int64)
-    uk2, inv = np.unique(np.stack([key, code], axis=1), axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    uk, u_code = uk2[:, 0], uk2[:, 1]
+    uk, u_code, inv = _unique_pairs(key, code)
     tot = _bc(inv, weights=nbytes, minlength=uk.size)
     first_bank = np.zeros(uk.size, dtype=np.int64)
     first_bank[inv] = bank
