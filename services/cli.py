@@ -61,7 +61,24 @@ def _openapi(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+PLATFORM_COMMANDS = frozenset({"serve", "config", "openapi"})
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (skipping the global options), or None."""
+    skip = False
+    for tok in argv:
+        if skip:
+            skip = False
+        elif tok == "--log-level":
+            skip = True
+        elif not tok.startswith("-"):
+            return tok
+    return None
+
+
+def build_parser(*, include_services: bool = True) -> argparse.ArgumentParser:
+    """The full parser; ``include_services=False`` leaves out the services' own subcommands (and their imports)."""
     parser = _Parser(prog="tasmoe", description="TAS-MoE Lab: thermal-aware MoE scheduling on a 3D-stacked chip.")
     parser.add_argument("--log-level", default=None, type=str.upper,
                         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
@@ -85,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="openapi")
     p.set_defaults(func=_openapi)
 
-    for name in SERVICES:
+    for name in SERVICES if include_services else ():
         try:
             mod = importlib.import_module(f"services.{name}.cli")
         except ModuleNotFoundError as exc:
@@ -97,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `tasmoe serve thermal` need not import the five other services' CLIs (and their dependencies) at start-up.
+    parser = build_parser(include_services=_command_of(argv) not in PLATFORM_COMMANDS)
     args = parser.parse_args(argv)
     try:
         settings = load_settings()

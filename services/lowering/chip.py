@@ -146,6 +146,24 @@ class Chip:
     def _link_base(self) -> int:
         return 2 * (self.X - 1) * self.Y
 
+    @cached_property
+    def gather_link_share(self) -> NDArray[np.float64]:
+        """``(cores, links)``: bytes on each directed link per byte gathered at core ``c`` evenly from every core
+        (``1/n`` from each, XY routing) — the MoE dispatch of a routed expert's token activations, whose attention
+        ran split over all cores. Row ``c`` sums to the mean hop count from all cores to ``c``."""
+        n = self.n_cores
+        src = np.arange(n, dtype=np.int64)
+        share = np.full(n, 1.0 / n)
+        return np.stack([self.link_bytes(src, np.full(n, c, dtype=np.int64), share) for c in range(n)])
+
+    @cached_property
+    def scatter_link_share(self) -> NDArray[np.float64]:
+        """``(cores, links)``: the reverse of `gather_link_share` (the combine: core ``c`` sends ``1/n`` to each)."""
+        n = self.n_cores
+        dst = np.arange(n, dtype=np.int64)
+        share = np.full(n, 1.0 / n)
+        return np.stack([self.link_bytes(np.full(n, c, dtype=np.int64), dst, share) for c in range(n)])
+
     def link_bytes(self, src: IntArr, dst: IntArr, nbytes: NDArray[np.float64]) -> NDArray[np.float64]:
         """Bytes per directed link with XY routing (X first, then Y) from ``src`` core to ``dst`` core.
 

@@ -16,7 +16,7 @@ from services.lowering.streamcost import stream_cost
 from shared.configs import ArchConfig, load_arch
 from shared.errors import BadInput, first_validation_error
 
-_OP_ADAPTER: TypeAdapter[Any] = TypeAdapter(OpSpec)  # type: ignore[arg-type]
+_OP_ADAPTER: TypeAdapter[Any] = TypeAdapter(OpSpec)
 
 
 def _array(s: str) -> tuple[int, int]:

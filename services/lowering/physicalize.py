@@ -26,8 +26,13 @@ stages, because a stage may start only when the previous one of its micro-batch 
    min(vault bw × bw_eff, link bw) + max hops × link latency.
 6. Timing: each core runs its events in order; stage ready = max(t_gen, previous stage of the micro-batch done);
    start = max(ready, core free). Work that starts after the window end is not emitted now: it is carried in
-   ``PhysicalState.queue`` (aggregated per core and op) and emitted in the window where it runs, so emitted power
-   never exceeds what the cores can do. A micro-batch's tokens complete when its last layer finishes.
+   ``PhysicalState.queue`` (aggregated per core, op and, for not-started routed-expert work, expert instance) and
+   emitted in the window where it runs, so emitted power never exceeds what the cores can do. A micro-batch's tokens
+   complete when its last layer finishes.
+7. Carried work that has not started is not physicalized yet (ARCHITECTURE §4), so an expert migration (``src`` →
+   ``dst``) or a scope-``"expert"`` reroute applying in this window moves that expert's queued work and its memory
+   traffic to the new core before anything is scheduled (``_move_carried``); a migrated expert's traffic that was
+   local to the source vault now lives in the destination's vault. Scope-``"mb"`` rows do not touch carried work.
 
 Units: ns (absolute simulated time) inside, ms in ``WindowTiming``, frequencies in GHz (= cycles/ns), bytes, J.
 """
@@ -144,10 +149,13 @@ class _Migration:
 
 
 def _apply_migrations(overlays: Overlays, placement: Placement, replicas: ReplicaState,
-                      tensor_banks: dict[str, str], chip: Chip, t0: int) -> tuple[list[_Migration], int]:
-    """Update replica state / tensor banks in place; return the transfers to schedule and the number of objects
-    moved (an expert with its shards counts once; a lone weight shard counts once)."""
+                      tensor_banks: dict[str, str], chip: Chip, t0: int,
+                      ) -> tuple[list[_Migration], int, list[tuple[str, int, int]]]:
+    """Update replica state / tensor banks in place; return the transfers to schedule, the number of objects
+    moved (an expert with its shards counts once; a lone weight shard counts once) and the expert moves
+    ``(expert id, src core, dst core)`` (rows with both a source and a destination core)."""
     out: list[_Migration] = []
+    moves: list[tuple[str, int, int]] = []
     moved: set[str] = set()
     mig = overlays.migrate
     for i in range(len(mig)):
@@ -183,6 +191,8 @@ def _apply_migrations(overlays: Overlays, placement: Placement, replicas: Replic
                 new.append(d_core)
             if not new:
                 raise BadInput(f"migration would leave {key} on no core", field=f)
+            if s_core is not None and d_core is not None and s_core != d_core:
+                moves.append((key, s_core, d_core))
             if new != cores:  # not yet applied (TACS may already have updated the replica state itself)
                 prev = replicas.experts.get(key)
                 replicas.experts[key] = ReplicaEntry(
@@ -197,7 +207,118 @@ def _apply_migrations(overlays: Overlays, placement: Placement, replicas: Replic
                 tensor_banks[f"{key}_*"] = chip.bank_str(db)  # its shards now live in the destination vault
         else:
             raise BadInput(f"obj_type must be 'weight' or 'expert', got {obj_type!r}", field=f"{f}.obj_type")
-    return out, len(moved)
+    return out, len(moved), moves
+
+
+# Integer code of a routed-expert instance in the carry tags: layer · 2^20 + expert; -1 = untagged.
+_CODE_SHIFT = 20
+
+
+def _expert_code(key: str, field: str) -> int:
+    try:
+        lv, e = parse_expert_id(key)
+    except ValueError as exc:
+        raise BadInput(str(exc), field=field) from None
+    return (lv << _CODE_SHIFT) + e
+
+
+def _tag_codes(tags: list[str], n_rows: int, field: str) -> I64:
+    """Carry tags ("" or "L{l}E{e}") → integer codes (-1 = untagged); an empty tag list tags nothing."""
+    if not tags:
+        return np.full(n_rows, -1, dtype=np.int64)
+    if len(tags) != n_rows:
+        raise BadInput(f"{len(tags)} tags for {n_rows} carried records", field=field)
+    memo: dict[str, int] = {"": -1}
+    return np.array([memo[t] if t in memo else memo.setdefault(t, _expert_code(t, f"{field}[{i}]"))
+                     for i, t in enumerate(tags)], dtype=np.int64)
+
+
+def _code_strs(codes: I64) -> list[str]:
+    mask = (1 << _CODE_SHIFT) - 1
+    return ["" if c < 0 else expert_id(c >> _CODE_SHIFT, c & mask) for c in codes.tolist()]
+
+
+@dataclass
+class _Carry:
+    """The carried work of the previous window as arrays (records may be moved between cores before emission)."""
+
+    c_core: I64
+    c_tail: NDArray[np.bool_]
+    c_code: I64
+    m_core: I64
+    m_tail: NDArray[np.bool_]
+    m_code: I64
+    start: F64  # per core: where its tail resumes (ns)
+    end: F64  # per core: where its tail ends (ns)
+    m_rehome: I64 | None = None  # per memory record: the core whose vault now holds it after a migration (-1: none)
+
+
+def _move_carried(cr: _Carry, overlays: Overlays, moves: list[tuple[str, int, int]], c_dur: F64, busy: F64,
+                  chip: Chip, t0: float, t1: float) -> F64:
+    """Move not-started carried work (tail records) of migrated / rerouted experts to their new cores, in place.
+
+    Order: expert migrations (``src`` → ``dst`` cores), then reroute rows applying before ``t1`` in row order
+    (scope ``"expert"``: the listed ``"L{l}E{e}"`` instances, or every routed expert's work when the list is empty;
+    rows that list micro-batch ids, and scope ``"mb"``, do not touch carried work: the carry is aggregated per expert,
+    not per micro-batch). FLOPs, energy and bytes are conserved: records change core, not size. A moved record keeps
+    its duration (ns). A source's tail span and busy-until shrink by the work that left; a destination's tail starts
+    no later than its head is done and lasts at least its own plus the arrived work. Returns busy-until per core (ns).
+    """
+    n = chip.n_cores
+    if not (cr.c_tail & (cr.c_code >= 0)).any():
+        return busy
+    steps: list[tuple[int, int, list[int] | None, bool]] = [
+        (s, d, [_expert_code(k, "overlays.migrate.obj_id")], True) for k, s, d in moves]
+    rr = overlays.reroute
+    rr_expert: list[str] = list(getattr(rr, "expert_id", None) or [""] * len(rr))
+    for i in range(len(rr)):
+        if rr.scope[i] != "expert" or rr.t_apply_ns[i] >= t1:
+            continue
+        ids = _parse_ids(rr.mb_ids_json[i], f"overlays.reroute[{i}].mb_ids_json")
+        if any(isinstance(x, int | float) and not isinstance(x, bool) for x in ids):
+            continue
+        ex = [str(x) for x in ids if isinstance(x, str)] + ([rr_expert[i]] if rr_expert[i] else [])
+        steps.append((int(rr.from_core[i]), int(rr.to_core[i]),
+                      [_expert_code(x, f"overlays.reroute[{i}].mb_ids_json") for x in ex] or None, False))
+    c_orig = cr.c_core.copy()
+    movable_c = cr.c_tail & (cr.c_code >= 0)
+    movable_m = cr.m_tail & (cr.m_code >= 0)
+    rehome = np.full(cr.m_core.size, -1, dtype=np.int64)
+    for src, dst, codes, migrated in steps:
+        if src == dst:
+            continue
+        sel_c = movable_c & (cr.c_core == src)
+        sel_m = movable_m & (cr.m_core == src)
+        if codes is not None:
+            sel_c &= np.isin(cr.c_code, codes)
+            sel_m &= np.isin(cr.m_code, codes)
+        cr.c_core[sel_c] = dst
+        cr.m_core[sel_m] = dst
+        # rerouted work reads the expert's weights where they are (over the NoC); a migrated expert's weights and
+        # the work's activations are now in the destination's vault
+        if migrated:
+            rehome[sel_m] = dst
+    cr.m_rehome = rehome
+    moved = cr.c_core != c_orig
+    if not moved.any():
+        return busy
+    out_d = _bc(c_orig[moved], weights=c_dur[moved], minlength=n)
+    in_d = _bc(cr.c_core[moved], weights=c_dur[moved], minlength=n)
+    stay = cr.c_tail & ~moved
+    own = _bc(c_orig[stay], weights=c_dur[stay], minlength=n)  # tail work that stays on its core
+    head_end = t0 + _bc(c_orig[~cr.c_tail], weights=c_dur[~cr.c_tail], minlength=n)
+    busy = np.maximum(busy, t0)
+    s_tail = np.maximum(cr.start, t0)
+    # sources: the tail ends earlier by what left
+    end = np.where(out_d > 0, np.maximum(cr.end - out_d, s_tail), cr.end)
+    busy = np.where(out_d > 0, np.maximum(busy - out_d, t0), busy)
+    # destinations: the arrived work is ready now; it runs in the core's tail, which starts when the core's head
+    # (or, without a tail, its whole queue) is done and is stretched so that its duty stays <= 1
+    start = np.where(in_d > 0, np.where(own > 0, np.minimum(s_tail, head_end), busy), cr.start)
+    end = np.where(in_d > 0, np.maximum(np.where(own > 0, end, start), start + own + in_d), end)
+    busy = np.where(in_d > 0, np.maximum(busy, end), busy)
+    cr.start, cr.end = start, end
+    return busy
 
 
 def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placement, overlays: Overlays | None,
@@ -248,7 +369,21 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     link_bw = chip.link_bw_bytes_per_ns
 
     # ---- 1. migrations --------------------------------------------------------------------------------------
-    migs, n_moved = _apply_migrations(overlays, placement, replicas, tensor_banks, chip, int(t0))
+    migs, n_moved, exp_moves = _apply_migrations(overlays, placement, replicas, tensor_banks, chip, int(t0))
+    # ... and the carried, not-started work of moved / rerouted experts follows them (before anything is scheduled)
+    cc, cm = q.carry_compute, q.carry_memory
+    c_dur = np.asarray(cc.duration_ns, dtype=np.float64)
+    carry = _Carry(
+        c_core=np.asarray(cc.core_id, dtype=np.int64), c_tail=np.asarray(cc.part, dtype=np.int64) == 1,
+        c_code=_tag_codes(q.carry_compute_expert, len(cc), "state.queue.carry_compute_expert"),
+        m_core=np.asarray(cm.src_core, dtype=np.int64), m_tail=np.asarray(cm.part, dtype=np.int64) == 1,
+        m_code=_tag_codes(q.carry_memory_expert, len(cm), "state.queue.carry_memory_expert"),
+        start=np.asarray(q.carry_start_ns, dtype=np.float64) if q.carry_start_ns else np.full(n, t0),
+        end=np.asarray(q.carry_end_ns, dtype=np.float64) if q.carry_end_ns else np.full(n, t0))
+    if carry.start.shape != (n,) or carry.end.shape != (n,):
+        raise BadInput(f"state.queue.carry_start_ns / carry_end_ns need {n} values", field="state.queue.carry_start_ns")
+    busy = _move_carried(carry, overlays, exp_moves, c_dur, busy, chip, t0, t1)
+    free = np.maximum(busy, t0)
 
     # ---- 2. logical rows → assignments ----------------------------------------------------------------------
     lc = logical.compute.to_numpy()
@@ -595,13 +730,9 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     # Carried work has two parts per core: the "head" (the remainder of events that straddled the previous window
     # end; it runs back to back from the window start) and the "tail" (events that had not started; they run at a
     # uniform duty D/(end − start) over their span, which keeps the idle gaps between dependent stages).
-    cc, cm = q.carry_compute, q.carry_memory
-    c_core = np.asarray(cc.core_id, dtype=np.int64)
-    c_tail = np.asarray(cc.part, dtype=np.int64) == 1
-    c_dur = np.asarray(cc.duration_ns, dtype=np.float64)
+    c_core, c_tail = carry.c_core, carry.c_tail
     window_ns = t1 - t0
-    c_start_core = np.asarray(q.carry_start_ns, dtype=np.float64) if q.carry_start_ns else np.full(n, t0)
-    c_end_core = np.asarray(q.carry_end_ns, dtype=np.float64) if q.carry_end_ns else np.full(n, t0)
+    c_start_core, c_end_core = carry.start, carry.end
     s_tail = np.maximum(c_start_core, t0)
     span = c_end_core - s_tail
     f_tail = np.where(span > 0, np.clip(np.divide(t1 - s_tail, span, out=np.ones(n), where=span > 0), 0.0, 1.0),
@@ -619,16 +750,27 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
         c_off[o] = (cs - c_dur[o]) - np.where(firsts > 0, cs[np.maximum(firsts - 1, 0)], 0.0)
     emit_c_start = np.where(c_tail, s_tail[c_core], t0) + c_off * fc if c_core.size else np.zeros(0)
     emit_c_dur = c_dur * fc
-    emit_c_cycles = np.asarray(cc.cycles, dtype=np.float64) * fc
+    c_cyc = np.asarray(cc.cycles, dtype=np.float64) * freq[c_core] / freq[np.asarray(cc.core_id, dtype=np.int64)] \
+        if c_core.size else np.zeros(0)  # moved records: same duration at the new core's clock
+    emit_c_cycles = c_cyc * fc
     emit_c_flops = np.asarray(cc.flops, dtype=np.float64) * fc
     emit_c_energy = np.asarray(cc.energy_j, dtype=np.float64) * fc
-    cm_core = np.asarray(cm.src_core, dtype=np.int64)
-    cm_tail = np.asarray(cm.part, dtype=np.int64) == 1
+    cm_core, cm_tail = carry.m_core, carry.m_tail
     cm_f = np.where(cm_tail, f_tail[cm_core], f_head[cm_core]) if cm_core.size else np.zeros(0)
     cm_bytes = np.asarray(cm.bytes, dtype=np.float64)
     cm_bank = np.array([chip.parse_bank(s, "state.queue.carry_memory.dst_bank") for s in cm.dst_bank],
                        dtype=np.int64) if len(cm) else np.zeros(0, np.int64)
     cm_hops = np.asarray(cm.hops, dtype=np.int64)
+    cm_moved = cm_core != np.asarray(cm.src_core, dtype=np.int64)
+    if cm_moved.any():  # moved traffic: local records of a migrated expert now live in the new vault
+        rh = carry.m_rehome if carry.m_rehome is not None else np.full(cm_core.size, -1, dtype=np.int64)
+        src_local = chip.bank_vault_core(cm_bank) == np.asarray(cm.src_core, dtype=np.int64)
+        go = cm_moved & src_local & (rh >= 0)
+        if go.any():
+            h = np.array([stable_hash(t) for t in _code_strs(carry.m_code[go])], dtype=np.int64)
+            cm_bank = cm_bank.copy()
+            cm_bank[go] = chip.vault_bank(rh[go], h)
+        cm_hops = np.where(cm_moved, chip.hops(cm_core, chip.bank_vault_core(cm_bank)), cm_hops)
     cm_w = np.array([r == "w" for r in cm.rw], dtype=bool)
     cm_mig = np.array([x == "migration" for x in cm.noc_qos], dtype=bool)
     cm_start = np.where(cm_tail, s_tail[cm_core], t0) if cm_core.size else np.zeros(0)
@@ -718,12 +860,16 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     k_part = np.concatenate([c_tail, lat_tail]).astype(np.int64)
     k_op = np.concatenate([cc_op, row_op[A.row[lat]]])
     k_dur = np.concatenate([c_dur * rem_c, dur[lat] * fl])
-    k_cyc = np.concatenate([np.asarray(cc.cycles, dtype=np.float64) * rem_c, dur[lat] * fl * freq[A.core[lat]]])
+    k_cyc = np.concatenate([c_cyc * rem_c, dur[lat] * fl * freq[A.core[lat]]])
+    a_code = np.where(is_exp[A.row], (layer[A.row] << _CODE_SHIFT) + expert[A.row], -1) if na \
+        else np.zeros(0, np.int64)
+    k_code = np.concatenate([np.where(c_tail, carry.c_code, -1), np.where(lat_tail, a_code[lat], -1)])
     k_flops = np.concatenate([np.asarray(cc.flops, dtype=np.float64) * rem_c, a_flops[lat] * fl])
     k_en = np.concatenate([np.asarray(cc.energy_j, dtype=np.float64) * rem_c, a_energy[lat] * fl])
     keep_k = k_dur > 0
-    carry_compute = _aggregate_compute(vocab_arr, k_core[keep_k], k_part[keep_k], k_op[keep_k], k_dur[keep_k],
-                                       k_cyc[keep_k], k_flops[keep_k], k_en[keep_k])
+    carry_compute, carry_c_tags = _aggregate_compute(vocab_arr, k_core[keep_k], k_part[keep_k], k_op[keep_k],
+                                                     k_dur[keep_k], k_cyc[keep_k], k_flops[keep_k], k_en[keep_k],
+                                                     k_code[keep_k])
     el = np.flatnonzero(ef_now < 1.0) if e_a.size else np.zeros(0, np.int64)
     n_ml = int(mg_later.sum())
     km_core = np.concatenate([cm_core, e_core[el], mg_core[mg_later], mg_core[mg_later]])
@@ -736,9 +882,13 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
                               chip.hops(mg_core[mg_later], chip.bank_vault_core(mg_src[mg_later])),
                               chip.hops(mg_core[mg_later], chip.bank_vault_core(mg_dst[mg_later]))])
     km_mig = np.concatenate([cm_mig, e_qos_mig[el], np.ones(2 * n_ml, bool)])
+    el_tail = a_start[e_a[el]] >= t1
+    km_code = np.concatenate([np.where(cm_tail, carry.m_code, -1), np.where(el_tail, a_code[e_a[el]], -1),
+                              np.full(2 * n_ml, -1, np.int64)])
     keep_km = km_bytes > 0
-    carry_memory = _aggregate_memory(chip, km_core[keep_km], km_part[keep_km], km_bank[keep_km],
-                                     km_bytes[keep_km], km_w[keep_km], km_hops[keep_km], km_mig[keep_km])
+    carry_memory, carry_m_tags = _aggregate_memory(chip, km_core[keep_km], km_part[keep_km], km_bank[keep_km],
+                                                   km_bytes[keep_km], km_w[keep_km], km_hops[keep_km],
+                                                   km_mig[keep_km], km_code[keep_km])
     # span of each core's tail: from t1 (old tail remains) or its first deferred start, to its last piece's end
     resume = np.full(n, np.inf)
     c_end = np.full(n, -np.inf)
@@ -793,6 +943,8 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
             carry_memory=carry_memory,
             carry_start_ns=resume.tolist(),
             carry_end_ns=c_end.tolist(),
+            carry_compute_expert=carry_c_tags,
+            carry_memory_expert=carry_m_tags,
             pending=sorted(still, key=lambda p: (p.finish_ns, p.mb_id)),
             open_mbs=sorted(open_mbs.values(), key=lambda o: o.mb_id),
         ),
@@ -802,47 +954,52 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     return compute, memory, new_state, timing
 
 
+def _unique_pairs(key: I64, code: I64) -> tuple[I64, I64, I64]:
+    """Distinct (key, code) pairs sorted by key then code (code >= -1), and each input's pair index."""
+    m = int(code.max()) + 2 if code.size else 1
+    uc, inv = np.unique(key * m + (code + 1), return_inverse=True)
+    return uc // m, uc % m - 1, inv.reshape(-1)
+
+
 def _aggregate_compute(vocab: NDArray[np.object_], core: I64, part: I64, op: I64, dur: F64, cyc: F64, flops: F64,
-                       energy: F64) -> CarryCompute:
+                       energy: F64, code: I64) -> tuple[CarryCompute, list[str]]:
+    """One record per (core, part, op, expert tag); returns the records and their tags."""
     if core.size == 0:
-        return CarryCompute.empty()
-    uop = vocab
-    nop = len(uop)
+        return CarryCompute.empty(), []
+    nop = len(vocab)
     key = (core * 2 + part) * nop + op
-    uk, inv = np.unique(key, return_inverse=True)
-    inv = inv.reshape(-1)
+    uk, u_code, inv = _unique_pairs(key, code)
 
     def s(w: F64) -> list[float]:
         out: list[float] = _bc(inv, weights=w, minlength=uk.size).tolist()
         return out
 
+    tags = _code_strs(u_code) if (u_code >= 0).any() else []
     return CarryCompute.model_construct(
-        core_id=(uk // nop // 2).tolist(), part=((uk // nop) % 2).tolist(), op=uop[uk % nop].tolist(),
-        duration_ns=s(dur), cycles=s(cyc), flops=s(flops), energy_j=s(energy))
+        core_id=(uk // nop // 2).tolist(), part=((uk // nop) % 2).tolist(), op=vocab[uk % nop].tolist(),
+        duration_ns=s(dur), cycles=s(cyc), flops=s(flops), energy_j=s(energy)), tags
 
 
 def _aggregate_memory(chip: Chip, core: I64, part: I64, bank: I64, nbytes: F64, w: NDArray[np.bool_], hops: I64,
-                      mig: NDArray[np.bool_]) -> CarryMemory:
+                      mig: NDArray[np.bool_], code: I64) -> tuple[CarryMemory, list[str]]:
     if core.size == 0:
-        return CarryMemory.empty()
-    # one record per (core, part, bank's vault, rw, qos), at the group's last bank in input order: bounds the
-    # state to a few records per core however long the backlog grows
+        return CarryMemory.empty(), []
+    # one record per (core, part, bank's vault, rw, qos, expert tag), at the group's last bank in input order:
+    # bounds the state to a few records per core and expert however long the backlog grows
     nv = chip.n_cores
     vault = chip.bank_vault_core(bank)
     key = ((((core * 2 + part) * nv + vault) * 2 + w.astype(np.int64)) * 2) + mig.astype(np.int64)
-    size = 16 * nv * nv
-    tot_all = _bc(key, weights=nbytes, minlength=size)
-    rep_bank = np.zeros(size, dtype=np.int64)
-    rep_bank[key] = bank
-    rep_hops = np.zeros(size, dtype=np.int64)
-    rep_hops[key] = hops
-    uk = np.flatnonzero(np.bincount(key, minlength=size))
-    tot = tot_all[uk]
-    first_bank, first_hops = rep_bank[uk], rep_hops[uk]
+    uk, u_code, inv = _unique_pairs(key, code)
+    tot = _bc(inv, weights=nbytes, minlength=uk.size)
+    first_bank = np.zeros(uk.size, dtype=np.int64)
+    first_bank[inv] = bank
+    first_hops = np.zeros(uk.size, dtype=np.int64)
+    first_hops[inv] = hops
     u_mig = uk % 2
     u_w = (uk // 2) % 2
     u_cp = uk // 4 // nv
+    tags = _code_strs(u_code) if (u_code >= 0).any() else []
     return CarryMemory.model_construct(
         src_core=(u_cp // 2).tolist(), part=(u_cp % 2).tolist(), dst_bank=chip.bank_strs(first_bank),
         bytes=tot.tolist(), rw=np.array(["r", "w"], dtype=object)[u_w].tolist(), hops=first_hops.tolist(),
-        noc_qos=np.array(["normal", "migration"], dtype=object)[u_mig].tolist())
+        noc_qos=np.array(["normal", "migration"], dtype=object)[u_mig].tolist()), tags

@@ -177,8 +177,11 @@ def reduce_window_metrics(windows: Sequence[WindowMetrics], *, scenario: str, wo
             raise BadInput(f"windows[{i}].latencies_ms[{j}]: must be >= 0", field=f"windows[{i}].latencies_ms[{j}]")
     lat_all = np.concatenate([np.asarray(w.latencies_ms, dtype=np.float64) for w in windows])
     if lat_all.size == 0:
-        raise BadInput("windows[*].latencies_ms: no token latency in any window (lat_ms would be undefined)",
-                       field="windows[*].latencies_ms")
+        raise BadInput(
+            f"windows[*].latencies_ms: no token completed in the {len(windows)} windows "
+            f"({sum(w.dt_ms for w in windows):g} ms simulated), so lat_ms is undefined: the chip's queue is longer "
+            "than the run; run more windows or lower the arrival rate (sequence.step_interval_ms)",
+            field="windows[*].latencies_ms")
     n_l, n_d = _cells(windows, n_cores, banks.shape[1] * banks.shape[2])
 
     # --- reductions (SI-free: ms, °C, GB/s at the edges as in the contract) --------------------------------------

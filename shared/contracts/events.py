@@ -94,6 +94,11 @@ class CoreQueueState(BaseModel):
     carry_memory: CarryMemory = Field(default_factory=CarryMemory.empty)
     carry_start_ns: list[float] = Field(default_factory=list)  # per core: where its carried tail resumes
     carry_end_ns: list[float] = Field(default_factory=list)  # per core: where its carried tail ends
+    # Per ``carry_compute`` / ``carry_memory`` row: the routed-expert instance ("L{l}E{e}") of a not-started (tail)
+    # record, "" otherwise; empty list = no row is tagged. A reroute or migration of that expert away from the row's
+    # core moves the record with it (ARCHITECTURE §4: work not yet physicalized may still be changed by TACS).
+    carry_compute_expert: list[str] = Field(default_factory=list)
+    carry_memory_expert: list[str] = Field(default_factory=list)
     pending: list[PendingTokens] = Field(default_factory=list)
     open_mbs: list[OpenMicroBatch] = Field(default_factory=list)
 

@@ -316,3 +316,100 @@ def test_replicas_read_their_own_copies() -> None:
     for core, bank in ((0, "B(0,0,0)"), (20, "B(16,8,0)")):
         rows = [(b, h) for b, h, c in zip(m.dst_bank, m.hops, m.src_core, strict=True) if c == core and b == bank]
         assert rows and all(h == 0 for _, h in rows)
+
+
+def _hot_spot(core: int = 5) -> Placement:
+    return Placement(experts={k: ExpertPlacement(cores=[core]) for k in default_placement(ARCH, n_layers=2).experts})
+
+
+def _carried_fc_flops(st: PhysicalState, core: int, expert: str | None = None) -> float:
+    cc, tags = st.queue.carry_compute, st.queue.carry_compute_expert or [""] * len(st.queue.carry_compute)
+    return sum(f for k, p, o, f, t in zip(cc.core_id, cc.part, cc.op, cc.flops, tags, strict=True)
+               if k == core and p == 1 and o == "fc" and (expert is None or t == expert))
+
+
+def _next_empty(lw: LogicalWindow, k: int, window_ms: float) -> LogicalWindow:
+    return LogicalWindow(trace_id="t", window=lw.window + k, t0_ns=int(lw.t0_ns + k * window_ms * 1e6),
+                         t1_ns=int(lw.t0_ns + (k + 1) * window_ms * 1e6), compute=lw.compute.empty(),
+                         memory=lw.memory.empty())
+
+
+@pytest.mark.parametrize("kind", ["reroute", "migrate"])
+def test_rerouted_or_migrated_expert_takes_its_backlog_along(kind: str) -> None:
+    """ARCHITECTURE §4: carried work that has not started is not yet physicalized, so when TACS moves an expert away
+    from an overloaded core, that expert's queued work leaves with it (FLOPs and bytes conserved)."""
+    wms = 0.05
+    lw = small_window()
+    plc = _hot_spot(5)
+    _, _, st0, tm0 = run(lw, placement=plc, window_ms=wms)
+    backlog = _carried_fc_flops(st0, 5, "L0E0")
+    assert backlog > 0 and tm0.backlog_ms > 0  # core 5 is overloaded and L0E0 work waits in its queue
+    t_next = int(lw.t0_ns + wms * 1e6)
+    if kind == "reroute":
+        ov = Overlays(reroute=OverlayReroute(t_apply_ns=[t_next], scope=["expert"], from_core=[5], to_core=[40],
+                                            mb_ids_json=['["L0E0"]'], reason=["hot_core"], expected_gain=[1.0]))
+    else:
+        ov = Overlays(migrate=OverlayMigrate(t_apply_ns=[t_next], obj_type=["expert"], obj_id=["L0E0"], src=["5"],
+                                             dst=["40"], size_bytes=[0], cost=[1.0]))
+    empty = _next_empty(lw, 1, wms)
+    plain = physicalize_window(1, empty, plc, None, st0, ARCH, F, wms, 1.0, n_layers=2)
+    moved = physicalize_window(1, empty, plc, ov, st0, ARCH, F, wms, 1.0, n_layers=2)
+    # without the overlay core 40 does nothing; with it, it runs L0E0's backlog and core 5's queue got shorter
+    assert _fc_flops_on(plain[0], 40) == 0.0
+    assert _fc_flops_on(moved[0], 40) > 0.0
+    assert moved[2].queue.busy_until_ns[5] < plain[2].queue.busy_until_ns[5]
+    assert _carried_fc_flops(moved[2], 5, "L0E0") == 0.0
+    assert _carried_fc_flops(moved[2], 5) < _carried_fc_flops(plain[2], 5)
+    # the other experts' backlog stays on core 5
+    assert _carried_fc_flops(moved[2], 5, "L0E1") == pytest.approx(_carried_fc_flops(plain[2], 5, "L0E1"))
+    # conservation: drain both and compare the totals with the logical window
+    for first in (moved,):
+        res, state = [run(lw, placement=plc, window_ms=wms), first], first[2]
+        big = 10.0  # drain in 10 ms windows
+        for k in range(2, 200):
+            if not len(state.queue.carry_compute) and not state.queue.pending and not len(state.queue.carry_memory):
+                break
+            t0 = int(lw.t0_ns + 2 * wms * 1e6 + (k - 2) * big * 1e6)
+            w = LogicalWindow(trace_id="t", window=k, t0_ns=t0, t1_ns=int(t0 + big * 1e6),
+                              compute=lw.compute.empty(), memory=lw.memory.empty())
+            res.append(physicalize_window(k, w, plc, None, state, ARCH, F, big, 1.0, n_layers=2))
+            state = res[-1][2]
+        assert not len(state.queue.carry_compute)
+        assert sum(sum(r[0].flops) for r in res) == pytest.approx(sum(lw.compute.flops), rel=1e-9)
+        assert sum(sum(r[1].bytes) for r in res) == pytest.approx(sum(lw.memory.bytes), rel=1e-9)
+        assert sum(r[3].tokens_completed for r in res) == lw.tokens_generated
+        l0e0_on_40 = sum(_fc_flops_on(r[0], 40) for r in res)
+        assert l0e0_on_40 == pytest.approx(backlog, rel=1e-9)  # exactly the backlog moved, nothing else
+
+
+def test_carry_tags_must_match_the_records() -> None:
+    lw = small_window()
+    _, _, st, _ = run(lw, placement=_hot_spot(5), window_ms=0.05)
+    assert st.queue.carry_compute_expert and len(st.queue.carry_compute_expert) == len(st.queue.carry_compute)
+    bad = st.model_copy(deep=True)
+    bad.queue.carry_compute_expert = bad.queue.carry_compute_expert[:-1]
+    with pytest.raises(BadInput) as ei:
+        run(_next_empty(lw, 1, 0.05), placement=_hot_spot(5), state=bad, window_ms=0.05)
+    assert ei.value.field == "state.queue.carry_compute_expert"
+
+
+def test_migrated_backlog_reads_from_the_new_vault_rerouted_over_the_noc() -> None:
+    wms = 0.05
+    lw = small_window()
+    plc = _hot_spot(5)
+    _, _, st0, _ = run(lw, placement=plc, window_ms=wms)
+    t_next = int(lw.t0_ns + wms * 1e6)
+    chip = Chip.from_arch(ARCH)
+    mig = Overlays(migrate=OverlayMigrate(t_apply_ns=[t_next], obj_type=["expert"], obj_id=["L0E0"], src=["5"],
+                                          dst=["40"], size_bytes=[0], cost=[1.0]))
+    rr = Overlays(reroute=OverlayReroute(t_apply_ns=[t_next], scope=["expert"], from_core=[5], to_core=[40],
+                                        mb_ids_json=['["L0E0"]'], reason=["hot_core"], expected_gain=[1.0]))
+    for ov, vault in ((mig, 40), (rr, 5)):
+        _, _, st1, _ = physicalize_window(1, _next_empty(lw, 1, wms), plc, ov, st0, ARCH, F, wms, 1.0, n_layers=2)
+        cm = st1.queue.carry_memory
+        mine = [(b, h) for k, b, h, t in zip(cm.src_core, cm.dst_bank, cm.hops, st1.queue.carry_memory_expert,
+                                             strict=True) if k == 40 and t == "L0E0"]
+        assert mine
+        vaults = {int(chip.bank_vault_core(np.array([chip.parse_bank(b, "x")]))[0]) for b, _ in mine}
+        assert vaults == {vault}
+        assert {h for _, h in mine} == {int(chip.hops(np.array([40]), np.array([vault]))[0])}

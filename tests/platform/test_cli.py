@@ -87,3 +87,21 @@ def test_console_script_runs() -> None:
     exe = Path(sys.executable).with_name("tasmoe")
     res = subprocess.run([str(exe), "serve", "--help"], capture_output=True, text=True, timeout=60, check=False)
     assert res.returncode == 0 and "--port" in res.stdout
+
+
+def test_platform_commands_do_not_import_the_services_clis() -> None:
+    """`tasmoe serve <name>` (six of them in a cluster) starts without importing every service's CLI."""
+    code = ("import sys; from services.cli import main; "
+            "rc = main(['config', 'arch', 'configs/arch_8x8_32x32x8.yaml']); "
+            "print(rc, sorted(m for m in sys.modules if m.startswith('services.') and m.endswith('.cli')))")
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert res.stdout.strip().splitlines()[-1] == "0 ['services.cli']", res.stdout + res.stderr
+
+
+def test_command_detection_skips_global_options() -> None:
+    from services.cli import _command_of
+
+    assert _command_of(["--log-level", "DEBUG", "serve", "thermal"]) == "serve"
+    assert _command_of(["--log-level=debug", "run"]) == "run"
+    assert _command_of(["--help"]) is None
