@@ -595,12 +595,14 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
                 if copy is not None:
                     e_bank[ev] = copy
         e_rw_w = m_write[e_m]
+        e_act = is_exp[A.row[e_a]] & ~is_w  # a routed expert's token activations (not its weights)
     else:
         e_a = np.zeros(0, np.int64)
         e_core = np.zeros(0, np.int64)
         e_bytes = np.zeros(0)
         e_bank = np.zeros(0, np.int64)
         e_rw_w = np.zeros(0, dtype=bool)
+        e_act = np.zeros(0, dtype=bool)
     e_vault = chip.bank_vault_core(e_bank)
     e_hops = chip.hops(e_core, e_vault)
     e_qos_mig = np.zeros(e_a.size, dtype=bool)
@@ -916,9 +918,18 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     rd = (me_w == 0)
     vault_of = chip.bank_vault_core(me_bank)
     link_b = chip.link_bytes(np.where(rd, vault_of, me_core), np.where(rd, me_core, vault_of), me_bytes)
+    # MoE dispatch/combine: a routed expert's input activations are gathered at its core from the micro-batch's
+    # attention, which ran split evenly over all n cores (1/n from each), and its outputs are scattered back the same
+    # way (XY routing; `Chip.gather_link_share`). Approximation: this traffic is counted in the window that
+    # physicalizes the work, not shifted with work that spills into later windows.
+    act_rd = _bc(e_core[e_act & ~e_rw_w], weights=e_bytes[e_act & ~e_rw_w], minlength=n)
+    act_wr = _bc(e_core[e_act & e_rw_w], weights=e_bytes[e_act & e_rw_w], minlength=n)
+    link_b = link_b + act_rd @ chip.gather_link_share + act_wr @ chip.scatter_link_share
     link_util = np.clip(link_b / (link_bw * window_ns), 0.0, 1.0)
     wait = a_start - st_ready[st_inv] if na else np.zeros(0)
-    me_energy = float(np.sum(me_bytes * dram_j_per_byte) + np.sum(me_bytes * me_hops * noc_j_per_byte_hop))
+    act_byte_hops = float((act_rd + act_wr) @ chip.gather_link_share.sum(axis=1))  # Σ bytes × mean hops
+    me_energy = float(np.sum(me_bytes * dram_j_per_byte) + np.sum(me_bytes * me_hops * noc_j_per_byte_hop)
+                      + act_byte_hops * noc_j_per_byte_hop)
     busy_until = np.maximum(free, busy)
     timing = WindowTiming(
         tokens_completed=sum(p.tokens for p in done),

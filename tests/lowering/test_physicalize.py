@@ -413,3 +413,26 @@ def test_migrated_backlog_reads_from_the_new_vault_rerouted_over_the_noc() -> No
         vaults = {int(chip.bank_vault_core(np.array([chip.parse_bank(b, "x")]))[0]) for b, _ in mine}
         assert vaults == {vault}
         assert {h for _, h in mine} == {int(chip.hops(np.array([40]), np.array([vault]))[0])}
+
+
+def test_moe_dispatch_and_combine_load_the_noc() -> None:
+    """Expert activations are gathered from / scattered to all cores: link bytes = Σ act bytes × mean hops."""
+    lw = small_window()
+    plc = default_placement(ARCH, n_layers=2)
+    window_ms = 10_000.0  # long enough that no link saturates (no clipping)
+    _, mem, _, timing = run(lw, placement=plc, window_ms=window_ms)
+    chip = Chip.from_arch(ARCH)
+    # weights are local (default placement: the owner's vault), so every link byte is dispatch/combine traffic
+    assert set(mem.hops) == {0}
+    link_bytes = np.asarray(timing.noc_link_util) * chip.link_bw_bytes_per_ns * window_ms * 1e6
+    cores = np.arange(N, dtype=np.int64)
+    mean_hops = np.array([chip.hops(cores, np.full(N, c, dtype=np.int64)).mean() for c in range(N)])
+    expert_of_event = {ev: (layer, ex) for ev, layer, ex in zip(lw.compute.event_id, lw.compute.layer,
+                                                               lw.compute.expert, strict=True) if ex >= 0}
+    expected = 0.0
+    for ev, tensor, nbytes in zip(lw.memory.event_id, lw.memory.tensor_id, lw.memory.bytes, strict=True):
+        if ev in expert_of_event and not tensor.startswith("W_"):
+            layer, ex = expert_of_event[ev]
+            expected += nbytes * mean_hops[plc.experts[f"L{layer}E{ex}"].cores[0]]
+    assert expected > 0
+    np.testing.assert_allclose(link_bytes.sum(), expected, rtol=1e-9)
