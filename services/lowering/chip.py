@@ -146,23 +146,18 @@ class Chip:
     def _link_base(self) -> int:
         return 2 * (self.X - 1) * self.Y
 
-    @cached_property
+    @property
     def gather_link_share(self) -> NDArray[np.float64]:
         """``(cores, links)``: bytes on each directed link per byte gathered at core ``c`` evenly from every core
         (``1/n`` from each, XY routing) — the MoE dispatch of a routed expert's token activations, whose attention
-        ran split over all cores. Row ``c`` sums to the mean hop count from all cores to ``c``."""
-        n = self.n_cores
-        src = np.arange(n, dtype=np.int64)
-        share = np.full(n, 1.0 / n)
-        return np.stack([self.link_bytes(src, np.full(n, c, dtype=np.int64), share) for c in range(n)])
+        ran split over all cores. Row ``c`` sums to the mean hop count from all cores to ``c``. Cached per mesh
+        shape (a `Chip` is rebuilt for every window)."""
+        return _uniform_link_shares(self.X, self.Y)[0]
 
-    @cached_property
+    @property
     def scatter_link_share(self) -> NDArray[np.float64]:
         """``(cores, links)``: the reverse of `gather_link_share` (the combine: core ``c`` sends ``1/n`` to each)."""
-        n = self.n_cores
-        dst = np.arange(n, dtype=np.int64)
-        share = np.full(n, 1.0 / n)
-        return np.stack([self.link_bytes(np.full(n, c, dtype=np.int64), dst, share) for c in range(n)])
+        return _uniform_link_shares(self.X, self.Y)[1]
 
     def link_bytes(self, src: IntArr, dst: IntArr, nbytes: NDArray[np.float64]) -> NDArray[np.float64]:
         """Bytes per directed link with XY routing (X first, then Y) from ``src`` core to ``dst`` core.
@@ -196,3 +191,18 @@ class Chip:
             out += np.bincount(ids[mv], weights=w[mv], minlength=self.n_links)
             y = np.where(mv, y + step, y)
         return out
+
+
+@lru_cache(maxsize=16)
+def _uniform_link_shares(X: int, Y: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(gather, scatter) link shares of an X×Y mesh (see `Chip.gather_link_share`); read-only arrays."""
+    chip = Chip(X=X, Y=Y, BX=X, BY=Y, L=1, vault_bw_bytes_per_ns=1.0, link_bw_bytes_per_ns=1.0, link_latency_ns=0.0,
+                core_domain=(0,) * (X * Y))
+    n = X * Y
+    cores = np.arange(n, dtype=np.int64)
+    share = np.full(n, 1.0 / n)
+    gather = np.stack([chip.link_bytes(cores, np.full(n, c, dtype=np.int64), share) for c in range(n)])
+    scatter = np.stack([chip.link_bytes(np.full(n, c, dtype=np.int64), cores, share) for c in range(n)])
+    gather.setflags(write=False)
+    scatter.setflags(write=False)
+    return gather, scatter
