@@ -169,8 +169,24 @@ def choose_tiling(M: int, K: int, N: int, *, array: tuple[int, int], spm_bytes: 
                    field="spm_bytes")
 
 
+class DramBytesReport:
+    """Mixin of the cost reports (dataclasses): total DRAM bytes and a JSON-ready dict that includes them."""
+
+    dram_read_bytes: float
+    dram_write_bytes: float
+
+    @property
+    def dram_bytes(self) -> float:
+        return self.dram_read_bytes + self.dram_write_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)  # type: ignore[call-overload]  # subclasses are dataclasses
+        d["dram_bytes"] = self.dram_bytes
+        return dict(d)
+
+
 @dataclass(frozen=True)
-class GemmCost:
+class GemmCost(DramBytesReport):
     M: int
     K: int
     N: int
@@ -190,15 +206,6 @@ class GemmCost:
     tiling: Tiling
     energy_j: float
     energy_breakdown_j: dict[str, float]
-
-    @property
-    def dram_bytes(self) -> float:
-        return self.dram_read_bytes + self.dram_write_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["dram_bytes"] = self.dram_bytes
-        return d
 
 
 def mac_pj_for(dtype: str, arch: ArchConfig | None) -> float:

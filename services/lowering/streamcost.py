@@ -7,10 +7,17 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Literal
 
-from services.lowering.costmodel import DTYPE_BYTES, SPM_ACCESS_BYTES, VE_PASSES, fold_cycles, mac_pj_for
+from services.lowering.costmodel import (
+    DTYPE_BYTES,
+    SPM_ACCESS_BYTES,
+    VE_PASSES,
+    DramBytesReport,
+    fold_cycles,
+    mac_pj_for,
+)
 from services.lowering.isa import LOADS, STORES, TE_OPS, VE_OPS, DeviceProfile, Instr, Opcode
 from shared.configs.arch import ArchConfig
 
@@ -21,7 +28,7 @@ _VE_KIND = {
 
 
 @dataclass
-class StreamCost:
+class StreamCost(DramBytesReport):
     cycles: float = 0.0
     te_cycles: float = 0.0
     ve_cycles: float = 0.0
@@ -33,15 +40,6 @@ class StreamCost:
     energy_j: float = 0.0
     instructions: int = 0
     opcode_counts: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def dram_bytes(self) -> float:
-        return self.dram_read_bytes + self.dram_write_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["dram_bytes"] = self.dram_bytes
-        return d
 
 
 def stream_cost(instrs: list[Instr], profile: DeviceProfile, arch: ArchConfig | None = None) -> StreamCost:

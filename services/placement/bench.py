@@ -13,7 +13,7 @@ import numpy as np
 
 from services.placement.default import default_placement
 from services.placement.geometry import influence_for, synthetic_diffusion_kernel
-from services.placement.inputs import workload_inputs
+from services.placement.inputs import workload_inputs, zipf_loads
 from services.placement.milp import solve_peak_milp
 from services.placement.tacs import tacs_step
 from services.placement.taps import build_placement, build_problem, greedy, heuristic_assign, local_search
@@ -25,16 +25,6 @@ from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWind
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
-
-def _zipf_loads(n_layers: int, n_experts: int, s: float, seed: int) -> list[list[float]]:
-    rng = np.random.default_rng(seed)
-    w = 1.0 / np.arange(1, n_experts + 1) ** s
-    out = []
-    for _ in range(n_layers):
-        row = np.empty(n_experts)
-        row[rng.permutation(n_experts)] = w / w.sum()
-        out.append(row.tolist())
-    return out
 
 
 def _taps_speed(arch: ArchConfig, tas: TasParams, H: np.ndarray, src: str) -> list[BenchRow]:
@@ -66,7 +56,7 @@ def _taps_speed(arch: ArchConfig, tas: TasParams, H: np.ndarray, src: str) -> li
 
     ds = load_workload(CONFIGS / "workload_deepseek_v2.yaml")
     ds_inp = workload_inputs(ds)
-    loads60 = _zipf_loads(60, 160, ds.routing.zipf_s, ds.routing.seed)
+    loads60 = zipf_loads(60, 160, ds.routing.zipf_s, ds.routing.seed)
 
     def run_ds() -> object:
         return build_placement(arch, ds, tas.taps, loads60, ds_inp.expert_flops_per_token, H,
@@ -100,7 +90,7 @@ def _heuristic_vs_milp(tas: TasParams) -> list[BenchRow]:
     for x, y, n_layers, n_experts, rep in cases:
         arch = _small_arch(x, y)
         H = synthetic_diffusion_kernel(x, y, self_kw=2.0, length=1.0, base_kw=0.05)
-        loads = _zipf_loads(n_layers, n_experts, 1.2, 1000 * x + 10 * n_layers + n_experts)
+        loads = zipf_loads(n_layers, n_experts, 1.2, 1000 * x + 10 * n_layers + n_experts)
         taps = tas.taps.model_copy(update={"replicate_hot_k": rep})
         peak_only = taps.model_copy(update={"objective": taps.objective.model_copy(update={"w_var": 0.0,
                                                                                            "w_smooth": 0.0})})

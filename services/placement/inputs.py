@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from shared.configs import WorkloadConfig
 from shared.errors import ConfigError
 
@@ -43,3 +45,16 @@ def workload_inputs(wl: WorkloadConfig, *, exact: bool = False) -> WorkloadInput
         source = "zipf-expectation"
     return WorkloadInputs(moe_layers=list(layers), loads=loads, expert_flops_per_token=float(plan.costs.flops[FC]),
                           expert_bytes=int(plan.costs.expert_bytes), load_source=source)
+
+
+def zipf_loads(n_layers: int, n_experts: int, s: float = 1.2, seed: int = 42) -> list[list[float]]:
+    """Synthetic loads (benchmarks, tests): per layer, the Zipf(s) expectation ``∝ (r+1)^-s`` over a permutation of
+    the expert ids drawn from ``default_rng(seed)`` (shares summing to 1)."""
+    rng = np.random.default_rng(seed)
+    w = 1.0 / np.arange(1, n_experts + 1) ** s
+    out = []
+    for _ in range(n_layers):
+        row = np.empty(n_experts)
+        row[rng.permutation(n_experts)] = w / w.sum()
+        out.append(row.tolist())
+    return out

@@ -19,16 +19,6 @@ def small_arch(x: int = 4, y: int = 4, banks: tuple[int, int, int] = (8, 8, 2), 
                       geometry=GeometryConfig(stack=stack))
 
 
-def zipf_loads(n_layers: int, n_experts: int, s: float = 1.2, seed: int = 42) -> list[list[float]]:
-    """Per layer, Zipf(s) expectation over a seeded permutation of the expert ids (shares summing to 1)."""
-    rng = np.random.default_rng(seed)
-    w = 1.0 / np.arange(1, n_experts + 1) ** s
-    out = []
-    for _ in range(n_layers):
-        row = np.empty(n_experts)
-        row[rng.permutation(n_experts)] = w / w.sum()
-        out.append(row.tolist())
-    return out
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 
 from services.placement.app import create_app
 from services.placement.geometry import synthetic_diffusion_kernel
+from services.placement.inputs import zipf_loads
 from shared.settings import Settings
-from tests.placement.conftest import zipf_loads
 from tests.placement.tacs_helpers import placement_from, window
 
 SMALL_ARCH: dict[str, Any] = {

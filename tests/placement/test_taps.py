@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 
 from services.placement.geometry import ChipGeometry, synthetic_diffusion_kernel
+from services.placement.inputs import zipf_loads
 from services.placement.milp import solve_peak_milp
 from services.placement.taps import build_placement, build_problem, greedy, local_search
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
 from shared.configs.tas import TapsParams
 from shared.contracts.ids import parse_expert_id, weight_tensor_id
 from shared.errors import BadInput
-from tests.placement.conftest import small_arch, zipf_loads
+from tests.placement.conftest import small_arch
 
 FLOPS = 2 * 3 * 4096 * 14336
 BYTES = 3 * 4096 * 14336 * 2
