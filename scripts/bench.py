@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import platform
 import sys
 import time
 from pathlib import Path
 
+from services import optional_module
 from shared import SERVICES
 from shared.bench import BenchRow
 
@@ -34,11 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     for name in args.only or SERVICES:
-        try:
-            mod = importlib.import_module(f"services.{name}.bench")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"services.{name}.bench":
-                raise
+        mod = optional_module(name, "bench")
+        if mod is None:
             continue
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()

@@ -7,13 +7,13 @@ A service's ``cli.py`` defines ``register(sub: argparse._SubParsersAction) -> No
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from services import optional_module
 from shared import DEFAULT_PORTS, SERVICES
 from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
 from shared.configs.base import StrictModel
@@ -103,13 +103,9 @@ def build_parser(*, include_services: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=_openapi)
 
     for name in SERVICES if include_services else ():
-        try:
-            mod = importlib.import_module(f"services.{name}.cli")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"services.{name}.cli":
-                raise
-            continue
-        mod.register(sub)
+        mod = optional_module(name, "cli")
+        if mod is not None:
+            mod.register(sub)
     return parser
 
 

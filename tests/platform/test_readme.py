@@ -3,12 +3,12 @@ real default, every `make` target it mentions exists, and the Results section is
 
 from __future__ import annotations
 
-import importlib
 import re
 from pathlib import Path
 
 from pydantic_settings import BaseSettings
 
+from services import optional_module
 from shared import SERVICES
 from shared.settings import Settings
 
@@ -31,11 +31,8 @@ def _settings_classes() -> list[type[BaseSettings]]:
     """The shared Settings and every service's own settings class (``services/<name>/settings.py``)."""
     classes: list[type[BaseSettings]] = [Settings]
     for name in SERVICES:
-        try:
-            mod = importlib.import_module(f"services.{name}.settings")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"services.{name}.settings":
-                raise
+        mod = optional_module(name, "settings")
+        if mod is None:
             continue
         classes += [obj for obj in vars(mod).values()
                     if isinstance(obj, type) and issubclass(obj, BaseSettings) and obj.__module__ == mod.__name__]
