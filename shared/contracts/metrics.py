@@ -8,9 +8,9 @@ and the physicalizer's timing; `POST /v1/reduce` turns a run's windows into one 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field
 
 RESULT_COLUMNS: tuple[str, ...] = (
     "scenario", "workload", "T_peak_logic", "T_peak_dram", "T_avg", "ips", "lat_ms", "bw_util", "refresh_mhz",
@@ -35,6 +35,9 @@ def check_workload_name(v: str) -> str:
     if not _WORKLOAD_NAME.match(v):
         raise ValueError("must be 1-128 characters of letters, digits, '.', '_' or '-' (it names a file)")
     return v
+
+
+WorkloadName = Annotated[str, AfterValidator(check_workload_name)]
 
 
 class WindowMetrics(BaseModel):
@@ -67,7 +70,7 @@ class ResultRow(BaseModel):
     """One line of ``results/<scenario>/<workload>.csv``: the seed's ten columns, then the extras (EXTRA_COLUMNS)."""
 
     scenario: Scenario
-    workload: str
+    workload: WorkloadName
     T_peak_logic: float  # °C
     T_peak_dram: float  # °C
     T_avg: float  # °C
@@ -94,23 +97,13 @@ class ResultRow(BaseModel):
     windows: int
     sim_time_ms: float
 
-    @field_validator("workload")
-    @classmethod
-    def _workload_name(cls, v: str) -> str:
-        return check_workload_name(v)
-
 
 class ReduceRequest(BaseModel):
     scenario: Scenario
-    workload: str
+    workload: WorkloadName
     thot_c: float
     bw_raw_gbps: float | None = Field(default=None, gt=0)
     windows: list[WindowMetrics]
-
-    @field_validator("workload")
-    @classmethod
-    def _workload_name(cls, v: str) -> str:
-        return check_workload_name(v)
 
 
 class ReduceResponse(BaseModel):
