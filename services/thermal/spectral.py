@@ -12,9 +12,11 @@ Split ``alpha·C + G`` into
   ``x = y − A0⁻¹·U·z`` with ``y = A0⁻¹·f`` and ``z = (I + E·S)⁻¹·E·Uᵀ·y``, ``S = Uᵀ·A0⁻¹·U`` computed in mode space.
 
 A solve in mode space (``solve_modal``) is one tridiagonal sweep over all modes, two separable edge transforms
-(O(n²) each) and one k × k mat-vec; ``solve`` adds one forward and one inverse DCT of the stack. The TR-BDF2 window
-step runs entirely in mode space (DCTs only at its ends). Exact to round-off against the sparse LU (tests: 1e-6 K);
-factorisations are cached per shift ``alpha`` (complex shifts serve the exponential step).
+(O(n²) each) and one k × k mat-vec; ``solve`` adds one forward and one inverse DCT of the stack (two matrix
+products per layer up to 128 × 128 cells). The TR-BDF2 window step (``step_trbdf2``, the service's hot path) runs
+entirely in mode space, DCTs only at its ends, with compiled fused passes (``spectral_kernels``) and the off-diagonal
+part of the k × k Woodbury matrix in float32. Exact to round-off against the sparse LU (tests: 1e-6 K; measured
+~1e-10 K); factorisations are cached per shift ``alpha`` (complex shifts serve the exponential step).
 """
 
 from __future__ import annotations
@@ -78,9 +80,11 @@ class SpectralSolver:
         self._ke = ke
         DR, DC = _dct_matrix(R), _dct_matrix(C)
         self._DR, self._DC, self._ei, self._ej = DR, DC, ei, ej
+        self._DRt, self._DCt = np.ascontiguousarray(DR.T), np.ascontiguousarray(DC.T)
+        self._gemm_dct = max(R, C) <= 128
+        self._DRperm = np.ascontiguousarray(DR[:, np.r_[0, R - 1, 1:R - 1]])  # DR's columns in border order
         self._DRe = np.ascontiguousarray(DR[:, [0, R - 1]])  # (R, 2): basis values on the north/south rows
         self._DCe = np.ascontiguousarray(DC[:, [0, C - 1]])  # (C, 2): on the west/east columns
-        self._DRm = np.ascontiguousarray(DR[:, 1:-1])  # (R, R-2)
         self._layers = (L - 2, L - 1)  # spreader, sink
         nrc = R * C
         self._edge_nodes = np.concatenate([a * nrc + self._edge_flat for a in self._layers])  # (k,)
@@ -104,6 +108,7 @@ class SpectralSolver:
         self._ring0 = ring_lap + np.diag(net.ring_g_amb + Bk.sum(axis=0))
         self._cap_layer = net.cap
         self._factors: dict[complex, _Factor] = {}
+        self._k32: dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._lock = threading.Lock()
 
     # -- mode-space tridiagonal solves ---------------------------------------------------------------------------
@@ -111,12 +116,14 @@ class SpectralSolver:
         b = self._diag0 + alpha * self._cap_layer[:, None]
         L = b.shape[0]
         m = np.empty((L - 1, b.shape[1]), dtype=b.dtype)
-        dd = np.empty_like(b)
-        dd[0] = b[0]
+        inv_dd = np.empty_like(b)
+        dd = b[0]
         for layer in range(1, L):
-            m[layer - 1] = self._off[layer - 1] / dd[layer - 1]
-            dd[layer] = b[layer] - m[layer - 1] * self._off[layer - 1]
-        return m, 1.0 / dd
+            inv_dd[layer - 1] = 1.0 / dd
+            m[layer - 1] = self._off[layer - 1] * inv_dd[layer - 1]  # = u[layer-1]: symmetric, so L = Uᵀ·D⁻¹
+            dd = b[layer] - m[layer - 1] * self._off[layer - 1]
+        inv_dd[L - 1] = 1.0 / dd
+        return m, inv_dd
 
     def _thomas(self, m: np.ndarray, inv_dd: np.ndarray, u: np.ndarray, f: np.ndarray,
                 overwrite: bool = False) -> np.ndarray:
@@ -153,7 +160,7 @@ class SpectralSolver:
             if fac is not None:
                 return fac
             m, inv_dd = self._thomas_factor(alpha)
-            u = self._off[:, None] * inv_dd[:-1]
+            u = m  # off·inv_dd, the multipliers of a symmetric tridiagonal LU
             L, P = inv_dd.shape
             dt = inv_dd.dtype
             cols = np.zeros((2, L, P), dtype=dt)
@@ -181,15 +188,36 @@ class SpectralSolver:
             return fac
 
     # -- transforms between node vectors and (modes, ring) -------------------------------------------------------
+    def _dct_layers(self, X: np.ndarray) -> np.ndarray:
+        """Orthonormal 2-D DCT-II of each layer, ``X̂ = DR·X·DCᵀ`` (n, R, C) -> (n, R, C). Up to 128 × 128 cells as
+        two matrix products (BLAS; ~2x faster than pocketfft at 64 × 64), beyond that by FFT."""
+        if self._gemm_dct:
+            n, R, C = X.shape
+            Y = (X.reshape(n * R, C) @ self._DCt).reshape(n, R, C)
+            out: np.ndarray = np.matmul(self._DR, Y)
+            return out
+        res: np.ndarray = sfft.dctn(X, type=2, axes=(1, 2), norm="ortho")
+        return res
+
+    def _idct_layers(self, Xh: np.ndarray) -> np.ndarray:
+        """Inverse of ``_dct_layers``: ``X = DRᵀ·X̂·DC``."""
+        if self._gemm_dct:
+            n, R, C = Xh.shape
+            Y = (Xh.reshape(n * R, C) @ self._DC).reshape(n, R, C)
+            out: np.ndarray = np.matmul(self._DRt, Y)
+            return out
+        res: np.ndarray = sfft.idctn(Xh, type=2, axes=(1, 2), norm="ortho")
+        return res
+
     def to_modes(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         L, R, C = self.shape
         nc = self.net.n_cells
-        vh = sfft.dctn(np.asarray(v[:nc], dtype=np.float64).reshape(L, R, C), type=2, axes=(1, 2), norm="ortho")
+        vh = self._dct_layers(np.asarray(v[:nc], dtype=np.float64).reshape(L, R, C))
         return vh.reshape(L, R * C), np.array(v[nc:], dtype=np.float64)
 
     def from_modes(self, xh: np.ndarray, r: np.ndarray) -> np.ndarray:
         L, R, C = self.shape
-        x = sfft.idctn(xh.reshape(L, R, C), type=2, axes=(1, 2), norm="ortho").reshape(-1)
+        x = self._idct_layers(np.asarray(xh).reshape(L, R, C)).reshape(-1)
         return np.concatenate([x, r])
 
     def _modes_to_edges(self, yh2: np.ndarray) -> np.ndarray:
@@ -202,12 +230,16 @@ class SpectralSolver:
         return np.concatenate([rows[:, 0, :], cols[:, 1:-1, :].reshape(2, -1), rows[:, 1, :]], axis=1).reshape(-1)
 
     def _edges_to_modes(self, w: np.ndarray) -> np.ndarray:
-        """Modes (2, P) of two layers that are zero except on their border cells (values ``w``, border order)."""
+        """Modes (2, P) of two layers that are zero except on their border cells (values ``w``, border order):
+        ``DR·B`` with ``B`` (R, C) per layer = the border rows times ``DCᵀ`` and the border columns' two values times
+        ``DC[:, {0, C−1}]ᵀ``, the rows of ``DR`` taken in the matching order (0, R−1, 1, …, R−2)."""
         _, R, C = self.shape
         W = w.reshape(2, -1)
-        rows = np.stack([W[:, :C], W[:, -C:]], axis=1)  # (2, 2, C)
-        mid = W[:, C:-C].reshape(2, R - 2, 2)
-        out: np.ndarray = (self._DRe @ rows @ self._DC.T + self._DRm @ mid @ self._DCe.T).reshape(2, R * C)
+        B = np.empty((2, R, C), dtype=W.dtype)
+        B[:, 0, :] = W[:, :C] @ self._DCt
+        B[:, 1, :] = W[:, -C:] @ self._DCt
+        B[:, 2:, :] = W[:, C:-C].reshape(2, R - 2, 2) @ self._DCe.T
+        out: np.ndarray = np.matmul(self._DRperm, B).reshape(2, R * C)
         return out
 
     def solve_modal(self, alpha: complex, fh: np.ndarray, g: np.ndarray,
@@ -274,34 +306,73 @@ class SpectralSolver:
     def step_exponential(self, T: np.ndarray, b: np.ndarray, dt: float, n_quad: int) -> np.ndarray:
         return _exp_step_modal(self, T, b, dt, n_quad)
 
+    def _koff(self, alpha: float, fac: _Factor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``K = diag(kd) + Koff`` with ``Koff`` in float32 (half the memory traffic of the k × k mat-vec, the
+        largest single cost of a transient solve). For the transient shifts ``|Koff| ≤ 3e-3·|kd|`` and it is applied
+        to the edge temperatures minus their mean (the mean goes through ``Koff·1`` in float64), so the float32
+        rounding is ~1e-9 K in the result (tests compare with the sparse LU to 1e-6 K)."""
+        with self._lock:
+            hit = self._k32.get(alpha)
+            if hit is None:
+                kd = np.ascontiguousarray(np.diag(fac.K).real.astype(np.float64))
+                off = np.asarray(fac.K.real - np.diag(kd))
+                hit = (kd, np.ascontiguousarray(off, dtype=np.float32), off.sum(axis=1))
+                self._k32[alpha] = hit
+                while len(self._k32) > MAX_FACTORS:
+                    self._k32.pop(next(iter(self._k32)))
+            return hit
+
     def step_trbdf2(self, T: np.ndarray, b: np.ndarray, dt: float, n_sub: int) -> np.ndarray:
         """The same TR-BDF2 scheme as ``solvers.step`` (``b = P + g_amb·T_amb``), carried in mode space: one DCT
-        of the state, source and ``(alpha·C + G)·T`` at the start, one inverse DCT at the end. Uses
-        ``(alpha·C + G)·x_n = rhs2`` of the stage that produced ``x_n``, so the operator is applied once per window."""
+        of the state and the source at the start, one inverse DCT at the end, compiled passes in between
+        (``spectral_kernels``). With ``A = alpha·C + G``, ``alpha = 1/(d·h)``:
+
+        - stage 1 ``A·T_γ = (2·alpha·C − A)·T + cg·b`` is solved as ``y₁ = A⁻¹·(2·alpha·C·T + cg·b)``,
+          ``T_γ = y₁ − T`` (no product with ``G`` needed);
+        - stage 2 ``A·T⁺ = alpha·C·(c1·T_γ − c2·T) + b = alpha·C·(c1·y₁ − (c1 + c2)·T) + b``.
+        """
+        # numba is imported on the first step, not with the module (~1 s that the CLI and the other services skip)
         from services.thermal.solvers import D_TRBDF2, GAMMA
+        from services.thermal.spectral_kernels import back_substitute, back_then_eliminate, edge_weights, eliminate
 
         h = dt / n_sub
         alpha = 1.0 / (D_TRBDF2 * h)
         c1 = 1.0 / (GAMMA * (2.0 - GAMMA))
         c2 = (1.0 - GAMMA) ** 2 / (GAMMA * (2.0 - GAMMA))
         cg = GAMMA / D_TRBDF2
-        cap = self._cap_layer[:, None]
+        fac = self.factor(alpha)
+        kd, koff, koff_sum = self._koff(alpha, fac)
+        L = self.shape[0]
+        cap = self._cap_layer
         rcap = self.net.ring_cap
+        zero, one = np.zeros(L), np.ones(L)
+        s1 = (2.0 * alpha * cap, zero, cg * one)
+        s2 = (c1 * alpha * cap, -(c1 + c2) * alpha * cap, one)
         xh, xr = self.to_modes(np.asarray(T, dtype=np.float64))
         bh, br = self.to_modes(b)
-        qh, qr = self.apply_modal(alpha, xh, xr)
-        a2, ac1, ac2 = 2.0 * alpha * cap, c1 * alpha * cap, c2 * alpha * cap
-        cgbh = cg * bh
-        for _ in range(n_sub):
-            rhs = a2 * xh
-            rhs -= qh
-            rhs += cgbh
-            gh, gr = self.solve_modal(alpha, rhs, 2.0 * alpha * rcap * xr - qr + cg * br, overwrite=True)
-            qh = np.multiply(ac1, gh, out=gh)  # gh lives in the rhs buffer; it is not needed after this
-            qh -= ac2 * xh
-            qh += bh
-            qr = alpha * rcap * (c1 * gr - c2 * xr) + br
-            xh, xr = self.solve_modal(alpha, qh, qr)
+        off, inv_dd = self._off, fac.inv_dd
+        x_el = np.empty_like(xh)
+        y2 = np.empty((2, xh.shape[1]))
+        w = np.empty(kd.size)
+
+        def edge(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """The Woodbury correction of the solve whose eliminated system is ``x_el``: edge weights in modes, and
+            the ring temperatures."""
+            r = np.empty(g.size)
+            edge_weights(self._modes_to_edges(y2), g, kd, koff, koff_sum, fac.Wg, fac.R_inv, fac.Ry, fac.Rw, w, r)
+            return self._edges_to_modes(w), r
+
+        eliminate(s1[0], xh, s1[1], xh, s1[2], bh, off, inv_dd, x_el, y2)
+        for i in range(n_sub):
+            g1 = 2.0 * alpha * rcap * xr + cg * br
+            wh, r1 = edge(g1)
+            back_then_eliminate(x_el, wh, off, inv_dd, s2[0], s2[1], xh, False, s2[2], bh, y2)
+            g2 = alpha * rcap * (c1 * r1 - (c1 + c2) * xr) + br
+            wh, xr = edge(g2)
+            if i < n_sub - 1:
+                back_then_eliminate(x_el, wh, off, inv_dd, s1[0], s1[1], xh, True, s1[2], bh, y2)
+            else:
+                back_substitute(x_el, wh, off, inv_dd, xh)
         return self.from_modes(xh, xr)
 
 

@@ -1,0 +1,122 @@
+"""The compiled passes of the spectral TR-BDF2 step against plain numpy / dense linear algebra, and the whole step
+against the sparse oracle on the default stack (where the float32 Woodbury part and the fused passes run)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from services.thermal import solvers
+from services.thermal.model import build_model
+from services.thermal.spectral import SpectralSolver
+from services.thermal.spectral_kernels import CHUNK, back_substitute, back_then_eliminate, edge_weights, eliminate
+from shared.configs import ArchConfig
+
+L, P = 5, CHUNK + 77  # one full chunk and a partial one
+
+
+def _system(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-mode symmetric positive definite tridiagonal systems: diagonal (L, P), off-diagonal (L-1,), and the
+    reciprocal pivots of their LU factorisation (multipliers ``off·inv_dd``), as ``SpectralSolver`` stores them."""
+    rng = np.random.default_rng(seed)
+    off = -(0.5 + rng.random(L - 1))
+    diag = 3.0 + rng.random((L, P))
+    inv_dd = np.empty((L, P))
+    dd = diag[0]
+    for layer in range(1, L):
+        inv_dd[layer - 1] = 1.0 / dd
+        dd = diag[layer] - off[layer - 1] * inv_dd[layer - 1] * off[layer - 1]
+    inv_dd[L - 1] = 1.0 / dd
+    return diag, off, inv_dd
+
+
+def _dense_solve(diag: np.ndarray, off: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    out = np.empty_like(rhs)
+    for p in range(rhs.shape[1]):
+        A = np.diag(diag[:, p]) + np.diag(off, 1) + np.diag(off, -1)
+        out[:, p] = np.linalg.solve(A, rhs[:, p])
+    return out
+
+
+def test_eliminate_then_back_substitute_solves_each_mode_with_the_edge_correction() -> None:
+    diag, off, inv_dd = _system(0)
+    rng = np.random.default_rng(1)
+    S, X, B = rng.random((3, L, P))
+    c_s, c_x, c_b = rng.random((3, L))
+    wh = rng.random((2, P))
+    x_el, y2, sol = np.empty((L, P)), np.empty((2, P)), np.empty((L, P))
+    eliminate(c_s, S, c_x, X, c_b, B, off, inv_dd, x_el, y2)
+    rhs = c_s[:, None] * S + c_x[:, None] * X + c_b[:, None] * B
+    uncorrected = _dense_solve(diag, off, rhs)
+    np.testing.assert_allclose(y2, uncorrected[-2:], rtol=1e-12, atol=1e-12)
+    back_substitute(x_el, wh, off, inv_dd, sol)
+    rhs[-2:] += wh  # the correction is a source on the last two layers
+    np.testing.assert_allclose(sol, _dense_solve(diag, off, rhs), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("store_sol", [False, True])
+def test_fused_pass_is_bitwise_the_two_passes(store_sol: bool) -> None:
+    _, off, inv_dd = _system(2)
+    rng = np.random.default_rng(3)
+    x_el0, X0, B = rng.random((3, L, P))
+    wh = rng.random((2, P))
+    c_s, c_b = rng.random((2, L))
+    c_x = np.zeros(L) if store_sol else rng.random(L)
+    # reference: back substitution into S, then elimination of the next right-hand side
+    S, x_ref, y_ref, X_ref = np.empty((L, P)), np.empty((L, P)), np.empty((2, P)), X0.copy()
+    back_substitute(x_el0.copy(), wh, off, inv_dd, S)
+    eliminate(c_s, S, c_x, X_ref, c_b, B, off, inv_dd, x_ref, y_ref)
+    if store_sol:
+        X_ref = S
+    x_el, X, y2 = x_el0.copy(), X0.copy(), np.empty((2, P))
+    back_then_eliminate(x_el, wh, off, inv_dd, c_s, c_x, X, store_sol, c_b, B, y2)
+    assert np.array_equal(x_el, x_ref) and np.array_equal(y2, y_ref) and np.array_equal(X, X_ref)
+
+
+def test_edge_weights_match_float64_within_float32_rounding_of_the_off_diagonal() -> None:
+    rng = np.random.default_rng(4)
+    k, nr = 40, 12
+    kd = 0.2 + rng.random(k)
+    K_off = 1e-3 * rng.standard_normal((k, k))
+    K_off = K_off + K_off.T
+    np.fill_diagonal(K_off, 0.0)
+    y0 = 320.0 + 5.0 * rng.random(k)  # edge temperatures, K
+    g = rng.random(nr)
+    Wg, R_inv, Ry, Rw = rng.random((k, nr)), rng.random((nr, nr)), rng.random((nr, k)), rng.random((nr, k))
+    w, r = np.empty(k), np.empty(nr)
+    edge_weights(y0, g, kd, K_off.astype(np.float32), K_off.sum(axis=1), Wg, R_inv, Ry, Rw, w, r)
+    w_ref = Wg @ g - (np.diag(kd) + K_off) @ y0
+    np.testing.assert_allclose(w, w_ref, rtol=0, atol=1e-6 * np.abs(w_ref).max())
+    np.testing.assert_allclose(r, R_inv @ g + Ry @ y0 + Rw @ w, rtol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def default_stack() -> tuple[SpectralSolver, solvers.SparseSolver, np.ndarray, np.ndarray]:
+    m = build_model(ArchConfig())  # 64 x 64 x 12 layers: every kernel runs several chunks
+    rng = np.random.default_rng(5)
+    cw = np.zeros(m.n_cores)
+    cw[27] = 30.0  # a hot core: steep lateral gradients at every layer
+    P = m.node_power(cw + rng.random(m.n_cores), 0.004 * rng.random((len(m.dram_layers), m.n_banks_per_layer)))
+    T0 = m.net.ambient + 20.0 * rng.random(m.net.n_nodes)
+    return SpectralSolver(m.net), solvers.SparseSolver(m.net), P, T0
+
+
+def test_default_stack_step_agrees_with_the_sparse_oracle(
+        default_stack: tuple[SpectralSolver, solvers.SparseSolver, np.ndarray, np.ndarray]) -> None:
+    fast, oracle, P, T0 = default_stack
+    fast_T = solvers.step(fast, T0, P, 1e-3, 4)
+    assert np.abs(fast_T - solvers.step(oracle, T0, P, 1e-3, 4)).max() < 1e-6
+    assert np.abs(fast_T - T0).max() > 1.0  # the step moved the field: the comparison is not vacuous
+
+
+def test_concurrent_steps_on_one_solver_equal_sequential_ones(
+        default_stack: tuple[SpectralSolver, solvers.SparseSolver, np.ndarray, np.ndarray]) -> None:
+    fast, _, P, T0 = default_stack
+    inputs = [(T0 + d, P * s) for d, s in ((0.0, 1.0), (3.0, 0.5), (-2.0, 2.0), (1.0, 0.0))]
+    sequential = [solvers.step(fast, T, p, 1e-3, 4) for T, p in inputs]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        concurrent = list(pool.map(lambda tp: solvers.step(fast, tp[0], tp[1], 1e-3, 4), inputs))
+    for a, b in zip(sequential, concurrent, strict=True):
+        assert np.array_equal(a, b)
