@@ -11,6 +11,8 @@ from pathlib import Path
 from services import optional_module
 from shared import SERVICES
 from shared.bench import BenchRow
+from shared.blas import limit_blas_threads
+from shared.settings import load_settings
 
 
 def _table(rows: list[BenchRow]) -> list[str]:
@@ -26,11 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="services to run (default: all)")
     ap.add_argument("--out", default="BENCHMARKS.md")
     args = ap.parse_args(argv)
+    blas = load_settings().blas_threads
+    limit_blas_threads(blas)  # as the services run (shared/blas.py)
     lines = [
         "# Benchmarks",
         "",
         f"Written by `make bench` on {time.strftime('%Y-%m-%d %H:%M')} ({platform.machine()}, "
-        f"Python {platform.python_version()}). Goals are reported, not asserted; ratios are measured in one run.",
+        f"Python {platform.python_version()}). Goals are reported, not asserted; ratios are measured in one run. "
+        f"BLAS threads per process: {blas or 'library default'} (TASMOE_BLAS_THREADS).",
         "",
     ]
     for name in args.only or SERVICES:

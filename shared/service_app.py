@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shared import __version__
+from shared.blas import limit_blas_threads
 from shared.errors import ErrorBody, TasmoeError, first_validation_error, format_loc, humanize
 from shared.logging import RUN_ID_HEADER, bind_run_id
 from shared.settings import Settings
@@ -199,7 +200,9 @@ def create_service_app(
     lifespan: Lifespan | None = None,
     description: str = "",
 ) -> FastAPI:
-    """Build one service's app: routers mounted under ``/v1``, ``GET /healthz``, shared error handling."""
+    """Build one service's app: routers mounted under ``/v1``, ``GET /healthz``, shared error handling. Caps the
+    process's BLAS threads at ``settings.blas_threads`` (``shared.blas``)."""
+    limit_blas_threads(settings.blas_threads)
     app = FastAPI(
         title=f"tasmoe-{name}",
         version=__version__,

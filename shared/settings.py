@@ -44,6 +44,7 @@ class Settings(BaseSettings):
     http_backoff_s: float = Field(default=0.2, ge=0)
 
     cache_size: int = Field(default=32, ge=1, description="LRU entries for content-hashed models/traces per service")
+    blas_threads: int = Field(default=1, ge=0, description="BLAS threads per process; 0 keeps the library's default")
     configs_dir: Path = Path("configs")
 
     @field_validator("log_level")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import scipy.sparse as sp
 
 from services.thermal import solvers
 from services.thermal.hotspot_io import BlockMap, Floorplan, block_map
@@ -112,6 +113,59 @@ class StackModel:
             P[layer * nrc:(layer + 1) * nrc] = self.bank_map.power @ bank_w[d]
         return P
 
+    @cached_property
+    def _separable_power(self) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None:
+        """Mode-space power maps of the cores and the banks, ``(Ay, Ax)`` each: a layer whose blocks (a uniform
+        ``nby × nbx`` tiling) dissipate ``W`` (nby, nbx) W has cell modes ``Ay·W·Axᵀ`` with ``Ay = DR·Fy``,
+        ``Ax = DC·Fx`` and ``power[(i, j), (y, x)] = Fy[i, y]·Fx[j, x]`` (the block map is separable: verified
+        entry by entry). None when the solver is not spectral or a map is not separable (then ``step`` goes
+        through node powers and a DCT)."""
+        solver = self.solver
+        if not isinstance(solver, SpectralSolver):
+            return None
+        cx, cy = self.arch.mesh.cores
+        bx, by, _ = self.arch.dram.banks
+        out = []
+        for bmap, nbx, nby in ((self.core_map, cx, cy), (self.bank_map, bx, by)):
+            f = _separable_factors(bmap.power, self.net.rows, self.net.cols, nby, nbx)
+            if f is None:
+                return None
+            out.append((solver.dct_rows @ f[0], solver.dct_cols @ f[1]))
+        return out[0], out[1]
+
+    @cached_property
+    def _ambient_source_modes(self) -> tuple[np.ndarray, np.ndarray]:
+        assert isinstance(self.solver, SpectralSolver)
+        return self.solver.to_modes(self.net.g_amb * self.net.ambient)
+
+    def source_modes(self, core_w: np.ndarray, bank_w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """``P + g_amb·T_amb`` in the spectral solver's mode space (cell modes (L, P), ring (12,)) straight from the
+        block powers, or None (see ``_separable_power``). Equals ``solver.to_modes(source(node_power(...)))`` to
+        round-off at a fraction of a DCT's cost."""
+        sep = self._separable_power
+        if sep is None:
+            return None
+        (ay_c, ax_c), (ay_b, ax_b) = sep
+        amb_h, amb_r = self._ambient_source_modes
+        bh = amb_h.copy()
+        R, C = self.net.rows, self.net.cols
+        cx, cy = self.arch.mesh.cores
+        bh[self.logic_layer] += (ay_c @ np.asarray(core_w, dtype=float).reshape(cy, cx) @ ax_c.T).reshape(R * C)
+        if self.dram_layers:
+            bx, by, _ = self.arch.dram.banks
+            W = np.asarray(bank_w, dtype=float).reshape(len(self.dram_layers), by, bx)
+            bh[list(self.dram_layers)] += np.matmul(ay_b, W @ ax_b.T).reshape(len(self.dram_layers), R * C)
+        return bh, amb_r.copy()
+
+    def step(self, T: np.ndarray, core_w: np.ndarray, bank_w: np.ndarray, dt: float, n_sub: int) -> np.ndarray:
+        """``dt`` seconds of transient at constant block powers (W) with ``n_sub`` TR-BDF2 sub-steps
+        (``solvers.step``); on the spectral solver the source enters mode space separably, without a DCT."""
+        modes = self.source_modes(core_w, bank_w)
+        if modes is None:
+            return solvers.step(self.solver, T, self.node_power(core_w, bank_w), dt, n_sub)
+        assert isinstance(self.solver, SpectralSolver)
+        return self.solver.step_trbdf2_modes(T, modes[0], modes[1], dt, n_sub)
+
     def layer_cells(self, T: np.ndarray, layer: int) -> np.ndarray:
         nrc = self.net.rows * self.net.cols
         return T[layer * nrc:(layer + 1) * nrc]
@@ -152,6 +206,31 @@ class StackModel:
                 "grid": [self.net.cols, self.net.rows], "variant": self.net.spec.variant,
                 "cores": self.n_cores, "dram_layers": len(self.dram_layers),
                 "ambient_c": self.net.ambient - KELVIN}
+
+
+def _separable_factors(power: sp.csr_matrix, rows: int, cols: int, nby: int,
+                       nbx: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(Fy (rows, nby), Fx (cols, nbx))`` with ``power[(i·cols + j), (y·nbx + x)] = Fy[i, y]·Fx[j, x]`` for
+    every entry, or None. The factors are the marginals of block column 0 and block row 0 (their product counts block
+    (0, 0)'s total share twice, divided out once); the product is then checked against every stored entry and the
+    entry count."""
+    coo = power.tocoo()
+    i, j = np.divmod(coo.row, cols)
+    y, x = np.divmod(coo.col, nbx)
+    Fy = np.zeros((rows, nby))
+    Fx = np.zeros((cols, nbx))
+    first_col, first_row = x == 0, y == 0
+    np.add.at(Fy, (i[first_col], y[first_col]), coo.data[first_col])
+    np.add.at(Fx, (j[first_row], x[first_row]), coo.data[first_row])
+    s00 = float(coo.data[coo.col == 0].sum())  # = Σ_i Fy[i, 0] · Σ_j Fx[j, 0], counted in both marginals
+    if s00 <= 0.0:
+        return None
+    Fy /= s00
+    pred = Fy[i, y] * Fx[j, x]
+    scale = float(np.abs(coo.data).max()) if coo.nnz else 1.0
+    if coo.nnz != np.count_nonzero(Fy) * np.count_nonzero(Fx) or np.abs(pred - coo.data).max() > 1e-12 * scale:
+        return None
+    return Fy, Fx
 
 
 def build_model(arch: ArchConfig) -> StackModel:

@@ -117,8 +117,7 @@ def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: Thermal
     power = compute_power_from_events(
         compute, memory, arch, core_temp_c=model.core_temps(T0) - KELVIN,
         bank_temp_c=model.bank_temps(T0) - KELVIN, freq_ghz=freq, window_s=window_ms * 1e-3)
-    P = model.node_power(power.core_w, power.bank_w)
-    T1 = solvers.step(model.solver, T0, P, window_ms * 1e-3, substeps(window_ms, arch))
+    T1 = model.step(T0, power.core_w, power.bank_w, window_ms * 1e-3, substeps(window_ms, arch))
     # what the next window starts from is the float32 state: decide on exactly that
     T1 = np.asarray(T1, dtype="<f4").astype(np.float64)
     core_c = model.core_temps(T1) - KELVIN
@@ -162,15 +161,14 @@ def solve_power_map(arch: ArchConfig, core_w: list[float], bank_w: list[list[flo
         bad = np.flatnonzero(~np.isfinite(arr.ravel()) | (arr.ravel() < 0))
         if bad.size:
             raise BadInput(f"{name}[{bad[0]}] must be a finite power >= 0 W", field=f"{name}[{bad[0]}]")
-    P = model.node_power(cw, bw)
     if mode == "steady":
-        T = solvers.steady(model.solver, P)
+        T = solvers.steady(model.solver, model.node_power(cw, bw))
         out_state = None
     elif mode == "transient":
         if not (math.isfinite(duration_ms) and duration_ms > 0):
             raise BadInput("duration_ms must be > 0 for a transient solve", field="duration_ms")
         T0 = decode_field(state.field_b64 if state else None, model)
-        T = solvers.step(model.solver, T0, P, duration_ms * 1e-3, substeps(duration_ms, arch))
+        T = model.step(T0, cw, bw, duration_ms * 1e-3, substeps(duration_ms, arch))
         out_state = ThermalState(t_ns=(state.t_ns if state else 0) + round(duration_ms * 1e6),
                                  field_b64=encode_field(T), dvfs_level=list(state.dvfs_level) if state else [],
                                  window=state.window if state else -1)

@@ -322,10 +322,27 @@ class SpectralSolver:
                     self._k32.pop(next(iter(self._k32)))
             return hit
 
+    @property
+    def dct_rows(self) -> np.ndarray:
+        """``DR`` (R × R): the modes of a layer ``X`` (R × C) are ``DR·X·DCᵀ``."""
+        return self._DR
+
+    @property
+    def dct_cols(self) -> np.ndarray:
+        """``DC`` (C × C)."""
+        return self._DC
+
     def step_trbdf2(self, T: np.ndarray, b: np.ndarray, dt: float, n_sub: int) -> np.ndarray:
-        """The same TR-BDF2 scheme as ``solvers.step`` (``b = P + g_amb·T_amb``), carried in mode space: one DCT
-        of the state and the source at the start, one inverse DCT at the end, compiled passes in between
-        (``spectral_kernels``). With ``A = alpha·C + G``, ``alpha = 1/(d·h)``:
+        """The same TR-BDF2 scheme as ``solvers.step`` (``b = P + g_amb·T_amb``) carried in mode space; see
+        ``step_trbdf2_modes``."""
+        bh, br = self.to_modes(b)
+        return self.step_trbdf2_modes(T, bh, br, dt, n_sub)
+
+    def step_trbdf2_modes(self, T: np.ndarray, bh: np.ndarray, br: np.ndarray, dt: float, n_sub: int) -> np.ndarray:
+        """TR-BDF2 window step with the source already in mode space (cell modes ``bh`` (L, P), ring ``br`` (12,);
+        ``StackModel.step`` builds them from block powers without a DCT): one DCT of the state at the start, one
+        inverse DCT at the end, compiled passes in between (``spectral_kernels``). With ``A = alpha·C + G``,
+        ``alpha = 1/(d·h)``:
 
         - stage 1 ``A·T_γ = (2·alpha·C − A)·T + cg·b`` is solved as ``y₁ = A⁻¹·(2·alpha·C·T + cg·b)``,
           ``T_γ = y₁ − T`` (no product with ``G`` needed);
@@ -333,7 +350,7 @@ class SpectralSolver:
         """
         # numba is imported on the first step, not with the module (~1 s that the CLI and the other services skip)
         from services.thermal.solvers import D_TRBDF2, GAMMA
-        from services.thermal.spectral_kernels import back_substitute, back_then_eliminate, edge_weights, eliminate
+        from services.thermal.spectral_kernels import back_substitute, back_then_eliminate, edge_correction, eliminate
 
         h = dt / n_sub
         alpha = 1.0 / (D_TRBDF2 * h)
@@ -349,26 +366,27 @@ class SpectralSolver:
         s1 = (2.0 * alpha * cap, zero, cg * one)
         s2 = (c1 * alpha * cap, -(c1 + c2) * alpha * cap, one)
         xh, xr = self.to_modes(np.asarray(T, dtype=np.float64))
-        bh, br = self.to_modes(b)
+        bh = np.ascontiguousarray(bh, dtype=np.float64)
         off, inv_dd = self._off, fac.inv_dd
         x_el = np.empty_like(xh)
         y2 = np.empty((2, xh.shape[1]))
-        w = np.empty(kd.size)
+        y0, w, wh = np.empty(kd.size), np.empty(kd.size), np.empty((2, xh.shape[1]))
+        mats = (self._DR, self._DRt, self._DC, self._DCt, kd, koff, koff_sum, fac.Wg, fac.R_inv, fac.Ry, fac.Rw)
 
-        def edge(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            """The Woodbury correction of the solve whose eliminated system is ``x_el``: edge weights in modes, and
-            the ring temperatures."""
+        def edge(g: np.ndarray) -> np.ndarray:
+            """The Woodbury correction of the solve eliminated into ``x_el`` (into ``wh``); returns the ring
+            temperatures."""
             r = np.empty(g.size)
-            edge_weights(self._modes_to_edges(y2), g, kd, koff, koff_sum, fac.Wg, fac.R_inv, fac.Ry, fac.Rw, w, r)
-            return self._edges_to_modes(w), r
+            edge_correction(y2, g, *mats, y0, w, r, wh)
+            return r
 
         eliminate(s1[0], xh, s1[1], xh, s1[2], bh, off, inv_dd, x_el, y2)
         for i in range(n_sub):
             g1 = 2.0 * alpha * rcap * xr + cg * br
-            wh, r1 = edge(g1)
+            r1 = edge(g1)
             back_then_eliminate(x_el, wh, off, inv_dd, s2[0], s2[1], xh, False, s2[2], bh, y2)
             g2 = alpha * rcap * (c1 * r1 - (c1 + c2) * xr) + br
-            wh, xr = edge(g2)
+            xr = edge(g2)
             if i < n_sub - 1:
                 back_then_eliminate(x_el, wh, off, inv_dd, s1[0], s1[1], xh, True, s1[2], bh, y2)
             else:

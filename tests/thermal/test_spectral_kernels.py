@@ -120,3 +120,34 @@ def test_concurrent_steps_on_one_solver_equal_sequential_ones(
         concurrent = list(pool.map(lambda tp: solvers.step(fast, tp[0], tp[1], 1e-3, 4), inputs))
     for a, b in zip(sequential, concurrent, strict=True):
         assert np.array_equal(a, b)
+
+
+def test_separable_factors_reproduce_a_tensor_product_map_and_reject_others() -> None:
+    import scipy.sparse as sp
+
+    from services.thermal.model import _separable_factors
+
+    rng = np.random.default_rng(6)
+    Fy, Fx = rng.random((6, 3)), rng.random((5, 2))
+    Fy /= Fy.sum(axis=0)
+    Fx /= Fx.sum(axis=0)
+    M = sp.csr_matrix(np.kron(Fy, Fx))
+    got = _separable_factors(M, 6, 5, 3, 2)
+    assert got is not None
+    np.testing.assert_allclose(np.kron(got[0], got[1]), M.toarray(), atol=1e-15)
+    broken = M.toarray()
+    broken[7, 1] *= 1.001  # one cell's share of one block off by 0.1 %
+    assert _separable_factors(sp.csr_matrix(broken), 6, 5, 3, 2) is None
+
+
+@pytest.mark.parametrize("arch", [ArchConfig(), ArchConfig.model_validate(
+    {"mesh": {"cores": [4, 2]}, "dram": {"banks": [8, 4, 8]}, "thermal": {"grid": [24, 20]}})])
+def test_model_step_from_block_powers_equals_the_node_power_step(arch: ArchConfig) -> None:
+    m = build_model(arch)
+    assert m.source_modes(np.zeros(m.n_cores), np.zeros((len(m.dram_layers), m.n_banks_per_layer))) is not None
+    rng = np.random.default_rng(7)
+    cw, bw = 3.0 * rng.random(m.n_cores), 0.01 * rng.random((len(m.dram_layers), m.n_banks_per_layer))
+    T0 = m.net.ambient + 10.0 * rng.random(m.net.n_nodes)
+    via_nodes = solvers.step(m.solver, T0, m.node_power(cw, bw), 1e-3, 4)
+    assert np.abs(m.step(T0, cw, bw, 1e-3, 4) - via_nodes).max() < 1e-9
+    assert np.abs(via_nodes - T0).max() > 0.1
