@@ -134,9 +134,13 @@ class StackModel:
         return out[0], out[1]
 
     @cached_property
-    def _ambient_source_modes(self) -> tuple[np.ndarray, np.ndarray]:
+    def _ambient_source_modes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Modes of ``g_amb·T_amb``: the layers where they are nonzero (the sink: uniform, so only its mode 0),
+        those rows (n, P), and the ring part (12,)."""
         assert isinstance(self.solver, SpectralSolver)
-        return self.solver.to_modes(self.net.g_amb * self.net.ambient)
+        amb_h, amb_r = self.solver.to_modes(self.net.g_amb * self.net.ambient)
+        rows = np.flatnonzero(np.any(amb_h != 0.0, axis=1))
+        return rows, amb_h[rows], amb_r
 
     def source_modes(self, core_w: np.ndarray, bank_w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """``P + g_amb·T_amb`` in the spectral solver's mode space (cell modes (L, P), ring (12,)) straight from the
@@ -146,15 +150,22 @@ class StackModel:
         if sep is None:
             return None
         (ay_c, ax_c), (ay_b, ax_b) = sep
-        amb_h, amb_r = self._ambient_source_modes
-        bh = amb_h.copy()
+        amb_rows, amb_h, amb_r = self._ambient_source_modes
         R, C = self.net.rows, self.net.cols
+        bh = np.zeros((self.net.n_layers, R * C))
+        bh[amb_rows] = amb_h
         cx, cy = self.arch.mesh.cores
         bh[self.logic_layer] += (ay_c @ np.asarray(core_w, dtype=float).reshape(cy, cx) @ ax_c.T).reshape(R * C)
-        if self.dram_layers:
+        nd = len(self.dram_layers)
+        if nd:
             bx, by, _ = self.arch.dram.banks
-            W = np.asarray(bank_w, dtype=float).reshape(len(self.dram_layers), by, bx)
-            bh[list(self.dram_layers)] += np.matmul(ay_b, W @ ax_b.T).reshape(len(self.dram_layers), R * C)
+            W = np.asarray(bank_w, dtype=float).reshape(nd * by, bx)
+            dram = np.matmul(ay_b, (W @ ax_b.T).reshape(nd, by, C)).reshape(nd, R * C)
+            lo = self.dram_layers[0]
+            if self.dram_layers == tuple(range(lo, lo + nd)):
+                bh[lo:lo + nd] += dram
+            else:
+                bh[list(self.dram_layers)] += dram
         return bh, amb_r.copy()
 
     def step(self, T: np.ndarray, core_w: np.ndarray, bank_w: np.ndarray, dt: float, n_sub: int) -> np.ndarray:
