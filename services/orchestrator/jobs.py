@@ -17,6 +17,7 @@ ever sees uncommitted state.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import multiprocessing
 import sys
@@ -224,6 +225,18 @@ def _run_in_worker(run_id: str, lease_s: float) -> RunOutcome:
                        lease_s=lease_s, stop=w.stop)
 
 
+def _preload(apps: str | None) -> None:
+    """Import the modules the workers build their services from, so that forked workers share them instead of each
+    importing them again."""
+    if apps:
+        importlib.import_module(apps.partition(":")[0])
+        return
+    from services.orchestrator.runtime import COMPUTE_SERVICES
+
+    for name in COMPUTE_SERVICES:
+        importlib.import_module(f"services.{name}.app")
+
+
 def start_method() -> str:
     """``fork`` on Linux while this process runs a single thread (the workers inherit the imported modules, no
     second interpreter start-up), otherwise ``spawn`` (forking a process that runs threads can deadlock the child)."""
@@ -255,6 +268,8 @@ class ProcessRunner(_PoolRunner):
         self.max_workers = max_workers
         self.restarts = 0
         self.start_method = start_method()
+        if self.start_method == "fork":
+            _preload(apps)
         self._stops: list[StopEvent] = []
         pool = self._new_pool()
         super().__init__(sessions=sessions, lease_s=lease_s, stop=self._stops[0], pool=pool)

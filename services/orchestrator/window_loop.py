@@ -299,7 +299,7 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         t4 = time.perf_counter()
         wm = build_window_metrics(window=k, t0_ns=L.t0_ns, t1_ns=L.t1_ns, snap=snap, timing=P.timing, arch=arch)
         files.append_window(logical_compute=L.compute, logical_memory=L.memory, overlays=overlays,
-                            compute=P.compute, memory=P.memory)
+                            compute=P.compute, memory=P.memory, logical_raw=L.raw.text)
         new = Frontier(thermal=th_state, physical=P.state, smoothed=smoothed,
                        telemetry=next_telemetry(snap, P.timing, L.t1_ns),
                        freq_ghz=list(snap.freq_ghz) or fr.freq_ghz, bw_eff_factor=snap.refresh.bw_eff_factor,
