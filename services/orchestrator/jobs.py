@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import logging
 import multiprocessing
+import signal
 import sys
 import threading
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -205,6 +206,9 @@ def _init_worker(database_url: str, schema: str | None, settings: OrchestratorSe
     from services.orchestrator.db import make_engine, session_factory
     from services.orchestrator.worker import build_apps, enter_lifespans
 
+    # Ctrl-C reaches the whole process group: the parent answers it by setting ``stop``, and the runs in flight give
+    # their lease back at the next window boundary, as on the thread pool (instead of dying mid-window)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     setup_logging(logging.getLevelName(log_level))
     engine = make_engine(database_url, schema=schema)
     built = build_apps(settings, apps)
