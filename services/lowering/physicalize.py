@@ -92,20 +92,49 @@ class _Assign:
 
 
 def _water_fill(tokens: int, loads: list[float], per_token: list[float], cores: list[int]) -> list[int]:
-    """Integer token split that equalises ``load + n·per_token`` (ties → lower core id)."""
+    """Integer token split that equalises ``load + n·per_token`` (ties → lower core id).
+
+    A bisection on the water level, 60 halvings at most. It stops early once ``(lo, hi)`` no longer changes (the
+    midpoint is one of them): every further step would compute the same midpoint and keep the same bounds, so the
+    result is the one of all 60 steps. The terms ``max(0, (mid − load)/per_token)`` are summed left to right in float
+    as ``sum()`` did (adding 0.0 is exact), with two replicas unrolled: the same bits, ~3x faster
+    (tests/lowering/test_water_fill.py compares it with the plain loop)."""
     k = len(cores)
     order = sorted(range(k), key=lambda i: (loads[i], cores[i]))
-    out = [0] * k
     lo, hi = min(loads), max(loads) + tokens * max(per_token) + 1.0
-    for _ in range(60):  # bisection on the water level
-        mid = (lo + hi) / 2
-        n = sum(max(0.0, (mid - loads[i]) / per_token[i]) for i in range(k))
-        if n >= tokens:
-            hi = mid
-        else:
-            lo = mid
-    for i in range(k):
-        out[i] = int(max(0.0, (lo - loads[i]) / per_token[i]))
+    if k == 2:
+        l0, l1 = loads
+        p0, p1 = per_token
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            a = (mid - l0) / p0
+            b = (mid - l1) / p1
+            if (a if a > 0.0 else 0.0) + (b if b > 0.0 else 0.0) >= tokens:
+                if hi == mid:
+                    break
+                hi = mid
+            else:
+                if lo == mid:
+                    break
+                lo = mid
+    else:
+        pairs = list(zip(loads, per_token, strict=True))
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            n = 0.0
+            for ld, p in pairs:
+                x = (mid - ld) / p
+                if x > 0.0:
+                    n += x
+            if n >= tokens:
+                if hi == mid:
+                    break
+                hi = mid
+            else:
+                if lo == mid:
+                    break
+                lo = mid
+    out = [int(max(0.0, (lo - loads[i]) / per_token[i])) for i in range(k)]
     rest = tokens - sum(out)
     j = 0
     while rest > 0:  # hand out what flooring left, least-loaded first

@@ -14,8 +14,8 @@ from typing import Any, TextIO
 
 from services.orchestrator import repository as repo
 from services.orchestrator.acceptance import check_results
-from services.orchestrator.db import open_database
-from services.orchestrator.jobs import EmbeddedRunner
+from services.orchestrator.db import make_engine, session_factory, upgrade
+from services.orchestrator.jobs import EmbeddedRunner, ProcessRunner
 from services.orchestrator.run_files import result_csv_path
 from services.orchestrator.schemas import ALL_SCENARIOS, ExperimentRequest, Scenario
 from services.orchestrator.service import create_experiment, resolve_spec
@@ -69,8 +69,14 @@ def progress_printer(stream: TextIO = sys.stderr, *, every: float = 0.1) -> Prog
 def run_local(*, arch: str | Path, workload: str | Path, tas: str | Path, out: str | Path,
               scenarios: Sequence[Scenario] = ALL_SCENARIOS, seed: int | None = None, windows: int | None = None,
               settings: Settings | None = None, clients: ServiceClients | None = None, traces: bool = True,
-              progress: ProgressFn | None = None, database_url: str | None = None) -> LocalResult:
-    """Run the scenarios of one experiment embedded and write ``<out>/<scenario>/<workload>.csv`` for each."""
+              progress: ProgressFn | None = None, database_url: str | None = None,
+              apps: str | None = None) -> LocalResult:
+    """Run the scenarios of one experiment embedded and write ``<out>/<scenario>/<workload>.csv`` for each.
+
+    Runs execute on worker processes (`ProcessRunner`, ``TASMOE_POOL=process``, the default), each building the
+    compute services in-process, or on threads of this process over ``clients`` (given, or built here) when
+    ``clients`` is given or ``TASMOE_POOL=thread``. ``apps``: ``module:factory`` building the compute services
+    instead of the real ones (as ``python -m services.orchestrator.worker --apps``)."""
     from services.orchestrator.worker import compute_clients
 
     s = orchestrator_settings(settings)
@@ -78,23 +84,38 @@ def run_local(*, arch: str | Path, workload: str | Path, tas: str | Path, out: s
     req = ExperimentRequest(arch=load_arch(arch), workload=load_workload(workload), tas=load_tas(tas),
                             scenarios=list(scenarios), seed=seed, windows=windows, traces=traces)
     spec = resolve_spec(req, configs_dir=s.configs_dir)
-    engine, sessions = open_database(database_url or s.effective_database_url)
+    url = database_url or s.effective_database_url
+    engine = make_engine(url)
+    sessions = session_factory(engine)
+    # the worker processes start before this process connects to the database or starts a thread (fork-safe)
+    procs = ProcessRunner(sessions=sessions, database_url=url, settings=s, max_workers=s.pool_workers,
+                          lease_s=s.lease_s, apps=apps) if clients is None and s.pool == "process" else None
     ambient = spec.arch.geometry.cooling.ambient_c
     t0 = time.perf_counter()
     try:
+        upgrade(engine)
         exp_id, _ = create_experiment(sessions=sessions, spec=spec, settings=s, out_dir=out_dir,
                                       max_attempts=s.max_attempts)
+        if procs is not None:
+            return _execute(exp_id, out_dir, spec.workload.label, sessions, procs, progress, t0, ambient)
         if clients is not None:
-            return _execute(exp_id, out_dir, spec.workload.label, sessions, clients, s, progress, t0, ambient)
-        with compute_clients(s) as cc:
-            return _execute(exp_id, out_dir, spec.workload.label, sessions, cc, s, progress, t0, ambient)
+            return _execute(exp_id, out_dir, spec.workload.label, sessions, _threads(clients, sessions, s), progress,
+                            t0, ambient)
+        with compute_clients(s, apps) as cc:
+            return _execute(exp_id, out_dir, spec.workload.label, sessions, _threads(cc, sessions, s), progress, t0,
+                            ambient)
     finally:
+        if procs is not None:
+            procs.shutdown()
         engine.dispose()
 
 
-def _execute(exp_id: str, out_dir: Path, label: str, sessions: Any, clients: ServiceClients, s: Any,
+def _threads(clients: ServiceClients, sessions: Any, s: Any) -> EmbeddedRunner:
+    return EmbeddedRunner(sessions=sessions, clients=clients, max_workers=s.pool_workers, lease_s=s.lease_s)
+
+
+def _execute(exp_id: str, out_dir: Path, label: str, sessions: Any, runner: EmbeddedRunner | ProcessRunner,
              progress: ProgressFn | None, t0: float, ambient_c: float) -> LocalResult:
-    runner = EmbeddedRunner(sessions=sessions, clients=clients, max_workers=s.pool_workers, lease_s=s.lease_s)
     stop = threading.Event()
 
     def snapshot() -> dict[str, tuple[int, int | None, str]]:

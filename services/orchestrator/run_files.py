@@ -20,9 +20,12 @@ uninterrupted run's.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +57,38 @@ def _csv_text(rows: Iterable[Sequence[Any]]) -> str:
 
 def _dump_json(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+
+class _LogicalText:
+    """The logical-trace CSV text of recent windows, keyed by a digest of the window's wire text.
+
+    The four scenarios of an experiment read the same logical windows, so the runs executed by one process format
+    each window's rows once instead of once per run. Bounded (oldest out first); thread-safe."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self._items: OrderedDict[bytes, tuple[str, str]] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: bytes) -> tuple[str, str] | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def put(self, key: bytes, texts: tuple[str, str]) -> None:
+        size = len(texts[0]) + len(texts[1])
+        with self._lock:
+            if key in self._items or size > self.max_chars:
+                return
+            self._items[key] = texts
+            self._chars += size
+            while self._chars > self.max_chars:
+                _, old = self._items.popitem(last=False)
+                self._chars -= len(old[0]) + len(old[1])
+
+
+# the default Mixtral trace formats to ~48 MB of logical CSV: room for all of its windows
+LOGICAL_TEXT = _LogicalText(max_chars=64_000_000)
 
 
 class RunFiles:
@@ -108,34 +143,48 @@ class RunFiles:
         os.replace(tmp, p)
 
     def append_window(self, *, logical_compute: Columns, logical_memory: Columns, overlays: dict[str, Columns],
-                      compute: Columns, memory: Columns) -> None:
-        """Append one window's rows; every argument is a columnar batch as JSON (one list per field)."""
+                      compute: Columns, memory: Columns, logical_raw: str | None = None) -> None:
+        """Append one window's rows; every argument is a columnar batch as JSON (one list per field).
+        ``logical_raw``: the logical window's wire text, when given its rows' CSV text is formatted once per process
+        for every run that reads the same window (`LOGICAL_TEXT`)."""
         if not self.traces:
             return
-        lc = logical_compute
-        # experts_json / flops_json are one-element JSON arrays; formatted directly (json.dumps per row is slow)
-        logical_rows = (
-            (eid, t, mb, "", f'["{expert_id(layer, e)}"]' if e >= 0 else "[]", f"[{float(fl)!r}]", op, layer, tok)
-            for eid, t, mb, layer, op, e, tok, fl in zip(lc["event_id"], lc["t_gen_ns"], lc["mb_id"], lc["layer"],
-                                                         lc["op_type"], lc["expert"], lc["tokens"], lc["flops"],
-                                                         strict=True))
-        parts: dict[str, Iterable[Sequence[Any]]] = {
-            "traces/logical_compute.csv": logical_rows,
-            "traces/logical_memory.csv": _rows(logical_memory, APPENDED["traces/logical_memory.csv"]),
-            "runtime/overlay_reroute.csv": _rows(overlays["reroute"], APPENDED["runtime/overlay_reroute.csv"]),
-            "runtime/overlay_migrate.csv": _rows(overlays["migrate"], APPENDED["runtime/overlay_migrate.csv"]),
-            "traces/physical/compute_events.csv": _rows(compute, APPENDED["traces/physical/compute_events.csv"]),
-            "traces/physical/memory_events.csv": _rows(memory, APPENDED["traces/physical/memory_events.csv"]),
+        key = hashlib.blake2b(logical_raw.encode(), digest_size=32).digest() if logical_raw is not None else None
+        logical = LOGICAL_TEXT.get(key) if key is not None else None
+        if logical is None:
+            logical = (_csv_text(_logical_compute_rows(logical_compute)),
+                       _table(logical_memory, "traces/logical_memory.csv"))
+            if key is not None:
+                LOGICAL_TEXT.put(key, logical)
+        parts: dict[str, str] = {
+            "traces/logical_compute.csv": logical[0],
+            "traces/logical_memory.csv": logical[1],
+            "runtime/overlay_reroute.csv": _table(overlays["reroute"], "runtime/overlay_reroute.csv"),
+            "runtime/overlay_migrate.csv": _table(overlays["migrate"], "runtime/overlay_migrate.csv"),
+            "traces/physical/compute_events.csv": _table(compute, "traces/physical/compute_events.csv"),
+            "traces/physical/memory_events.csv": _table(memory, "traces/physical/memory_events.csv"),
         }
-        for rel, rows in parts.items():
-            text = _csv_text(rows)
+        for rel, text in parts.items():
             if text:
                 with open(self.path(rel), "a", encoding="utf-8", newline="") as fh:
                     fh.write(text)
 
 
+def _logical_compute_rows(lc: Columns) -> Iterable[Sequence[Any]]:
+    # experts_json / flops_json are one-element JSON arrays; formatted directly (json.dumps per row is slow)
+    return ((eid, t, mb, "", f'["{expert_id(layer, e)}"]' if e >= 0 else "[]", f"[{float(fl)!r}]", op, layer, tok)
+            for eid, t, mb, layer, op, e, tok, fl in zip(lc["event_id"], lc["t_gen_ns"], lc["mb_id"], lc["layer"],
+                                                         lc["op_type"], lc["expert"], lc["tokens"], lc["flops"],
+                                                         strict=True))
+
+
 def _rows(cols: Columns, order: tuple[str, ...]) -> Iterable[Sequence[Any]]:
     return zip(*(cols[c] for c in order), strict=True)
+
+
+def _table(cols: Columns, rel: str) -> str:
+    """The CSV rows (no header) of one columnar batch, in the column order of the appended file ``rel``."""
+    return _csv_text(_rows(cols, APPENDED[rel]))
 
 
 def result_csv_path(out_dir: Path, scenario: str, workload_label: str) -> Path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from shared.settings import Settings
@@ -11,8 +13,12 @@ class OrchestratorSettings(Settings):
     lease_s: float = Field(default=60.0, gt=0, description="a run's lease; renewed at every committed window")
     max_attempts: int = Field(default=3, ge=1, le=100, description="claims of one run before it is failed")
     pool_workers: int = Field(default=2, ge=1, le=64,
-                              description="embedded mode: runs executed at once (more threads than cores only add GIL "
-                                          "contention: 4 on 2 cores was 1.5x slower than 2)")
+                              description="embedded mode: runs executed at once (about the number of cores)")
+    pool: Literal["process", "thread"] = Field(
+        default="process",
+        description="embedded runs of make run / tasmoe run / run_all: 'process' (worker processes, each with its own "
+                    "in-process services: uses every core) or 'thread' (one process; threads share one core under the "
+                    "GIL). The API server's embedded runtime always uses threads.")
     task_time_limit_s: float = Field(default=4 * 3600.0, gt=0, description="Celery hard time limit of one run")
     celery_queue: str = Field(default="tasmoe", min_length=1, description="the Celery queue runs are sent to")
     worker_services: str = Field(

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -53,6 +53,13 @@ TACS_SCENARIOS = frozenset({"tacs", "tas"})
 # Called after each committed window with (run_id, k, n_windows); returning False stops the loop at once, as if the
 # worker had died (the lease stays held until it expires). Tests use it to simulate crashes; dashboards for progress.
 WindowHook = Callable[[str, int, int], bool | None]
+
+
+class StopFlag(Protocol):
+    """Set to stop the loop at the next window boundary (`threading.Event`, or `multiprocessing.Event` when the run
+    executes in a pool's worker process)."""
+
+    def is_set(self) -> bool: ...
 
 
 def default_owner() -> str:
@@ -201,7 +208,7 @@ def freeze_heap() -> None:
 
 def run_scenario(run_id: str, clients: ServiceClients, sessions: sessionmaker[Session], *,
                  owner: str | None = None, lease_s: float = 60.0, on_window: WindowHook | None = None,
-                 stop: threading.Event | None = None) -> RunOutcome:
+                 stop: StopFlag | None = None) -> RunOutcome:
     """Claim ``run_id`` and run (or resume) its window loop to the end. Never raises for run failures: they are
     recorded on the run (status failed + error) and returned."""
     owner = owner or default_owner()
@@ -225,7 +232,7 @@ def run_scenario(run_id: str, clients: ServiceClients, sessions: sessionmaker[Se
 
 def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: ExperimentSpec, scenario: str,
          out_dir: Path, files: RunFiles, clients: ServiceClients, sessions: sessionmaker[Session],
-         on_window: WindowHook | None, stop: threading.Event | None, rlog: RunLog) -> RunOutcome:
+         on_window: WindowHook | None, stop: StopFlag | None, rlog: RunLog) -> RunOutcome:
     t_start = time.perf_counter()
     arch, wl, tas = spec.arch, spec.workload, spec.tas
     window_ms = tas.tacs.window_ms
@@ -292,7 +299,7 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         t4 = time.perf_counter()
         wm = build_window_metrics(window=k, t0_ns=L.t0_ns, t1_ns=L.t1_ns, snap=snap, timing=P.timing, arch=arch)
         files.append_window(logical_compute=L.compute, logical_memory=L.memory, overlays=overlays,
-                            compute=P.compute, memory=P.memory)
+                            compute=P.compute, memory=P.memory, logical_raw=L.raw.text)
         new = Frontier(thermal=th_state, physical=P.state, smoothed=smoothed,
                        telemetry=next_telemetry(snap, P.timing, L.t1_ns),
                        freq_ghz=list(snap.freq_ghz) or fr.freq_ghz, bw_eff_factor=snap.refresh.bw_eff_factor,

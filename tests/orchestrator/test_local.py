@@ -8,7 +8,9 @@ import pytest
 
 from scripts.run_all import main as run_all_main
 from services.cli import main as cli_main
+from services.orchestrator import jobs
 from services.orchestrator.local import run_local
+from services.orchestrator.settings import OrchestratorSettings
 from shared.client import ServiceClients
 from shared.settings import Settings
 from tests.conftest import CONFIGS
@@ -40,3 +42,32 @@ def test_run_all_bad_config_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Ca
     rc = cli_main(["run", "--workload", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "file not found" in err[0]
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file a run wrote under ``root`` except run.log (timings, pids, versions)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != "run.log"}
+
+
+@pytest.mark.parametrize("method", ["default", "spawn"])
+def test_process_pool_writes_the_same_bytes_as_the_thread_pool(tmp_path: Path, method: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`TASMOE_POOL=process` (worker processes, each with its own in-process services and database engine) and
+    `TASMOE_POOL=thread` write byte-identical run files (ARCHITECTURE §6), whichever start method the pool uses."""
+    if method == "spawn":
+        monkeypatch.setattr(jobs, "start_method", lambda: "spawn")
+    files = {}
+    for pool in ("thread", "process"):
+        d = tmp_path / pool
+        s = OrchestratorSettings(results_dir=d / "results", configs_dir=CONFIGS, pool=pool)
+        res = run_local(arch=CONFIGS / "arch_8x8_32x32x8.yaml", workload=CONFIGS / "workload_mixtral_8x7b.yaml",
+                        tas=CONFIGS / "tas_params.yaml", out=d / "out", windows=6, settings=s,
+                        apps="tests.orchestrator.fakes:build_apps", database_url=f"sqlite:///{d / 'db.sqlite3'}")
+        assert res.ok, res.errors
+        assert res.windows == {sc: 6 for sc in ("baseline", "taps", "tacs", "tas")}
+        files[pool] = _files(d / "out")
+    assert "runs/tas/traces/physical/compute_events.csv" in files["thread"]
+    assert "summary.csv" in files["thread"]
+    assert files["process"].keys() == files["thread"].keys()
+    assert [k for k in files["thread"] if files["process"][k] != files["thread"][k]] == []
