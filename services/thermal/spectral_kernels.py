@@ -116,18 +116,26 @@ def back_then_eliminate(x_el: np.ndarray, wh: np.ndarray, off: np.ndarray, inv_d
             o = off[layer]
             for k in range(n):
                 sl[k] = xl[k] * il[k] - (o * il[k]) * sb[k]
-        # the next right-hand side and its forward elimination
+        # the next right-hand side and its forward elimination (X is not read when it is being replaced: c_x = 0)
         for layer in range(L):
             a, b, c = c_s[layer], c_x[layer], c_b[layer]
             xo, sl, xx, bb = x_el[layer, p0:p1], sol[layer, :n], X[layer, p0:p1], B[layer, p0:p1]
             if layer == 0:
-                for k in range(n):
-                    xo[k] = a * sl[k] + b * xx[k] + c * bb[k]
+                if store_sol:
+                    for k in range(n):
+                        xo[k] = a * sl[k] + c * bb[k]
+                else:
+                    for k in range(n):
+                        xo[k] = a * sl[k] + b * xx[k] + c * bb[k]
             else:
                 xa, ia = x_el[layer - 1, p0:p1], inv_dd[layer - 1, p0:p1]
                 o = off[layer - 1]
-                for k in range(n):
-                    xo[k] = a * sl[k] + b * xx[k] + c * bb[k] - (o * ia[k]) * xa[k]
+                if store_sol:
+                    for k in range(n):
+                        xo[k] = a * sl[k] + c * bb[k] - (o * ia[k]) * xa[k]
+                else:
+                    for k in range(n):
+                        xo[k] = a * sl[k] + b * xx[k] + c * bb[k] - (o * ia[k]) * xa[k]
         y_last, y_prev = y2[1, p0:p1], y2[0, p0:p1]
         x_last, x_prev = x_el[L - 1, p0:p1], x_el[L - 2, p0:p1]
         o = off[L - 2]
