@@ -24,6 +24,9 @@ def limit_blas_threads(n: int) -> None:
     with _lock:
         if _applied == n:
             return
+        # threadpoolctl acts on the libraries loaded now: load numpy's and scipy's (separate OpenBLAS builds) first
+        import numpy  # noqa: F401
+        import scipy.linalg  # noqa: F401
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(limits=n, user_api="blas")

@@ -194,3 +194,14 @@ def test_export_runs_a_hotspot_binary_when_asked(client: TestClient, tmp_path: P
     r = client.post("/v1/hotspot/export", json=body)
     assert r.status_code == 200, r.text
     assert r.json()["hotspot_steady_k"] == {"layer_0_C_0_0": 330.5, "inode_0": 320.0}
+
+
+def test_influence_matrix_is_exactly_symmetric_and_the_same_from_both_solvers() -> None:
+    from services.thermal.influence import influence_for_model
+
+    H = influence_for_model(get_model(small_arch()))  # square die, 4 x 4 cores, symmetric package
+    idx = np.arange(16).reshape(4, 4)
+    for perm in (idx[:, ::-1].ravel(), idx[::-1, :].ravel(), idx.T.ravel()):  # mirrors and the diagonal
+        assert np.array_equal(H, H[np.ix_(perm, perm)])
+    assert np.array_equal(H, H.T)
+    assert np.array_equal(H, influence_for_model(get_model(small_arch(solver="sparse"))))
