@@ -307,8 +307,8 @@ class SpectralSolver:
         return _exp_step_modal(self, T, b, dt, n_quad)
 
     def _koff(self, alpha: float, fac: _Factor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``K = diag(kd) + Koff`` with ``Koff`` in float32 (half the memory traffic of the k × k mat-vec, the
-        largest single cost of a transient solve). For the transient shifts ``|Koff| ≤ 3e-3·|kd|`` and it is applied
+        """``K = diag(kd) + Koff`` with ``Koff`` in float32 (half the memory traffic of the k × k mat-vec inside
+        every Woodbury correction). For the transient shifts ``|Koff| ≤ 3e-3·|kd|`` and it is applied
         to the edge temperatures minus their mean (the mean goes through ``Koff·1`` in float64), so the float32
         rounding is ~1e-9 K in the result (tests compare with the sparse LU to 1e-6 K)."""
         with self._lock:
