@@ -44,9 +44,8 @@ def _dct_matrix(n: int) -> np.ndarray:
 
 @dataclass
 class _Factor:
-    m: np.ndarray  # (L-1, P) Thomas multipliers
+    m: np.ndarray  # (L-1, P) off·inv_dd: the multipliers of both sweeps (symmetric tridiagonal LU)
     inv_dd: np.ndarray  # (L, P) reciprocal pivots
-    u: np.ndarray  # (L-1, P) off-diagonal × reciprocal pivot, for the back substitution
     K: np.ndarray  # (k, k) (I + E·S)⁻¹·E
     R_inv: np.ndarray  # (12, 12) ring block inverse
     Bk: np.ndarray  # (k, 12) edge-cell to ring conductances
@@ -120,16 +119,16 @@ class SpectralSolver:
         dd = b[0]
         for layer in range(1, L):
             inv_dd[layer - 1] = 1.0 / dd
-            m[layer - 1] = self._off[layer - 1] * inv_dd[layer - 1]  # = u[layer-1]: symmetric, so L = Uᵀ·D⁻¹
+            m[layer - 1] = self._off[layer - 1] * inv_dd[layer - 1]  # symmetric: also the back-substitution factor
             dd = b[layer] - m[layer - 1] * self._off[layer - 1]
         inv_dd[L - 1] = 1.0 / dd
         return m, inv_dd
 
-    def _thomas(self, m: np.ndarray, inv_dd: np.ndarray, u: np.ndarray, f: np.ndarray,
+    def _thomas(self, m: np.ndarray, inv_dd: np.ndarray, f: np.ndarray,
                 overwrite: bool = False) -> np.ndarray:
         """Solve every mode's tridiagonal system at once (in ``f`` when ``overwrite``, else in a copy). Forward
-        elimination with the multipliers ``m``, then ``x = y·inv_dd`` and ``x[l] −= u[l]·x[l+1]`` going up
-        (``u = off·inv_dd``)."""
+        elimination with the multipliers ``m``, then ``x = y·inv_dd`` and ``x[l] −= m[l]·x[l+1]`` going up (the
+        factorisation is symmetric: ``m = off·inv_dd`` serves both sweeps)."""
         L = f.shape[0]
         dtype = np.result_type(f, m, np.float64)
         x = f if overwrite and f.dtype == dtype else np.array(f, dtype=dtype)
@@ -139,7 +138,7 @@ class SpectralSolver:
             x[layer] -= tmp
         x *= inv_dd
         for layer in range(L - 2, -1, -1):
-            np.multiply(u[layer], x[layer + 1], out=tmp)
+            np.multiply(m[layer], x[layer + 1], out=tmp)
             x[layer] -= tmp
         return x
 
@@ -160,14 +159,13 @@ class SpectralSolver:
             if fac is not None:
                 return fac
             m, inv_dd = self._thomas_factor(alpha)
-            u = m  # off·inv_dd, the multipliers of a symmetric tridiagonal LU
             L, P = inv_dd.shape
             dt = inv_dd.dtype
             cols = np.zeros((2, L, P), dtype=dt)
             for n, a in enumerate(self._layers):
                 unit = np.zeros((L, P), dtype=dt)
                 unit[a] = 1.0
-                cols[n] = self._thomas(m, inv_dd, u, unit)
+                cols[n] = self._thomas(m, inv_dd, unit)
             ke = self._ke
             S = np.empty((2 * ke, 2 * ke), dtype=dt)
             a0, a1 = self._layers
@@ -181,31 +179,33 @@ class SpectralSolver:
             K = np.linalg.solve(np.eye(2 * ke) + E @ S, E)
             Ug = self._Bk @ R_inv
             Ry = R_inv @ self._Bk.T
-            fac = _Factor(m, inv_dd, u, K, R_inv, self._Bk, S, Ug - K @ (S @ Ug), Ry, Ry @ S)
+            fac = _Factor(m, inv_dd, K, R_inv, self._Bk, S, Ug - K @ (S @ Ug), Ry, Ry @ S)
             self._factors[alpha] = fac
             while len(self._factors) > MAX_FACTORS:  # a few MB each; keep the most recent shifts
                 self._factors.pop(next(iter(self._factors)))
             return fac
 
     # -- transforms between node vectors and (modes, ring) -------------------------------------------------------
+    @staticmethod
+    def _per_layer(left: np.ndarray, X: np.ndarray, right: np.ndarray) -> np.ndarray:
+        """``left·X[i]·right`` for every layer ``i`` of ``X`` (n, R, C): one product for all layers, then one per
+        layer (BLAS)."""
+        n, R, C = X.shape
+        out: np.ndarray = np.matmul(left, (X.reshape(n * R, C) @ right).reshape(n, R, C))
+        return out
+
     def _dct_layers(self, X: np.ndarray) -> np.ndarray:
         """Orthonormal 2-D DCT-II of each layer, ``X̂ = DR·X·DCᵀ`` (n, R, C) -> (n, R, C). Up to 128 × 128 cells as
         two matrix products (BLAS; ~2x faster than pocketfft at 64 × 64), beyond that by FFT."""
         if self._gemm_dct:
-            n, R, C = X.shape
-            Y = (X.reshape(n * R, C) @ self._DCt).reshape(n, R, C)
-            out: np.ndarray = np.matmul(self._DR, Y)
-            return out
+            return self._per_layer(self._DR, X, self._DCt)
         res: np.ndarray = sfft.dctn(X, type=2, axes=(1, 2), norm="ortho")
         return res
 
     def _idct_layers(self, Xh: np.ndarray) -> np.ndarray:
         """Inverse of ``_dct_layers``: ``X = DRᵀ·X̂·DC``."""
         if self._gemm_dct:
-            n, R, C = Xh.shape
-            Y = (Xh.reshape(n * R, C) @ self._DC).reshape(n, R, C)
-            out: np.ndarray = np.matmul(self._DRt, Y)
-            return out
+            return self._per_layer(self._DRt, Xh, self._DC)
         res: np.ndarray = sfft.idctn(Xh, type=2, axes=(1, 2), norm="ortho")
         return res
 
@@ -253,7 +253,7 @@ class SpectralSolver:
         substitution; ``U·w`` lives on those two rows too, so the correction costs three row operations.
         """
         fac = self.factor(alpha)
-        m, inv_dd, u = fac.m, fac.inv_dd, fac.u
+        m, inv_dd = fac.m, fac.inv_dd
         L = fh.shape[0]
         dtype = np.result_type(fh, m, np.float64)
         x = fh if overwrite and fh.dtype == dtype else np.array(fh, dtype=dtype)
@@ -263,7 +263,7 @@ class SpectralSolver:
             x[layer] -= tmp
         # y0 on the sink (L-1) and spreader (L-2) layers: the first two steps of the back substitution
         y_sink = x[L - 1] * inv_dd[L - 1]
-        y_sp = x[L - 2] * inv_dd[L - 2] - u[L - 2] * y_sink
+        y_sp = x[L - 2] * inv_dd[L - 2] - m[L - 2] * y_sink
         y0 = self._modes_to_edges(np.stack([y_sp, y_sink]))
         w = fac.Wg @ g - fac.K @ y0
         wh = self._edges_to_modes(w)
@@ -274,7 +274,7 @@ class SpectralSolver:
         x[L - 1] -= tmp
         x *= inv_dd
         for layer in range(L - 2, -1, -1):
-            np.multiply(u[layer], x[layer + 1], out=tmp)
+            np.multiply(m[layer], x[layer + 1], out=tmp)
             x[layer] -= tmp
         yh = x
         r = fac.R_inv @ g + fac.Ry @ y0 + fac.Rw @ w
