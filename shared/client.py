@@ -24,7 +24,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from shared import SERVICES
+from shared import SERVICES, json_codec
 from shared.errors import BadInput, Conflict, NotFound, TasmoeError, UpstreamError
 from shared.logging import RUN_ID_HEADER, current_run_id
 from shared.settings import Settings
@@ -110,14 +110,15 @@ class ServiceClient:
         """``content``: a body already encoded as JSON (sent as is, ``Content-Type: application/json``), for callers
         that splice pre-encoded parts instead of re-encoding large objects on every call."""
         hdrs = _headers(idempotency_key, headers)
+        if json is not None and content is None:
+            content = json_codec.dumps(json)  # orjson: several times faster than httpx's json.dumps on large bodies
         if content is not None:
             hdrs.setdefault("Content-Type", "application/json")
         retrying = Retrying(**_retrying_kwargs(self.settings))
         try:
             for attempt in retrying:
                 with attempt:
-                    resp = self._client.request(method, path, json=json, params=params, headers=hdrs,
-                                                content=content)
+                    resp = self._client.request(method, path, params=params, headers=hdrs, content=content)
                     if resp.status_code in RETRY_STATUSES:
                         raise RetryableStatus(resp)
         except RetryableStatus as exc:
@@ -130,12 +131,12 @@ class ServiceClient:
         return resp
 
     def get_json(self, path: str, **kw: Any) -> Any:
-        return self.request("GET", path, **kw).json()
+        return json_codec.loads(self.request("GET", path, **kw).content)
 
     def post_json(self, path: str, body: Any = None, **kw: Any) -> Any:
         if isinstance(body, BaseModel):
             body = body.model_dump(mode="json")
-        return self.request("POST", path, json=body, **kw).json()
+        return json_codec.loads(self.request("POST", path, json=body, **kw).content)
 
     def post_model(self, path: str, body: Any, model: type[M], **kw: Any) -> M:
         return model.model_validate(self.post_json(path, body, **kw))
@@ -160,11 +161,15 @@ class AsyncServiceClient:
                       idempotency_key: str | None = None, headers: Mapping[str, str] | None = None
                       ) -> httpx.Response:
         hdrs = _headers(idempotency_key, headers)
+        content = None
+        if json is not None:
+            content = json_codec.dumps(json)
+            hdrs.setdefault("Content-Type", "application/json")
         retrying = AsyncRetrying(**_retrying_kwargs(self.settings))
         try:
             async for attempt in retrying:
                 with attempt:
-                    resp = await self._client.request(method, path, json=json, params=params, headers=hdrs)
+                    resp = await self._client.request(method, path, params=params, headers=hdrs, content=content)
                     if resp.status_code in RETRY_STATUSES:
                         raise RetryableStatus(resp)
         except RetryableStatus as exc:
@@ -177,12 +182,12 @@ class AsyncServiceClient:
         return resp
 
     async def get_json(self, path: str, **kw: Any) -> Any:
-        return (await self.request("GET", path, **kw)).json()
+        return json_codec.loads((await self.request("GET", path, **kw)).content)
 
     async def post_json(self, path: str, body: Any = None, **kw: Any) -> Any:
         if isinstance(body, BaseModel):
             body = body.model_dump(mode="json")
-        return (await self.request("POST", path, json=body, **kw)).json()
+        return json_codec.loads((await self.request("POST", path, json=body, **kw)).content)
 
 
 class ServiceClients:

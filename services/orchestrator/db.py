@@ -21,6 +21,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from shared import json_codec
+
 HERE = Path(__file__).resolve().parent
 ALEMBIC_INI = HERE / "migrations" / "alembic.ini"
 _MIGRATION_LOCK = 0x7A5E_0001  # pg_advisory_xact_lock key for migrations
@@ -39,7 +41,9 @@ def make_engine(url: str, *, schema: str | None = None, echo: bool = False) -> E
         if schema:
             connect_args["options"] = f"-csearch_path={schema}"
         kw = {"pool_pre_ping": True, "pool_size": 8, "max_overflow": 8}
-    engine = sa.create_engine(url, echo=echo, connect_args=connect_args, **kw)
+    # JSON columns (a window's frontier is ~430 kB) through orjson: shared.json_codec
+    engine = sa.create_engine(url, echo=echo, connect_args=connect_args, json_serializer=json_codec.dumps_str,
+                              json_deserializer=json_codec.loads, **kw)
     if engine.dialect.name == "sqlite":
         _sqlite_setup(engine)
     return engine

@@ -7,7 +7,6 @@ run, the window and the call, so a retried request (or a resumed run replaying t
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from shared import json_codec
 from shared.client import ServiceClients
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
 from shared.contracts.events import WindowTiming
@@ -40,7 +40,7 @@ class RawJson:
     def of(cls, value: Any) -> RawJson:
         if isinstance(value, BaseModel):
             return cls(value.model_dump_json())
-        return cls(json.dumps(value, separators=(",", ":")))
+        return cls(json_codec.dumps(value))
 
 
 def encode_body(parts: Mapping[str, Any]) -> bytes:
@@ -52,8 +52,8 @@ def encode_body(parts: Mapping[str, Any]) -> bytes:
         elif isinstance(value, BaseModel):
             text = value.model_dump_json()
         else:
-            text = json.dumps(value, separators=(",", ":"))
-        out.append(f"{json.dumps(key)}:{text}")
+            text = json_codec.dumps_str(value)
+        out.append(f"{json_codec.dumps_str(key)}:{text}")
     return ("{" + ",".join(out) + "}").encode()
 
 
@@ -157,7 +157,7 @@ class Pipeline:
                 raise UpstreamError(f"workload: trace id changed on re-creation ({trace.trace_id} -> "
                                     f"{again.trace_id}); traces must be deterministic") from exc
             resp = client.request("GET", path)
-        return WindowData(raw=RawJson(resp.content), data=resp.json())
+        return WindowData(raw=RawJson(resp.content), data=json_codec.loads(resp.content))
 
     def expert_load(self, trace: TraceInfo, *, workload: WorkloadConfig, window_ms: float) -> list[list[float]]:
         path = f"/v1/traces/{trace.trace_id}/expert-load"
@@ -194,8 +194,8 @@ class Pipeline:
         """(new `ThermalState` as JSON, snapshot) of one window."""
         body = encode_body({"arch": arch, "window": window, "window_ms": window_ms, "state": state,
                             "compute_events": compute, "memory_events": memory})
-        r = self.clients["thermal"].request("POST", "/v1/step", content=body,
-                                            idempotency_key=self._key("step", window)).json()
+        r = json_codec.loads(self.clients["thermal"].request("POST", "/v1/step", content=body,
+                                                             idempotency_key=self._key("step", window)).content)
         return dict(r["state"]), ThermalSnapshot.model_validate(r["snapshot"])
 
     # ---------------------------------------------------------------------------------------------- placement
@@ -211,7 +211,7 @@ class Pipeline:
             body["H"] = H
         client = self.clients["placement"]
         resp = client.request("POST", "/v1/placements", json=body, idempotency_key=self._key("placement", method))
-        data = resp.json()
+        data = json_codec.loads(resp.content)
         if resp.status_code == 202:
             data = self._poll_placement_job(str(data["job_id"]))
         return Placement.model_validate(data)
@@ -239,8 +239,8 @@ class Pipeline:
             parts["H"] = H
         if pending is not None:
             parts["pending"] = pending
-        r = self.clients["placement"].request("POST", "/v1/tacs/step", content=encode_body(parts),
-                                              idempotency_key=self._key("tacs", window)).json()
+        r = json_codec.loads(self.clients["placement"].request("POST", "/v1/tacs/step", content=encode_body(parts),
+                                                               idempotency_key=self._key("tacs", window)).content)
         return TacsResult(overlays=r["overlays"], state=r["state"], smoothed=r.get("smoothed"))
 
     # ----------------------------------------------------------------------------------------------- lowering
@@ -250,8 +250,8 @@ class Pipeline:
         body = encode_body({"window": window, "logical": logical, "placement": placement, "overlays": overlays,
                             "state": state, "arch": arch, "freq_ghz": freq_ghz, "window_ms": window_ms,
                             "bw_eff_factor": bw_eff_factor, "n_layers": n_layers})
-        r = self.clients["lowering"].request("POST", "/v1/physicalize", content=body,
-                                             idempotency_key=self._key("phys", window)).json()
+        r = json_codec.loads(self.clients["lowering"].request("POST", "/v1/physicalize", content=body,
+                                                              idempotency_key=self._key("phys", window)).content)
         return PhysicalResult(compute=r["compute"], memory=r["memory"], state=r["state"],
                               timing=WindowTiming.model_validate(r["timing"]))
 

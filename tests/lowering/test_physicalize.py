@@ -206,6 +206,23 @@ def test_expert_migration_costs_memory_events_and_updates_state() -> None:
     assert 27 in {core for core, o in zip(c2.core_id, c2.op, strict=True) if o == "fc"}
 
 
+def test_migration_leaves_the_callers_state_unchanged() -> None:
+    """The replica state is copied per call (entries replaced, never mutated): the state passed in is the previous
+    window's, which a caller (a replayed window, the orchestrator's frontier) may use again."""
+    lw = small_window()
+    plc = default_placement(ARCH, n_layers=2)
+    ov = Overlays(migrate=OverlayMigrate(t_apply_ns=[0], obj_type=["expert"], obj_id=["L0E0"], src=["0"],
+                                         dst=["27"], size_bytes=[64 * 2**20], cost=[1.0]))
+    _, _, st, _ = run(lw, placement=plc, overlays=ov, window_ms=10_000.0)
+    before = st.model_dump()
+    ov2 = Overlays(migrate=OverlayMigrate(t_apply_ns=[0], obj_type=["expert"], obj_id=["L0E0"], src=["27"],
+                                          dst=["5"], size_bytes=[64 * 2**20], cost=[1.0]))
+    _, _, st2, _ = run(small_window(1), placement=plc, overlays=ov2, state=st, window_ms=10_000.0)
+    assert st2.replicas.experts["L0E0"].cores == [5]
+    assert st.model_dump() == before
+    assert st.replicas.experts["L0E0"].cores == [27]
+
+
 def test_weight_migration_moves_reads() -> None:
     lw = small_window()
     plc = default_placement(ARCH, n_layers=2)

@@ -1,0 +1,49 @@
+"""JSON encoding and decoding for the hot paths (orjson): service request/response bodies in the shared client and
+the orchestrator's pipeline, and the JSON columns of the run database.
+
+Why orjson: a window of the default experiment moves ~1.5 MB of JSON between the orchestrator and the services (the
+thermal state, the physical queue state, event tables) and writes a ~430 kB frontier to the database. The standard
+library's encoder and decoder took ~20 % of `make run`'s CPU time (py-spy); orjson does the same work 5–10× faster.
+
+Same values as ``json``: floats are written as their shortest round-trip representation and read back to the same
+double, tuples become arrays, non-string dict keys are converted to strings, numpy scalars and arrays are converted
+to Python numbers and lists (``json.dumps`` refuses them). One difference: non-finite floats are written as ``null``
+(standard JSON; pydantic's serializer does the same and PostgreSQL's JSON types reject ``NaN`` anyway). ``loads``
+still reads the ``NaN``/``Infinity`` tokens that ``json.dumps`` writes (database rows of older versions).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import orjson
+
+_OPTIONS = orjson.OPT_NON_STR_KEYS
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact JSON (no spaces) as UTF-8 bytes."""
+    return orjson.dumps(obj, default=_default, option=_OPTIONS)
+
+
+def dumps_str(obj: Any) -> str:
+    """`dumps` as text (SQLAlchemy's ``json_serializer`` wants ``str``)."""
+    return dumps(obj).decode()
+
+
+def loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """Parse JSON; falls back to the standard library for the non-standard ``NaN``/``Infinity`` tokens."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(bytes(data) if isinstance(data, memoryview) else data)
