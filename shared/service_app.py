@@ -19,7 +19,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shared import __version__
+from shared import __version__, json_codec
 from shared.blas import limit_blas_threads
 from shared.errors import ErrorBody, TasmoeError, first_validation_error, format_loc, humanize
 from shared.logging import RUN_ID_HEADER, bind_run_id
@@ -128,6 +128,16 @@ def fast_json_model(route: APIRoute) -> type[BaseModel] | None:
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
+class _OrjsonRequest(Request):
+    """A request whose ``json()`` parses with orjson (`shared.json_codec`; the standard library's parser for what
+    orjson refuses, so an invalid body raises the same ``JSONDecodeError``, and FastAPI gives the same 422)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = json_codec.loads(await self.body())
+        return self._json
+
+
 class JsonBodyRoute(APIRoute):
     """An `APIRoute` that parses a JSON request body in one pass with pydantic-core (``Model.model_validate_json`` on
     the raw bytes) instead of FastAPI's ``json.loads`` + ``validate_python``, which dominated the hot per-window
@@ -137,12 +147,18 @@ class JsonBodyRoute(APIRoute):
     Only the happy path is different: the endpoint signature, and so the OpenAPI spec, is unchanged; a body that is
     empty, not ``application/json`` or invalid is handed to FastAPI's own handler, so every error (422 with the field
     path in the standard error body, invalid JSON, missing body) is exactly the one FastAPI gives. Routes that are not
-    a single-model body (see `fast_json_model`) are served by FastAPI's handler alone. Use it as
-    ``APIRouter(route_class=JsonBodyRoute)``.
+    a single-model body (see `fast_json_model`) are served by FastAPI's handler alone, with the body parsed by orjson
+    instead of ``json.loads`` (`_OrjsonRequest`). Use it as ``APIRouter(route_class=JsonBodyRoute)``.
     """
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        fallback = super().get_route_handler()
+        fastapi_handler = super().get_route_handler()
+
+        async def fallback(request: Request) -> Response:
+            if not isinstance(request, _OrjsonRequest):
+                request = _OrjsonRequest(request.scope, request.receive)
+            return await fastapi_handler(request)
+
         model = fast_json_model(self)
         if model is None:
             return fallback
@@ -153,6 +169,7 @@ class JsonBodyRoute(APIRoute):
         response_field = self.response_field
 
         async def handler(request: Request) -> Response:
+            request = _OrjsonRequest(request.scope, request.receive)
             raw = await request.body()  # cached on the request: the fallback reads the same bytes
             if not raw or not _json_content_type(request):
                 return await fallback(request)

@@ -29,10 +29,10 @@ from services.orchestrator.schemas import (
 )
 from shared.client import ServiceClients
 from shared.errors import NotFound
-from shared.service_app import create_service_app
+from shared.service_app import JsonBodyRoute, create_service_app
 from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["orchestrator"])
+router = APIRouter(tags=["orchestrator"], route_class=JsonBodyRoute)
 
 IdPath = Annotated[str, "experiment id"]
 

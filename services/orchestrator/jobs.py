@@ -59,9 +59,19 @@ class StopEvent(Protocol):
     def wait(self, timeout: float | None = None) -> bool: ...
 
 
+# Expected cost of a scenario's run, for the order runs are handed to workers: longest first (LPT), so that the
+# last run to finish is a short one. TAPS solves a placement before its first window; TACS adds a step per window
+# and the migrations' traffic. Measured on the default Mixtral experiment (make run, 2 workers): baseline 19.6 s,
+# tacs 21.3 s, taps 22.7 s, tas 23.4 s; in position order the two workers ended 5.2 s apart, in this order 0-0.7 s.
+_COST_RANK = {"tas": 0, "taps": 1, "tacs": 2, "baseline": 3}
+
+
 def run_ids_of(*, sessions: sessionmaker[Session], exp_id: str) -> list[str]:
+    """The experiment's unfinished runs, the most expensive scenario first (`_COST_RANK`)."""
     with sessions() as s:
-        return [r.id for r in repo.runs_of(session=s, exp_id=exp_id) if r.status not in TERMINAL]
+        runs = [r for r in repo.runs_of(session=s, exp_id=exp_id) if r.status not in TERMINAL]
+        runs.sort(key=lambda r: (_COST_RANK.get(r.scenario, -1), r.position))
+        return [r.id for r in runs]
 
 
 def after_run(*, sessions: sessionmaker[Session], clients: ServiceClients, run_id: str) -> None:

@@ -13,10 +13,10 @@ from services.workload import service
 from services.workload.traces import DEFAULT_WINDOW_MS
 from shared.configs import WorkloadConfig
 from shared.contracts.workload import ExpertLoad, LogicalWindow, TraceSummary
-from shared.service_app import create_service_app
+from shared.service_app import JsonBodyRoute, create_service_app
 from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["workload"])
+router = APIRouter(tags=["workload"], route_class=JsonBodyRoute)
 
 
 class IrRequest(BaseModel):

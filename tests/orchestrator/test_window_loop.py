@@ -205,3 +205,18 @@ def test_milp_placement_is_a_polled_job_kept_for_resume(db: Db, settings: Settin
         job = repo.get_job(session=s, job_id=f"plc-{run_id}")
         assert job is not None and job.status == RunStatus.succeeded and job.result is not None
         assert job.result["meta"]["method"] == "milp"
+
+
+def test_runs_are_handed_out_most_expensive_scenario_first(db: Db, settings: Settings, tmp_path: Path) -> None:
+    from services.orchestrator.jobs import run_ids_of
+
+    exp_id = _experiment(db, settings, tmp_path / "out")
+    with db.sessions() as s:
+        scenario = {r.id: r.scenario for r in repo.runs_of(session=s, exp_id=exp_id)}
+    order = [scenario[r] for r in run_ids_of(sessions=db.sessions, exp_id=exp_id)]
+    assert order == ["tas", "taps", "tacs", "baseline"]  # positions are baseline, taps, tacs, tas
+    with db.sessions() as s:  # finished runs are not handed out again
+        s.execute(sa.update(ScenarioRun).where(ScenarioRun.experiment_id == exp_id, ScenarioRun.scenario == "tas")
+                  .values(status=RunStatus.succeeded))
+        s.commit()
+    assert [scenario[r] for r in run_ids_of(sessions=db.sessions, exp_id=exp_id)] == ["taps", "tacs", "baseline"]

@@ -75,6 +75,7 @@ BODIES: list[tuple[str, bytes | None, str | None]] = [
     ("text/plain", b'{"inner": {"cores": [1]}, "windows": 1}', "text/plain"),
     ("no content type", b'{"inner": {"cores": [1]}, "windows": 1}', None),
     ("lax int from string", b'{"inner": {"cores": ["7"]}, "windows": "2"}', "application/json"),
+    ("NaN token", b'{"inner": {"cores": [1]}, "windows": NaN}', "application/json"),
 ]
 
 
@@ -127,6 +128,22 @@ def test_fast_path_parses_once_with_pydantic_core_and_only_where_it_applies() ->
     r = client.post("/v1/items/3", json={"inner": {"cores": [1]}, "windows": 2})
     assert r.status_code == 200 and r.json() == {"k": 3, "windows": 2}
     assert _Body.parsed_json == before + 1  # a path parameter besides the body: FastAPI's handler
+
+
+def test_fastapis_handler_parses_the_body_with_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shared.service_app as service_app
+
+    calls: list[int] = []
+    real = service_app.json_codec.loads
+
+    def counting(data: Any) -> Any:
+        calls.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(service_app.json_codec, "loads", counting)
+    r = _fast_client().post("/v1/items/3", json={"inner": {"cores": [1]}, "windows": 2})
+    assert r.status_code == 200 and r.json() == {"k": 3, "windows": 2}
+    assert len(calls) == 1
 
 
 def test_eligibility() -> None:
