@@ -131,16 +131,16 @@ def test_fast_path_parses_once_with_pydantic_core_and_only_where_it_applies() ->
 
 
 def test_fastapis_handler_parses_the_body_with_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
-    import shared.service_app as service_app
+    from shared import json_codec
 
     calls: list[int] = []
-    real = service_app.json_codec.loads
+    real = json_codec.loads
 
     def counting(data: Any) -> Any:
         calls.append(len(data))
         return real(data)
 
-    monkeypatch.setattr(service_app.json_codec, "loads", counting)
+    monkeypatch.setattr(json_codec, "loads", counting)
     r = _fast_client().post("/v1/items/3", json={"inner": {"cores": [1]}, "windows": 2})
     assert r.status_code == 200 and r.json() == {"k": 3, "windows": 2}
     assert len(calls) == 1
