@@ -83,10 +83,21 @@ class Chip:
     def flat_bank(self, bx: IntArr, by: IntArr, layer: IntArr) -> IntArr:
         return (layer * self.BY + by) * self.BX + bx
 
-    def bank_vault_core(self, flat: IntArr) -> IntArr:
+    @cached_property
+    def _vault_of_bank(self) -> IntArr:
+        """Vault core of every flat bank id: ``(by // bpy)·X + bx // bpx`` with ``bx = flat % BX``,
+        ``by = (flat // BX) % BY``."""
+        flat = np.arange(self.BX * self.BY * self.L, dtype=np.int64)
         bx = flat % self.BX
         by = (flat // self.BX) % self.BY
-        return (by // self.bpy) * self.X + bx // self.bpx
+        out: IntArr = (by // self.bpy) * self.X + bx // self.bpx
+        return out
+
+    def bank_vault_core(self, flat: IntArr) -> IntArr:
+        """The vault core of each flat bank id, by table (integer division of int64 arrays is slow). The formula is
+        periodic in ``flat`` with period BX·BY·L, so ``mode="wrap"`` gives it for any integer, -1 included."""
+        out: IntArr = np.take(self._vault_of_bank, flat, mode="wrap")
+        return out
 
     def vault_bank(self, core: IntArr, key: IntArr) -> IntArr:
         """A bank of ``core``'s vault chosen by ``key`` (a stable hash): spreads tensors over the vault's banks."""
@@ -133,8 +144,19 @@ class Chip:
         return out
 
     # ---- mesh -------------------------------------------------------------------------------------------------
+    @cached_property
+    def _core_xy(self) -> tuple[IntArr, IntArr]:
+        c = np.arange(self.n_cores, dtype=np.int64)
+        return c % self.X, c // self.X
+
     def hops(self, a: IntArr, b: IntArr) -> IntArr:
-        out: IntArr = np.abs(a % self.X - b % self.X) + np.abs(a // self.X - b // self.X)
+        """Manhattan distance between cores ``a`` and ``b`` (mesh coordinates by table when every id is a core)."""
+        n = self.n_cores
+        if a.size and b.size and min(int(a.min()), int(b.min())) >= 0 and max(int(a.max()), int(b.max())) < n:
+            cx, cy = self._core_xy
+            out: IntArr = np.abs(cx[a] - cx[b]) + np.abs(cy[a] - cy[b])
+            return out
+        out = np.abs(a % self.X - b % self.X) + np.abs(a // self.X - b // self.X)
         return out
 
     def check_core(self, c: int, field: str) -> int:

@@ -1,4 +1,4 @@
-"""Chip geometry: the uniform gather/scatter link shares used for MoE dispatch/combine traffic."""
+"""Chip geometry: the uniform gather/scatter link shares used for MoE dispatch/combine traffic, vault and hop tables."""
 
 from __future__ import annotations
 
@@ -24,3 +24,20 @@ def test_gather_and_scatter_shares_carry_the_mean_hop_count() -> None:
     # explicit check for one core against link_bytes of every (source, 27) pair
     direct = sum(chip.link_bytes(np.array([s]), np.array([27]), np.array([1.0 / n])) for s in range(n))
     np.testing.assert_allclose(chip.gather_link_share[27], direct)
+
+
+def test_vault_and_hop_tables_equal_the_formulas() -> None:
+    """bank_vault_core and hops use tables; they give the defining formulas' values for every integer input."""
+    chip = Chip.from_arch(ArchConfig())
+    n_banks = chip.BX * chip.BY * chip.L
+    flat = np.concatenate([np.arange(n_banks), [-1, -n_banks - 3, n_banks, 5 * n_banks + 17]]).astype(np.int64)
+    bx, by = flat % chip.BX, (flat // chip.BX) % chip.BY
+    assert np.array_equal(chip.bank_vault_core(flat), (by // chip.bpy) * chip.X + bx // chip.bpx)
+    rng = np.random.default_rng(0)
+    for lo, hi in ((0, chip.n_cores), (-3, chip.n_cores + 5)):
+        a, b = rng.integers(lo, hi, 500), rng.integers(lo, hi, 500)
+        ref = np.abs(a % chip.X - b % chip.X) + np.abs(a // chip.X - b // chip.X)
+        assert np.array_equal(chip.hops(a, b), ref)
+        assert np.array_equal(chip.hops(a[:1], b), ref[:1] * 0 + np.abs(a[0] % chip.X - b % chip.X)
+                              + np.abs(a[0] // chip.X - b // chip.X))
+    assert chip.hops(np.zeros(0, np.int64), np.zeros(0, np.int64)).size == 0
