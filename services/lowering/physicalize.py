@@ -102,38 +102,28 @@ def _water_fill(tokens: int, loads: list[float], per_token: list[float], cores: 
     k = len(cores)
     order = sorted(range(k), key=lambda i: (loads[i], cores[i]))
     lo, hi = min(loads), max(loads) + tokens * max(per_token) + 1.0
-    if k == 2:
-        l0, l1 = loads
-        p0, p1 = per_token
-        for _ in range(60):
-            mid = (lo + hi) / 2
+    pairs = list(zip(loads, per_token, strict=True))
+    (l0, p0), (l1, p1) = pairs[0], pairs[-1]  # the two replicas of the unrolled sum (k == 2)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if k == 2:
             a = (mid - l0) / p0
             b = (mid - l1) / p1
-            if (a if a > 0.0 else 0.0) + (b if b > 0.0 else 0.0) >= tokens:
-                if hi == mid:
-                    break
-                hi = mid
-            else:
-                if lo == mid:
-                    break
-                lo = mid
-    else:
-        pairs = list(zip(loads, per_token, strict=True))
-        for _ in range(60):
-            mid = (lo + hi) / 2
+            n = (a if a > 0.0 else 0.0) + (b if b > 0.0 else 0.0)
+        else:
             n = 0.0
             for ld, p in pairs:
                 x = (mid - ld) / p
                 if x > 0.0:
                     n += x
-            if n >= tokens:
-                if hi == mid:
-                    break
-                hi = mid
-            else:
-                if lo == mid:
-                    break
-                lo = mid
+        if n >= tokens:
+            if hi == mid:
+                break
+            hi = mid
+        else:
+            if lo == mid:
+                break
+            lo = mid
     out = [int(max(0.0, (lo - loads[i]) / per_token[i])) for i in range(k)]
     rest = tokens - sum(out)
     j = 0
