@@ -36,7 +36,7 @@ from services.orchestrator import repository as repo
 from services.orchestrator.finalize import finalize_experiment
 from services.orchestrator.models import TERMINAL, Experiment, RunStatus, ScenarioRun, utcnow
 from services.orchestrator.settings import OrchestratorSettings
-from services.orchestrator.window_loop import RunOutcome, WindowHook, default_owner, run_scenario
+from services.orchestrator.window_loop import RunOutcome, StopFlag, WindowHook, default_owner, run_scenario
 from shared.client import ServiceClients
 from shared.logging import setup_logging
 
@@ -49,10 +49,8 @@ class Dispatcher(Protocol):
     def shutdown(self) -> None: ...
 
 
-class StopEvent(Protocol):
-    """`threading.Event` or `multiprocessing.Event`."""
-
-    def is_set(self) -> bool: ...
+class StopEvent(StopFlag, Protocol):
+    """`threading.Event` or `multiprocessing.Event`: the loop's `StopFlag`, which the pool also sets and waits on."""
 
     def set(self) -> None: ...
 
