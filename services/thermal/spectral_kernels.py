@@ -10,10 +10,11 @@ inner loops run over contiguous rows of modes (vectorised). Same floating-point 
 formulation (no fastmath, no contraction into FMAs).
 
 Notation (``spectral.SpectralSolver``): per mode ``p`` the uniform part of ``alpha·C + G`` is tridiagonal in the
-layer index ``l``; its LU factors are the multipliers ``m[l−1, p]``, reciprocal pivots ``inv_dd[l, p]`` and
-``u[l, p] = off[l]·inv_dd[l, p]``. Forward elimination ``x[l] = rhs[l] − m[l−1]·x[l−1]``; the Woodbury edge
-correction adds ``wh`` to the last two rows (``x[L−2] += wh[0]``, ``x[L−1] += wh[1] − m[L−2]·wh[0]``); back
-substitution ``s[L−1] = x[L−1]·inv_dd[L−1]``, ``s[l] = x[l]·inv_dd[l] − u[l]·s[l+1]``.
+layer index ``l``; it is symmetric, so its LU factors are the reciprocal pivots ``inv_dd[l, p]`` and one set of
+multipliers ``m[l, p] = off[l]·inv_dd[l, p]`` (computed here as ``o * i``, not stored). Forward elimination
+``x[l] = rhs[l] − m[l−1]·x[l−1]``; the Woodbury edge correction adds ``wh`` to the last two rows
+(``x[L−2] += wh[0]``, ``x[L−1] += wh[1] − m[L−2]·wh[0]``); back substitution ``s[L−1] = x[L−1]·inv_dd[L−1]``,
+``s[l] = x[l]·inv_dd[l] − m[l]·s[l+1]``.
 """
 
 from __future__ import annotations
