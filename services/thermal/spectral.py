@@ -280,21 +280,6 @@ class SpectralSolver:
         r = fac.R_inv @ g + fac.Ry @ y0 + fac.Rw @ w
         return yh, r
 
-    def apply_modal(self, alpha: float, xh: np.ndarray, xr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(alpha·C + G)·x`` for ``x`` given as cell modes (L, P) and ring values (12,): per-mode tridiagonal
-        product for the uniform part, plus the edge cells' ring links (``d·x_edge − Bk·r``) and the ring rows."""
-        qh = (self._diag0 + alpha * self._cap_layer[:, None]) * xh
-        off = self._off[:, None]
-        qh[1:] += off * xh[:-1]
-        qh[:-1] += off * xh[1:]
-        a0, a1 = self._layers
-        x_edge = self._modes_to_edges(xh[[a0, a1]])
-        eh = self._edges_to_modes(self._d * x_edge - self._Bk @ xr)
-        qh[a0] += eh[0]
-        qh[a1] += eh[1]
-        qr = (alpha * self.net.ring_cap) * xr + self._ring0 @ xr - self._Bk.T @ x_edge
-        return qh, qr
-
     def solve(self, alpha: complex, rhs: np.ndarray) -> np.ndarray:
         """``(alpha·C + G)⁻¹·rhs`` for node vectors (n_nodes,) or a batch (n_nodes, m)."""
         if rhs.ndim == 2:
