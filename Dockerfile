@@ -25,7 +25,7 @@ RUN uv sync --frozen --no-dev
 
 # The thermal kernels (numba) compiled once at build time into a cache every container reads.
 ENV NUMBA_CACHE_DIR=/app/.numba-cache
-RUN /app/.venv/bin/python -m services.thermal.spectral_kernels
+RUN /app/.venv/bin/python -m services.thermal.spectral_kernels && /app/.venv/bin/python -m services.thermal.exp_kernels
 
 # Non-root runtime user; results/ is the only place a process writes.
 RUN useradd --create-home --uid 10001 --user-group tasmoe \

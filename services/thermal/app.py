@@ -76,8 +76,9 @@ def hotspot_import(req: HotspotImportRequest) -> HotspotFiles:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The thermal service's app. Loads the window step's compiled kernels now (numba's cache; ~1-3 s, ~10 s the
     first time on a machine) so that no request pays it and worker processes forked from this one share them."""
-    from services.thermal.spectral_kernels import warm_up
+    from services.thermal import exp_kernels, spectral_kernels
 
     app = create_service_app("thermal", settings or get_settings(), [router])
-    warm_up()
+    spectral_kernels.warm_up()
+    exp_kernels.warm_up()
     return app

@@ -11,7 +11,7 @@ import numpy as np
 
 from services.thermal import hotspot, solvers
 from services.thermal.model import build_model
-from services.thermal.service import substeps, thermal_step
+from services.thermal.service import thermal_step
 from services.thermal.spectral import SpectralSolver
 from shared.bench import BenchRow, fmt_s, time_call
 from shared.configs import ArchConfig
@@ -54,40 +54,50 @@ def bench_default_stack(window_ms: float = 1.0, repeat: int = 30) -> list[BenchR
     cw, bw = _default_power(model.n_cores, len(model.dram_layers), model.n_banks_per_layer)
     P = model.node_power(cw, bw)
     T0 = solvers.steady(fast, P) - 5.0
+    degree = arch.thermal.exp_degree
     for wms in (window_ms, 3.0):
-        n_sub = substeps(wms, arch)
         dt = wms * 1e-3
-        model.step(T0, cw, bw, dt, n_sub)  # factor for this dt, compile/load the kernels
-        oracle = solvers.SparseSolver(model.net)
+        n_sub = model.substeps(dt)
+        model.step(T0, cw, bw, dt)  # factor for this dt, compile/load the kernels
+        model.step_trbdf2(T0, cw, bw, dt, n_sub)
+        exact = solvers.step_exponential(fast, T0, P, dt, 14)  # 9e-14 relative: the exact solution here
 
-        def run_fast(dt: float = dt, n_sub: int = n_sub) -> object:
-            return model.step(T0, cw, bw, dt, n_sub)
+        def run_fast(dt: float = dt) -> object:
+            return model.step(T0, cw, bw, dt)
 
-        def run_nodes(dt: float = dt, n_sub: int = n_sub) -> object:
-            return solvers.step(fast, T0, P, dt, n_sub)
-
-        def run_sparse(dt: float = dt, n_sub: int = n_sub, o: solvers.SparseSolver = oracle) -> object:
-            return solvers.step(o, T0, P, dt, n_sub)
+        def run_trbdf2(dt: float = dt, n_sub: int = n_sub) -> object:
+            return model.step_trbdf2(T0, cw, bw, dt, n_sub)
 
         med_fast, _ = time_call(run_fast, repeat=repeat)
         cpu_fast = _cpu_median(run_fast, repeat)
-        med_nodes, _ = time_call(run_nodes, repeat=repeat)
-        t0 = time.perf_counter()
-        oracle.factor(1.0 / (solvers.D_TRBDF2 * dt / n_sub))
-        t_fac = time.perf_counter() - t0
-        med_sparse, _ = time_call(run_sparse, repeat=3, warmup=1)
-        diff = float(np.abs(model.step(T0, cw, bw, dt, n_sub) - solvers.step(oracle, T0, P, dt, n_sub)).max())
-        rows.append(BenchRow(f"thermal: transient window step {wms:g} ms ({n_sub} TR-BDF2 sub-steps), spectral, "
-                             "as the service runs it (StackModel.step: block powers -> modes)",
+        med_tr, _ = time_call(run_trbdf2, repeat=repeat)
+        err_fast = float(np.abs(model.step(T0, cw, bw, dt) - exact).max())
+        err_tr = float(np.abs(model.step_trbdf2(T0, cw, bw, dt, n_sub) - exact).max())
+        rows.append(BenchRow(f"thermal: transient window step {wms:g} ms, exponential (degree {degree}: "
+                             f"{degree // 2} complex solves), spectral, as the service runs it (StackModel.step: "
+                             "block powers -> modes)",
                              f"{fmt_s(med_fast)} median of {repeat} (CPU {fmt_s(cpu_fast)})", "< 2 ms",
-                             med_fast < 2e-3, f"max |spectral - sparse| = {diff:.1e} K"))
-        rows.append(BenchRow("thermal: same step from a node power vector (solvers.step: + DCT of the source)",
-                             f"{fmt_s(med_nodes)} median of {repeat}"))
-        rows.append(BenchRow(f"thermal: same step, prefactored sparse LU ({wms:g} ms window)",
-                             f"{fmt_s(med_sparse)} median of 3 (factorisation {fmt_s(t_fac)})", "", None))
-        ratio = med_sparse / med_fast
-        rows.append(BenchRow(f"thermal: spectral vs prefactored sparse-LU step ({wms:g} ms window)",
-                             f"{ratio:.0f}x", ">= 20x", ratio >= 20))
+                             med_fast < 2e-3, f"max error vs the exact solution {err_fast:.1e} K"))
+        rows.append(BenchRow(f"thermal: same window, TR-BDF2 with {n_sub} sub-steps (integrator: trbdf2, "
+                             f"max_substep_ms {arch.thermal.max_substep_ms:g})",
+                             f"{fmt_s(med_tr)} median of {repeat} ({med_tr / med_fast:.1f}x the exponential step)",
+                             "", None, f"max error vs the exact solution {err_tr:.1e} K"))
+    # the same exponential step on the prefactored sparse LU (the oracle), default 3 ms window
+    dt = 3e-3
+    oracle = solvers.SparseSolver(model.net)
+    t0 = time.perf_counter()
+    diff = float(np.abs(solvers.step_exponential(oracle, T0, P, dt, degree) - model.step(T0, cw, bw, dt)).max())
+    t_fac = time.perf_counter() - t0
+    med_nodes, _ = time_call(lambda: solvers.step_exponential(fast, T0, P, dt, degree), repeat=repeat)
+    rows.append(BenchRow("thermal: same step from a node power vector (solvers.step_exponential: + DCT of the power)",
+                         f"{fmt_s(med_nodes)} median of {repeat}"))
+    med_sparse, _ = time_call(lambda: solvers.step_exponential(oracle, T0, P, dt, degree), repeat=3)
+    rows.append(BenchRow("thermal: same step (3 ms window), prefactored sparse LU",
+                         f"{fmt_s(med_sparse)} median of 3 (factorisations {fmt_s(t_fac)})", "", None,
+                         f"max |spectral - sparse| = {diff:.1e} K"))
+    ratio = med_sparse / med_fast
+    rows.append(BenchRow("thermal: spectral vs prefactored sparse-LU step (3 ms window)", f"{ratio:.0f}x", ">= 20x",
+                         ratio >= 20))
     # a whole /v1/step (power from events + step + snapshot), 3 ms window
     c = ComputeEvents.from_columns({"evt_id": list(range(64)), "t_start_ns": [0] * 64, "core_id": list(range(64)),
                                     "duration_cycles": [1] * 64, "flops": [2e9] * 64, "op": ["mm"] * 64,

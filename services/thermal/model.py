@@ -14,6 +14,7 @@ columns ``[x·nx/X, (x+1)·nx/X)`` of the logic layer; bank ``B(bx,by,d)`` cover
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -142,10 +143,11 @@ class StackModel:
         rows = np.flatnonzero(np.any(amb_h != 0.0, axis=1))
         return rows, amb_h[rows], amb_r
 
-    def source_modes(self, core_w: np.ndarray, bank_w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """``P + g_amb·T_amb`` in the spectral solver's mode space (cell modes (L, P), ring (12,)) straight from the
-        block powers, or None (see ``_separable_power``). Equals ``solver.to_modes(source(node_power(...)))`` to
-        round-off at a fraction of a DCT's cost."""
+    def source_modes(self, core_w: np.ndarray, bank_w: np.ndarray,
+                     with_ambient: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
+        """``P + g_amb·T_amb`` (``P`` alone when not ``with_ambient``) in the spectral solver's mode space (cell modes
+        (L, P), ring (12,)) straight from the block powers, or None (see ``_separable_power``). Equals
+        ``solver.to_modes(source(node_power(...)))`` to round-off at a fraction of a DCT's cost."""
         sep = self._separable_power
         if sep is None:
             return None
@@ -153,7 +155,10 @@ class StackModel:
         amb_rows, amb_h, amb_r = self._ambient_source_modes
         R, C = self.net.rows, self.net.cols
         bh = np.zeros((self.net.n_layers, R * C))
-        bh[amb_rows] = amb_h
+        if with_ambient:
+            bh[amb_rows] = amb_h
+        else:
+            amb_r = np.zeros_like(amb_r)
         cx, cy = self.arch.mesh.cores
         bh[self.logic_layer] += (ay_c @ np.asarray(core_w, dtype=float).reshape(cy, cx) @ ax_c.T).reshape(R * C)
         nd = len(self.dram_layers)
@@ -168,9 +173,31 @@ class StackModel:
                 bh[list(self.dram_layers)] += dram
         return bh, amb_r.copy()
 
-    def step(self, T: np.ndarray, core_w: np.ndarray, bank_w: np.ndarray, dt: float, n_sub: int) -> np.ndarray:
-        """``dt`` seconds of transient at constant block powers (W) with ``n_sub`` TR-BDF2 sub-steps
-        (``solvers.step``); on the spectral solver the source enters mode space separably, without a DCT."""
+    def substeps(self, dt: float) -> int:
+        """TR-BDF2 sub-steps for ``dt`` seconds: ``ceil(dt / arch.thermal.max_substep_ms)``."""
+        return max(1, math.ceil(dt * 1e3 / self.arch.thermal.max_substep_ms - 1e-9))
+
+    def step(self, T: np.ndarray, core_w: np.ndarray, bank_w: np.ndarray, dt: float) -> np.ndarray:
+        """``dt`` seconds of transient from node temperatures ``T`` (K) at constant block powers (W), with the
+        integrator of ``arch.thermal`` (``step_exponential`` or ``step_trbdf2``)."""
+        th = self.arch.thermal
+        if th.integrator == "trbdf2":
+            return self.step_trbdf2(T, core_w, bank_w, dt, self.substeps(dt))
+        return self.step_exponential(T, core_w, bank_w, dt, th.exp_degree)
+
+    def step_exponential(self, T: np.ndarray, core_w: np.ndarray, bank_w: np.ndarray, dt: float,
+                         degree: int) -> np.ndarray:
+        """``solvers.step_exponential``; on the spectral solver the power enters mode space separably, without a
+        DCT."""
+        modes = self.source_modes(core_w, bank_w, with_ambient=False)
+        if modes is None:
+            return solvers.step_exponential(self.solver, T, self.node_power(core_w, bank_w), dt, degree)
+        assert isinstance(self.solver, SpectralSolver)
+        return self.solver.step_exponential_modes(T, modes[0], modes[1], dt, degree)
+
+    def step_trbdf2(self, T: np.ndarray, core_w: np.ndarray, bank_w: np.ndarray, dt: float, n_sub: int) -> np.ndarray:
+        """``dt`` seconds with ``n_sub`` TR-BDF2 sub-steps (``solvers.step``); on the spectral solver the source enters
+        mode space separably, without a DCT."""
         modes = self.source_modes(core_w, bank_w)
         if modes is None:
             return solvers.step(self.solver, T, self.node_power(core_w, bank_w), dt, n_sub)

@@ -3,9 +3,9 @@ power map. Stateless: the temperature field and DVFS levels travel in ``ThermalS
 model node order, base64), so replaying a window with the same input gives the same output.
 
 Window step (ARCHITECTURE §5.4): power from the window's events at the previous window's temperatures and DVFS
-levels, then ``window_ms`` of transient at constant power (TR-BDF2, ``ceil(window_ms / max_substep_ms)`` sub-steps,
-services/thermal/solvers.py), then the DVFS decision for the NEXT window and the refresh report at the new
-temperatures.
+levels, then ``window_ms`` of transient at constant power (``StackModel.step``: by default the exponential step, exact
+in time up to a degree-6 rational approximation of exp, or TR-BDF2 sub-steps; services/thermal/solvers.py), then the
+DVFS decision for the NEXT window and the refresh report at the new temperatures.
 """
 
 from __future__ import annotations
@@ -65,10 +65,6 @@ def decode_field(b64: str | None, model: StackModel) -> np.ndarray:
     return T
 
 
-def substeps(window_ms: float, arch: ArchConfig) -> int:
-    return max(1, math.ceil(window_ms / arch.thermal.max_substep_ms - 1e-9))
-
-
 def _layer_stats(model: StackModel, T: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:
     L, nrc = model.net.n_layers, model.net.rows * model.net.cols
     cells = T[:model.net.n_cells].reshape(L, nrc) - KELVIN
@@ -117,7 +113,7 @@ def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: Thermal
     power = compute_power_from_events(
         compute, memory, arch, core_temp_c=model.core_temps(T0) - KELVIN,
         bank_temp_c=model.bank_temps(T0) - KELVIN, freq_ghz=freq, window_s=window_ms * 1e-3)
-    T1 = model.step(T0, power.core_w, power.bank_w, window_ms * 1e-3, substeps(window_ms, arch))
+    T1 = model.step(T0, power.core_w, power.bank_w, window_ms * 1e-3)
     # what the next window starts from is the float32 state: decide on exactly that
     T1 = np.asarray(T1, dtype="<f4").astype(np.float64)
     core_c = model.core_temps(T1) - KELVIN
@@ -168,7 +164,7 @@ def solve_power_map(arch: ArchConfig, core_w: list[float], bank_w: list[list[flo
         if not (math.isfinite(duration_ms) and duration_ms > 0):
             raise BadInput("duration_ms must be > 0 for a transient solve", field="duration_ms")
         T0 = decode_field(state.field_b64 if state else None, model)
-        T = model.step(T0, cw, bw, duration_ms * 1e-3, substeps(duration_ms, arch))
+        T = model.step(T0, cw, bw, duration_ms * 1e-3)
         out_state = ThermalState(t_ns=(state.t_ns if state else 0) + round(duration_ms * 1e6),
                                  field_b64=encode_field(T), dvfs_level=list(state.dvfs_level) if state else [],
                                  window=state.window if state else -1)

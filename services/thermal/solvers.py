@@ -9,9 +9,9 @@ Every solver provides ``solve(alpha, rhs)`` = ``(alpha·C + G)⁻¹·rhs`` with 
   order: on the S8 reference stack 2/5/10 sub-steps per 1 ms give 0.30/0.030/0.007 K max error against the exact
   solution of the network.
 - ``step_euler``: ``n_sub`` implicit-Euler sub-steps (``(C/h + G)·T⁺ = C/h·T + P + g_amb·T_amb``, ARCHITECTURE §5.4).
-- ``step_exponential``: the exact solution ``T_s + e^{−dt·C⁻¹G}·(T − T_s)`` by contour quadrature (8 complex shifted
-  solves, 1e-7 relative; tested against scipy's ``expm_multiply``). The reference integrator; in pure numpy it costs
-  more than TR-BDF2 for the service's windows (complex factorisations), so the window step uses TR-BDF2.
+- ``step_exponential``: the exact solution ``T_s + e^{−dt·C⁻¹G}·(T − T_s)`` with the exponential replaced by a
+  Carathéodory–Fejér rational function (``rational.py``; degree 6: 3 complex shifted solves, 2e-6 relative, whatever
+  ``dt``; tested against scipy's ``expm_multiply``). The service's window step (``arch.thermal.integrator``).
 
 ``SparseSolver`` (SuperLU, prefactored) is the oracle; ``services.thermal.spectral.SpectralSolver`` is the fast path
 with the same interface.
@@ -39,8 +39,11 @@ class Solver(Protocol):
     def solve(self, alpha: complex, rhs: np.ndarray) -> np.ndarray: ...
 
 
+MAX_SPARSE_FACTORS = 8  # a complex LU of the default stack is ~0.9 GB: keep the most recent shifts only
+
+
 class SparseSolver:
-    """Prefactored sparse LU of ``alpha·C + G`` (one factorisation per alpha, kept)."""
+    """Prefactored sparse LU of ``alpha·C + G`` (one factorisation per alpha, the most recent ones kept)."""
 
     def __init__(self, net: RCNetwork) -> None:
         self.net = net
@@ -55,6 +58,8 @@ class SparseSolver:
                 A = self._G + sp.diags(alpha * self.net.capacitance) if alpha else self._G
                 lu = spla.splu(sp.csc_matrix(A), permc_spec="COLAMD")
                 self._lu[alpha] = lu
+                while len(self._lu) > MAX_SPARSE_FACTORS:
+                    self._lu.pop(next(iter(self._lu)))
             return lu
 
     def solve(self, alpha: complex, rhs: np.ndarray) -> np.ndarray:
@@ -109,42 +114,31 @@ def step_euler(solver: Solver, T: np.ndarray, p_nodes: np.ndarray, dt: float, n_
     return x
 
 
-# parabolic Bromwich contour of Weideman & Trefethen (Math. Comp. 76, 2007): z(θ) = N·(0.1309 − 0.1194·θ² + 0.25·i·θ)
-PARABOLA = (0.1309, 0.1194, 0.2500)
-N_QUAD = 16  # |error| ≤ 1.1e-7 × |T − T_steady| for every decay rate (tests: scalar sweep over 14 decades)
-
-
-def contour_nodes(dt: float, n_quad: int = N_QUAD) -> list[tuple[complex, complex]]:
-    """(shift s_k, weight w_k) for the upper half of the contour: ``e^{−dt·C⁻¹G}·e ≈ Σ_k 2·Re(w_k·(s_k·C + G)⁻¹·C·e)``.
-
-    From ``e^{tL} = (1/2πi)∮ e^{st}·(sI − L)⁻¹ ds`` with ``L = −C⁻¹G``, ``(sI − L)⁻¹ = (sC + G)⁻¹·C``, ``s = z/t``
-    and the trapezoid rule in θ (N points, symmetric about 0, so the lower half are the conjugates).
-    """
-    a, b, c = PARABOLA
-    N = n_quad
-    th = -math.pi + (np.arange(N) + 0.5) * 2.0 * math.pi / N
-    th = th[th > 0]
-    z = N * (a - b * th * th + 1j * c * th)
-    dz = N * (-2.0 * b * th + 1j * c)
-    w = 2.0 * np.exp(z) * dz / (1j * N * dt)
-    return [(complex(zk / dt), complex(wk)) for zk, wk in zip(z, w, strict=True)]
+EXP_DEGREE = 6  # CF degree of the service's exponential step: |r − exp| ≤ 2.0e-6 on (−∞, 0], 3 complex solves
 
 
 def step_exponential(solver: Solver, T: np.ndarray, p_nodes: np.ndarray, dt: float,
-                     n_quad: int = N_QUAD) -> np.ndarray:
-    """Advance ``T`` by ``dt`` at constant power with the EXACT solution of the network, ``T(dt) = T_s +
-    e^{−dt·C⁻¹G}·(T − T_s)`` (``T_s`` the steady state of ``p_nodes``), the exponential by contour quadrature:
-    ``n_quad/2`` complex shifted solves, independent of ``dt``."""
+                     degree: int = EXP_DEGREE) -> np.ndarray:
+    """Advance ``T`` (K) by ``dt`` seconds at constant power ``p_nodes`` (W): the exact solution of the network,
+    ``T(dt) = T_s + e^{−dt·C⁻¹G}·(T − T_s)`` (``T_s`` the steady state of ``p_nodes``), with the exponential replaced
+    by the rational function ``r`` of ``rational.exp_poles(degree)`` (``r(0) = 1``, ``r(−∞) = 0``).
+
+    With ``θ = T − T_amb`` (``G·θ = P`` in steady state) and ``α_k = z_k/dt``, the partial fractions of ``r`` give
+    ``θ(dt) = r(−dt·A)·θ0 + (I − r(−dt·A))·θ_s = −(2/dt)·Re Σ_k c_k·(G + α_k·C)⁻¹·(C·θ0 + P/α_k)``, using
+    ``(G + αC)⁻¹·C·G⁻¹ = (G⁻¹ − (G + αC)⁻¹)/α`` and ``Σ_k c_k/z_k = −r(0) = −1``: ``degree/2`` complex shifted solves
+    and no steady solve, independent of ``dt``. Error ≤ ``max|r − exp|·|θ0 − θ_s|`` (``rational.exp_error``)."""
+    from services.thermal.rational import exp_poles
+
     net = solver.net
-    b = source(net, p_nodes)
     modal = getattr(solver, "step_exponential", None)
-    if modal is not None:
-        out: np.ndarray = modal(T, b, dt, n_quad)
+    if modal is not None:  # the spectral solver runs the same scheme in mode space
+        out: np.ndarray = modal(T, p_nodes, dt, degree)
         return out
-    Ts = solver.solve(0.0, b)
-    v = net.capacitance * (np.asarray(T, dtype=np.float64) - Ts)
-    acc = np.zeros(net.n_nodes, dtype=complex)
-    for s_k, w_k in contour_nodes(dt, n_quad):
-        acc += w_k * solver.solve(s_k, v)
-    res: np.ndarray = Ts + acc.real
+    theta = np.asarray(T, dtype=np.float64) - net.ambient
+    c_theta = net.capacitance * theta
+    acc = np.zeros(net.n_nodes)
+    for z, c in zip(*exp_poles(degree), strict=True):
+        alpha = z / dt
+        acc += (c * solver.solve(alpha, c_theta + p_nodes / alpha)).real
+    res: np.ndarray = net.ambient - (2.0 / dt) * acc
     return res

@@ -55,6 +55,21 @@ class _Factor:
     Rw: np.ndarray  # (12, k) R⁻¹·Bkᵀ·S
 
 
+@dataclass(frozen=True)
+class _ExpData:
+    facs: tuple[_Factor, ...]  # one per pole in the upper half plane
+    # per pole K = diag(kd) + Koff: kd, Koff's strict upper triangle (re, im; float32, row by row), Koff·1
+    k_split: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
+    inv_r: np.ndarray  # (poles, L, P) real part of the reciprocal pivots
+    inv_i: np.ndarray  # (poles, L, P) imaginary part
+    q: np.ndarray  # (poles,) complex 1/α_k
+    q_r: np.ndarray
+    q_i: np.ndarray
+    beta: np.ndarray  # (poles,) complex −(2/dt)·c_k
+    b_r: np.ndarray
+    b_i: np.ndarray
+
+
 class SpectralSolver:
     def __init__(self, net: RCNetwork) -> None:
         self.net = net
@@ -108,6 +123,8 @@ class SpectralSolver:
         self._cap_layer = net.cap
         self._factors: dict[complex, _Factor] = {}
         self._k32: dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._exp: dict[tuple[float, int], _ExpData] = {}
+        self._tls = threading.local()
         self._lock = threading.Lock()
 
     # -- mode-space tridiagonal solves ---------------------------------------------------------------------------
@@ -288,9 +305,6 @@ class SpectralSolver:
         xh, r = self.solve_modal(alpha, fh, g)
         return self.from_modes(xh, r)
 
-    def step_exponential(self, T: np.ndarray, b: np.ndarray, dt: float, n_quad: int) -> np.ndarray:
-        return _exp_step_modal(self, T, b, dt, n_quad)
-
     def _koff(self, alpha: float, fac: _Factor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``K = diag(kd) + Koff`` with ``Koff`` in float32 (half the memory traffic of the k × k mat-vec inside
         every Woodbury correction). For the transient shifts ``|Koff| ≤ 3e-3·|kd|`` and it is applied
@@ -316,6 +330,94 @@ class SpectralSolver:
     def dct_cols(self) -> np.ndarray:
         """``DC`` (C × C)."""
         return self._DC
+
+    def _exp_data(self, dt: float, degree: int) -> _ExpData:
+        """The factors of the exponential step's shifts ``α_k = z_k/dt`` (``rational.exp_poles``), the reciprocal
+        pivots split into real and imaginary arrays (poles, L, P), ``q_k = 1/α_k`` and the weights
+        ``β_k = −(2/dt)·c_k``; cached per (dt, degree)."""
+        from services.thermal.rational import exp_poles
+
+        key = (dt, degree)
+        with self._lock:
+            hit = self._exp.get(key)
+        if hit is not None:
+            return hit
+        poles, residues = exp_poles(degree)
+        alphas = [z / dt for z in poles]
+        facs = tuple(self.factor(a) for a in alphas)
+        q = np.array([1.0 / a for a in alphas])
+        beta = -(2.0 / dt) * np.array(residues)
+        k_split = []
+        for f in facs:
+            kd = np.ascontiguousarray(np.diag(f.K))
+            off = f.K - np.diag(kd)
+            upper = off[np.triu_indices(kd.size, 1)]  # row by row; K is complex symmetric (E and S are)
+            k_split.append((kd, np.ascontiguousarray(upper.real, dtype=np.float32),
+                            np.ascontiguousarray(upper.imag, dtype=np.float32), off.sum(axis=1)))
+        data = _ExpData(facs, tuple(k_split), np.ascontiguousarray(np.stack([f.inv_dd.real for f in facs])),
+                        np.ascontiguousarray(np.stack([f.inv_dd.imag for f in facs])), q,
+                        np.ascontiguousarray(q.real), np.ascontiguousarray(q.imag), beta,
+                        np.ascontiguousarray(beta.real), np.ascontiguousarray(beta.imag))
+        with self._lock:
+            self._exp[key] = data
+            while len(self._exp) > MAX_FACTORS // 4:
+                self._exp.pop(next(iter(self._exp)))
+        return data
+
+    def _exp_workspace(self, n_poles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """This thread's scratch arrays of the exponential step (the eliminated systems (poles, L, P) re/im, the two
+        last layers (poles, 4, P) and their corrections): ~2.6 MB that a fresh allocation would page-fault in at
+        every step."""
+        L, R, C = self.shape
+        ws: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = self._tls.__dict__.setdefault("exp", {})
+        hit = ws.get(n_poles)
+        if hit is None:
+            P = R * C
+            hit = (np.empty((n_poles, L, P)), np.empty((n_poles, L, P)), np.empty((n_poles, 4, P)),
+                   np.empty((n_poles, 4, P)))
+            ws[n_poles] = hit
+        return hit
+
+    def step_exponential(self, T: np.ndarray, p_nodes: np.ndarray, dt: float, degree: int) -> np.ndarray:
+        """``solvers.step_exponential`` with the power as a node vector: its DCT, then ``step_exponential_modes``."""
+        ph, pr = self.to_modes(p_nodes)
+        return self.step_exponential_modes(T, ph, pr, dt, degree)
+
+    def step_exponential_modes(self, T: np.ndarray, ph: np.ndarray, pr: np.ndarray, dt: float,
+                               degree: int) -> np.ndarray:
+        """The exponential window step (``solvers.step_exponential``: ``θ1 = −(2/dt)·Re Σ_k c_k·(G + α_k·C)⁻¹·(C·θ0 +
+        P/α_k)``, ``θ = T − T_amb``) in mode space, with the power already in modes (cell modes ``ph`` (L, P), ring
+        ``pr`` (12,); ``StackModel.step`` builds them from block powers without a DCT). One DCT of the state, one
+        inverse DCT, and between them two compiled passes over the modes for all poles at once (``exp_kernels``)
+        around one Woodbury correction per pole. ``T_amb`` is uniform: in modes it is only mode 0 of each layer."""
+        # numba is imported on the first step, not with the module (~1 s that the CLI and the other services skip)
+        from services.thermal.exp_kernels import backward, edge, forward
+
+        d = self._exp_data(dt, degree)
+        L, R, C = self.shape
+        P = R * C
+        amb = self.net.ambient
+        amb0 = amb * np.sqrt(float(P))  # mode (0, 0) of a uniform layer at T_amb (orthonormal DCT)
+        th, tr = self.to_modes(np.asarray(T, dtype=np.float64))
+        th[:, 0] -= amb0
+        tr -= amb
+        ph = np.ascontiguousarray(ph, dtype=np.float64)
+        n_p = len(d.facs)
+        x_r, x_i, y2, wh = self._exp_workspace(n_p)
+        forward(th, ph, self._cap_layer, self._off, d.inv_r, d.inv_i, d.q_r, d.q_i, x_r, x_i, y2)
+        r = np.empty(tr.size, dtype=np.complex128)
+        ring = np.zeros(tr.size)
+        rcap = self.net.ring_cap * tr
+        for k, fac in enumerate(d.facs):
+            g = rcap + d.q[k] * np.asarray(pr, dtype=np.float64)
+            kd, koff_r, koff_i, koff_sum = d.k_split[k]
+            edge(y2[k], g, self._DR, self._DRt, self._DC, self._DCt, kd, koff_r, koff_i, koff_sum, fac.Wg, fac.R_inv,
+                 fac.Ry, fac.Rw, wh[k], r)
+            ring += (d.beta[k] * r).real
+        out = np.empty((L, P))
+        backward(x_r, x_i, self._off, d.inv_r, d.inv_i, wh, d.b_r, d.b_i, out)
+        out[:, 0] += amb0
+        return self.from_modes(out, ring + amb)
 
     def step_trbdf2(self, T: np.ndarray, b: np.ndarray, dt: float, n_sub: int) -> np.ndarray:
         """The same TR-BDF2 scheme as ``solvers.step`` (``b = P + g_amb·T_amb``) carried in mode space; see
@@ -377,24 +479,6 @@ class SpectralSolver:
             else:
                 back_substitute(x_el, wh, off, inv_dd, xh)
         return self.from_modes(xh, xr)
-
-
-def _exp_step_modal(solver: SpectralSolver, T: np.ndarray, b: np.ndarray, dt: float, n_quad: int) -> np.ndarray:
-    """``solvers.step_exponential`` carried in mode space (2 forward DCTs, 1 inverse, no DCT per contour node)."""
-    from services.thermal.solvers import contour_nodes
-
-    xh, xr = solver.to_modes(np.asarray(T, dtype=np.float64))
-    bh, br = solver.to_modes(b)
-    sh, sr = solver.solve_modal(0.0, bh, br)  # steady state of this window's power
-    vh = solver._cap_layer[:, None] * (xh - sh)
-    vr = solver.net.ring_cap * (xr - sr)
-    acc_h = np.zeros(xh.shape, dtype=complex)
-    acc_r = np.zeros(xr.shape, dtype=complex)
-    for s_k, w_k in contour_nodes(dt, n_quad):
-        yh, yr = solver.solve_modal(s_k, vh, vr)
-        acc_h += w_k * yh
-        acc_r += w_k * yr
-    return solver.from_modes(sh + acc_h.real, sr + acc_r.real)
 
 
 _CACHE: dict[str, SpectralSolver] = {}

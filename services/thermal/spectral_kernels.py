@@ -173,8 +173,77 @@ def edge_weights(y0: np.ndarray, g: np.ndarray, kd: np.ndarray, koff: np.ndarray
     r[:] = np.dot(R_inv, g) + np.dot(Ry, y0) + np.dot(Rw, w)
 
 
-__all__ = ["CHUNK", "back_substitute", "back_then_eliminate", "edge_correction", "edge_weights", "eliminate",
-           "warm_up"]
+__all__ = ["CHUNK", "back_substitute", "back_then_eliminate", "border_to_modes", "border_values", "edge_correction",
+           "edge_weights", "eliminate", "warm_up"]
+
+
+@_jit_reassoc
+def border_values(Y: np.ndarray, DR: np.ndarray, DC: np.ndarray, DCt: np.ndarray, out: np.ndarray) -> None:
+    """Real-space values on the border cells of one layer given in modes ``Y`` (R, C), into ``out`` (ke,) in border
+    order (row 0, the (west, east) pairs of rows 1..R−2, row R−1). With ``X = DRᵀ·Ŷ·DC``: a border row is
+    ``(DR[:, i]ᵀ·Ŷ)·DC``, a border column ``DRᵀ·(Ŷ·DC[:, j])``, O(R·C) instead of a layer's inverse DCT."""
+    R, C = DR.shape[0], DC.shape[0]
+    ke = out.size
+    dc0, dc1 = DCt[0], DCt[C - 1]  # DC[:, 0], DC[:, C-1]
+    z0, z1 = np.zeros(C), np.zeros(C)
+    for p in range(R):
+        a0, a1, Yp = DR[p, 0], DR[p, R - 1], Y[p]
+        for q in range(C):
+            z0[q] += a0 * Yp[q]
+            z1[q] += a1 * Yp[q]
+    v0, v1 = np.zeros(C), np.zeros(C)
+    for q in range(C):
+        b0, b1, Dq = z0[q], z1[q], DC[q]
+        for j in range(C):
+            v0[j] += b0 * Dq[j]
+            v1[j] += b1 * Dq[j]
+    for j in range(C):
+        out[j] = v0[j]
+        out[ke - C + j] = v1[j]
+    u0, u1 = np.empty(R), np.empty(R)
+    for p in range(R):
+        Yp = Y[p]
+        s0 = 0.0
+        s1 = 0.0
+        for q in range(C):
+            s0 += Yp[q] * dc0[q]
+            s1 += Yp[q] * dc1[q]
+        u0[p] = s0
+        u1[p] = s1
+    c0, c1 = np.zeros(R), np.zeros(R)
+    for p in range(R):
+        Dp, a, b = DR[p], u0[p], u1[p]
+        for i in range(R):
+            c0[i] += Dp[i] * a
+            c1[i] += Dp[i] * b
+    for i in range(1, R - 1):
+        out[C + 2 * (i - 1)] = c0[i]
+        out[C + 2 * (i - 1) + 1] = c1[i]
+
+
+@_jit_reassoc
+def border_to_modes(w: np.ndarray, DR: np.ndarray, DRt: np.ndarray, DCt: np.ndarray, out: np.ndarray) -> None:
+    """The modes ``out`` (R, C) of a layer that is zero except on its border cells, which hold ``w`` (ke,) in border
+    order: rows contribute ``DR[p, i]·(DC·w_row)[q]``, columns ``(DR·w_col)[p]·DC[q, j]``."""
+    R, C = DR.shape[0], DCt.shape[0]
+    ke = w.size
+    dc0, dc1 = DCt[0], DCt[C - 1]
+    a0, a1 = np.zeros(C), np.zeros(C)
+    for j in range(C):
+        wa, wb, Dj = w[j], w[ke - C + j], DCt[j]
+        for q in range(C):
+            a0[q] += wa * Dj[q]
+            a1[q] += wb * Dj[q]
+    b0, b1 = np.zeros(R), np.zeros(R)
+    for i in range(1, R - 1):
+        wa, wb, Di = w[C + 2 * (i - 1)], w[C + 2 * (i - 1) + 1], DRt[i]
+        for p in range(R):
+            b0[p] += wa * Di[p]
+            b1[p] += wb * Di[p]
+    for p in range(R):
+        x0, x1, e0, e1, o = DR[p, 0], DR[p, R - 1], b0[p], b1[p], out[p]
+        for q in range(C):
+            o[q] = x0 * a0[q] + x1 * a1[q] + e0 * dc0[q] + e1 * dc1[q]
 
 
 @_jit_reassoc
@@ -183,73 +252,16 @@ def edge_correction(y2: np.ndarray, g: np.ndarray, DR: np.ndarray, DRt: np.ndarr
                     Ry: np.ndarray, Rw: np.ndarray, y0: np.ndarray, w: np.ndarray, r: np.ndarray,
                     wh: np.ndarray) -> None:
     """The whole Woodbury step of a solve (``SpectralSolver.solve_modal``) in one call: the uncorrected solution's
-    values on the border cells of the last two layers from their modes ``y2`` (``y0``, border order: row 0, the
-    (west, east) pairs of rows 1..R−2, row R−1), the edge weights ``w`` and ring temperatures ``r``
-    (``edge_weights``), and the weights back in modes (``wh``, the source added to the last two rows).
-
-    Separable transforms with ``X = DRᵀ·X̂·DC`` and ``X̂ = DR·X·DCᵀ``: a border row is ``(DR[:, i]ᵀ·Ŷ)·DC``, a
-    border column ``DRᵀ·(Ŷ·DC[:, j])``; back, rows contribute ``DR[p, i]·(DC·w_row)[q]`` and columns
-    ``(DR·w_col)[p]·DC[q, j]`` (O(R·C) per layer instead of a layer's DCT)."""
+    values on the border cells of the last two layers from their modes ``y2`` (``y0``, ``border_values``), the edge
+    weights ``w`` and ring temperatures ``r`` (``edge_weights``), and the weights back in modes (``wh``,
+    ``border_to_modes``: the source added to the last two rows)."""
     R, C = DR.shape[0], DC.shape[0]
     ke = 2 * C + 2 * (R - 2)
-    dc0, dc1 = DCt[0], DCt[C - 1]  # DC[:, 0], DC[:, C-1]
     for layer in range(2):
-        Y = y2[layer].reshape((R, C))
-        base = layer * ke
-        z0, z1 = np.zeros(C), np.zeros(C)
-        for p in range(R):
-            a0, a1, Yp = DR[p, 0], DR[p, R - 1], Y[p]
-            for q in range(C):
-                z0[q] += a0 * Yp[q]
-                z1[q] += a1 * Yp[q]
-        v0, v1 = np.zeros(C), np.zeros(C)
-        for q in range(C):
-            b0, b1, Dq = z0[q], z1[q], DC[q]
-            for j in range(C):
-                v0[j] += b0 * Dq[j]
-                v1[j] += b1 * Dq[j]
-        for j in range(C):
-            y0[base + j] = v0[j]
-            y0[base + ke - C + j] = v1[j]
-        u0, u1 = np.empty(R), np.empty(R)
-        for p in range(R):
-            Yp = Y[p]
-            s0 = 0.0
-            s1 = 0.0
-            for q in range(C):
-                s0 += Yp[q] * dc0[q]
-                s1 += Yp[q] * dc1[q]
-            u0[p] = s0
-            u1[p] = s1
-        c0, c1 = np.zeros(R), np.zeros(R)
-        for p in range(R):
-            Dp, a, b = DR[p], u0[p], u1[p]
-            for i in range(R):
-                c0[i] += Dp[i] * a
-                c1[i] += Dp[i] * b
-        for i in range(1, R - 1):
-            y0[base + C + 2 * (i - 1)] = c0[i]
-            y0[base + C + 2 * (i - 1) + 1] = c1[i]
+        border_values(y2[layer].reshape((R, C)), DR, DC, DCt, y0[layer * ke:(layer + 1) * ke])
     edge_weights(y0, g, kd, koff, koff_sum, Wg, R_inv, Ry, Rw, w, r)
     for layer in range(2):
-        base = layer * ke
-        a0, a1 = np.zeros(C), np.zeros(C)
-        for j in range(C):
-            wa, wb, Dj = w[base + j], w[base + ke - C + j], DCt[j]
-            for q in range(C):
-                a0[q] += wa * Dj[q]
-                a1[q] += wb * Dj[q]
-        b0, b1 = np.zeros(R), np.zeros(R)
-        for i in range(1, R - 1):
-            wa, wb, Di = w[base + C + 2 * (i - 1)], w[base + C + 2 * (i - 1) + 1], DRt[i]
-            for p in range(R):
-                b0[p] += wa * Di[p]
-                b1[p] += wb * Di[p]
-        out = wh[layer].reshape((R, C))
-        for p in range(R):
-            x0, x1, e0, e1, o = DR[p, 0], DR[p, R - 1], b0[p], b1[p], out[p]
-            for q in range(C):
-                o[q] = x0 * a0[q] + x1 * a1[q] + e0 * dc0[q] + e1 * dc1[q]
+        border_to_modes(w[layer * ke:(layer + 1) * ke], DR, DRt, DCt, wh[layer].reshape((R, C)))
 
 
 def warm_up() -> None:

@@ -102,6 +102,12 @@ class ThermalModelConfig(StrictModel):
     grid: tuple[PositiveInt, PositiveInt] = (64, 64)
     variant: Literal["physical", "hotspot"] = "physical"  # see services/thermal: named variants of one builder
     solver: Literal["auto", "spectral", "sparse"] = "auto"
+    # window step: "exponential" is exact in time for the window's constant power up to the rational approximation
+    # of exp of degree exp_degree (|error| <= 2.0e-6 x the distance to the window's steady state at 6; cost
+    # exp_degree/2 complex solves whatever the window length); "trbdf2" is TR-BDF2 with ceil(window/max_substep_ms)
+    # sub-steps (second order; 6e-4 x that distance at 0.25 ms). services/thermal/solvers.py
+    integrator: Literal["exponential", "trbdf2"] = "exponential"
+    exp_degree: Literal[2, 4, 6, 8, 10, 12, 14] = 6
     max_substep_ms: PositiveFloat = 0.25
 
 

@@ -145,9 +145,12 @@ def test_spectral_agrees_with_sparse_on_a_rectangular_die(variant: str) -> None:
 
 @pytest.mark.parametrize("variant", ["physical", "hotspot"])
 def test_exponential_step_is_the_exact_solution(variant: str) -> None:
-    """Contour-quadrature exponential vs scipy's expm_multiply of −C⁻¹G; TR-BDF2 converges to it."""
+    """The rational exponential step vs scipy's expm_multiply of −C⁻¹G: within its bound max|r − exp|·|θ0 − θs|,
+    the same on the spectral and the sparse solver, and TR-BDF2 converges to it."""
     import scipy.sparse as sps
     from scipy.sparse.linalg import expm_multiply
+
+    from services.thermal.rational import exp_error
 
     m = build_model(small_arch(variant=variant))
     rng = np.random.default_rng(12)
@@ -160,7 +163,37 @@ def test_exponential_step_is_the_exact_solution(variant: str) -> None:
     Ts = solvers.steady(oracle, P)
     A = -(sps.diags(1.0 / m.net.capacitance) @ m.net.conductance)
     exact = Ts + expm_multiply(A * dt, T0 - Ts)
-    assert np.abs(a - exact).max() < 1e-5
+    dist = np.abs(T0 - Ts).max()
+    for degree in (4, 6, 8):
+        err = np.abs(solvers.step_exponential(fast, T0, P, dt, degree) - exact).max()
+        assert err < 2.0 * exp_error(degree) * dist + 1e-9  # the C-weighted norm bound, with a safety factor
+    assert np.abs(a - exact).max() < 1e-4
     e4 = np.abs(solvers.step(fast, T0, P, dt, 4) - exact).max()
     e16 = np.abs(solvers.step(fast, T0, P, dt, 16) - exact).max()
     assert e16 < e4 / 8 and e16 < 0.01
+
+
+def test_exponential_step_keeps_the_steady_state_and_reaches_it() -> None:
+    """``r(0) = 1``: from the steady state the step stays there for any window; a long window lands on it (to the
+    float32 rounding of the spectral solver's Woodbury part, ~3e-7 K at long windows)."""
+    m = build_model(small_arch())
+    P = m.node_power(*_random_power(16, 2, 64, 13))
+    Ts = solvers.steady(m.solver, P)
+    for dt in (1e-3, 1.0, 1e4):
+        assert np.abs(solvers.step_exponential(m.solver, Ts, P, dt) - Ts).max() < 1e-6
+    cold = np.full(m.net.n_nodes, m.net.ambient)
+    assert np.abs(solvers.step_exponential(m.solver, cold, P, 1e4) - Ts).max() < 1e-6
+    assert np.abs(solvers.step_exponential(m.solver, cold, P, 1e-3) - Ts).max() > 1.0
+
+
+def test_model_step_uses_the_configured_integrator() -> None:
+    base = small_arch()
+    tr = ArchConfig.model_validate({**base.model_dump(), "thermal": {**base.thermal.model_dump(),
+                                                                     "integrator": "trbdf2"}})
+    m_exp, m_tr = build_model(base), build_model(tr)
+    cw, bw = _random_power(16, 2, 64, 14)
+    T0 = np.full(m_exp.net.n_nodes, m_exp.net.ambient)
+    a, b = m_exp.step(T0, cw, bw, 3e-3), m_tr.step(T0, cw, bw, 3e-3)
+    assert np.array_equal(b, m_tr.step_trbdf2(T0, cw, bw, 3e-3, 12))  # ceil(3 / 0.25) sub-steps
+    assert np.array_equal(a, m_exp.step_exponential(T0, cw, bw, 3e-3, 6))
+    assert 0 < np.abs(a - b).max() < 0.05  # two integrators of one network: close, not identical

@@ -1,5 +1,6 @@
-"""The compiled passes of the spectral TR-BDF2 step against plain numpy / dense linear algebra, and the whole step
-against the sparse oracle on the default stack (where the float32 Woodbury part and the fused passes run)."""
+"""The compiled passes of the spectral TR-BDF2 and exponential steps against plain numpy / dense linear algebra, and
+the whole steps against the sparse oracle or the per-pole modal solves on the default stack (where the float32
+Woodbury parts and the chunked passes run)."""
 
 from __future__ import annotations
 
@@ -149,5 +150,67 @@ def test_model_step_from_block_powers_equals_the_node_power_step(arch: ArchConfi
     cw, bw = 3.0 * rng.random(m.n_cores), 0.01 * rng.random((len(m.dram_layers), m.n_banks_per_layer))
     T0 = m.net.ambient + 10.0 * rng.random(m.net.n_nodes)
     via_nodes = solvers.step(m.solver, T0, m.node_power(cw, bw), 1e-3, 4)
-    assert np.abs(m.step(T0, cw, bw, 1e-3, 4) - via_nodes).max() < 1e-9
+    assert np.abs(m.step_trbdf2(T0, cw, bw, 1e-3, 4) - via_nodes).max() < 1e-9
     assert np.abs(via_nodes - T0).max() > 0.1
+    # the default integrator: the exponential step, its power in modes without the ambient term
+    exp_nodes = solvers.step_exponential(m.solver, T0, m.node_power(cw, bw), 3e-3, 6)
+    assert np.abs(m.step(T0, cw, bw, 3e-3) - exp_nodes).max() < 1e-9
+    assert np.abs(exp_nodes - T0).max() > 0.1
+
+
+def _modal_exponential(fast: SpectralSolver, T0: np.ndarray, P: np.ndarray, dt: float, degree: int) -> np.ndarray:
+    """``solvers.step_exponential`` written with ``solve_modal`` per pole (numpy; checked against the sparse LU on
+    the small stacks by tests/thermal/test_model.py)."""
+    from services.thermal.rational import exp_poles
+
+    net = fast.net
+    th, tr = fast.to_modes(T0 - net.ambient)
+    ph, pr = fast.to_modes(P)
+    acc_h, acc_r = np.zeros(th.shape), np.zeros(tr.shape)
+    for z, c in zip(*exp_poles(degree), strict=True):
+        a = z / dt
+        yh, r = fast.solve_modal(a, fast._cap_layer[:, None] * th + ph / a, net.ring_cap * tr + pr / a)
+        acc_h += (c * yh).real
+        acc_r += (c * r).real
+    out: np.ndarray = net.ambient - (2.0 / dt) * fast.from_modes(acc_h, acc_r)
+    return out
+
+
+@pytest.mark.parametrize("dt", [1e-3, 0.5])
+def test_default_stack_exponential_kernels_equal_the_modal_solves(
+        default_stack: tuple[SpectralSolver, solvers.SparseSolver, np.ndarray, np.ndarray], dt: float) -> None:
+    """The compiled exponential step (several chunks of modes, complex64 Woodbury part) against one ``solve_modal``
+    per pole; the sparse LU of the default stack's complex shifts is too big for the test suite (2.7 GB, 40 s)."""
+    fast, _, P, T0 = default_stack
+    got = solvers.step_exponential(fast, T0, P, dt)
+    assert np.abs(got - _modal_exponential(fast, T0, P, dt, 6)).max() < 1e-6
+    assert np.abs(got - T0).max() > 1.0
+
+
+def test_concurrent_exponential_steps_equal_sequential_ones(
+        default_stack: tuple[SpectralSolver, solvers.SparseSolver, np.ndarray, np.ndarray]) -> None:
+    """Each thread has its own scratch arrays (``SpectralSolver._exp_workspace``)."""
+    fast, _, P, T0 = default_stack
+    inputs = [(T0 + d, P * s) for d, s in ((0.0, 1.0), (3.0, 0.5), (-2.0, 2.0), (1.0, 0.0))]
+    sequential = [solvers.step_exponential(fast, T, p, 3e-3) for T, p in inputs]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        concurrent = list(pool.map(lambda tp: solvers.step_exponential(fast, tp[0], tp[1], 3e-3), inputs))
+    for a, b in zip(sequential, concurrent, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_sym_matvec_equals_the_dense_product() -> None:
+    from services.thermal.exp_kernels import sym_matvec
+
+    rng = np.random.default_rng(11)
+    k = 37
+    A = (rng.standard_normal((k, k)) + 1j * rng.standard_normal((k, k))).astype(np.complex64)
+    A = A + A.T
+    np.fill_diagonal(A, 0.0)
+    x = (rng.standard_normal(k) + 1j * rng.standard_normal(k)).astype(np.complex64)
+    upper = A[np.triu_indices(k, 1)]
+    y_r, y_i = np.empty(k, np.float32), np.empty(k, np.float32)
+    sym_matvec(np.ascontiguousarray(upper.real), np.ascontiguousarray(upper.imag),
+               np.ascontiguousarray(x.real), np.ascontiguousarray(x.imag), y_r, y_i)
+    want = A.astype(np.complex128) @ x.astype(np.complex128)
+    np.testing.assert_allclose(y_r + 1j * y_i, want, rtol=0, atol=1e-4 * np.abs(want).max())
