@@ -155,7 +155,6 @@ def sym_matvec(u_r: np.ndarray, u_i: np.ndarray, x_r: np.ndarray, x_i: np.ndarra
         yr, yi = y_r[e + 1:], y_i[e + 1:]
         for t in range(n):
             yr[t] += ur[t] * xe_r - ui[t] * xe_i
-        for t in range(n):
             yi[t] += ur[t] * xe_i + ui[t] * xe_r
         a += n
 

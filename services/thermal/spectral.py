@@ -234,8 +234,15 @@ class SpectralSolver:
 
     def from_modes(self, xh: np.ndarray, r: np.ndarray) -> np.ndarray:
         L, R, C = self.shape
-        x = self._idct_layers(np.asarray(xh).reshape(L, R, C)).reshape(-1)
-        return np.concatenate([x, r])
+        nc = self.net.n_cells
+        out = np.empty(nc + r.size)
+        Xh = np.asarray(xh).reshape(L, R, C)
+        if self._gemm_dct:  # the inverse DCT written straight into the node vector (no concatenation copy)
+            np.matmul(self._DRt, (Xh.reshape(L * R, C) @ self._DC).reshape(L, R, C), out=out[:nc].reshape(L, R, C))
+        else:
+            out[:nc] = self._idct_layers(Xh).reshape(-1)
+        out[nc:] = r
+        return out
 
     def _modes_to_edges(self, yh2: np.ndarray) -> np.ndarray:
         """Real-space values on the border cells (border order) of two layers given in modes (2, P) -> (2·ke,).
