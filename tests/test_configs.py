@@ -19,6 +19,7 @@ def test_shipped_configs_load_with_seed_values() -> None:
     stack = arch.geometry.expanded_stack()
     assert [layer.kind for layer in stack] == ["logic"] + ["dram"] * 8 + ["tim"]
     assert arch.geometry.cooling.h_wmk2k == 10000
+    assert (arch.thermal.integrator, arch.thermal.exp_degree) == ("exponential", 6)
     mix = load_workload(CONFIGS / "workload_mixtral_8x7b.yaml")
     assert (mix.routing.topk, mix.routing.zipf_s, mix.sequence.steps) == (2, 1.2, 500)
     ds = load_workload(CONFIGS / "workload_deepseek_v2.yaml")
@@ -35,6 +36,8 @@ def test_shipped_configs_load_with_seed_values() -> None:
         ({"dram": {"page_kb": -1}}, "dram.page_kb", "must be > 0"),
         ({"mesh": {"cores": "eight"}}, "mesh.cores", ""),
         ({"dvfs": {"domains": [{"steps_ghz": [2.0, 1.0], "trip_c": [80, 90]}]}}, "dvfs.domains[0]", "one entry fewer"),
+        ({"thermal": {"exp_degree": 5}}, "thermal.exp_degree", "6"),
+        ({"thermal": {"integrator": "rk4"}}, "thermal.integrator", "exponential"),
     ],
 )
 def test_bad_arch_names_the_field(data: dict[str, object], field: str, message: str) -> None:

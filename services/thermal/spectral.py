@@ -13,9 +13,10 @@ Split ``alpha·C + G`` into
 
 A solve in mode space (``solve_modal``) is one tridiagonal sweep over all modes, two separable edge transforms
 (O(n²) each) and one k × k mat-vec; ``solve`` adds one forward and one inverse DCT of the stack (two matrix
-products per layer up to 128 × 128 cells). The TR-BDF2 window step (``step_trbdf2``, the service's hot path) runs
-entirely in mode space, DCTs only at its ends, with compiled fused passes (``spectral_kernels``) and the off-diagonal
-part of the k × k Woodbury matrix in float32. Exact to round-off against the sparse LU (tests: 1e-6 K; measured
+products per layer up to 128 × 128 cells). Both window steps run entirely in mode space, DCTs only at their ends:
+the exponential step (``step_exponential_modes``, the service's default: one complex solve per pole, all poles in
+two compiled passes, ``exp_kernels``) and the TR-BDF2 step (``step_trbdf2_modes``: two real solves per sub-step,
+compiled fused passes, ``spectral_kernels``); the off-diagonal part of the k × k Woodbury matrix is in float32. Exact to round-off against the sparse LU (tests: 1e-6 K; measured
 ~1e-10 K); factorisations are cached per shift ``alpha`` (complex shifts serve the exponential step).
 """
 
