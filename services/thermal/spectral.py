@@ -229,16 +229,18 @@ class SpectralSolver:
         return res
 
     def to_modes(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Cell modes (L, P) and ring values (12,) of a node vector (real, or complex: the DCT is real)."""
         L, R, C = self.shape
         nc = self.net.n_cells
-        vh = self._dct_layers(np.asarray(v[:nc], dtype=np.float64).reshape(L, R, C))
-        return vh.reshape(L, R * C), np.array(v[nc:], dtype=np.float64)
+        dtype = np.result_type(v, np.float64)
+        vh = self._dct_layers(np.asarray(v[:nc], dtype=dtype).reshape(L, R, C))
+        return vh.reshape(L, R * C), np.array(v[nc:], dtype=dtype)
 
     def from_modes(self, xh: np.ndarray, r: np.ndarray) -> np.ndarray:
         L, R, C = self.shape
         nc = self.net.n_cells
-        out = np.empty(nc + r.size)
         Xh = np.asarray(xh).reshape(L, R, C)
+        out = np.empty(nc + r.size, dtype=np.result_type(Xh, r, np.float64))
         if self._gemm_dct:  # the inverse DCT written straight into the node vector (no concatenation copy)
             np.matmul(self._DRt, (Xh.reshape(L * R, C) @ self._DC).reshape(L, R, C), out=out[:nc].reshape(L, R, C))
         else:

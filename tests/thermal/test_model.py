@@ -173,6 +173,18 @@ def test_exponential_step_is_the_exact_solution(variant: str) -> None:
     assert e16 < e4 / 8 and e16 < 0.01
 
 
+def test_spectral_complex_shifted_solve_equals_the_sparse_lu() -> None:
+    """``solve`` with a complex shift and a complex right-hand side (the exponential step's building block)."""
+    m = build_model(small_arch())
+    rng = np.random.default_rng(15)
+    rhs = rng.standard_normal(m.net.n_nodes) + 1j * rng.standard_normal(m.net.n_nodes)
+    alpha = (1.2 + 3.6j) / 3e-3
+    a = SpectralSolver(m.net).solve(alpha, rhs)
+    b = solvers.SparseSolver(m.net).solve(alpha, rhs)
+    assert np.abs(b.imag).max() > 1e-6  # the imaginary parts matter
+    assert np.abs(a - b).max() < 1e-9 * np.abs(b).max()
+
+
 def test_exponential_step_keeps_the_steady_state_and_reaches_it() -> None:
     """``r(0) = 1``: from the steady state the step stays there for any window; a long window lands on it (to the
     float32 rounding of the spectral solver's Woodbury part, ~3e-7 K at long windows)."""
