@@ -64,18 +64,20 @@ def forward(theta: np.ndarray, ph: np.ndarray, cap: np.ndarray, off: np.ndarray,
         for pole in range(q_r.size):
             ir, ii, xr, xi = inv_r[pole], inv_i[pole], x_r[pole], x_i[pole]
             _eliminate_chunk(theta, ph, cap, off, ir, ii, q_r[pole], q_i[pole], p0, n, xr, xi)
+            # y_last = x[L−1]·inv[L−1], y_prev = x[L−2]·inv[L−2] − m[L−2]·y_last, row by row (vectorised)
             o = off[L - 2]
-            out = y2[pole]
-            for p in range(p0, p0 + n):
-                # y_last = x[L−1]·inv[L−1]
-                l_r = xr[L - 1, p] * ir[L - 1, p] - xi[L - 1, p] * ii[L - 1, p]
-                l_i = xr[L - 1, p] * ii[L - 1, p] + xi[L - 1, p] * ir[L - 1, p]
-                # y_prev = x[L−2]·inv[L−2] − m[L−2]·y_last
-                m_r, m_i = o * ir[L - 2, p], o * ii[L - 2, p]
-                out[0, p] = xr[L - 2, p] * ir[L - 2, p] - xi[L - 2, p] * ii[L - 2, p] - (m_r * l_r - m_i * l_i)
-                out[1, p] = xr[L - 2, p] * ii[L - 2, p] + xi[L - 2, p] * ir[L - 2, p] - (m_r * l_i + m_i * l_r)
-                out[2, p] = l_r
-                out[3, p] = l_i
+            x1r, x1i, i1r, i1i = xr[L - 1, p0:p0 + n], xi[L - 1, p0:p0 + n], ir[L - 1, p0:p0 + n], ii[L - 1, p0:p0 + n]
+            x2r, x2i, i2r, i2i = xr[L - 2, p0:p0 + n], xi[L - 2, p0:p0 + n], ir[L - 2, p0:p0 + n], ii[L - 2, p0:p0 + n]
+            yr2, yi2, yr1, yi1 = (y2[pole, 0, p0:p0 + n], y2[pole, 1, p0:p0 + n], y2[pole, 2, p0:p0 + n],
+                                  y2[pole, 3, p0:p0 + n])
+            for k in range(n):
+                yr1[k] = x1r[k] * i1r[k] - x1i[k] * i1i[k]
+            for k in range(n):
+                yi1[k] = x1r[k] * i1i[k] + x1i[k] * i1r[k]
+            for k in range(n):
+                yr2[k] = x2r[k] * i2r[k] - x2i[k] * i2i[k] - ((o * i2r[k]) * yr1[k] - (o * i2i[k]) * yi1[k])
+            for k in range(n):
+                yi2[k] = x2r[k] * i2i[k] + x2i[k] * i2r[k] - ((o * i2r[k]) * yi1[k] + (o * i2i[k]) * yr1[k])
 
 
 @_jit
@@ -94,20 +96,27 @@ def backward(x_r: np.ndarray, x_i: np.ndarray, off: np.ndarray, inv_r: np.ndarra
             br, bi = b_r[pole], b_i[pole]
             w = wh[pole]
             o = off[L - 2]
-            # the correction, then the last two rows of the back substitution
+            # the correction, then the last two rows of the back substitution, row by row (vectorised):
+            # a = x[L−1] + wh1 − m[L−2]·wh0 (in the rows of s[L−2] until they are written), s[L−1] = a·inv[L−1],
+            # s[L−2] = (x[L−2] + wh0)·inv[L−2] − m[L−2]·s[L−1]
+            x1r, x1i, i1r, i1i = xr[L - 1, p0:p0 + n], xi[L - 1, p0:p0 + n], ir[L - 1, p0:p0 + n], ii[L - 1, p0:p0 + n]
+            x2r, x2i, i2r, i2i = xr[L - 2, p0:p0 + n], xi[L - 2, p0:p0 + n], ir[L - 2, p0:p0 + n], ii[L - 2, p0:p0 + n]
+            w0r, w0i, w1r, w1i = w[0, p0:p0 + n], w[1, p0:p0 + n], w[2, p0:p0 + n], w[3, p0:p0 + n]
+            s1r, s1i, s2r, s2i = sr[L - 1, :n], si[L - 1, :n], sr[L - 2, :n], si[L - 2, :n]
             for k in range(n):
-                p = p0 + k
-                m_r, m_i = o * ir[L - 2, p], o * ii[L - 2, p]
-                w0r, w0i, w1r, w1i = w[0, p], w[1, p], w[2, p], w[3, p]
-                a_r = xr[L - 1, p] + w1r - (m_r * w0r - m_i * w0i)
-                a_i = xi[L - 1, p] + w1i - (m_r * w0i + m_i * w0r)
-                s_r = a_r * ir[L - 1, p] - a_i * ii[L - 1, p]
-                s_i = a_r * ii[L - 1, p] + a_i * ir[L - 1, p]
-                sr[L - 1, k], si[L - 1, k] = s_r, s_i
-                b2_r = xr[L - 2, p] + w0r
-                b2_i = xi[L - 2, p] + w0i
-                sr[L - 2, k] = b2_r * ir[L - 2, p] - b2_i * ii[L - 2, p] - (m_r * s_r - m_i * s_i)
-                si[L - 2, k] = b2_r * ii[L - 2, p] + b2_i * ir[L - 2, p] - (m_r * s_i + m_i * s_r)
+                s2r[k] = x1r[k] + w1r[k] - ((o * i2r[k]) * w0r[k] - (o * i2i[k]) * w0i[k])
+            for k in range(n):
+                s2i[k] = x1i[k] + w1i[k] - ((o * i2r[k]) * w0i[k] + (o * i2i[k]) * w0r[k])
+            for k in range(n):
+                s1r[k] = s2r[k] * i1r[k] - s2i[k] * i1i[k]
+            for k in range(n):
+                s1i[k] = s2r[k] * i1i[k] + s2i[k] * i1r[k]
+            for k in range(n):
+                s2r[k] = ((x2r[k] + w0r[k]) * i2r[k] - (x2i[k] + w0i[k]) * i2i[k]
+                          - ((o * i2r[k]) * s1r[k] - (o * i2i[k]) * s1i[k]))
+            for k in range(n):
+                s2i[k] = ((x2r[k] + w0r[k]) * i2i[k] + (x2i[k] + w0i[k]) * i2r[k]
+                          - ((o * i2r[k]) * s1i[k] + (o * i2i[k]) * s1r[k]))
             for layer in range(L - 1, -1, -1):
                 t_r, t_i = sr[layer, :n], si[layer, :n]
                 if layer < L - 2:
