@@ -21,7 +21,7 @@ import numpy as np
 
 from services.thermal.spectral_kernels import _jit, _jit_reassoc, border_to_modes, border_values
 
-CHUNK = 512  # modes per block: theta0's and the power's rows of a block (2 x 12 layers x 512 x 8 B) stay in L2 for all poles
+CHUNK = 512  # modes per block: theta0's and the power's rows of a block (2 x 12 x 512 x 8 B) stay in L2 for all poles
 
 
 @_jit
