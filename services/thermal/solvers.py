@@ -28,6 +28,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from services.thermal.network import RCNetwork
+from services.thermal.rational import exp_poles
 
 GAMMA = 2.0 - math.sqrt(2.0)
 D_TRBDF2 = 1.0 - 1.0 / math.sqrt(2.0)  # = γ/2 = (1−γ)/(2−γ)
@@ -127,8 +128,6 @@ def step_exponential(solver: Solver, T: np.ndarray, p_nodes: np.ndarray, dt: flo
     ``θ(dt) = r(−dt·A)·θ0 + (I − r(−dt·A))·θ_s = −(2/dt)·Re Σ_k c_k·(G + α_k·C)⁻¹·(C·θ0 + P/α_k)``, using
     ``(G + αC)⁻¹·C·G⁻¹ = (G⁻¹ − (G + αC)⁻¹)/α`` and ``Σ_k c_k/z_k = −r(0) = −1``: ``degree/2`` complex shifted solves
     and no steady solve, independent of ``dt``. Error ≤ ``max|r − exp|·|θ0 − θ_s|`` (``rational.exp_error``)."""
-    from services.thermal.rational import exp_poles
-
     net = solver.net
     modal = getattr(solver, "step_exponential", None)
     if modal is not None:  # the spectral solver runs the same scheme in mode space

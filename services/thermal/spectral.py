@@ -30,8 +30,9 @@ import numpy as np
 import scipy.fft as sfft
 
 from services.thermal.network import N_RING, RCNetwork
+from services.thermal.rational import exp_poles
 
-MAX_FACTORS = 24  # cached shifts per solver: 0 (steady), 1/(d·h) (TR-BDF2), the contour nodes (exponential step)
+MAX_FACTORS = 24  # cached shifts per solver: 0 (steady), 1/(d·h) (TR-BDF2), z_k/dt (the exponential step's poles)
 
 
 def _dct_matrix(n: int) -> np.ndarray:
@@ -42,6 +43,14 @@ def _dct_matrix(n: int) -> np.ndarray:
     D[0] /= np.sqrt(2.0)
     out: np.ndarray = D
     return out
+
+
+def _split_k(K: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``K = diag(kd) + Koff``: ``kd``, ``Koff`` (zero diagonal) and ``Koff·1``, in K's precision. Both window steps
+    store ``Koff`` in float32 and apply it to the edge values minus their mean, the mean through ``Koff·1``."""
+    kd = np.ascontiguousarray(np.diag(K))
+    off = K - np.diag(kd)
+    return kd, off, off.sum(axis=1)
 
 
 @dataclass
@@ -324,9 +333,8 @@ class SpectralSolver:
         with self._lock:
             hit = self._k32.get(alpha)
             if hit is None:
-                kd = np.ascontiguousarray(np.diag(fac.K).real.astype(np.float64))
-                off = np.asarray(fac.K.real - np.diag(kd))
-                hit = (kd, np.ascontiguousarray(off, dtype=np.float32), off.sum(axis=1))
+                kd, off, off_sum = _split_k(np.asarray(fac.K.real, dtype=np.float64))
+                hit = (kd, np.ascontiguousarray(off, dtype=np.float32), off_sum)
                 self._k32[alpha] = hit
                 while len(self._k32) > MAX_FACTORS:
                     self._k32.pop(next(iter(self._k32)))
@@ -346,8 +354,6 @@ class SpectralSolver:
         """The factors of the exponential step's shifts ``α_k = z_k/dt`` (``rational.exp_poles``), the reciprocal
         pivots split into real and imaginary arrays (poles, L, P), ``q_k = 1/α_k`` and the weights
         ``β_k = −(2/dt)·c_k``; cached per (dt, degree)."""
-        from services.thermal.rational import exp_poles
-
         key = (dt, degree)
         with self._lock:
             hit = self._exp.get(key)
@@ -360,11 +366,10 @@ class SpectralSolver:
         beta = -(2.0 / dt) * np.array(residues)
         k_split = []
         for f in facs:
-            kd = np.ascontiguousarray(np.diag(f.K))
-            off = f.K - np.diag(kd)
+            kd, off, off_sum = _split_k(f.K)
             upper = off[np.triu_indices(kd.size, 1)]  # row by row; K is complex symmetric (E and S are)
             k_split.append((kd, np.ascontiguousarray(upper.real, dtype=np.float32),
-                            np.ascontiguousarray(upper.imag, dtype=np.float32), off.sum(axis=1)))
+                            np.ascontiguousarray(upper.imag, dtype=np.float32), off_sum))
         data = _ExpData(facs, tuple(k_split), np.ascontiguousarray(np.stack([f.inv_dd.real for f in facs])),
                         np.ascontiguousarray(np.stack([f.inv_dd.imag for f in facs])), q,
                         np.ascontiguousarray(q.real), np.ascontiguousarray(q.imag), beta,
@@ -419,8 +424,9 @@ class SpectralSolver:
         r = np.empty(tr.size, dtype=np.complex128)
         ring = np.zeros(tr.size)
         rcap = self.net.ring_cap * tr
+        pr = np.asarray(pr, dtype=np.float64)
         for k, fac in enumerate(d.facs):
-            g = rcap + d.q[k] * np.asarray(pr, dtype=np.float64)
+            g = rcap + d.q[k] * pr
             kd, koff_r, koff_i, koff_sum = d.k_split[k]
             edge(y2[k], g, self._DR, self._DRt, self._DC, self._DCt, kd, koff_r, koff_i, koff_sum, fac.Wg, fac.R_inv,
                  fac.Ry, fac.Rw, wh[k], r)
