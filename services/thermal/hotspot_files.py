@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from services.thermal import hotspot
-from services.thermal.hotspot_io import parse_config_pairs, parse_lcf, parse_temp_file
+from services.thermal.hotspot_io import parse_lcf, parse_temp_file
 from services.thermal.model import HOTSPOT_C_CONVEC, KELVIN, get_model
 from shared.configs import ArchConfig
 from shared.errors import BadInput, UpstreamError
@@ -104,43 +104,86 @@ def _write_files(d: Path, files: dict[str, str]) -> None:
         (d / name).write_text(text)
 
 
+_OUTPUTS = ("o", "steady_file", "grid_steady_file")
+
+
+def _plain(name: str, value: str) -> str:
+    """A file option's value must be a plain name (no directory part, no leading dot)."""
+    if not value or not set(value) <= SAFE_NAME or value.startswith("."):
+        raise BadInput(f"-{name} must be a plain file name (letters, digits, '.', '_', '-')", field=name)
+    return value
+
+
+def _confined_options(d: Path, files: dict[str, str], args: list[str]) -> hotspot.HotspotOptions:
+    """HotSpot's options resolved once, the way ``hotspot.parse_options`` resolves them (the ``-c`` config file, then
+    the command line over it), and every file option checked *after* resolution, wherever it came from.
+
+    - No option may be given twice on the command line: HotSpot and our CLI would disagree on which one counts.
+    - Every file option (``-c -f -p -o -init_file -steady_file -grid_layer_file -grid_steady_file``), from the command
+      line or the config file, is a plain name: an input among the uploaded ``files``, an output a new name. It is
+      rewritten to its path inside the scratch directory ``d`` before the run, so nothing is read or written outside.
+    - Every floorplan named in the effective layer file is a plain name among the uploaded files.
+    Nothing of a file's content is echoed unless the user uploaded that file."""
+    if len(args) % 2:
+        raise BadInput("options come in '-name value' pairs", field="args")
+    seen: set[str] = set()
+    for k in range(0, len(args), 2):
+        if not args[k].startswith("-"):
+            raise BadInput(f"expected an option '-name', got {args[k]!r}", field="args")
+        name = args[k].lstrip("-")
+        if name in seen:
+            raise BadInput(f"option -{name} is given twice", field=name)
+        seen.add(name)
+    cmd = {args[k].lstrip("-"): args[k + 1] for k in range(0, len(args), 2)}
+    cfg_name = cmd.get("c")
+    if cfg_name is not None and _plain("c", cfg_name) not in files:
+        raise BadInput(f"-c {cfg_name}: no such file among the uploaded files", field="c")
+    argv = [x for k, v in cmd.items() for x in (f"-{k}", str(d / v) if k == "c" else v)]
+    opts = hotspot.parse_options(argv)  # reads the config file from d: the same resolution the run uses
+    resolved = dict(opts.values)
+    outputs: set[str] = set()
+    for name in hotspot._FILES:
+        value = resolved.get(name)
+        if value is None:
+            continue
+        if name == "c":
+            continue  # already checked and rewritten above
+        _plain(name, value)
+        if name in _OUTPUTS:
+            if value in files or value in outputs:
+                raise BadInput(f"-{name} {value}: an output may not overwrite an input or another output",
+                               field=name)
+            outputs.add(value)
+        elif value not in files:
+            raise BadInput(f"-{name} {value}: no such file among the uploaded files", field=name)
+        resolved[name] = str(d / value)
+    lcf = resolved.get("grid_layer_file")
+    if lcf is not None:
+        for layer in parse_lcf(files[Path(lcf).name], "grid_layer_file"):
+            if not set(layer.flp_file) <= SAFE_NAME or layer.flp_file.startswith(".") \
+                    or layer.flp_file not in files:
+                raise BadInput(f"layer {layer.no}: floorplan {layer.flp_file} is not among the uploaded files",
+                               field=f"layer {layer.no}")
+    for path in (Path(v) for k, v in resolved.items() if k in hotspot._FILES):
+        if path.resolve().parent != d.resolve():  # belt and braces: every file the run touches is in d
+            raise BadInput(f"{path.name}: outside the scratch directory", field="args")
+    return hotspot.HotspotOptions(resolved)
+
+
 def import_and_solve(files: dict[str, str], args: list[str]) -> dict[str, str]:
-    """Run ``tasmoe hotspot <args>`` on the given files in a scratch directory and return the output files it wrote
-    (name -> text). Every file option (``-c -f -p -o -init_file -steady_file -grid_layer_file -grid_steady_file``)
-    and every floorplan named in the layer file must be a plain name: inputs among ``files``, outputs new."""
+    """Run ``tasmoe hotspot <args>`` on the given files in a per-request scratch directory and return the output files
+    it wrote (name -> text). File options are confined to the scratch directory (``_confined_options``)."""
     with tempfile.TemporaryDirectory(prefix="tasmoe-hotspot-") as tmp:
         d = Path(tmp)
         _write_files(d, files)
-        if len(args) % 2:
-            raise BadInput("options come in '-name value' pairs", field="args")
-        argv: list[str] = []
-        outputs: list[str] = []
-        for k in range(0, len(args), 2):
-            name, value = args[k].lstrip("-"), args[k + 1]
-            if name in hotspot._FILES:
-                if not set(value) <= SAFE_NAME or value.startswith("."):
-                    raise BadInput(f"-{name} must be a plain file name", field=name)
-                if name in ("o", "steady_file", "grid_steady_file"):
-                    outputs.append(value)
-                elif value not in files:
-                    raise BadInput(f"-{name} {value}: no such file among the uploaded files", field=name)
-                value = str(d / value)
-            argv += [f"-{name}", value]
-        lcf = files.get(next((args[k + 1] for k in range(0, len(args), 2)
-                              if args[k].lstrip("-") == "grid_layer_file"), ""))
-        if lcf is not None:
-            for layer in parse_lcf(lcf, "grid_layer_file"):
-                if layer.flp_file not in files:
-                    raise BadInput(f"layer {layer.no}: floorplan {layer.flp_file} is not among the uploaded files",
-                                   field=f"layer {layer.no}")
-        cfg_name = next((args[k + 1] for k in range(0, len(args), 2) if args[k].lstrip("-") == "c"), None)
-        if cfg_name is not None:
-            for name, _ in parse_config_pairs(files[cfg_name], cfg_name):
-                if name in hotspot._FILES:
-                    raise BadInput(f"{cfg_name}: give -{name} on the command line, not in the config file",
-                                   field=name)
-        hotspot.main(argv)
-        return {name: (d / name).read_text() for name in outputs if (d / name).exists()}
+        try:
+            opts = _confined_options(d, files, args)
+            res = hotspot.run(opts)
+            written = hotspot.write_outputs(opts, res)
+        except BadInput as exc:  # messages name files as the user did, not by their server path
+            scrubbed = exc.message.replace(f"{d}/", "").replace(str(d), ".")
+            raise BadInput(scrubbed, field=exc.field) from None
+        return {p.name: p.read_text() for p in written}
 
 
 def run_hotspot(files: dict[str, str], binary: str = "hotspot") -> dict[str, float]:

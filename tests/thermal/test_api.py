@@ -205,3 +205,57 @@ def test_influence_matrix_is_exactly_symmetric_and_the_same_from_both_solvers() 
         assert np.array_equal(H, H[np.ix_(perm, perm)])
     assert np.array_equal(H, H.T)
     assert np.array_equal(H, influence_for_model(get_model(small_arch(solver="sparse"))))
+
+
+def _exported_files(client: TestClient) -> tuple[dict[str, str], list[str]]:
+    body = {"arch": small_arch(variant="hotspot").model_dump(mode="json"), "core_w": [1.0] * 16}
+    files = client.post("/v1/hotspot/export", json=body).json()["files"]
+    args = ["-c", "hotspot.config", "-f", "logic.flp", "-p", "power.ptrace", "-grid_layer_file", "stack.lcf",
+            "-model_type", "grid", "-steady_file", "out.steady"]
+    return files, args
+
+
+def test_hotspot_import_file_options_are_confined_after_resolution(client: TestClient, tmp_path: Path) -> None:
+    """The escape: a second ``-c`` whose config file carries ``-steady_file /abs/path`` wrote outside the scratch
+    directory, and ``-init_file`` from a config file echoed a server file's first word. Every file option is now
+    checked after the options are resolved, wherever it came from."""
+    files, args = _exported_files(client)
+    target = tmp_path / "escaped.steady"
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRETWORD 1\n")
+    files["evil.config"] = f"-steady_file {target}\n"
+    r = client.post("/v1/hotspot/import", json={"files": files, "args": [*args, "-c", "evil.config"]})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "c" and "twice" in r.json()["error"]["message"]
+    # the only -c is the evil one: its file option is refused after resolution
+    evil_args = ["-c", "evil.config", *args[2:-2]]
+    r = client.post("/v1/hotspot/import", json={"files": files, "args": evil_args})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "steady_file"
+    files["evil.config"] = files["hotspot.config"] + f"-init_file {secret}\n"
+    r = client.post("/v1/hotspot/import", json={"files": files, "args": ["-c", "evil.config", *args[2:], "-o", "t"]})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "init_file"
+    assert "TOPSECRETWORD" not in r.text
+    for bad in ("../escaped.steady", "/tmp/x.steady", ".hidden", "a/b"):
+        r = client.post("/v1/hotspot/import", json={"files": files, "args": [*args[:-1], bad]})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "steady_file", bad
+    # an output may not overwrite an uploaded input
+    r = client.post("/v1/hotspot/import", json={"files": files, "args": [*args[:-1], "logic.flp"]})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "steady_file"
+    # a floorplan in the layer file that points outside the upload
+    lcf = files["stack.lcf"].replace("logic.flp", str(tmp_path / "logic.flp"))
+    (tmp_path / "logic.flp").write_text(files["logic.flp"])
+    r = client.post("/v1/hotspot/import", json={"files": {**files, "stack.lcf": lcf}, "args": args})
+    assert r.status_code == 422 and r.json()["error"]["field"].startswith("layer ")
+    assert not target.exists()
+    # a config file may name its files, as long as they are uploaded names and outputs stay in the scratch dir
+    files["named.config"] = files["hotspot.config"] + "-steady_file from_cfg.steady\n"
+    r = client.post("/v1/hotspot/import", json={"files": files, "args": ["-c", "named.config", *args[2:-2]]})
+    assert r.status_code == 200, r.text
+    assert set(r.json()["files"]) == {"from_cfg.steady"}
+
+
+def test_hotspot_import_errors_do_not_show_server_paths(client: TestClient) -> None:
+    files, args = _exported_files(client)
+    files["bad.config"] = "-t_chip\n"
+    r = client.post("/v1/hotspot/import", json={"files": files, "args": ["-c", "bad.config", *args[2:]]})
+    assert r.status_code == 422 and "bad.config" in r.json()["error"]["message"]
+    assert "tasmoe-hotspot-" not in r.text and "/tmp" not in r.text
