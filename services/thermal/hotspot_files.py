@@ -97,9 +97,14 @@ def export_files(arch: ArchConfig, core_w: list[float], bank_w: list[list[float]
 SAFE_NAME = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
+def _is_plain(name: str) -> bool:
+    """A plain file name: letters, digits, '.', '_' and '-' only, not empty, no leading dot (so no directory part)."""
+    return bool(name) and set(name) <= SAFE_NAME and not name.startswith(".")
+
+
 def _write_files(d: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
-        if not name or not set(name) <= SAFE_NAME or name.startswith("."):
+        if not _is_plain(name):
             raise BadInput(f"file name {name!r}: use letters, digits, '.', '_' and '-' only", field=f"files.{name}")
         (d / name).write_text(text)
 
@@ -109,7 +114,7 @@ _OUTPUTS = ("o", "steady_file", "grid_steady_file")
 
 def _plain(name: str, value: str) -> str:
     """A file option's value must be a plain name (no directory part, no leading dot)."""
-    if not value or not set(value) <= SAFE_NAME or value.startswith("."):
+    if not _is_plain(value):
         raise BadInput(f"-{name} must be a plain file name (letters, digits, '.', '_', '-')", field=name)
     return value
 
@@ -142,12 +147,10 @@ def _confined_options(d: Path, files: dict[str, str], args: list[str]) -> hotspo
     opts = hotspot.parse_options(argv)  # reads the config file from d: the same resolution the run uses
     resolved = dict(opts.values)
     outputs: set[str] = set()
-    for name in hotspot._FILES:
+    for name in sorted(hotspot._FILES - {"c"}):  # -c was checked and rewritten above
         value = resolved.get(name)
         if value is None:
             continue
-        if name == "c":
-            continue  # already checked and rewritten above
         _plain(name, value)
         if name in _OUTPUTS:
             if value in files or value in outputs:
@@ -160,8 +163,7 @@ def _confined_options(d: Path, files: dict[str, str], args: list[str]) -> hotspo
     lcf = resolved.get("grid_layer_file")
     if lcf is not None:
         for layer in parse_lcf(files[Path(lcf).name], "grid_layer_file"):
-            if not set(layer.flp_file) <= SAFE_NAME or layer.flp_file.startswith(".") \
-                    or layer.flp_file not in files:
+            if not _is_plain(layer.flp_file) or layer.flp_file not in files:
                 raise BadInput(f"layer {layer.no}: floorplan {layer.flp_file} is not among the uploaded files",
                                field=f"layer {layer.no}")
     for path in (Path(v) for k, v in resolved.items() if k in hotspot._FILES):
