@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from services.lowering.chip import Chip
-from services.lowering.physicalize import physicalize_window
+from services.lowering.physical import physicalize_window
+from shared.chip import Chip
 from shared.contracts.events import PhysicalizeRequest, PhysicalizeResponse
 
 

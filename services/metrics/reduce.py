@@ -12,7 +12,9 @@ simulated time covered by the run:
   vaults × DRAM layers of the window's arrays, i.e. equal cells per layer).
 - ``ips`` [tokens/s]: completed tokens per second of simulated time, ``Σ_w tokens_completed_w / (T/1000)``.
 - ``lat_ms`` [ms]: mean token latency (generation to completion) over every latency sample of the run;
-  ``lat_p50_ms`` / ``lat_p99_ms`` their 50th / 99th percentiles (linear interpolation).
+  ``lat_p50_ms`` / ``lat_p99_ms`` their 50th / 99th percentiles (linear interpolation). When no token completed
+  but tokens are in flight, all three are the age of the oldest one at the end of the run (a lower bound on its
+  latency) and ``lat_censored`` is 1 (else 0); ``ips`` is then 0.
 - ``bw_util`` [1]: bytes moved / (effective bandwidth × time), ``Σ bytes_w / Σ (bw_eff_w·1e9 · dt_w/1000)``;
   ``bw_util_raw`` the same against the raw bandwidth ``bw_raw_gbps`` when given (else empty).
 - ``refresh_mhz`` [MHz]: time-weighted mean DRAM refresh command rate.
@@ -25,8 +27,9 @@ simulated time covered by the run:
   ``windows``, ``sim_time_ms`` = ``T``.
 
 Nothing is silently zero: an empty run, a NaN or infinite value, windows of different shapes (cores, vaults, DRAM
-layers, NoC links), a run without any latency sample or NoC link, windows out of order or overlapping in time all
-raise `BadInput` naming the field (``windows[3].temps_core_c[5]``), which the HTTP layer answers with 422.
+layers, NoC links), a run without any latency sample (and no token in flight) or NoC link, windows out of order or
+overlapping in time all raise `BadInput` naming the field (``windows[3].temps_core_c[5]``), which the HTTP layer
+answers with 422.
 
 CSV: `row_csv` gives the header and one line, floats with 9 significant digits (``%.9g``) so identical inputs give
 byte-identical files on every platform; `write_result_csv` writes ``<results_dir>/<scenario>/<workload>.csv``.
@@ -176,6 +179,9 @@ def reduce_window_metrics(windows: Sequence[WindowMetrics], *, scenario: str, wo
             j = int(np.flatnonzero(lat < 0)[0])
             raise BadInput(f"windows[{i}].latencies_ms[{j}]: must be >= 0", field=f"windows[{i}].latencies_ms[{j}]")
     lat_all = np.concatenate([np.asarray(w.latencies_ms, dtype=np.float64) for w in windows])
+    censored = lat_all.size == 0 and max(w.oldest_inflight_ms for w in windows) > 0
+    if censored:  # nothing completed, but tokens are in flight: their age is a lower bound on their latency
+        lat_all = np.array([max(w.oldest_inflight_ms for w in windows)])
     if lat_all.size == 0:
         raise BadInput(
             f"windows[*].latencies_ms: no token completed in the {len(windows)} windows "
@@ -230,6 +236,7 @@ def reduce_window_metrics(windows: Sequence[WindowMetrics], *, scenario: str, wo
             tokens=tokens,
             windows=len(windows),
             sim_time_ms=t_ms,
+            lat_censored=int(censored),
         )
     for name, value in row.model_dump().items():  # e.g. sums that overflow float64
         if isinstance(value, float) and not math.isfinite(value):

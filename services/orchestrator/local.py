@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from services.orchestrator import repository as repo
-from services.orchestrator.acceptance import check_results
+from services.orchestrator.acceptance import check_results, policy_findings
 from services.orchestrator.db import make_engine, session_factory, upgrade
 from services.orchestrator.jobs import EmbeddedRunner, ProcessRunner
 from services.orchestrator.run_files import result_csv_path
@@ -175,6 +175,8 @@ def print_summary(res: LocalResult, stream: TextIO = sys.stdout) -> None:
         label = next(iter(res.csvs.values())).stem
         problems = check_results(res.out_dir, workload=label, ambient_c=res.ambient_c)
         print("acceptance (seed §9.2/§15): " + ("ok" if not problems else "; ".join(problems)), file=stream)
+        for line in policy_findings(res.out_dir, workload=label):
+            print(f"finding: {line}", file=stream)
 
 
 def check_ok(res: LocalResult) -> None:

@@ -122,7 +122,8 @@ def build_window_metrics(*, window: int, t0_ns: int, t1_ns: int, snap: ThermalSn
         power_w=max(snap.power_w.total, 0.0), freq_ghz=snap.freq_ghz, refresh_mhz=snap.refresh.refresh_mhz,
         bytes_moved=timing.bytes_moved, bw_eff_gbps=bw_eff, noc_link_util=timing.noc_link_util,
         tokens_completed=timing.tokens_completed, latencies_ms=timing.latencies_ms,
-        queue_delay_ms=timing.queue_delay_ms, migrations=timing.migrations)
+        queue_delay_ms=timing.queue_delay_ms, migrations=timing.migrations,
+        oldest_inflight_ms=timing.oldest_inflight_ms)
 
 
 def next_telemetry(snap: ThermalSnapshot, timing: WindowTiming, t1_ns: int) -> Telemetry:

@@ -107,7 +107,7 @@ def bench_default_stack(window_ms: float = 1.0, repeat: int = 30) -> list[BenchR
     # a whole /v1/step (power from events + step + snapshot), 3 ms window
     c = ComputeEvents.from_columns({"evt_id": list(range(64)), "t_start_ns": [0] * 64, "core_id": list(range(64)),
                                     "duration_cycles": [1] * 64, "flops": [2e9] * 64, "op": ["mm"] * 64,
-                                    "dvfs_domain": ["all"] * 64, "power_hint": [0.0] * 64})
+                                    "dvfs_domain": ["all"] * 64, "power_hint": [0.0] * 64, "energy_j": [1.5e-3] * 64})
     m = MemoryEvents.from_columns({"evt_id": [0], "t_start_ns": [0], "src_core": [0], "dst_bank": ["B(31,31,7)"],
                                    "bytes": [1e6], "rw": ["r"], "hops": [14], "noc_qos": ["normal"]})
     first = thermal_step(arch, 0, 3.0, None, c, m)

@@ -32,6 +32,28 @@ class MeshConfig(StrictModel):
         return self.cores[0] * self.cores[1]
 
 
+class DramEnergySplit(StrictModel):
+    """Where a DRAM access's energy (``pj_per_bit``) is dissipated; the three fractions sum to 1.
+
+    Source: O'Connor, Chatterjee et al., "Fine-Grained DRAM", MICRO-50 2017 (the paper the 3.9 pJ/bit HBM2 anchor
+    cites), whose HBM2 breakdown puts most of the energy in row activation plus on-die data movement from the array to
+    the die's I/O, and the rest in the I/O (TSVs and their drivers). We read it as array (activate + on-die movement)
+    0.60, TSV/IO 0.30; the logic-die memory controller (not part of the DRAM device's pJ/bit in that paper) is given
+    0.10. The reading is approximate (README, departures): change it here, never per scenario.
+    """
+
+    array: float = Field(default=0.60, ge=0, le=1)  # in the accessed bank
+    tsv_io: float = Field(default=0.30, ge=0, le=1)  # the vault's TSV/IO column of the accessed die
+    controller: float = Field(default=0.10, ge=0, le=1)  # the vault's controller on the logic die
+
+    @model_validator(mode="after")
+    def _sums_to_one(self) -> DramEnergySplit:
+        total = self.array + self.tsv_io + self.controller
+        if abs(total - 1.0) > 1e-9:
+            raise ValueError(f"dram.energy_split fractions must sum to 1, got {total:g}")
+        return self
+
+
 class DramConfig(StrictModel):
     banks: tuple[Count, Count, Count] = (32, 32, 8)  # x, y, layers
     page_kb: PositiveFloat = 8.0
@@ -39,6 +61,7 @@ class DramConfig(StrictModel):
     vault_bw_gbps: PositiveFloat = 64.0  # raw bandwidth of one vault (all layers above a core), GB/s
     pj_per_bit: float = Field(default=3.9, ge=0)  # HBM2 3.9 pJ/bit (energy_anchors.csv, Accelergy/FGDRAM)
     leak_w_per_bank: float = Field(default=0.0005, ge=0)  # at 45 °C; scaled by the leakage model
+    energy_split: DramEnergySplit = DramEnergySplit()
 
     @property
     def n_layers(self) -> int:
@@ -175,6 +198,29 @@ class PowerConfig(StrictModel):
     leak_beta_per_k: float = Field(default=0.009, ge=0)  # ~0.9 %/K near 85 °C (energy_anchors.csv)
 
 
+class ScheduleConfig(StrictModel):
+    """How the physicalizer maps a micro-batch's work onto cores (services/lowering/physical/).
+
+    ``attention``: where a micro-batch's non-expert ops (attention, router, shared/dense FFN, head) run: ``"all"`` =
+    split over every core as a GEMM split over N (the seed's mapping); ``"group"`` = split over the
+    ``group_cores`` consecutive cores of group ``mb_id mod (cores / group_cores)``, so that micro-batches in different
+    groups overlap. ``max_open_mb``: admission limit: micro-batches in flight at once; a micro-batch arriving when
+    this many are open is shed and counted in ``tokens_dropped`` (a server's bounded batch queue). ``None`` = one per
+    attention group (1 for ``"all"``): with a micro-batch's non-expert work on every core of its group, a second
+    micro-batch on the same group waits for the first one's stages on those cores, so it adds latency to both and no
+    throughput (measured, README "Science I").
+    """
+
+    attention: Literal["all", "group"] = "all"
+    group_cores: PositiveInt = 8
+    max_open_mb: PositiveInt | None = None
+
+    def open_limit(self, n_cores: int) -> int:
+        if self.max_open_mb is not None:
+            return self.max_open_mb
+        return 1 if self.attention == "all" else n_cores // self.group_cores
+
+
 class ArchConfig(StrictModel):
     mesh: MeshConfig = MeshConfig()
     dram: DramConfig = DramConfig()
@@ -184,6 +230,7 @@ class ArchConfig(StrictModel):
     refresh: RefreshConfig = RefreshConfig()
     core: CoreConfig = CoreConfig()
     power: PowerConfig = PowerConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
 
     @model_validator(mode="after")
     def _check(self) -> ArchConfig:
@@ -199,6 +246,8 @@ class ArchConfig(StrictModel):
         if bx % cx or by % cy:
             raise ValueError(f"dram.banks {bx}x{by} must be a multiple of mesh.cores {cx}x{cy} (one vault per core)")
         n = self.mesh.n_cores
+        if self.schedule.attention == "group" and n % self.schedule.group_cores:
+            raise ValueError(f"schedule.group_cores = {self.schedule.group_cores} must divide the {n} cores")
         for d, dom in enumerate(self.dvfs.domains):
             if dom.cores != "all":
                 bad = [c for c in dom.cores if not 0 <= c < n]

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from shared.configs.arch import ArchConfig
 from shared.contracts.columnar import Columnar
 from shared.contracts.placement import Overlays, Placement, ReplicaState
-from shared.contracts.workload import LogicalWindow
+from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWindow
 
 
 class ComputeEvents(Columnar):
@@ -23,7 +23,8 @@ class ComputeEvents(Columnar):
     flops: list[float]
     op: list[str]
     dvfs_domain: list[str]
-    power_hint: list[float]  # estimated average dynamic power of the event, W
+    power_hint: list[float]  # average dynamic power of the event at V0, W (= energy_j / duration)
+    energy_j: list[float]  # dynamic energy at V0: MACs + scratchpad accesses, J (shared/energy.py)
 
 
 class MemoryEvents(Columnar):
@@ -36,35 +37,33 @@ class MemoryEvents(Columnar):
     bytes: list[float]
     rw: list[str]  # "r" | "w"
     hops: list[int]
-    noc_qos: list[str]  # "normal" | "migration"
+    noc_qos: list[str]  # "normal" | "migration" | "dispatch" | "combine" (the last two: core to core, NoC only)
 
 
-class CarryCompute(Columnar):
-    """Scheduled compute not yet run by the end of its window, aggregated per (core, part, op).
-
-    The head runs back to back from the next window's start; the tail runs at a uniform duty over
-    ``[carry_start_ns, carry_end_ns]`` (CoreQueueState). Each later window emits the share that falls inside it.
-    """
+class RunningCompute(Columnar):
+    """Compute pieces already scheduled that end after their window: the whole piece with its real interval; every
+    window emits the share of it that falls inside the window (pro rata of time)."""
 
     core_id: list[int]
-    part: list[int]  # 0 = head (remainder of an event that straddled the window end), 1 = tail (not started)
     op: list[str]
-    duration_ns: list[float]
+    start_ns: list[float]
+    end_ns: list[float]
     cycles: list[float]
     flops: list[float]
     energy_j: list[float]
 
 
-class CarryMemory(Columnar):
-    """Memory traffic of the carried compute, per (core, part, vault, rw, qos); emitted pro rata with its part."""
+class RunningMemory(Columnar):
+    """Memory traffic of scheduled pieces (and migrations) that ends after its window, with its real interval."""
 
     src_core: list[int]
-    part: list[int]
-    dst_bank: list[str]
+    bank: list[int]  # flat bank id (layer·BY + by)·BX + bx
     bytes: list[float]
     rw: list[str]
     hops: list[int]
     noc_qos: list[str]
+    start_ns: list[float]
+    end_ns: list[float]
 
 
 class PendingTokens(BaseModel):
@@ -77,30 +76,47 @@ class PendingTokens(BaseModel):
 
 
 class OpenMicroBatch(BaseModel):
-    """A micro-batch whose last layer has not been physicalized yet (its layers span windows)."""
+    """A micro-batch in flight whose last stage has not been scheduled yet."""
 
     mb_id: int
     arrival_ns: int
-    ready_ns: int  # when its last physicalized stage finished: the next layer may not start earlier
+    ready_ns: int  # when its last scheduled stage finishes: its next stage may not start earlier
     tokens: int
 
 
+class ActiveReroute(BaseModel):
+    """A reroute overlay row that still applies to open rows of earlier windows (work not yet scheduled when the row
+    arrived is still logical, so it follows the reroute in whatever window it is scheduled)."""
+
+    t_apply_ns: float
+    scope: str
+    from_core: int
+    to_core: int
+    mbs: list[int]  # the row's own micro-batch filter (empty = any)
+    experts: list[int]  # expert codes layer·2^20 + expert (empty = any)
+    open_mbs: list[int]  # the micro-batches open when it arrived: the only ones it still applies to
+
+
 class CoreQueueState(BaseModel):
-    """Work carried into the next window: per core, the time (ns, absolute) at which it becomes free."""
+    """The schedule carried into the next window.
+
+    ``busy_until_ns`` / ``vault_free_ns``: per core / vault, when the core (its array and DMA) / the vault's channels
+    (held by migrations) become free. ``running_*``: scheduled work that ends after the window. ``open_compute`` /
+    ``open_memory``: logical rows of admitted micro-batches whose stage has not been scheduled yet (re-mapped every
+    window, so TACS overlays still act on them). ``dropped_mbs``: micro-batches shed by admission whose rows may still
+    arrive.
+    """
 
     busy_until_ns: list[int] = Field(default_factory=list)
-    pending_tokens: list[list[int]] = Field(default_factory=list)  # per core: [gen_time_ns, ...] not yet finished
-    carry_compute: CarryCompute = Field(default_factory=CarryCompute.empty)
-    carry_memory: CarryMemory = Field(default_factory=CarryMemory.empty)
-    carry_start_ns: list[float] = Field(default_factory=list)  # per core: where its carried tail resumes
-    carry_end_ns: list[float] = Field(default_factory=list)  # per core: where its carried tail ends
-    # Per ``carry_compute`` / ``carry_memory`` row: the routed-expert instance ("L{l}E{e}") of a not-started (tail)
-    # record, "" otherwise; empty list = no row is tagged. A reroute or migration of that expert away from the row's
-    # core moves the record with it (ARCHITECTURE §4: work not yet physicalized may still be changed by TACS).
-    carry_compute_expert: list[str] = Field(default_factory=list)
-    carry_memory_expert: list[str] = Field(default_factory=list)
+    vault_free_ns: list[int] = Field(default_factory=list)
+    running_compute: RunningCompute = Field(default_factory=RunningCompute.empty)
+    running_memory: RunningMemory = Field(default_factory=RunningMemory.empty)
+    open_compute: LogicalCompute = Field(default_factory=LogicalCompute.empty)
+    open_memory: LogicalMemory = Field(default_factory=LogicalMemory.empty)
     pending: list[PendingTokens] = Field(default_factory=list)
     open_mbs: list[OpenMicroBatch] = Field(default_factory=list)
+    dropped_mbs: list[int] = Field(default_factory=list)
+    reroutes: list[ActiveReroute] = Field(default_factory=list)
 
 
 class WindowTiming(BaseModel):
@@ -119,6 +135,9 @@ class WindowTiming(BaseModel):
     energy_j: float = 0.0  # dynamic energy of the events emitted in this window (compute + memory + NoC)
     busy_until_ns: list[int] = Field(default_factory=list)  # per core, after this window's work
     backlog_ms: float = 0.0  # mean over cores of the work queued beyond the window end
+    tokens_dropped: int = 0  # tokens of micro-batches shed by admission (schedule.max_open_mb) in this window
+    open_mbs: int = 0  # micro-batches in flight at the window end
+    oldest_inflight_ms: float = 0.0  # at the window end: age of the oldest admitted token not yet completed (0: none)
 
 
 class PhysicalState(BaseModel):

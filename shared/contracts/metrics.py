@@ -23,7 +23,7 @@ Scenario = Literal["baseline", "taps", "tacs", "tas"]
 EXTRA_COLUMNS: tuple[str, ...] = (
     "lat_p50_ms", "lat_p99_ms", "energy_j", "power_avg_w", "migrations", "time_above_thot_ms", "thot_c",
     "T_var_logic", "T_mean_logic", "T_mean_dram", "freq_avg_ghz", "queue_delay_ms", "noc_load_max",
-    "bw_util_raw", "tokens", "windows", "sim_time_ms",
+    "bw_util_raw", "tokens", "windows", "sim_time_ms", "lat_censored",
 )
 ALL_COLUMNS: tuple[str, ...] = RESULT_COLUMNS + EXTRA_COLUMNS
 
@@ -60,6 +60,8 @@ class WindowMetrics(BaseModel):
     latencies_ms: list[float] = Field(default_factory=list)  # latency samples of tokens completed in the window
     queue_delay_ms: float = Field(default=0.0, ge=0)
     migrations: int = Field(default=0, ge=0)
+    # age at the window end of the oldest admitted token not yet completed (ms): a lower bound on its latency
+    oldest_inflight_ms: float = Field(default=0.0, ge=0)
     # Thermal-grid cells of the logic layer and of all DRAM layers together (weights of T_mean_* in T_avg).
     # None: counted from the shapes above (cores, vaults × DRAM layers), i.e. equal cells per layer.
     cells_logic: int | None = Field(default=None, gt=0)
@@ -96,6 +98,7 @@ class ResultRow(BaseModel):
     tokens: int
     windows: int
     sim_time_ms: float
+    lat_censored: int = 0  # 1: no token completed; lat_ms/p50/p99 are the lower bound oldest_inflight_ms
 
 
 class ReduceRequest(BaseModel):

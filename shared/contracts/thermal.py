@@ -30,11 +30,12 @@ class PowerBreakdown(BaseModel):
     dram_refresh: float = 0.0
     dram_leakage: float = 0.0
     noc: float = 0.0
+    dram_controller: float = 0.0  # the DRAM access energy's controller share, dissipated on the logic die
 
     @property
     def total(self) -> float:
         return (self.logic_dynamic + self.logic_leakage + self.dram_dynamic + self.dram_refresh + self.dram_leakage
-                + self.noc)
+                + self.noc + self.dram_controller)
 
 
 class RefreshReport(BaseModel):

@@ -14,10 +14,10 @@ def _client(settings: Settings) -> TestClient:
     return TestClient(create_app(settings))
 
 
-def _body() -> dict[str, object]:
+def _body(window: int = 0) -> dict[str, object]:
     arch = ArchConfig()
-    lw = synthetic_window(0, n_layers=2, micro_batch=8, context=256)
-    return {"window": 0, "logical": lw.model_dump(), "placement": default_placement(arch, n_layers=2).model_dump(),
+    lw = synthetic_window(window, n_layers=2, micro_batch=8, context=256)
+    return {"window": window, "logical": lw.model_dump(), "placement": default_placement(arch, n_layers=2).model_dump(),
             "window_ms": 3.0, "n_layers": 2}
 
 
@@ -30,9 +30,8 @@ def test_physicalize_roundtrip(settings: Settings) -> None:
     assert len(out["compute"]["evt_id"]) == len(out["compute"]["core_id"]) > 0
     assert len(out["timing"]["util_core"]) == 64
     # the returned state feeds the next window
-    body = _body()
+    body = _body(1)
     body["state"] = out["state"]
-    body["window"] = 1
     r2 = c.post("/v1/physicalize", json=body)
     assert r2.status_code == 200, r2.text
     nxt = r2.json()

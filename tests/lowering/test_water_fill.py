@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from services.lowering.physicalize import _water_fill
+from services.lowering.physical.assign import water_fill as _water_fill
 
 
 def reference_water_fill(tokens: int, loads: list[float], per_token: list[float], cores: list[int]) -> list[int]:

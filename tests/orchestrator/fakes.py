@@ -283,7 +283,8 @@ def lowering_app(settings: Settings) -> FastAPI:
             busy[core] += cyc / (freq[core] * 1e9)
             for name, v in (("evt_id", evt), ("t_start_ns", c.t_gen_ns[i]), ("core_id", core),
                             ("duration_cycles", cyc), ("flops", c.flops[i]), ("op", c.op_type[i]),
-                            ("dvfs_domain", "d0"), ("power_hint", 1.0)):
+                            ("dvfs_domain", "d0"), ("power_hint", 1.0),
+                            ("energy_j", c.flops[i] * 0.75e-12)):
                 comp[name].append(v)
             evt += 1
         m = lw.memory

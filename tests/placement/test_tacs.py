@@ -293,7 +293,7 @@ def test_bank_outside_the_chip_names_the_tensor(tas: TasParams) -> None:
 def test_overlays_are_accepted_by_the_physicalizer(arch: ArchConfig, tas: TasParams, kernel64: np.ndarray) -> None:
     """Contract check against the lowering service's ``physicalize_window``: TACS rows parse, the migrated expert
     runs on its new core and the physicalizer's replica state agrees with TACS's."""
-    from services.lowering.physicalize import physicalize_window
+    from services.lowering.physical import physicalize_window
     from shared.contracts.events import PhysicalState
 
     cores = {f"L0E{e}": [27] for e in range(8)}

@@ -26,7 +26,8 @@ from tests.thermal.conftest import small_arch
 def _events(hot_core: int, flops: float = 4e9) -> tuple[ComputeEvents, MemoryEvents]:
     c = ComputeEvents.from_columns({"evt_id": [0, 1], "t_start_ns": [0, 0], "core_id": [hot_core, 0],
                                     "duration_cycles": [1, 1], "flops": [flops, 1e8], "op": ["mm", "mm"],
-                                    "dvfs_domain": ["all", "all"], "power_hint": [0.0, 0.0]})
+                                    "dvfs_domain": ["all", "all"], "power_hint": [0.0, 0.0],
+                                    "energy_j": [flops * 0.75e-12, 1e8 * 0.75e-12]})  # MACs at 1.5 pJ)
     m = MemoryEvents.from_columns({"evt_id": [2], "t_start_ns": [0], "src_core": [0], "dst_bank": ["B(7,7,1)"],
                                    "bytes": [1e6], "rw": ["r"], "hops": [6], "noc_qos": ["normal"]})
     return c, m
@@ -42,7 +43,8 @@ def test_step_heats_the_busy_core_and_chains_windows(arch_small: ArchConfig) -> 
     assert s.temps_core_max_c[5] > s.temps_core_c[5] + 1e-3
     assert set(s.peak_c) == {"logic", "dram_1", "dram_2", "tim", "spreader", "sink"}
     assert s.power_w.logic_dynamic == pytest.approx((4e9 + 1e8) / 2 * 1.5e-12 / 3e-3)
-    assert sum(s.power_core_w) == pytest.approx(s.power_w.logic_dynamic + s.power_w.logic_leakage + s.power_w.noc)
+    assert sum(s.power_core_w) == pytest.approx(s.power_w.logic_dynamic + s.power_w.logic_leakage + s.power_w.noc
+                                                + s.power_w.dram_controller)
     assert r0.state.window == 0 and r0.state.t_ns == 3_000_000 and len(r0.state.dvfs_level) == 16
     r1 = thermal_step(arch_small, 1, 3.0, r0.state, c, m)
     assert r1.snapshot.temps_core_c[5] > s.temps_core_c[5]  # still heating up

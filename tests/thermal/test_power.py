@@ -22,10 +22,12 @@ from shared.errors import BadInput
 
 
 def _compute(cores: list[int], flops: list[float]) -> ComputeEvents:
+    """Events whose energy is their MACs at 1.5 pJ (no scratchpad share)."""
     n = len(cores)
     return ComputeEvents.from_columns({"evt_id": list(range(n)), "t_start_ns": [0] * n, "core_id": cores,
                                        "duration_cycles": [1] * n, "flops": flops, "op": ["mm"] * n,
-                                       "dvfs_domain": ["all"] * n, "power_hint": [0.0] * n})
+                                       "dvfs_domain": ["all"] * n, "power_hint": [0.0] * n,
+                                       "energy_j": [f / 2 * 1.5e-12 for f in flops]})
 
 
 def _memory(src: list[int], banks: list[str], nbytes: list[float], hops: list[int]) -> MemoryEvents:
@@ -44,7 +46,7 @@ def _power(arch: ArchConfig, c: ComputeEvents, m: MemoryEvents, temp_c: float = 
                                      window_s=window_s)
 
 
-def test_logic_dynamic_power_from_flops_and_voltage(arch_small: ArchConfig) -> None:
+def test_logic_dynamic_power_from_event_energy_and_voltage(arch_small: ArchConfig) -> None:
     p = _power(arch_small, _compute([3, 3, 7], [1e9, 1e9, 1e9]), MemoryEvents.empty())
     # 2e9 FLOPs = 1e9 MACs x 1.5 pJ = 1.5 mJ in 1 ms = 1.5 W on core 3; 0.75 W on core 7
     assert p.core_dynamic_w[3] == pytest.approx(1.5) and p.core_dynamic_w[7] == pytest.approx(0.75)
@@ -53,16 +55,32 @@ def test_logic_dynamic_power_from_flops_and_voltage(arch_small: ArchConfig) -> N
     assert slow.core_dynamic_w[3] == pytest.approx(1.5 * (1.2 / 2.0) ** 2)  # V ∝ f, energy ∝ V²
 
 
-def test_dram_and_noc_power_land_on_bank_and_route(arch_small: ArchConfig) -> None:
-    # core 0 = (0,0); bank (7,7) of die 1 belongs to vault core (3,3) = 15: XY route 0-1-2-3-7-11-15, 6 hops
+def test_dram_and_noc_power_land_on_bank_vault_controller_and_routers(arch_small: ArchConfig) -> None:
+    # core 0 = (0,0); bank (7,7) of die 1 belongs to vault core (3,3) = 15 (banks x 6..7, y 6..7 of each die):
+    # XY route 0-1-2-3-7-11-15, 6 links
     p = _power(arch_small, _compute([], []), _memory([0], ["B(7,7,1)"], [1e6], [6]))
-    assert p.bank_w[1, 7 * 8 + 7] - p.bank_w[0, 0] == pytest.approx(1e6 * 8 * 3.9e-12 / 1e-3)
-    noc = 1e6 * 8 * 6 * 0.18e-12 / 1e-3
+    dram = 1e6 * 8 * 3.9e-12 / 1e-3
+    sp = arch_small.dram.energy_split
+    dyn = p.bank_w - p.bank_w[0, 0]  # leakage and refresh are uniform at a uniform temperature
+    vault_banks = [y * 8 + x for y in (6, 7) for x in (6, 7)]
+    assert dyn[1, 7 * 8 + 7] == pytest.approx(dram * (sp.array + sp.tsv_io / 4))
+    assert dyn[1, vault_banks].sum() == pytest.approx(dram * (sp.array + sp.tsv_io))
+    assert np.delete(dyn[1], vault_banks).sum() == pytest.approx(0.0, abs=1e-12) and dyn[0].sum() == 0
+    link = 1e6 * 8 * 0.18e-12 / 1e-3
     route = [0, 1, 2, 3, 7, 11, 15]
-    assert p.core_noc_w[route] == pytest.approx(np.full(7, noc / 7))
-    assert np.delete(p.core_noc_w, route).sum() == 0
-    assert p.breakdown.noc == pytest.approx(noc)
-    assert p.breakdown.dram_dynamic == pytest.approx(1e6 * 8 * 3.9e-12 / 1e-3)
+    expect = np.zeros(16)
+    expect[route] = link  # an inner router gets half of each of its two links
+    expect[[0, 15]] = link / 2
+    expect[15] += dram * sp.controller
+    assert p.core_memory_w == pytest.approx(expect)
+    assert p.breakdown.noc == pytest.approx(6 * link)
+    assert p.breakdown.dram_dynamic == pytest.approx(dram * (sp.array + sp.tsv_io))
+    assert p.breakdown.dram_controller == pytest.approx(dram * sp.controller)
+    # dispatch/combine traffic is core to core: NoC only
+    d = _memory([0], ["B(7,7,1)"], [1e6], [6])
+    d.noc_qos = ["dispatch"]
+    q = _power(arch_small, _compute([], []), d)
+    assert q.breakdown.dram_dynamic == 0 and q.breakdown.noc == pytest.approx(6 * link)
 
 
 def test_leakage_and_refresh_grow_with_temperature(arch_small: ArchConfig) -> None:
@@ -117,4 +135,9 @@ def test_bad_events_name_the_field(arch_small: ArchConfig) -> None:
     assert e.value.field == "memory_events.dst_bank[0]"
     with pytest.raises(BadInput) as e:
         _power(arch_small, _compute([1], [-5.0]), MemoryEvents.empty())
-    assert e.value.field == "compute_events.flops[0]"
+    assert e.value.field == "compute_events.energy_j[0]"
+    with pytest.raises(BadInput) as e:
+        m = _memory([0], ["B(1,1,0)"], [1.0], [0])
+        m.noc_qos = ["express"]
+        _power(arch_small, _compute([], []), m)
+    assert e.value.field == "memory_events.noc_qos[0]"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.lowering.chip import Chip
+from shared.chip import Chip
 from shared.configs import ArchConfig
 
 

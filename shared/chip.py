@@ -1,4 +1,4 @@
-"""Chip geometry helpers for physicalization: vaults, banks, hops, DVFS domains and directed NoC links.
+"""Chip geometry (one owner; lowering and thermal call it): vaults, banks, hops, DVFS domains, directed NoC links.
 
 Conventions (``shared/contracts/ids.py``, ARCHITECTURE §5.2): core ``c = y·X + x``; bank ``B(bx,by,layer)``; the
 ``BX/X × BY/Y`` banks above core (x, y) on every DRAM layer are its vault; ``hops`` is the Manhattan distance
@@ -180,6 +180,22 @@ class Chip:
     def scatter_link_share(self) -> NDArray[np.float64]:
         """``(cores, links)``: the reverse of `gather_link_share` (the combine: core ``c`` sends ``1/n`` to each)."""
         return _uniform_link_shares(self.X, self.Y)[1]
+
+    @cached_property
+    def link_ends(self) -> IntArr:
+        """``(links, 2)``: the (from, to) cores of every directed link, in `link_bytes`' link order."""
+        out = np.zeros((self.n_links, 2), dtype=np.int64)
+        for y in range(self.Y):
+            for x in range(self.X - 1):
+                a, b = y * self.X + x, y * self.X + x + 1
+                i = 2 * (y * (self.X - 1) + x)
+                out[i], out[i + 1] = (a, b), (b, a)
+        for x in range(self.X):
+            for y in range(self.Y - 1):
+                a, b = y * self.X + x, (y + 1) * self.X + x
+                i = self._link_base + 2 * (x * (self.Y - 1) + y)
+                out[i], out[i + 1] = (a, b), (b, a)
+        return out
 
     def link_bytes(self, src: IntArr, dst: IntArr, nbytes: NDArray[np.float64]) -> NDArray[np.float64]:
         """Bytes per directed link with XY routing (X first, then Y) from ``src`` core to ``dst`` core.

@@ -1,20 +1,23 @@
-"""physicalize_window: mapping, overlays, conservation across windows, timing, determinism, bad input."""
+"""physicalize_window: mapping, overlays, conservation across windows, timing, determinism, bad input.
+
+Most tests admit up to 16 micro-batches at once (``schedule.max_open_mb``) so that every micro-batch of the
+small windows runs; admission itself is tested in test_schedule_energy.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from services.lowering.chip import Chip
-from services.lowering.physicalize import physicalize_window
+from services.lowering.physical import physicalize_window
 from services.lowering.synthetic import default_placement, synthetic_window
+from shared.chip import Chip
 from shared.configs.arch import ArchConfig
 from shared.contracts.events import ComputeEvents, MemoryEvents, PhysicalState, WindowTiming
 from shared.contracts.placement import ExpertPlacement, OverlayMigrate, OverlayReroute, Overlays, Placement
 from shared.contracts.workload import LogicalWindow
 from shared.errors import BadInput
 
-ARCH = ArchConfig()
+ARCH = ArchConfig.model_validate({"schedule": {"max_open_mb": 16}})
 N = ARCH.mesh.n_cores
 F = [2.0] * N
 Result = tuple[ComputeEvents, MemoryEvents, PhysicalState, WindowTiming]
@@ -37,7 +40,7 @@ def drain(lw: LogicalWindow, placement: Placement | None = None, overlays: Overl
     out = [run(lw, placement, overlays, window_ms=window_ms)]
     state = out[0][2]
     for k in range(1, max_windows):
-        if not len(state.queue.carry_compute) and not state.queue.pending and not len(state.queue.carry_memory):
+        if _drained(state):
             break
         empty = LogicalWindow(trace_id="t", window=lw.window + k, t0_ns=int(lw.t0_ns + k * window_ms * 1e6),
                               t1_ns=int(lw.t0_ns + (k + 1) * window_ms * 1e6),
@@ -45,6 +48,16 @@ def drain(lw: LogicalWindow, placement: Placement | None = None, overlays: Overl
         out.append(run(empty, placement, state=state, window_ms=window_ms))
         state = out[-1][2]
     return out, state
+
+
+def _drained(st: PhysicalState) -> bool:
+    q = st.queue
+    return not (len(q.running_compute) or len(q.running_memory) or len(q.open_compute) or q.pending or q.open_mbs)
+
+
+def _dram_bytes(res: list[Result]) -> float:
+    """Bytes of DRAM accesses (dispatch/combine events are core-to-core NoC traffic)."""
+    return sum(b for r in res for b, q in zip(r[1].bytes, r[1].noc_qos, strict=True) if q in ("normal", "migration"))
 
 
 def test_physicalizer_consistency() -> None:
@@ -65,7 +78,7 @@ def test_determinism() -> None:
 
 def test_columns_are_the_seed_ones() -> None:
     assert ComputeEvents.columns() == ["evt_id", "t_start_ns", "core_id", "duration_cycles", "flops", "op",
-                                       "dvfs_domain", "power_hint"]
+                                       "dvfs_domain", "power_hint", "energy_j"]
     assert MemoryEvents.columns() == ["evt_id", "t_start_ns", "src_core", "dst_bank", "bytes", "rw", "hops",
                                       "noc_qos"]
 
@@ -80,8 +93,9 @@ def test_expert_work_goes_to_its_core_and_the_rest_everywhere() -> None:
     assert set(cores[ops == "attn"].tolist()) == set(range(N))
     # weights of experts on core 5 are read from core 5's vault: local, 0 hops
     chip = Chip.from_arch(ARCH)
-    assert all(h == 0 for h in m.hops)
-    banks = {b for b, core in zip(m.dst_bank, m.src_core, strict=True) if core == 5}
+    dram = [q == "normal" for q in m.noc_qos]
+    assert all(h == 0 for h, d in zip(m.hops, dram, strict=True) if d)
+    banks = {b for b, core, d in zip(m.dst_bank, m.src_core, dram, strict=True) if core == 5 and d}
     assert {int(chip.bank_vault_core(np.array([chip.parse_bank(b, "x")]))[0]) for b in banks} == {5}
 
 
@@ -93,8 +107,7 @@ def test_conservation_of_flops_and_bytes_across_windows() -> None:
     flops = sum(sum(r[0].flops) for r in res)
     assert flops == pytest.approx(sum(lw.compute.flops), rel=1e-9)
     # bytes: weights are read once per core that runs the expert; here no replicas, so all logical bytes
-    nbytes = sum(sum(r[1].bytes) for r in res)
-    assert nbytes == pytest.approx(sum(lw.memory.bytes), rel=1e-9)
+    assert _dram_bytes(res) == pytest.approx(sum(lw.memory.bytes), rel=1e-9)
     assert sum(r[3].tokens_completed for r in res) == lw.tokens_generated == 24
     assert not state.queue.pending and not state.queue.open_mbs
     for r in res:
@@ -109,7 +122,7 @@ def test_latency_and_spill() -> None:
     lw = small_window()
     _, _, st, tm = run(lw, window_ms=0.05)
     assert tm.tokens_completed == 0
-    assert st.queue.pending and max(st.queue.busy_until_ns) > lw.t0_ns + 0.05e6
+    assert st.queue.open_mbs and max(st.queue.busy_until_ns) > lw.t0_ns + 0.05e6
     assert tm.backlog_ms > 0
     _, _, _, big = run(lw, window_ms=10_000.0)
     assert big.tokens_completed == 24
@@ -138,7 +151,8 @@ def test_reroute_moves_work_and_reads_weights_over_the_noc() -> None:
     fc1 = [c for c, o in zip(c1.core_id, c1.op, strict=True) if o == "fc"]
     assert src in fc0 and 63 not in fc0
     assert 63 in fc1 and src not in fc1
-    hops = [h for h, core in zip(m1.hops, m1.src_core, strict=True) if core == 63 and h > 0]
+    hops = [h for h, core, q in zip(m1.hops, m1.src_core, m1.noc_qos, strict=True)
+            if core == 63 and h > 0 and q == "normal"]
     assert hops and set(hops) == {14}  # (0,0) -> (7,7)
     assert max(t1.noc_link_util) > 0
 
@@ -283,11 +297,11 @@ def test_real_workload_windows_conserve_work_and_complete_every_token() -> None:
         assert lw.t0_ns == t0
         c, m, st, tm = physicalize_window(k, lw, plc, None, st, ARCH, F, w_ms, 1.0)
         flops += sum(c.flops)
-        nbytes += sum(m.bytes)
+        nbytes += _dram_bytes([(c, m, st, tm)])
         done += tm.tokens_completed
         t0 = tm.t1_ns
         k += 1
-        if k >= len(wins) and not len(st.queue.carry_compute) and not st.queue.pending:
+        if k >= len(wins) and _drained(st):
             break
         assert k < 500
     assert flops == pytest.approx(sum(sum(w.compute.flops) for w in wins), rel=1e-9)
@@ -339,108 +353,77 @@ def _hot_spot(core: int = 5) -> Placement:
     return Placement(experts={k: ExpertPlacement(cores=[core]) for k in default_placement(ARCH, n_layers=2).experts})
 
 
-def _carried_fc_flops(st: PhysicalState, core: int, expert: str | None = None) -> float:
-    cc, tags = st.queue.carry_compute, st.queue.carry_compute_expert or [""] * len(st.queue.carry_compute)
-    return sum(f for k, p, o, f, t in zip(cc.core_id, cc.part, cc.op, cc.flops, tags, strict=True)
-               if k == core and p == 1 and o == "fc" and (expert is None or t == expert))
-
-
 def _next_empty(lw: LogicalWindow, k: int, window_ms: float) -> LogicalWindow:
     return LogicalWindow(trace_id="t", window=lw.window + k, t0_ns=int(lw.t0_ns + k * window_ms * 1e6),
                          t1_ns=int(lw.t0_ns + (k + 1) * window_ms * 1e6), compute=lw.compute.empty(),
                          memory=lw.memory.empty())
 
 
+def _open_fc_flops(st: PhysicalState, layer: int, expert: int) -> float:
+    oc = st.queue.open_compute
+    return sum(f for lv, e, f in zip(oc.layer, oc.expert, oc.flops, strict=True) if lv == layer and e == expert)
+
+
 @pytest.mark.parametrize("kind", ["reroute", "migrate"])
-def test_rerouted_or_migrated_expert_takes_its_backlog_along(kind: str) -> None:
-    """ARCHITECTURE §4: carried work that has not started is not yet physicalized, so when TACS moves an expert away
-    from an overloaded core, that expert's queued work leaves with it (FLOPs and bytes conserved)."""
+def test_rerouted_or_migrated_expert_takes_its_open_work_along(kind: str) -> None:
+    """ARCHITECTURE §4: work not yet scheduled is still logical, so when TACS moves an expert away from an
+    overloaded core, that expert's open work runs where the expert now is (FLOPs and bytes conserved)."""
     wms = 0.05
     lw = small_window()
     plc = _hot_spot(5)
     _, _, st0, tm0 = run(lw, placement=plc, window_ms=wms)
-    backlog = _carried_fc_flops(st0, 5, "L0E0")
-    assert backlog > 0 and tm0.backlog_ms > 0  # core 5 is overloaded and L0E0 work waits in its queue
+    assert _open_fc_flops(st0, 1, 0) > 0 and tm0.open_mbs > 0  # layer-1 work of L1E0 is still open
     t_next = int(lw.t0_ns + wms * 1e6)
     if kind == "reroute":
-        ov = Overlays(reroute=OverlayReroute(t_apply_ns=[t_next], scope=["expert"], from_core=[5], to_core=[40],
-                                            mb_ids_json=['["L0E0"]'], reason=["hot_core"], expected_gain=[1.0]))
+        ov = Overlays(reroute=OverlayReroute(t_apply_ns=[0], scope=["expert"], from_core=[5], to_core=[40],
+                                            mb_ids_json=['["L1E0"]'], reason=["hot_core"], expected_gain=[1.0]))
     else:
-        ov = Overlays(migrate=OverlayMigrate(t_apply_ns=[t_next], obj_type=["expert"], obj_id=["L0E0"], src=["5"],
+        ov = Overlays(migrate=OverlayMigrate(t_apply_ns=[t_next], obj_type=["expert"], obj_id=["L1E0"], src=["5"],
                                              dst=["40"], size_bytes=[0], cost=[1.0]))
-    empty = _next_empty(lw, 1, wms)
-    plain = physicalize_window(1, empty, plc, None, st0, ARCH, F, wms, 1.0, n_layers=2)
-    moved = physicalize_window(1, empty, plc, ov, st0, ARCH, F, wms, 1.0, n_layers=2)
-    # without the overlay core 40 does nothing; with it, it runs L0E0's backlog and core 5's queue got shorter
-    assert _fc_flops_on(plain[0], 40) == 0.0
-    assert _fc_flops_on(moved[0], 40) > 0.0
-    assert moved[2].queue.busy_until_ns[5] < plain[2].queue.busy_until_ns[5]
-    assert _carried_fc_flops(moved[2], 5, "L0E0") == 0.0
-    assert _carried_fc_flops(moved[2], 5) < _carried_fc_flops(plain[2], 5)
-    # the other experts' backlog stays on core 5
-    assert _carried_fc_flops(moved[2], 5, "L0E1") == pytest.approx(_carried_fc_flops(plain[2], 5, "L0E1"))
-    # conservation: drain both and compare the totals with the logical window
-    for first in (moved,):
-        res, state = [run(lw, placement=plc, window_ms=wms), first], first[2]
-        big = 10.0  # drain in 10 ms windows
-        for k in range(2, 200):
-            if not len(state.queue.carry_compute) and not state.queue.pending and not len(state.queue.carry_memory):
-                break
-            t0 = int(lw.t0_ns + 2 * wms * 1e6 + (k - 2) * big * 1e6)
-            w = LogicalWindow(trace_id="t", window=k, t0_ns=t0, t1_ns=int(t0 + big * 1e6),
-                              compute=lw.compute.empty(), memory=lw.memory.empty())
-            res.append(physicalize_window(k, w, plc, None, state, ARCH, F, big, 1.0, n_layers=2))
-            state = res[-1][2]
-        assert not len(state.queue.carry_compute)
-        assert sum(sum(r[0].flops) for r in res) == pytest.approx(sum(lw.compute.flops), rel=1e-9)
-        assert sum(sum(r[1].bytes) for r in res) == pytest.approx(sum(lw.memory.bytes), rel=1e-9)
-        assert sum(r[3].tokens_completed for r in res) == lw.tokens_generated
-        l0e0_on_40 = sum(_fc_flops_on(r[0], 40) for r in res)
-        assert l0e0_on_40 == pytest.approx(backlog, rel=1e-9)  # exactly the backlog moved, nothing else
+    res_plain, _ = drain_from(lw, plc, None, st0, wms)
+    res_moved, _ = drain_from(lw, plc, ov, st0, wms)
+    assert sum(_fc_flops_on(r[0], 40) for r in res_plain) == 0.0
+    on40 = sum(_fc_flops_on(r[0], 40) for r in res_moved)
+    assert on40 == pytest.approx(_expert_flops(lw, 1, 0), rel=1e-9)  # all of L1E0, nothing else
+    for res in (res_plain, res_moved):
+        first = run(lw, placement=plc, window_ms=wms)
+        allr = [first, *res]
+        assert sum(sum(r[0].flops) for r in allr) == pytest.approx(sum(lw.compute.flops), rel=1e-9)
+        assert _dram_bytes(allr) == pytest.approx(sum(lw.memory.bytes), rel=1e-9)
+        assert sum(r[3].tokens_completed for r in allr) == lw.tokens_generated
+    if kind == "reroute":  # the weights stay in core 5's vault: core 40 reads them over the NoC
+        hops = {h for r in res_moved for h, c, q in zip(r[1].hops, r[1].src_core, r[1].noc_qos, strict=True)
+                if c == 40 and q == "normal"}
+        assert int(Chip.from_arch(ARCH).hops(np.array([40]), np.array([5]))[0]) in hops
 
 
-def test_carry_tags_must_match_the_records() -> None:
-    lw = small_window()
-    _, _, st, _ = run(lw, placement=_hot_spot(5), window_ms=0.05)
-    assert st.queue.carry_compute_expert and len(st.queue.carry_compute_expert) == len(st.queue.carry_compute)
-    bad = st.model_copy(deep=True)
-    bad.queue.carry_compute_expert = bad.queue.carry_compute_expert[:-1]
-    with pytest.raises(BadInput) as ei:
-        run(_next_empty(lw, 1, 0.05), placement=_hot_spot(5), state=bad, window_ms=0.05)
-    assert ei.value.field == "state.queue.carry_compute_expert"
-
-
-def test_migrated_backlog_reads_from_the_new_vault_rerouted_over_the_noc() -> None:
-    wms = 0.05
-    lw = small_window()
-    plc = _hot_spot(5)
-    _, _, st0, _ = run(lw, placement=plc, window_ms=wms)
-    t_next = int(lw.t0_ns + wms * 1e6)
-    chip = Chip.from_arch(ARCH)
-    mig = Overlays(migrate=OverlayMigrate(t_apply_ns=[t_next], obj_type=["expert"], obj_id=["L0E0"], src=["5"],
-                                          dst=["40"], size_bytes=[0], cost=[1.0]))
-    rr = Overlays(reroute=OverlayReroute(t_apply_ns=[t_next], scope=["expert"], from_core=[5], to_core=[40],
-                                        mb_ids_json=['["L0E0"]'], reason=["hot_core"], expected_gain=[1.0]))
-    for ov, vault in ((mig, 40), (rr, 5)):
-        _, _, st1, _ = physicalize_window(1, _next_empty(lw, 1, wms), plc, ov, st0, ARCH, F, wms, 1.0, n_layers=2)
-        cm = st1.queue.carry_memory
-        mine = [(b, h) for k, b, h, t in zip(cm.src_core, cm.dst_bank, cm.hops, st1.queue.carry_memory_expert,
-                                             strict=True) if k == 40 and t == "L0E0"]
-        assert mine
-        vaults = {int(chip.bank_vault_core(np.array([chip.parse_bank(b, "x")]))[0]) for b, _ in mine}
-        assert vaults == {vault}
-        assert {h for _, h in mine} == {int(chip.hops(np.array([40]), np.array([vault]))[0])}
+def drain_from(lw: LogicalWindow, plc: Placement, ov: Overlays | None, st: PhysicalState, wms: float,
+               ) -> tuple[list[Result], PhysicalState]:
+    """From state ``st`` after window 0: window 1 with the overlay, then empty windows until nothing is carried."""
+    out: list[Result] = []
+    k = 1
+    while True:
+        w = _next_empty(lw, k, wms)
+        out.append(physicalize_window(k, w, plc, ov if k == 1 else None, st, ARCH, F, wms, 1.0, n_layers=2))
+        st = out[-1][2]
+        if _drained(st):
+            return out, st
+        k += 1
+        assert k < 20_000
 
 
 def test_moe_dispatch_and_combine_load_the_noc() -> None:
-    """Expert activations are gathered from / scattered to all cores: link bytes = Σ act bytes × mean hops."""
+    """A routed expert's input activations come from the micro-batch's attention cores (1/k from each) and its
+    outputs go back the same way: NoC-only events, and the link bytes are Σ act bytes × mean hops to the expert."""
     lw = small_window()
     plc = default_placement(ARCH, n_layers=2)
     window_ms = 10_000.0  # long enough that no link saturates (no clipping)
     _, mem, _, timing = run(lw, placement=plc, window_ms=window_ms)
     chip = Chip.from_arch(ARCH)
-    # weights are local (default placement: the owner's vault), so every link byte is dispatch/combine traffic
-    assert set(mem.hops) == {0}
+    qos = np.asarray(mem.noc_qos)
+    assert "dispatch" in set(qos.tolist())  # the synthetic window's experts only read activations
+    # weights are local (default placement: the owner's vault): DRAM accesses cross no link
+    assert {h for h, q in zip(mem.hops, qos, strict=True) if q == "normal"} == {0}
     link_bytes = np.asarray(timing.noc_link_util) * chip.link_bw_bytes_per_ns * window_ms * 1e6
     cores = np.arange(N, dtype=np.int64)
     mean_hops = np.array([chip.hops(cores, np.full(N, c, dtype=np.int64)).mean() for c in range(N)])
@@ -453,3 +436,9 @@ def test_moe_dispatch_and_combine_load_the_noc() -> None:
             expected += nbytes * mean_hops[plc.experts[f"L{layer}E{ex}"].cores[0]]
     assert expected > 0
     np.testing.assert_allclose(link_bytes.sum(), expected, rtol=1e-9)
+    disp = sum(b for b, q in zip(mem.bytes, qos, strict=True) if q in ("dispatch", "combine"))
+    act = sum(b for ev, t, b in zip(lw.memory.event_id, lw.memory.tensor_id, lw.memory.bytes, strict=True)
+              if ev in expert_of_event and not t.startswith("W_"))
+    own = sum(b / N for ev, t, b in zip(lw.memory.event_id, lw.memory.tensor_id, lw.memory.bytes, strict=True)
+              if ev in expert_of_event and not t.startswith("W_"))  # the expert core's own 1/n share stays home
+    assert disp == pytest.approx(act - own, rel=1e-9)

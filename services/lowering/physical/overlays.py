@@ -1,0 +1,161 @@
+"""Stage 1: TACS/TAPS overlays (seed 001 §3.3). Migrations update the replica state / tensor banks and become
+transfers; reroute rows are parsed into rules that ``assign`` applies to work generated at or after ``t_apply_ns``.
+
+Migrate rows: ``obj_type = "expert"`` moves/adds/drops an expert instance's core (``src``/``dst`` are core ids; an
+empty or ``-1`` src adds a replica, an empty or ``-1`` dst drops one) and updates ``ReplicaState``; its bytes move
+from a bank of the source core's vault to one of the destination's. ``obj_type = "weight"`` moves one weight tensor
+between banks (kept in ``PhysicalState.tensor_banks``). A transfer reads at the source bank and writes at the
+destination bank with ``noc_qos = "migration"``; ``schedule`` gives it both vaults' channels for ``bytes / W``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared.chip import Chip, stable_hash
+from shared.contracts.ids import expert_id, parse_expert_id
+from shared.contracts.placement import Overlays, Placement, ReplicaEntry, ReplicaState
+from shared.errors import BadInput
+
+_NONE = ("", "-1", "none", "None")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One migration: ``nbytes`` from ``src_bank`` to ``dst_bank`` (flat bank ids), not before ``t_apply_ns``."""
+
+    src_bank: int
+    dst_bank: int
+    nbytes: float
+    t_apply_ns: float
+
+
+@dataclass(frozen=True)
+class Reroute:
+    """Work of ``from_core`` generated at or after ``t_apply_ns`` goes to ``to_core`` (seed §3.3).
+
+    ``scope == "mb"``: only the micro-batches ``mbs``; ``"expert"``: routed-expert work only (restricted to ``mbs``
+    when given). ``experts``: when not empty, only these instances' work (``layer · 2^20 + expert`` codes)."""
+
+    t_apply_ns: float
+    scope: str
+    from_core: int
+    to_core: int
+    mbs: tuple[int, ...]
+    experts: tuple[int, ...]
+    within: tuple[int, ...] | None = None  # only these micro-batches (a rule carried from an earlier window)
+
+
+EXPERT_CODE_SHIFT = 20
+
+
+def expert_code(layer: int, expert: int) -> int:
+    return (layer << EXPERT_CODE_SHIFT) + expert
+
+
+def parse_ids(s: str, field: str) -> list[object]:
+    try:
+        v = json.loads(s) if s.strip() else []
+    except json.JSONDecodeError:
+        raise BadInput(f"not a JSON array: {s!r}", field=field) from None
+    if not isinstance(v, list):
+        raise BadInput(f"not a JSON array: {s!r}", field=field)
+    return v
+
+
+def expert_cores(key: str, placement: Placement, replicas: ReplicaState, chip: Chip) -> list[int]:
+    """The cores of an expert instance: the replica state's when it lists the instance, else the placement's."""
+    ent = replicas.experts.get(key)
+    if ent is not None and ent.cores:
+        cores = ent.cores
+    elif key in placement.experts:
+        cores = placement.experts[key].cores
+    else:
+        raise BadInput(f"expert instance {key} has no placement", field=f"placement.experts.{key}")
+    for c in cores:
+        chip.check_core(c, f"placement.experts.{key}.cores")
+    return list(cores)
+
+
+def apply_migrations(overlays: Overlays, placement: Placement, replicas: ReplicaState,
+                     tensor_banks: dict[str, str], chip: Chip, t0: float) -> tuple[list[Transfer], int]:
+    """Update ``replicas`` / ``tensor_banks`` in place; return the transfers and the number of objects moved (an
+    expert with its shards counts once, a lone weight shard once)."""
+    out: list[Transfer] = []
+    moved: set[str] = set()
+    mig = overlays.migrate
+    for i in range(len(mig)):
+        t_apply, obj_type, obj_id = mig.t_apply_ns[i], mig.obj_type[i], mig.obj_id[i]
+        src, dst, size = mig.src[i], mig.dst[i], mig.size_bytes[i]
+        f = f"overlays.migrate[{i}]"
+        if size < 0:
+            raise BadInput("size_bytes must be >= 0", field=f"{f}.size_bytes")
+        if obj_type == "weight":
+            sb = chip.parse_bank(src, f"{f}.src")
+            db = chip.parse_bank(dst, f"{f}.dst")
+            tensor_banks[obj_id] = chip.bank_str(db)
+            moved.add(obj_id[2:].rpartition("_")[0] if obj_id.startswith("W_") else obj_id)
+            if size > 0:
+                out.append(Transfer(sb, db, float(size), float(max(t_apply, t0))))
+        elif obj_type == "expert":
+            try:
+                layer, e = parse_expert_id(obj_id)
+            except ValueError as exc:
+                raise BadInput(str(exc), field=f"{f}.obj_id") from None
+            key = expert_id(layer, e)
+            moved.add(key)
+            cores = expert_cores(key, placement, replicas, chip)
+            try:
+                s_core = None if src.strip() in _NONE else chip.check_core(int(src), f"{f}.src")
+                d_core = None if dst.strip() in _NONE else chip.check_core(int(dst), f"{f}.dst")
+            except ValueError:
+                raise BadInput(f"src/dst of an expert migration are core ids, got {src!r} -> {dst!r}",
+                               field=f"{f}.src") from None
+            new = [c for c in cores if c != s_core] if s_core is not None else list(cores)
+            if d_core is not None and d_core not in new:
+                new.append(d_core)
+            if not new:
+                raise BadInput(f"migration would leave {key} on no core", field=f)
+            if new != cores:  # not yet applied (TACS may already have updated the replica state itself)
+                prev = replicas.experts.get(key)
+                replicas.experts[key] = ReplicaEntry(
+                    cores=new, ts_created_ns=prev.ts_created_ns if prev is not None else int(t_apply),
+                    last_change_ns=int(t_apply), prev_cores=cores)
+            if d_core is not None and size > 0:  # the instance's weights, when no weight rows list them
+                from_core = s_core if s_core is not None else cores[0]
+                key_h = np.array([stable_hash(key)])
+                sb = int(chip.vault_bank(np.array([from_core]), key_h)[0])
+                db = int(chip.vault_bank(np.array([d_core]), key_h)[0])
+                out.append(Transfer(sb, db, float(size), float(max(t_apply, t0))))
+                tensor_banks[f"{key}_*"] = chip.bank_str(db)  # its shards now live in the destination vault
+        else:
+            raise BadInput(f"obj_type must be 'weight' or 'expert', got {obj_type!r}", field=f"{f}.obj_type")
+    return out, len(moved)
+
+
+def parse_reroutes(overlays: Overlays, chip: Chip) -> list[Reroute]:
+    rr = overlays.reroute
+    rr_expert: list[str] = list(getattr(rr, "expert_id", None) or [""] * len(rr))  # extra column (placement)
+    out: list[Reroute] = []
+    for i in range(len(rr)):
+        f = f"overlays.reroute[{i}]"
+        chip.check_core(rr.from_core[i], f"{f}.from_core")
+        chip.check_core(rr.to_core[i], f"{f}.to_core")
+        if rr.scope[i] not in ("mb", "expert"):
+            raise BadInput(f"scope must be 'mb' or 'expert', got {rr.scope[i]!r}", field=f"{f}.scope")
+        ids = parse_ids(rr.mb_ids_json[i], f"{f}.mb_ids_json")
+        mbs = tuple(int(x) for x in ids if isinstance(x, int | float) and not isinstance(x, bool))
+        names = [str(x) for x in ids if isinstance(x, str)] + ([rr_expert[i]] if rr_expert[i] else [])
+        codes: list[int] = []
+        for name in names:
+            try:
+                lv, e = parse_expert_id(name)
+            except ValueError as exc:
+                raise BadInput(str(exc), field=f"{f}.expert_id") from None
+            codes.append(expert_code(lv, e))
+        out.append(Reroute(float(rr.t_apply_ns[i]), rr.scope[i], int(rr.from_core[i]), int(rr.to_core[i]), mbs,
+                           tuple(codes)))
+    return out

@@ -1,0 +1,150 @@
+"""Stage 5: an event-driven list schedule of the hardware as it is.
+
+A micro-batch's decode step is a chain of stages ``(layer, phase)``, phase attention → router → experts (+ shared,
+dense) → head; a stage may start when the previous stage of its micro-batch has finished on every core it ran on
+(the data dependency) and not before its rows were generated (``t_gen``). Different micro-batches are independent.
+Resources: each core (its array and DMA: a piece holds its core for ``max(compute, DMA)``) and each vault's channels
+(held by migrations, ``transfers``). The scheduler repeatedly takes the ready stage with the earliest ready time
+(ties: lower micro-batch id) and starts each of its pieces at ``max(ready, core free, vault free)``; the pieces of
+one stage on one core run back to back in event order. Stages whose ready time is at or after the window end stay
+open (the next window schedules them, after overlays that may still change them). No other barrier exists.
+
+Migrations: ``bytes / W`` with ``W = min(bw of both vaults, link bw when it crosses the NoC)`` plus hops × link
+latency, starting at ``max(t_apply, both vaults free, both vaults' cores free)``; they hold both vaults' channels.
+Approximation: a piece reading a remote vault over the NoC does not hold that vault (only its own core).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from services.lowering.physical.overlays import Transfer
+from shared.chip import Chip
+
+F64 = NDArray[np.float64]
+I64 = NDArray[np.int64]
+
+
+@dataclass
+class Stages:
+    """Distinct (mb, layer, phase) of the rows, sorted; ``of_row`` maps each row to its stage."""
+
+    mb: I64
+    layer: I64
+    phase: I64
+    tgen: F64  # earliest generation time of the stage's rows
+    of_row: I64
+
+    @classmethod
+    def of(cls, mb: I64, layer: I64, phase: I64, tgen: F64) -> Stages:
+        if not mb.size:
+            z = np.zeros(0, np.int64)
+            return cls(z, z, z, np.zeros(0), z)
+        key = np.stack([mb, layer, phase], axis=1)
+        uniq, inv = np.unique(key, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        tg = np.full(uniq.shape[0], np.inf)
+        np.minimum.at(tg, inv, tgen)
+        return cls(uniq[:, 0], uniq[:, 1], uniq[:, 2], tg, inv)
+
+    def __len__(self) -> int:
+        return int(self.mb.size)
+
+
+@dataclass
+class Schedule:
+    start: F64  # per piece, ns; NaN = not scheduled (its stage stays open)
+    stage_ready: F64  # per stage, NaN = not scheduled
+    stage_end: F64
+    core_free: F64
+    vault_free: F64
+    mb_ready: dict[int, float]  # per micro-batch: when its last scheduled stage ends
+
+
+def schedule_transfers(transfers: list[Transfer], chip: Chip, vault_bw: F64, vault_free: F64, core_free: F64,
+                       ) -> tuple[F64, F64, I64, I64]:
+    """Start, duration (ns), source and destination vault of each transfer; updates ``vault_free`` in place.
+
+    A transfer waits until both vaults' channels are free: no earlier migration holds them and the vaults' own cores
+    (whose pieces stream from their vault) are done with the work already scheduled on them."""
+    start = np.zeros(len(transfers))
+    dur = np.zeros(len(transfers))
+    sv = chip.bank_vault_core(np.array([t.src_bank for t in transfers], dtype=np.int64))
+    dv = chip.bank_vault_core(np.array([t.dst_bank for t in transfers], dtype=np.int64))
+    for i, t in enumerate(transfers):
+        s, d = int(sv[i]), int(dv[i])
+        hops = int(chip.hops(np.array([s]), np.array([d]))[0])
+        bw = min(float(vault_bw[s]), float(vault_bw[d]))
+        if hops > 0:
+            bw = min(bw, chip.link_bw_bytes_per_ns)
+        st = max(t.t_apply_ns, float(vault_free[s]), float(vault_free[d]), float(core_free[s]),
+                 float(core_free[d]))
+        start[i] = st
+        dur[i] = t.nbytes / bw + hops * chip.link_latency_ns
+        vault_free[s] = vault_free[d] = st + dur[i]
+    return start, dur, sv, dv
+
+
+def list_schedule(stages: Stages, piece_stage: I64, piece_core: I64, piece_dur: F64, piece_order_key: I64,
+                  mb_ready0: dict[int, float], core_free: F64, vault_free: F64, t1: float) -> Schedule:
+    """Schedule stages whose ready time is before ``t1`` (see the module docstring). ``mb_ready0``: per micro-batch,
+    the end of its last stage scheduled in an earlier window. ``core_free`` / ``vault_free`` are not modified."""
+    n_st = len(stages)
+    na = piece_stage.size
+    free = core_free.copy()
+    vfree = vault_free.copy()
+    order = np.lexsort((piece_order_key, piece_core, piece_stage)) if na else np.zeros(0, np.int64)
+    st_o = piece_stage[order]
+    core_o = piece_core[order]
+    dur_o = piece_dur[order]
+    first = np.ones(na, dtype=bool)
+    if na:
+        first[1:] = (core_o[1:] != core_o[:-1]) | (st_o[1:] != st_o[:-1])
+    g_idx = np.flatnonzero(first)
+    g_core = core_o[g_idx]
+    g_sum = np.add.reduceat(dur_o, g_idx) if na else np.zeros(0)
+    g_of = np.cumsum(first) - 1
+    g_bounds = np.searchsorted(st_o[g_idx], np.arange(n_st + 1)).tolist()
+    g_base = np.full(g_idx.size, np.nan)
+    st_ready = np.full(n_st, np.nan)
+    st_end = np.full(n_st, np.nan)
+    mb_ready = dict(mb_ready0)
+    # stages of each micro-batch in (layer, phase) order: they are contiguous in `stages` (sorted by mb first)
+    heap: list[tuple[float, int, int]] = []
+    mbs = stages.mb.tolist()
+    tgen = stages.tgen.tolist()
+    i = 0
+    while i < n_st:  # first stage of every micro-batch
+        m = mbs[i]
+        heapq.heappush(heap, (max(tgen[i], mb_ready.get(m, -np.inf)), m, i))
+        j = i
+        while j < n_st and mbs[j] == m:
+            j += 1
+        i = j
+    while heap:
+        ready, m, s = heapq.heappop(heap)
+        if ready >= t1:
+            break
+        lo, hi = g_bounds[s], g_bounds[s + 1]
+        uc = g_core[lo:hi]
+        base = np.maximum(np.maximum(free[uc], vfree[uc]), ready)
+        ends = base + g_sum[lo:hi]
+        free[uc] = ends
+        g_base[lo:hi] = base
+        end = float(ends.max()) if hi > lo else ready
+        st_ready[s] = ready
+        st_end[s] = end
+        mb_ready[m] = end
+        if s + 1 < n_st and mbs[s + 1] == m:
+            heapq.heappush(heap, (max(end, tgen[s + 1]), m, s + 1))
+    start = np.full(na, np.nan)
+    if na:
+        cs = np.cumsum(dur_o)
+        excl = cs - dur_o
+        start[order] = g_base[g_of] + (excl - excl[g_idx][g_of])
+    return Schedule(start=start, stage_ready=st_ready, stage_end=st_end, core_free=free, vault_free=vfree,
+                    mb_ready=mb_ready)
