@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -23,6 +24,13 @@ def _table(rows: list[BenchRow]) -> list[str]:
     return out
 
 
+def _load() -> str:
+    try:
+        return " / ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1 / 5 / 15 min)"
+    except OSError:  # pragma: no cover - not on every platform
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="make bench")
     ap.add_argument("--only", nargs="*", default=None, help="services to run (default: all)")
@@ -35,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Written by `make bench` on {time.strftime('%Y-%m-%d %H:%M')} ({platform.machine()}, "
         f"Python {platform.python_version()}). Goals are reported, not asserted; ratios are measured in one run. "
-        f"BLAS threads per process: {blas or 'library default'} (TASMOE_BLAS_THREADS).",
+        f"BLAS threads per process: {blas or 'library default'} (TASMOE_BLAS_THREADS). "
+        f"Load average at the start: {_load()} on {os.cpu_count()} CPUs.",
         "",
     ]
     for name in args.only or SERVICES:
@@ -46,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         rows: list[BenchRow] = mod.bench()
         lines += [f"## {name}", "", *_table(rows), "", f"({time.perf_counter() - t0:.1f} s)", ""]
+    history = Path(__file__).resolve().parents[1] / "docs" / "bench_history.md"
+    if history.is_file():
+        lines += [history.read_text(encoding="utf-8").rstrip(), ""]
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

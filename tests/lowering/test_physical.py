@@ -442,3 +442,22 @@ def test_moe_dispatch_and_combine_load_the_noc() -> None:
     own = sum(b / N for ev, t, b in zip(lw.memory.event_id, lw.memory.tensor_id, lw.memory.bytes, strict=True)
               if ev in expert_of_event and not t.startswith("W_"))  # the expert core's own 1/n share stays home
     assert disp == pytest.approx(act - own, rel=1e-9)
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda q: q.running_compute.core_id.__setitem__(0, 99), "state.queue.running_compute.core_id[0]"),
+    (lambda q: q.running_compute.end_ns.__setitem__(0, float("nan")), "state.queue.running_compute.end_ns[0]"),
+    (lambda q: q.running_memory.noc_qos.__setitem__(0, "express"), "state.queue.running_memory.noc_qos[0]"),
+    (lambda q: q.running_memory.bank.__setitem__(0, -3), "state.queue.running_memory.bank[0]"),
+    (lambda q: q.open_compute.flops.__setitem__(0, -1.0), "state.queue.open_compute.flops[0]"),
+])
+def test_a_tampered_state_is_refused_naming_the_field(mutate: object, field: str) -> None:
+    """The state comes back from the caller (HTTP): what it carries is checked like any other input."""
+    lw = small_window()
+    _, _, st, _ = run(lw, placement=_hot_spot(5), window_ms=0.05)
+    assert len(st.queue.running_compute) and len(st.queue.running_memory) and len(st.queue.open_compute)
+    bad = st.model_copy(deep=True)
+    mutate(bad.queue)  # type: ignore[operator]
+    with pytest.raises(BadInput) as ei:
+        run(_next_empty(lw, 1, 0.05), placement=_hot_spot(5), state=bad, window_ms=0.05)
+    assert ei.value.field == field

@@ -53,6 +53,7 @@ from shared.errors import BadInput
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 QOS = ("normal", "migration", "dispatch", "combine")
+QOS_CODE = {q: i for i, q in enumerate(QOS)}
 LOOKAHEAD_LAYERS = 2  # first look-ahead (layers per micro-batch); an optimisation only, results do not depend on it
 
 
@@ -81,16 +82,37 @@ def _mb_tokens(rows: Rows, sel: NDArray[np.bool_]) -> int:
     return int(rows.tokens[ne].max()) if ne.any() else int(rows.tokens[sel].max()) if sel.any() else 0
 
 
-def _validate_rows(lc: LogicalCompute) -> None:
+def _validate_rows(lc: LogicalCompute, where: str = "logical.compute") -> None:
     if not len(lc):
         return
     tok = np.asarray(lc.tokens, dtype=np.float64)
     fl = np.asarray(lc.flops, dtype=np.float64)
     if np.any(tok < 0):
-        raise BadInput("tokens must be >= 0", field=f"logical.compute.tokens[{int(np.flatnonzero(tok < 0)[0])}]")
+        raise BadInput("tokens must be >= 0", field=f"{where}.tokens[{int(np.flatnonzero(tok < 0)[0])}]")
     bad = ~np.isfinite(fl) | (fl < 0)
     if np.any(bad):
-        raise BadInput("flops must be finite and >= 0", field=f"logical.compute.flops[{int(np.flatnonzero(bad)[0])}]")
+        raise BadInput("flops must be finite and >= 0", field=f"{where}.flops[{int(np.flatnonzero(bad)[0])}]")
+
+
+def _validate_running(q: CoreQueueState, n: int) -> None:
+    """The carried running work must name cores of this mesh, known QoS classes and finite, ordered intervals."""
+    for name, cols, core_col in (("running_compute", q.running_compute, "core_id"),
+                                 ("running_memory", q.running_memory, "src_core")):
+        core = np.asarray(getattr(cols, core_col), dtype=np.int64)
+        start = np.asarray(cols.start_ns, dtype=np.float64)
+        end = np.asarray(cols.end_ns, dtype=np.float64)
+        bad = np.flatnonzero((core < 0) | (core >= n))
+        if bad.size:
+            raise BadInput(f"core {int(core[bad[0]])} outside the mesh (0..{n - 1})",
+                           field=f"state.queue.{name}.{core_col}[{bad[0]}]")
+        bad = np.flatnonzero(~np.isfinite(start) | ~np.isfinite(end) | (end < start))
+        if bad.size:
+            raise BadInput("intervals must be finite with end_ns >= start_ns",
+                           field=f"state.queue.{name}.end_ns[{bad[0]}]")
+    bad_q = [i for i, x in enumerate(q.running_memory.noc_qos) if x not in QOS_CODE]
+    if bad_q:
+        raise BadInput(f"noc_qos must be one of {', '.join(QOS)}",
+                       field=f"state.queue.running_memory.noc_qos[{bad_q[0]}]")
 
 
 def _admit(logical: LogicalWindow, state: CoreQueueState, max_open: int,
@@ -140,7 +162,12 @@ def _concat_memory(a: LogicalMemory, b: LogicalMemory) -> LogicalMemory:
 
 
 def _take(cols: LogicalCompute | LogicalMemory, idx: I64) -> dict[str, Any]:
-    return {k: np.asarray(getattr(cols, k), dtype=object)[idx].tolist() for k in type(cols).model_fields}
+    il = idx.tolist()
+    out: dict[str, Any] = {}
+    for k in type(cols).model_fields:
+        col = getattr(cols, k)
+        out[k] = [col[i] for i in il]
+    return out
 
 
 def _subset_compute(lc: LogicalCompute, idx: I64) -> LogicalCompute:
@@ -149,9 +176,11 @@ def _subset_compute(lc: LogicalCompute, idx: I64) -> LogicalCompute:
     return LogicalCompute.model_construct(**_take(lc, idx))
 
 
-def _subset_memory(lm: LogicalMemory, events: I64) -> LogicalMemory:
-    """The memory rows of compute events ``events``."""
-    keep = np.flatnonzero(np.isin(np.asarray(lm.event_id, dtype=np.int64), events)) if len(lm) else np.zeros(0, int)
+def _subset_memory(lm: LogicalMemory, events: I64, lm_ev: I64 | None = None) -> LogicalMemory:
+    """The memory rows of compute events ``events`` (``lm_ev``: ``lm.event_id`` as an array, when at hand)."""
+    if lm_ev is None:
+        lm_ev = np.asarray(lm.event_id, dtype=np.int64)
+    keep = np.flatnonzero(np.isin(lm_ev, events)) if len(lm) else np.zeros(0, int)
     if keep.size == len(lm):
         return lm
     return LogicalMemory.model_construct(**_take(lm, keep))
@@ -197,6 +226,8 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
         raise BadInput(f"state.queue.vault_free_ns has {vault_free.size} values, the mesh {n}",
                        field="state.queue.vault_free_ns")
     _validate_rows(logical.compute)
+    _validate_rows(q.open_compute, "state.queue.open_compute")
+    _validate_running(q, n)
     # the caller's state is not changed: entries are replaced in this copy of the dict, never mutated in place
     replicas = state.replicas.model_copy(update={"experts": dict(state.replicas.experts)})
     tensor_banks = dict(state.tensor_banks)
@@ -237,10 +268,11 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     else:
         mb_inv = rel_layer = np.zeros(0, np.int64)
     ahead = LOOKAHEAD_LAYERS
+    lm_ev = np.asarray(lm.event_id, dtype=np.int64)
     while True:
         sub = np.flatnonzero(rel_layer < ahead)
         rows = all_rows.take(sub)
-        lm_sub = _subset_memory(lm, rows.event_id)
+        lm_sub = _subset_memory(lm, rows.event_id, lm_ev)
         pieces = assign(rows, placement, replicas, reroutes, chip, arch, backlog, freq)
         mr = prepare(lm_sub, rows, placement, replicas, tensor_banks, chip)
         exp_idx = np.flatnonzero(~pieces.split)
@@ -329,7 +361,7 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
                        nbytes=np.asarray(rm.bytes, dtype=np.float64),
                        write=np.array([r == "w" for r in rm.rw], dtype=bool),
                        hops=np.asarray(rm.hops, dtype=np.int64),
-                       qos=np.array([QOS.index(x) for x in rm.noc_qos], dtype=np.int64))
+                       qos=np.array([QOS_CODE[x] for x in rm.noc_qos], dtype=np.int64))
     C = _cat([run_c, new_c_iv])
     M = _cat([run_m, *mem_parts])
     fc = deposit.share(C.start, C.end, t0, t1)
@@ -353,7 +385,7 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
         start_ns=M.start[keep_m].tolist(), end_ns=M.end[keep_m].tolist())
     open_rows = np.flatnonzero(~row_done)
     open_compute = _subset_compute(lc, open_rows)
-    open_memory = _subset_memory(lm, all_rows.event_id[open_rows])
+    open_memory = _subset_memory(lm, all_rows.event_id[open_rows], lm_ev)
 
     # ---- 9. timing --------------------------------------------------------------------------------------------
     ov = np.clip(np.minimum(C.end, t1) - np.maximum(C.start, t0), 0.0, None)
