@@ -197,6 +197,10 @@ class Chip:
                 out[i], out[i + 1] = (a, b), (b, a)
         return out
 
+    def route_links(self, src: int, dst: int) -> tuple[int, ...]:
+        """The directed links of the XY route from core ``src`` to core ``dst`` (X first), in `link_bytes`' ids."""
+        return _route_links(self.X, self.Y, src, dst)
+
     def link_bytes(self, src: IntArr, dst: IntArr, nbytes: NDArray[np.float64]) -> NDArray[np.float64]:
         """Bytes per directed link with XY routing (X first, then Y) from ``src`` core to ``dst`` core.
 
@@ -244,3 +248,19 @@ def _uniform_link_shares(X: int, Y: int) -> tuple[NDArray[np.float64], NDArray[n
     gather.setflags(write=False)
     scatter.setflags(write=False)
     return gather, scatter
+
+
+@lru_cache(maxsize=1 << 14)
+def _route_links(X: int, Y: int, src: int, dst: int) -> tuple[int, ...]:
+    x, y, tx, ty = src % X, src // X, dst % X, dst // X
+    out: list[int] = []
+    while x != tx:
+        step = 1 if tx > x else -1
+        out.append(2 * (y * (X - 1) + min(x, x + step)) + (step < 0))
+        x += step
+    base = 2 * (X - 1) * Y
+    while y != ty:
+        step = 1 if ty > y else -1
+        out.append(base + 2 * (x * (Y - 1) + min(y, y + step)) + (step < 0))
+        y += step
+    return tuple(out)

@@ -100,15 +100,16 @@ class ActiveReroute(BaseModel):
 class CoreQueueState(BaseModel):
     """The schedule carried into the next window.
 
-    ``busy_until_ns`` / ``vault_free_ns``: per core / vault, when the core (its array and DMA) / the vault's channels
-    (held by migrations) become free. ``running_*``: scheduled work that ends after the window. ``open_compute`` /
-    ``open_memory``: logical rows of admitted micro-batches whose stage has not been scheduled yet (re-mapped every
-    window, so TACS overlays still act on them). ``dropped_mbs``: micro-batches shed by admission whose rows may still
-    arrive.
+    ``busy_until_ns`` / ``vault_free_ns`` / ``link_free_ns``: per core / vault / directed NoC link, when the core (its
+    array and DMA) / the vault's channels (held by migrations) / the link (held by remote traffic) become free.
+    ``running_*``: scheduled work that ends after the window. ``open_compute`` / ``open_memory``: logical rows of
+    admitted micro-batches whose stage has not been scheduled yet (re-mapped every window, so TACS overlays still act
+    on them). ``dropped_mbs``: micro-batches shed by admission whose rows may still arrive.
     """
 
     busy_until_ns: list[int] = Field(default_factory=list)
     vault_free_ns: list[int] = Field(default_factory=list)
+    link_free_ns: list[int] = Field(default_factory=list)  # per directed NoC link (Chip.link_bytes ids)
     running_compute: RunningCompute = Field(default_factory=RunningCompute.empty)
     running_memory: RunningMemory = Field(default_factory=RunningMemory.empty)
     open_compute: LogicalCompute = Field(default_factory=LogicalCompute.empty)

@@ -54,14 +54,16 @@ def test_transfers_hold_both_vaults_for_bytes_over_bandwidth() -> None:
     core_free[27] = 1000.0
     b0 = int(chip.vault_bank(np.array([0]), np.array([1]))[0])
     b27 = int(chip.vault_bank(np.array([27]), np.array([1]))[0])
+    lf = np.zeros(chip.n_links)
     start, dur, sv, dv = schedule_transfers([Transfer(b0, b27, 1e6, 10.0), Transfer(b27, b0, 1e6, 0.0)], chip,
-                                            vault_bw, vf, core_free)
+                                            vault_bw, vf, core_free, lf)
     bw = min(chip.vault_bw_bytes_per_ns, chip.link_bw_bytes_per_ns)
     assert dur[0] == pytest.approx(1e6 / bw + 6 * chip.link_latency_ns)
     assert start[0] == 1000.0  # core 27 streams from its vault until then
     assert start[1] == pytest.approx(start[0] + dur[0])  # the second one waits for both vaults
     assert vf[0] == vf[27] == pytest.approx(start[1] + dur[1])
     assert list(sv) == [0, 27] and list(dv) == [27, 0]
+    assert lf[list(chip.route_links(0, 27))].tolist() == [start[0] + dur[0]] * 6  # it held its route
 
 
 def test_attention_groups_and_assign_conserve_work() -> None:
@@ -77,3 +79,20 @@ def test_attention_groups_and_assign_conserve_work() -> None:
     np.testing.assert_allclose(np.bincount(p.row, weights=p.tok_frac, minlength=len(rows)), 1.0)
     np.testing.assert_allclose(np.bincount(p.row, weights=p.w_frac, minlength=len(rows))[~rows.is_expert], 1.0)
     assert set(p.core[p.split & (rows.mb[p.row] == 0)].tolist()) == set(range(16))
+
+
+def test_pieces_crossing_the_same_link_take_turns() -> None:
+    """Two single-piece stages of different micro-batches on different cores whose remote reads share a link run one
+    after the other; without the shared link they overlap."""
+    chip = Chip.from_arch(ArchConfig())
+    st = Stages.of(np.array([0, 1]), np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2))
+    links_a = chip.route_links(0, 2)  # core 0's vault -> core 2 (links 0->1, 1->2)
+    links_b = chip.route_links(1, 3)  # core 1's vault -> core 3 (links 1->2, 2->3): shares 1->2
+    assert set(links_a) & set(links_b)
+    args = (st, np.array([0, 1]), np.array([2, 3]), np.array([10.0, 10.0]), np.arange(2), {}, np.zeros(64),
+            np.zeros(64), 1e9, np.zeros(chip.n_links))
+    s = list_schedule(*args, {0: links_a, 1: links_b})
+    assert sorted(s.start.tolist()) == [0.0, 10.0]
+    assert s.link_free[list(set(links_a) & set(links_b))].tolist() == [20.0]
+    s_free = list_schedule(*args, {0: links_a, 1: chip.route_links(7, 5)})
+    assert s_free.start.tolist() == [0.0, 0.0]

@@ -28,7 +28,7 @@ from services.lowering.costmodel import mac_pj_for
 from services.lowering.physical import deposit
 from services.lowering.physical.assign import Pieces, Rows, assign, attention_cores
 from services.lowering.physical.cost import cost
-from services.lowering.physical.memory import prepare, row_bytes, traffic
+from services.lowering.physical.memory import Traffic, prepare, row_bytes, traffic
 from services.lowering.physical.overlays import Reroute, apply_migrations, parse_reroutes
 from services.lowering.physical.schedule import Stages, list_schedule, schedule_transfers
 from shared.chip import Chip
@@ -225,6 +225,10 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     if vault_free.shape != (n,):
         raise BadInput(f"state.queue.vault_free_ns has {vault_free.size} values, the mesh {n}",
                        field="state.queue.vault_free_ns")
+    link_free = np.asarray(q.link_free_ns, dtype=np.float64) if q.link_free_ns else np.zeros(chip.n_links)
+    if link_free.shape != (chip.n_links,):
+        raise BadInput(f"state.queue.link_free_ns has {link_free.size} values, the mesh {chip.n_links} links",
+                       field="state.queue.link_free_ns")
     _validate_rows(logical.compute)
     _validate_rows(q.open_compute, "state.queue.open_compute")
     _validate_running(q, n)
@@ -239,7 +243,8 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
                           tuple(r.open_mbs)) for r in q.reroutes]
     new_rr = [r for r in parse_reroutes(overlays, chip) if r.t_apply_ns < t1]
     vault_free = vault_free.copy()
-    tr_start, tr_dur, tr_sv, tr_dv = schedule_transfers(transfers, chip, vault_bw, vault_free, core_free)
+    tr_start, tr_dur, tr_sv, tr_dv = schedule_transfers(transfers, chip, vault_bw, vault_free, core_free,
+                                                          link_free)
 
     # ---- 2. admission -----------------------------------------------------------------------------------------
     new_c, new_m, tokens_dropped, dropped = _admit(logical, q, arch.schedule.open_limit(n))
@@ -282,7 +287,7 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
         stages = Stages.of(rows.mb, rows.layer, rows.phase, rows.tgen)
         p_stage = stages.of_row[pieces.row] if len(pieces) else np.zeros(0, np.int64)
         sch = list_schedule(stages, p_stage, pieces.core, pc.dur_ns, rows.event_id[pieces.row], mb_ready0,
-                            core_free, vault_free, t1)
+                            core_free, vault_free, t1, link_free, _piece_links(exp_tr, exp_idx, pieces, chip))
         sub_done = ~np.isnan(sch.stage_ready[stages.of_row]) if len(rows) else np.zeros(0, dtype=bool)
         if sub.size == len(all_rows):
             break
@@ -422,6 +427,7 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
         queue=CoreQueueState(
             busy_until_ns=np.ceil(sch.core_free).astype(np.int64).tolist(),
             vault_free_ns=np.ceil(sch.vault_free).astype(np.int64).tolist(),
+            link_free_ns=np.ceil(sch.link_free).astype(np.int64).tolist(),
             running_compute=running_compute, running_memory=running_memory,
             open_compute=open_compute, open_memory=open_memory,
             pending=still, open_mbs=sorted(open_mbs.values(), key=lambda o: o.mb_id), dropped_mbs=dropped,
@@ -461,6 +467,20 @@ def _dispatch_combine(tr: object, e_piece: I64, e_core: I64, p_start: F64, p_end
     return _Intervals(core=src[keep], start=s[keep], end=e[keep], bank=bank[keep], nbytes=nbytes[keep],
                       write=np.ones(int(keep.sum()), bool), hops=chip.hops(src[keep], chip.bank_vault_core(bank[keep])),
                       qos=np.where(is_combine[keep], 3, 2).astype(np.int64))
+
+
+def _piece_links(tr: Traffic, exp_idx: I64, pieces: Pieces, chip: Chip) -> dict[int, tuple[int, ...]]:
+    """The links each expert piece's remote traffic crosses (reads: vault -> core; writes: core -> vault)."""
+    remote = np.flatnonzero(tr.hops > 0)
+    if not remote.size:
+        return {}
+    out: dict[int, set[int]] = {}
+    p_idx = exp_idx[tr.piece[remote]]
+    core = pieces.core[p_idx]
+    vault = chip.bank_vault_core(tr.bank[remote])
+    for p, c, v, w in zip(p_idx.tolist(), core.tolist(), vault.tolist(), tr.write[remote].tolist(), strict=True):
+        out.setdefault(p, set()).update(chip.route_links(c, v) if w else chip.route_links(v, c))
+    return {p: tuple(sorted(s)) for p, s in out.items()}
 
 
 def _carried_reroutes(rules: list[Reroute], open_now: set[int], open_rows_mbs: set[int]) -> list[ActiveReroute]:

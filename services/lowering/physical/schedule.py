@@ -3,15 +3,17 @@
 A micro-batch's decode step is a chain of stages ``(layer, phase)``, phase attention → router → experts (+ shared,
 dense) → head; a stage may start when the previous stage of its micro-batch has finished on every core it ran on
 (the data dependency) and not before its rows were generated (``t_gen``). Different micro-batches are independent.
-Resources: each core (its array and DMA: a piece holds its core for ``max(compute, DMA)``) and each vault's channels
-(held by migrations, ``transfers``). The scheduler repeatedly takes the ready stage with the earliest ready time
+Resources: each core (its array and DMA: a piece holds its core for ``max(compute, DMA)``), each vault's channels
+(held by migrations, ``transfers``) and each directed NoC link (held by the pieces whose reads or writes cross it and
+by migrations). The scheduler repeatedly takes the ready stage with the earliest ready time
 (ties: lower micro-batch id) and starts each of its pieces at ``max(ready, core free, vault free)``; the pieces of
 one stage on one core run back to back in event order. Stages whose ready time is at or after the window end stay
 open (the next window schedules them, after overlays that may still change them). No other barrier exists.
 
 Migrations: ``bytes / W`` with ``W = min(bw of both vaults, link bw when it crosses the NoC)`` plus hops × link
 latency, starting at ``max(t_apply, both vaults free, both vaults' cores free)``; they hold both vaults' channels.
-Approximation: a piece reading a remote vault over the NoC does not hold that vault (only its own core).
+Approximations: a piece reading a remote vault over the NoC holds the links but not that vault; MoE dispatch/combine
+traffic (a few KB per expert) is not a link reservation.
 """
 
 from __future__ import annotations
@@ -62,15 +64,18 @@ class Schedule:
     stage_end: F64
     core_free: F64
     vault_free: F64
+    link_free: F64
     mb_ready: dict[int, float]  # per micro-batch: when its last scheduled stage ends
 
 
 def schedule_transfers(transfers: list[Transfer], chip: Chip, vault_bw: F64, vault_free: F64, core_free: F64,
-                       ) -> tuple[F64, F64, I64, I64]:
-    """Start, duration (ns), source and destination vault of each transfer; updates ``vault_free`` in place.
+                       link_free: F64) -> tuple[F64, F64, I64, I64]:
+    """Start, duration (ns), source and destination vault of each transfer; updates ``vault_free`` and ``link_free``
+    in place.
 
-    A transfer waits until both vaults' channels are free: no earlier migration holds them and the vaults' own cores
-    (whose pieces stream from their vault) are done with the work already scheduled on them."""
+    A transfer waits until both vaults' channels are free (no earlier migration holds them and the vaults' own cores,
+    whose pieces stream from their vault, are done with the work already scheduled on them) and the links of its XY
+    route are free; it holds all of them until it ends."""
     start = np.zeros(len(transfers))
     dur = np.zeros(len(transfers))
     sv = chip.bank_vault_core(np.array([t.src_bank for t in transfers], dtype=np.int64))
@@ -81,22 +86,29 @@ def schedule_transfers(transfers: list[Transfer], chip: Chip, vault_bw: F64, vau
         bw = min(float(vault_bw[s]), float(vault_bw[d]))
         if hops > 0:
             bw = min(bw, chip.link_bw_bytes_per_ns)
+        links = list(chip.route_links(s, d))
         st = max(t.t_apply_ns, float(vault_free[s]), float(vault_free[d]), float(core_free[s]),
-                 float(core_free[d]))
+                 float(core_free[d]), float(link_free[links].max()) if links else -np.inf)
         start[i] = st
         dur[i] = t.nbytes / bw + hops * chip.link_latency_ns
         vault_free[s] = vault_free[d] = st + dur[i]
+        if links:
+            link_free[links] = st + dur[i]
     return start, dur, sv, dv
 
 
 def list_schedule(stages: Stages, piece_stage: I64, piece_core: I64, piece_dur: F64, piece_order_key: I64,
-                  mb_ready0: dict[int, float], core_free: F64, vault_free: F64, t1: float) -> Schedule:
+                  mb_ready0: dict[int, float], core_free: F64, vault_free: F64, t1: float,
+                  link_free: F64 | None = None, piece_links: dict[int, tuple[int, ...]] | None = None) -> Schedule:
     """Schedule stages whose ready time is before ``t1`` (see the module docstring). ``mb_ready0``: per micro-batch,
-    the end of its last stage scheduled in an earlier window. ``core_free`` / ``vault_free`` are not modified."""
+    the end of its last stage scheduled in an earlier window. ``piece_links``: the NoC links a piece's remote reads
+    and writes cross; the pieces of a stage on one core hold the union of their links for their run and start when
+    those links are free. The input arrays are not modified."""
     n_st = len(stages)
     na = piece_stage.size
     free = core_free.copy()
     vfree = vault_free.copy()
+    lfree = link_free.copy() if link_free is not None else np.zeros(0)
     order = np.lexsort((piece_order_key, piece_core, piece_stage)) if na else np.zeros(0, np.int64)
     st_o = piece_stage[order]
     core_o = piece_core[order]
@@ -109,6 +121,14 @@ def list_schedule(stages: Stages, piece_stage: I64, piece_core: I64, piece_dur: 
     g_sum = np.add.reduceat(dur_o, g_idx) if na else np.zeros(0)
     g_of = np.cumsum(first) - 1
     g_bounds = np.searchsorted(st_o[g_idx], np.arange(n_st + 1)).tolist()
+    g_links: dict[int, NDArray[np.int64]] = {}  # group -> links it holds
+    if piece_links:
+        pos = np.empty(na, dtype=np.int64)
+        pos[order] = np.arange(na)
+        acc: dict[int, set[int]] = {}
+        for p, links in piece_links.items():
+            acc.setdefault(int(g_of[pos[p]]), set()).update(links)
+        g_links = {g: np.fromiter(sorted(s), dtype=np.int64) for g, s in acc.items()}
     g_base = np.full(g_idx.size, np.nan)
     st_ready = np.full(n_st, np.nan)
     st_end = np.full(n_st, np.nan)
@@ -132,8 +152,13 @@ def list_schedule(stages: Stages, piece_stage: I64, piece_core: I64, piece_dur: 
         lo, hi = g_bounds[s], g_bounds[s + 1]
         uc = g_core[lo:hi]
         base = np.maximum(np.maximum(free[uc], vfree[uc]), ready)
+        held = [g for g in range(lo, hi) if g in g_links] if g_links else []
+        for g in held:
+            base[g - lo] = max(base[g - lo], float(lfree[g_links[g]].max()))
         ends = base + g_sum[lo:hi]
         free[uc] = ends
+        for g in held:
+            lfree[g_links[g]] = ends[g - lo]
         g_base[lo:hi] = base
         end = float(ends.max()) if hi > lo else ready
         st_ready[s] = ready
@@ -147,4 +172,4 @@ def list_schedule(stages: Stages, piece_stage: I64, piece_core: I64, piece_dur: 
         excl = cs - dur_o
         start[order] = g_base[g_of] + (excl - excl[g_idx][g_of])
     return Schedule(start=start, stage_ready=st_ready, stage_end=st_end, core_free=free, vault_free=vfree,
-                    mb_ready=mb_ready)
+                    link_free=lfree, mb_ready=mb_ready)
