@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from services.thermal.dvfs import (
     trefi_us,
 )
 from services.thermal.model import KELVIN, StackModel, get_model
-from services.thermal.power import compute_power_from_events
+from services.thermal.power import WindowPower, compute_power_from_events
 from shared.configs import ArchConfig
 from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.thermal import (
@@ -90,6 +91,25 @@ def _refresh_report(model: StackModel, T: np.ndarray) -> RefreshReport:
     )
 
 
+def warm_start(model: StackModel, power_at: Callable[[np.ndarray], WindowPower], refinements: int = 1) -> np.ndarray:
+    """``thermal.init: steady``: the steady state of the first window's power, spread evenly over each layer (the
+    logic die's power over its cores, each DRAM die's over its banks).
+
+    Why spread: the stack's slow modes (sink, spreader, the bulk of the dies: seconds) see only the total power; the
+    local pattern of one 3 ms window (which experts happened to stream) relaxes in milliseconds and moves from window
+    to window, so holding it for ever would make a steady hot spot that no run has (window 0 became the run's peak).
+    Leakage and refresh depend on the temperature: the power is evaluated at ambient, solved, and re-evaluated at that
+    steady state ``refinements`` times (one step of the fixed point ``T = steady(P(T))``; the leakage slope is
+    < 1 %/K)."""
+    T = decode_field(None, model)
+    for _ in range(1 + refinements):
+        p = power_at(T)
+        core_w = np.full_like(p.core_w, p.core_w.mean())
+        bank_w = np.repeat(p.bank_w.mean(axis=1, keepdims=True), p.bank_w.shape[1], axis=1)
+        T = solvers.steady(model.solver, model.node_power(core_w, bank_w))
+    return np.asarray(T, dtype="<f4").astype(np.float64)
+
+
 def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: ThermalState | None,
                  compute: ComputeEvents, memory: MemoryEvents) -> StepResult:
     """One window: events -> power -> temperatures, DVFS levels for the next window, refresh report."""
@@ -110,9 +130,15 @@ def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: Thermal
                            field="state.dvfs_level")
         levels = np.asarray(state.dvfs_level, dtype=int)
     freq, _ = freq_volt(levels, arch)
-    power = compute_power_from_events(
-        compute, memory, arch, core_temp_c=model.core_temps(T0) - KELVIN,
-        bank_temp_c=model.bank_temps(T0) - KELVIN, freq_ghz=freq, window_s=window_ms * 1e-3)
+
+    def power_at(T: np.ndarray) -> WindowPower:
+        return compute_power_from_events(
+            compute, memory, arch, core_temp_c=model.core_temps(T) - KELVIN,
+            bank_temp_c=model.bank_temps(T) - KELVIN, freq_ghz=freq, window_s=window_ms * 1e-3)
+
+    if state is None and arch.thermal.init == "steady":
+        T0 = warm_start(model, power_at)
+    power = power_at(T0)
     T1 = model.step(T0, power.core_w, power.bank_w, window_ms * 1e-3)
     # what the next window starts from is the float32 state: decide on exactly that
     T1 = np.asarray(T1, dtype="<f4").astype(np.float64)

@@ -130,6 +130,11 @@ class ThermalModelConfig(StrictModel):
     # exp_degree/2 complex solves whatever the window length); "trbdf2" is TR-BDF2 with ceil(window/max_substep_ms)
     # sub-steps (second order; 6e-4 x that distance at 0.25 ms). services/thermal/solvers.py
     integrator: Literal["exponential", "trbdf2"] = "exponential"
+    # Where window 0 starts: "ambient" (every node at the ambient temperature), or "steady": the steady state of
+    # window 0's power spread evenly over each layer (leakage evaluated at that state, one fixed-point refinement;
+    # services/thermal/service.py warm_start). A stack whose slowest modes take seconds does not reach its operating
+    # point in a 0.5 s run from ambient; "steady" starts it there (Science II, issue 15).
+    init: Literal["ambient", "steady"] = "ambient"
     exp_degree: Literal[2, 4, 6, 8, 10, 12, 14] = 6
     max_substep_ms: PositiveFloat = 0.25
 

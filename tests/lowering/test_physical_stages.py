@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -89,10 +90,12 @@ def test_pieces_crossing_the_same_link_take_turns() -> None:
     links_a = chip.route_links(0, 2)  # core 0's vault -> core 2 (links 0->1, 1->2)
     links_b = chip.route_links(1, 3)  # core 1's vault -> core 3 (links 1->2, 2->3): shares 1->2
     assert set(links_a) & set(links_b)
-    args = (st, np.array([0, 1]), np.array([2, 3]), np.array([10.0, 10.0]), np.arange(2), {}, np.zeros(64),
-            np.zeros(64), 1e9, np.zeros(chip.n_links))
-    s = list_schedule(*args, {0: links_a, 1: links_b})
+    def sched(links: dict[int, tuple[int, ...]]) -> Any:
+        return list_schedule(st, np.array([0, 1]), np.array([2, 3]), np.array([10.0, 10.0]), np.arange(2), {},
+                             np.zeros(64), np.zeros(64), 1e9, np.zeros(chip.n_links), links)
+
+    s = sched({0: links_a, 1: links_b})
     assert sorted(s.start.tolist()) == [0.0, 10.0]
     assert s.link_free[list(set(links_a) & set(links_b))].tolist() == [20.0]
-    s_free = list_schedule(*args, {0: links_a, 1: chip.route_links(7, 5)})
+    s_free = sched({0: links_a, 1: chip.route_links(7, 5)})
     assert s_free.start.tolist() == [0.0, 0.0]

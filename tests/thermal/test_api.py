@@ -261,3 +261,34 @@ def test_hotspot_import_errors_do_not_show_server_paths(client: TestClient) -> N
     r = client.post("/v1/hotspot/import", json={"files": files, "args": ["-c", "bad.config", *args[2:]]})
     assert r.status_code == 422 and "bad.config" in r.json()["error"]["message"]
     assert "tasmoe-hotspot-" not in r.text and "/tmp" not in r.text
+
+
+def test_steady_init_starts_at_the_steady_state_of_the_first_window(arch_small: ArchConfig) -> None:
+    """thermal.init: steady: window 0 starts from the steady state of its own power spread evenly over each layer,
+    checked against a steady solve of that spread power evaluated at the starting field (leakage included)."""
+    from services.thermal.model import KELVIN, get_model
+    from services.thermal.power import WindowPower, compute_power_from_events
+    from services.thermal.service import warm_start
+
+    warm = arch_small.model_copy(update={"thermal": arch_small.thermal.model_copy(update={"init": "steady"})})
+    c, m = _events(5)
+    model = get_model(warm)
+
+    def power_at(T: np.ndarray) -> WindowPower:
+        return compute_power_from_events(c, m, warm, core_temp_c=model.core_temps(T) - KELVIN,
+                                         bank_temp_c=model.bank_temps(T) - KELVIN, freq_ghz=np.full(16, 2.0),
+                                         window_s=3e-3)
+
+    T0 = warm_start(model, power_at)
+    p0 = power_at(T0)
+    core_w = np.full(16, p0.core_w.mean())
+    bank_w = np.repeat(p0.bank_w.mean(axis=1, keepdims=True), p0.bank_w.shape[1], axis=1)
+    solved = solve_power_map(warm, core_w.tolist(), bank_w.tolist())
+    np.testing.assert_allclose(model.core_temps(T0) - KELVIN, solved.temps_core_c, atol=0.02)
+    # the spread start is (nearly) uniform over the logic die although the power is on core 5 and core 0
+    assert np.ptp(model.core_temps(T0)) < 0.5
+    r0 = thermal_step(warm, 0, 3.0, None, c, m)
+    cold = thermal_step(arch_small, 0, 3.0, None, c, m)
+    assert min(r0.snapshot.temps_core_c) > min(cold.snapshot.temps_core_c) + 0.5  # warm everywhere
+    # the local hot spot still develops within the run: core 5 heats above the spread start
+    assert r0.snapshot.temps_core_c[5] > float(np.max(model.core_temps(T0) - KELVIN)) + 1e-3
