@@ -32,6 +32,22 @@ def _parse_bank_cached(s: str) -> tuple[int, int, int]:
     return parse_bank_id(s)
 
 
+def core_domains(arch: ArchConfig) -> tuple[int, ...]:
+    """The DVFS domain of every core, by one rule for every service: a domain that lists a core explicitly owns it
+    (the first such domain when several list it); ``"all"`` (the first ``"all"`` domain) covers the cores no domain
+    lists; a core in no domain at all belongs to domain 0. So ``[all @ 2.0 GHz, [0, 1] @ 1.5 GHz]`` runs cores 0-1
+    at 1.5 GHz and the rest at 2.0, whatever the order of the two domains."""
+    n = arch.mesh.n_cores
+    dom = [-1] * n
+    for d, spec in enumerate(arch.dvfs.domains):
+        if spec.cores != "all":
+            for c in spec.cores:
+                if dom[c] < 0:
+                    dom[c] = d
+    all_d = next((d for d, spec in enumerate(arch.dvfs.domains) if spec.cores == "all"), 0)
+    return tuple(all_d if d < 0 else d for d in dom)
+
+
 @dataclass(frozen=True)
 class Chip:
     X: int
@@ -48,17 +64,10 @@ class Chip:
     def from_arch(cls, arch: ArchConfig) -> Chip:
         X, Y = arch.mesh.cores
         BX, BY, L = arch.dram.banks
-        n = X * Y
-        dom = [-1] * n
-        for d, spec in enumerate(arch.dvfs.domains):
-            cores = range(n) if spec.cores == "all" else spec.cores
-            for c in cores:
-                if dom[c] < 0:
-                    dom[c] = d
         noc = arch.mesh.noc
         return cls(X=X, Y=Y, BX=BX, BY=BY, L=L, vault_bw_bytes_per_ns=arch.dram.vault_bw_gbps,
                    link_bw_bytes_per_ns=noc.width_bits / 8 * noc.link_freq_ghz,
-                   link_latency_ns=noc.link_latency_ns, core_domain=tuple(max(d, 0) for d in dom))
+                   link_latency_ns=noc.link_latency_ns, core_domain=core_domains(arch))
 
     @property
     def n_cores(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from shared.chip import Chip
 from shared.configs import ArchConfig
@@ -41,3 +42,36 @@ def test_vault_and_hop_tables_equal_the_formulas() -> None:
         assert np.array_equal(chip.hops(a[:1], b), ref[:1] * 0 + np.abs(a[0] % chip.X - b % chip.X)
                               + np.abs(a[0] // chip.X - b // chip.X))
     assert chip.hops(np.zeros(0, np.int64), np.zeros(0, np.int64)).size == 0
+
+
+@pytest.mark.parametrize("order", ["all_first", "list_first"])
+def test_one_dvfs_domain_rule_across_the_services(order: str) -> None:
+    """Domains [all @ 2.0 GHz, [0, 1] @ 1.5 GHz] (either order): cores 0-1 run at 1.5 GHz in the orchestrator's first
+    window, the lowering service's default clocks, the thermal service's DVFS and its voltages, and the event
+    columns; every other core at 2.0 GHz."""
+    from services.lowering.service import default_freqs
+    from services.orchestrator.window_loop import initial_freqs
+    from services.thermal.dvfs import freq_volt
+    from services.thermal.power import volts_for
+    from shared.chip import core_domains
+    from shared.contracts.events import PhysicalizeRequest
+    from shared.contracts.placement import Placement
+    from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWindow
+
+    doms: list[dict[str, object]] = [{"cores": "all", "steps_ghz": [2.0, 1.0], "trip_c": [85.0]},
+                                     {"cores": [0, 1], "steps_ghz": [1.5, 1.0], "trip_c": [85.0]}]
+    if order == "list_first":
+        doms.reverse()
+    arch = ArchConfig.model_validate({"dvfs": {"domains": doms}})
+    want = [1.5, 1.5] + [2.0] * 62
+    special = 1 if order == "all_first" else 0
+    assert core_domains(arch)[:3] == (special, special, 1 - special)
+    assert initial_freqs(arch) == want
+    lw = LogicalWindow(trace_id="t", window=0, t0_ns=0, t1_ns=1, compute=LogicalCompute.empty(),
+                       memory=LogicalMemory.empty())
+    req = PhysicalizeRequest(window=0, logical=lw, placement=Placement(experts={}), arch=arch, window_ms=1.0)
+    assert default_freqs(req) == want
+    f, v = freq_volt(np.zeros(64, dtype=int), arch)
+    assert f.tolist() == want
+    np.testing.assert_allclose(volts_for(f, arch), v)
+    assert Chip.from_arch(arch).core_domain == core_domains(arch)

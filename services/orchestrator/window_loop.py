@@ -37,6 +37,7 @@ from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, Raw
 from services.orchestrator.run_files import RunFiles, result_csv_path, run_dir_for
 from services.orchestrator.run_log import RunLog, run_log
 from services.orchestrator.schemas import ExperimentSpec
+from shared.chip import core_domains
 from shared.client import ServiceClients
 from shared.configs import ArchConfig
 from shared.contracts.events import PhysicalState, WindowTiming
@@ -78,14 +79,8 @@ class RunOutcome:
 
 
 def initial_freqs(arch: ArchConfig) -> list[float]:
-    """Per core, the top step of its DVFS domain (cores in no domain run at the first domain's top step)."""
-    n = arch.mesh.n_cores
-    freqs = [arch.dvfs.domains[0].steps_ghz[0]] * n
-    for dom in arch.dvfs.domains:
-        cores = range(n) if dom.cores == "all" else dom.cores
-        for c in cores:
-            freqs[c] = dom.steps_ghz[0]
-    return freqs
+    """Per core, the top step of its DVFS domain (``shared.chip.core_domains``: the rule lowering and thermal use)."""
+    return [arch.dvfs.domains[d].steps_ghz[0] for d in core_domains(arch)]
 
 
 def ambient_telemetry(arch: ArchConfig) -> Telemetry:

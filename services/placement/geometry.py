@@ -18,6 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from shared.chip import Chip
 from shared.configs import ArchConfig
 from shared.contracts.ids import bank_id, parse_bank_id
 
@@ -26,28 +27,45 @@ MIB = 1 << 20
 
 @dataclass(frozen=True)
 class ChipGeometry:
-    mesh_x: int
-    mesh_y: int
-    banks_x: int
-    banks_y: int
-    n_dram_layers: int
+    """The placer's view of the chip (`shared.chip.Chip`, the one owner of the geometry) plus its bank slots."""
+
+    chip: Chip
 
     @classmethod
     def of(cls, arch: ArchConfig) -> ChipGeometry:
-        bx, by, nl = arch.dram.banks
-        return cls(arch.mesh.cores[0], arch.mesh.cores[1], bx, by, nl)
+        return cls(Chip.from_arch(arch))
+
+    @property
+    def mesh_x(self) -> int:
+        return self.chip.X
+
+    @property
+    def mesh_y(self) -> int:
+        return self.chip.Y
+
+    @property
+    def banks_x(self) -> int:
+        return self.chip.BX
+
+    @property
+    def banks_y(self) -> int:
+        return self.chip.BY
+
+    @property
+    def n_dram_layers(self) -> int:
+        return self.chip.L
 
     @property
     def n_cores(self) -> int:
-        return self.mesh_x * self.mesh_y
+        return self.chip.n_cores
 
     @property
     def vault_x(self) -> int:
-        return self.banks_x // self.mesh_x
+        return self.chip.bpx
 
     @property
     def vault_y(self) -> int:
-        return self.banks_y // self.mesh_y
+        return self.chip.bpy
 
     @property
     def vault_banks(self) -> int:

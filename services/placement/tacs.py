@@ -47,6 +47,7 @@ from shared.contracts.placement import (
     Telemetry,
 )
 from shared.contracts.workload import LogicalWindow
+from shared.energy import EnergyModel
 from shared.errors import BadInput
 
 ACT_BYTES_PER_TOKEN = 2 * 4096  # activation bytes a rerouted token carries each way (bf16, hidden 4096)
@@ -172,7 +173,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
             on_core[c].append(eid)
 
     # instance power estimate (W) per (expert, core); mb ids per expert from the pending window
-    e_flop = arch.power.mac_pj * 0.5e-12
+    e_flop = EnergyModel.from_arch(arch).mac_j / 2  # J per FLOP (one MAC = 2 FLOPs; shared/energy.py)
     tokens: dict[str, float] = {}
     inst_power: dict[str, float] = {}
     if pending_window is not None and len(pending_window.compute):

@@ -33,6 +33,7 @@ from shared.configs import ArchConfig, WorkloadConfig
 from shared.configs.tas import TapsParams
 from shared.contracts.ids import expert_id, weight_tensor_id
 from shared.contracts.placement import ExpertPlacement, Placement, PlacementMeta, TensorPlacement
+from shared.energy import EnergyModel
 from shared.errors import BadInput
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     inst_expert = np.repeat(np.arange(n_layers * n_e), reps)
     tok_step = (share.ravel() * routed_tokens_per_step(wl) / reps)[inst_expert]
     flops = tok_step * steps_per_s * expert_flops_per_token
-    e_flop = arch.power.mac_pj * 0.5e-12  # J per FLOP
+    e_flop = EnergyModel.from_arch(arch).mac_j / 2  # J per FLOP (one MAC = 2 FLOPs; shared/energy.py)
     power = flops * e_flop
     total = float(flops.sum())
     cap = taps.capacity.core_flops_tps

@@ -15,23 +15,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from shared.chip import core_domains as chip_core_domains
 from shared.configs import ArchConfig
 from shared.configs.arch import DvfsDomain, RefreshConfig
 
 
 def core_domains(arch: ArchConfig) -> np.ndarray:
-    """(cores,) index of each core's DVFS domain; the first domain that lists a core wins, "all" covers the rest."""
-    n = arch.mesh.n_cores
-    dom = np.full(n, -1)
-    for d, spec in enumerate(arch.dvfs.domains):
-        if spec.cores == "all":
-            dom[dom < 0] = d
-        else:
-            idx = np.array(spec.cores, dtype=int)
-            free = idx[dom[idx] < 0]
-            dom[free] = d
-    dom[dom < 0] = 0
-    return dom
+    """(cores,) index of each core's DVFS domain (the one rule: ``shared.chip.core_domains``)."""
+    return np.asarray(chip_core_domains(arch), dtype=int)
 
 
 def dvfs_level_step(temp_c: float, level: int, domain: DvfsDomain) -> int:
