@@ -5,7 +5,7 @@ DVFS: every core follows the steps, trips and hysteresis of its domain (``arch.d
 ``T ≥ trip_c[l]`` and steps back up only while ``T < trip_c[l−1] − hysteresis_c`` (so a core sitting between the
 two thresholds keeps its level). Voltage: ``volts[l]`` when given, else ``V ∝ f`` with ``V0`` at ``steps_ghz[0]``.
 
-Refresh: ``multiplier(T)`` interpolates ``arch.refresh.tref_curve`` (clamped at its ends); ``tREFI(T) =
+Refresh: ``multiplier(T)`` reads ``arch.refresh.tref_curve`` as a step (default) or interpolates it; ``tREFI(T) =
 tref_base_us / multiplier(T)`` (JEDEC doubles the refresh rate above 85 °C: ``energy_anchors.csv`` rows
 "refresh,DDR3 tREFI normal/extended" and "DDR4 (automotive) tREFI"); refresh busy fraction ``tRFC/tREFI`` ("refresh
 busy fraction tRFC/tREFI" row: 4.5 % at 7.8 µs, 9 % at 3.9 µs with tRFC = 350 ns); ``BW_eff = BW_raw·(1 − busy)``.
@@ -58,10 +58,15 @@ def freq_volt(levels: np.ndarray, arch: ArchConfig) -> tuple[np.ndarray, np.ndar
 
 
 def refresh_multiplier(temp_c: float | np.ndarray, refresh: RefreshConfig | None = None) -> np.ndarray:
-    """Refresh-rate multiplier at ``temp_c`` (°C), linear in the curve, constant beyond its ends."""
+    """Refresh-rate multiplier at ``temp_c`` (°C): ``tref_interp: step``: the multiplier of the first curve point at
+    or above T (JEDEC: 1× up to 85 °C, 2× in (85, 95]), the last one beyond the curve; ``linear``: interpolated,
+    constant beyond its ends."""
     cfg = refresh or RefreshConfig()
     t = np.array([p[0] for p in cfg.tref_curve])
     m = np.array([p[1] for p in cfg.tref_curve])
+    if cfg.tref_interp == "step":
+        idx = np.minimum(np.searchsorted(t, np.asarray(temp_c, dtype=float), side="left"), t.size - 1)
+        return np.asarray(m[idx], dtype=float)
     return np.asarray(np.interp(temp_c, t, m), dtype=float)
 
 

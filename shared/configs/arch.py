@@ -6,6 +6,7 @@ Units at this edge follow the key suffix (``_um``, ``_mm``, ``_wmk`` = W/(m·K),
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
@@ -164,8 +165,17 @@ class DvfsConfig(StrictModel):
 
 
 class RefreshConfig(StrictModel):
-    tref_base_us: PositiveFloat = 7.8
-    tref_curve: tuple[tuple[float, PositiveFloat], ...] = ((40.0, 1.0), (55.0, 2.0), (70.0, 4.0), (85.0, 8.0))
+    """DRAM refresh: ``tREFI(T) = tref_base_us / multiplier(T)``.
+
+    Default: JEDEC (JESD79-4 DDR4, and JESD235 HBM likewise): tREFI = 7.8 µs up to 85 °C, halved (2× refresh) in the
+    extended range (85, 95] °C: ``tref_curve = ((85, 1), (95, 2))`` read as a step (``tref_interp: step``: the
+    multiplier of the first point at or above T; beyond the last point, the last one). The seed's curve (1× at 40 °C,
+    2× at 55, 4× at 70, 8× at 85, interpolated linearly) is kept in configs/arch_seed.yaml.
+    """
+
+    tref_base_us: PositiveFloat = 7.8  # JEDEC DDR4/HBM tREFI at <= 85 °C
+    tref_curve: tuple[tuple[float, PositiveFloat], ...] = ((85.0, 1.0), (95.0, 2.0))
+    tref_interp: Literal["step", "linear"] = "step"
     trfc_ns: PositiveFloat = 350.0  # DDR4 8Gb tRFC1 (energy_anchors.csv, Micron datasheet)
     # Energy of one refresh command in one bank: a DDR4 8Gb all-bank REF is ~(IDD5B-IDD3N)·VDD·tRFC
     # ≈ 0.2 A·1.2 V·350 ns ≈ 84 nJ for 16 banks of 512 Mb, ~5 nJ per bank (our banks are 512 Mb too).
@@ -174,6 +184,10 @@ class RefreshConfig(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> RefreshConfig:
         temps = [t for t, _ in self.tref_curve]
+        if not self.tref_curve:
+            raise ValueError("tref_curve needs at least one (temperature, multiplier) point")
+        if not all(math.isfinite(t) and math.isfinite(m) for t, m in self.tref_curve):
+            raise ValueError("tref_curve temperatures and multipliers must be finite")
         if temps != sorted(temps):
             raise ValueError("tref_curve temperatures must be ascending")
         return self

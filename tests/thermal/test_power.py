@@ -13,6 +13,7 @@ from services.thermal.dvfs import (
     freq_volt,
     refresh_mhz,
     refresh_multiplier,
+    trefi_us,
 )
 from services.thermal.power import WindowPower, compute_power_from_events, leakage_scale, liao
 from shared.configs import ArchConfig
@@ -92,11 +93,19 @@ def test_leakage_and_refresh_grow_with_temperature(arch_small: ArchConfig) -> No
     hot = _power(arch_small, _compute([], []), MemoryEvents.empty(), temp_c=90.0)
     assert cool.breakdown.logic_leakage == pytest.approx(16 * 0.05)
     assert hot.breakdown.logic_leakage > 1.3 * cool.breakdown.logic_leakage
-    assert hot.breakdown.dram_refresh == pytest.approx(8 * cool.breakdown.dram_refresh / refresh_multiplier(45.0))
+    ratio = refresh_multiplier(90.0, arch_small.refresh) / refresh_multiplier(45.0, arch_small.refresh)
+    assert ratio > 1
+    assert hot.breakdown.dram_refresh == pytest.approx(ratio * cool.breakdown.dram_refresh)
 
 
 def test_refresh_model() -> None:
-    cfg = RefreshConfig()
+    jedec = RefreshConfig()  # the default: JEDEC, 1x up to 85 °C, 2x in (85, 95]
+    assert [float(refresh_multiplier(t, jedec)) for t in (20.0, 45.0, 85.0, 85.01, 90.0, 95.0, 120.0)] == \
+        [1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]
+    assert float(trefi_us(85.0, jedec)) == 7.8 and float(trefi_us(90.0, jedec)) == 3.9
+    assert float(busy_fraction(90.0, jedec)) == pytest.approx(0.35 / 3.9)
+    # the seed's curve, interpolated linearly (configs/arch_seed.yaml)
+    cfg = RefreshConfig(tref_curve=((40.0, 1.0), (55.0, 2.0), (70.0, 4.0), (85.0, 8.0)), tref_interp="linear")
     assert float(refresh_multiplier(40.0, cfg)) == 1.0 and float(refresh_multiplier(85.0, cfg)) == 8.0
     assert float(refresh_multiplier(62.5, cfg)) == pytest.approx(3.0)  # halfway between (55, 2) and (70, 4)
     assert float(refresh_multiplier(20.0, cfg)) == 1.0 and float(refresh_multiplier(120.0, cfg)) == 8.0
