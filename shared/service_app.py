@@ -209,6 +209,57 @@ class RunIdMiddleware:
             await self.app(scope, receive, send)
 
 
+class BodyLimitMiddleware:
+    """Refuse a request body over ``max_bytes`` with 413 and the standard error body: by its Content-Length before
+    reading anything, and while reading a body sent without one (chunked), so a client cannot make the service hold
+    an arbitrarily large body in memory (``TASMOE_MAX_BODY_MB``)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self, size: int | None) -> JSONResponse:
+        got = f"{size} bytes" if size is not None else "a chunked body longer than that"
+        return error_response(413, "too_large", f"request body is over the limit of {self.max_bytes} bytes ({got}); "
+                              "set TASMOE_MAX_BODY_MB to change the limit", field="body")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = Headers(scope=scope).get("content-length")
+        if length is not None and length.strip().isdigit() and int(length) > self.max_bytes:
+            await self._too_large(int(length))(scope, receive, send)
+            return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _BodyTooLarge:
+            if not started:
+                await self._too_large(None)(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
 def create_service_app(
     name: str,
     settings: Settings,
@@ -233,6 +284,7 @@ def create_service_app(
     install_error_handlers(app)
 
     app.add_middleware(RunIdMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=int(settings.max_body_mb * 2**20))
 
     @app.get("/healthz", tags=["health"], name="healthz")
     async def healthz() -> dict[str, str]:

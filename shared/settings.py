@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     http_retries: int = Field(default=4, ge=0, le=20)
     http_backoff_s: float = Field(default=0.2, ge=0)
 
+    max_body_mb: float = Field(default=32.0, gt=0, le=4096,
+                               description="largest request body a service reads (MiB); larger ones get 413")
     cache_size: int = Field(default=32, ge=1, description="LRU entries for content-hashed models/traces per service")
     blas_threads: int = Field(default=1, ge=0, description="BLAS threads per process; 0 keeps the library's default")
     configs_dir: Path = Path("configs")

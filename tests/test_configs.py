@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from services.cli import main
 from shared.configs import ArchConfig, load_arch, load_tas, load_workload, parse_config
+from shared.configs.workload import WorkloadConfig
 from shared.errors import ConfigError
 from tests.conftest import CONFIGS
 
@@ -78,3 +81,36 @@ def test_cli_config_errors_exit_2_with_one_line(tmp_path: Path, capsys: pytest.C
     assert main(["config", "arch", str(wrong)]) == 2
     assert "mesh.cores[0]: must be >= 1" in capsys.readouterr().err
     assert main(["config", "arch", str(CONFIGS / "arch_8x8_32x32x8.yaml")]) == 0
+
+
+@pytest.mark.parametrize(("patch", "where"), [
+    ({"geometry": {"stack": [{"name": "logic", "kind": "logic", "thickness_um": 50, "k_wmk": 120},
+                             {"name": "dram", "kind": "dram", "thickness_um": 50, "k_wmk": 130, "count": 2_000_000}]}},
+     "count"),
+    ({"thermal": {"grid": [1024, 1024]}}, "grid"),
+    ({"mesh": {"cores": [5000, 1]}}, "cores"),
+    ({"mesh": {"cores": [64, 64]}}, "cores"),
+    ({"geometry": {"cooling": {"h_wmk2k": 5e-324}}}, "h_wmk2k"),
+    ({"geometry": {"cooling": {"h_wmk2k": float("inf")}}}, "h_wmk2k"),
+    ({"power": {"logic_leak_w_per_core": float("nan")}}, "logic_leak_w_per_core"),
+    ({"refresh": {"tref_curve": [[float("nan"), 1.0]]}}, "tref_curve"),
+    ({"dram": {"banks": [32, 32, 1000]}}, "banks"),
+])
+def test_a_config_that_would_exhaust_the_service_is_refused_before_anything_is_built(patch: dict[str, Any],
+                                                                                     where: str) -> None:
+    """Hostile or careless configs (issue 17): refused by validation, naming the field, without expanding anything
+    (a 2e6-layer stack is refused by its count, not after building two million layers)."""
+    with pytest.raises(ValidationError) as ei:
+        ArchConfig.model_validate(patch)
+    assert where in str(ei.value)
+
+
+@pytest.mark.parametrize(("patch", "where"), [
+    ({"sequence": {"steps": 1_000_000}}, "steps"),
+    ({"sequence": {"step_interval_ms": float("inf")}}, "step_interval_ms"),
+    ({"tensors": {"weight_shard_mb": 1e-300}}, "weight_shard_mb"),
+])
+def test_a_workload_that_would_exhaust_the_service_is_refused(patch: dict[str, Any], where: str) -> None:
+    with pytest.raises(ValidationError) as ei:
+        WorkloadConfig.model_validate(patch)
+    assert where in str(ei.value)

@@ -15,6 +15,19 @@ from shared.configs.base import StrictModel
 
 Count = Annotated[int, Field(ge=1)]
 
+# Upper bounds: what one request may ask the simulator to build, so that no config exceeds the memory and CPU of one
+# service process (a request is validated before anything is allocated). The thermal grid holds
+# grid_x · grid_y · (layers + 3) nodes; the default is 64·64·(10+3) = 53k; MAX_THERMAL_NODES is 20× that.
+MAX_MESH_SIDE = 64  # cores per mesh side (64·64 = 4096 cores)
+MAX_CORES = 1024
+MAX_BANK_SIDE = 512  # banks per side of a DRAM die
+MAX_DRAM_LAYERS = 32
+MAX_STACK_LAYERS = 64  # after `count` expansion
+MAX_GRID_SIDE = 512
+MAX_THERMAL_NODES = 1 << 20
+MeshSide = Annotated[int, Field(ge=1, le=MAX_MESH_SIDE)]
+BankSide = Annotated[int, Field(ge=1, le=MAX_BANK_SIDE)]
+
 
 class NocConfig(StrictModel):
     topology: Literal["mesh"] = "mesh"
@@ -25,7 +38,7 @@ class NocConfig(StrictModel):
 
 
 class MeshConfig(StrictModel):
-    cores: tuple[Count, Count] = (8, 8)
+    cores: tuple[MeshSide, MeshSide] = (8, 8)
     noc: NocConfig = NocConfig()
 
     @property
@@ -56,7 +69,7 @@ class DramEnergySplit(StrictModel):
 
 
 class DramConfig(StrictModel):
-    banks: tuple[Count, Count, Count] = (32, 32, 8)  # x, y, layers
+    banks: tuple[BankSide, BankSide, Annotated[int, Field(ge=1, le=MAX_DRAM_LAYERS)]] = (32, 32, 8)  # x, y, layers
     page_kb: PositiveFloat = 8.0
     bank_capacity_mb: PositiveFloat = 64.0
     vault_bw_gbps: PositiveFloat = 64.0  # raw bandwidth of one vault (all layers above a core), GB/s
@@ -77,22 +90,25 @@ class StackLayer(StrictModel):
 
     name: str
     kind: LayerKind
-    thickness_um: PositiveFloat
-    k_wmk: PositiveFloat
-    rho_c_jm3k: PositiveFloat = 1.6303e6  # silicon-like default (HotSpot reference dies)
-    count: PositiveInt = 1  # repeat this layer `count` times (DRAM dies)
+    # physical ranges: 0.1 µm .. 10 mm thick; k from aerogel-like 1e-3 to 1e4 W/(m·K) (above diamond, ~2200);
+    # ρc from 1e3 to 1e8 J/(m³·K) (solids are ~1e6). Outside them the network's conductances under- or overflow.
+    thickness_um: float = Field(ge=0.1, le=1e4)
+    k_wmk: float = Field(ge=1e-3, le=1e4)
+    rho_c_jm3k: float = Field(default=1.6303e6, ge=1e3, le=1e8)  # silicon-like default (HotSpot reference dies)
+    count: int = Field(default=1, ge=1, le=MAX_STACK_LAYERS)  # repeat this layer `count` times (DRAM dies)
 
 
 class PackagePart(StrictModel):
-    side_mm: PositiveFloat
-    thickness_mm: PositiveFloat
-    k_wmk: PositiveFloat = 400.0  # copper
-    rho_c_jm3k: PositiveFloat = 3.55e6
+    side_mm: float = Field(ge=0.1, le=1e3)
+    thickness_mm: float = Field(ge=1e-3, le=1e3)
+    k_wmk: float = Field(default=400.0, ge=1e-3, le=1e4)  # copper
+    rho_c_jm3k: float = Field(default=3.55e6, ge=1e3, le=1e8)
 
 
 class CoolingConfig(StrictModel):
     type: Literal["air", "liquid"] = "air"
-    h_wmk2k: PositiveFloat = 10000.0  # convection coefficient on the sink top, W/(m²·K)
+    # convection coefficient on the sink top, W/(m²·K): 0.1 (still air is ~5) to 1e7 (beyond two-phase cooling)
+    h_wmk2k: float = Field(default=10000.0, ge=0.1, le=1e7)
     ambient_c: float = Field(default=45.0, ge=-50, le=150)
     spreader: PackagePart = PackagePart(side_mm=30.0, thickness_mm=1.0)
     sink: PackagePart = PackagePart(side_mm=60.0, thickness_mm=6.9)
@@ -108,7 +124,7 @@ def _default_stack() -> tuple[StackLayer, ...]:
 
 class GeometryConfig(StrictModel):
     macro_size_mm: tuple[PositiveFloat, PositiveFloat] = (5.0, 2.0)  # seed default macro size (kept for reference)
-    die_mm: tuple[PositiveFloat, PositiveFloat] = (10.0, 10.0)
+    die_mm: tuple[Annotated[float, Field(ge=0.1, le=1e3)], Annotated[float, Field(ge=0.1, le=1e3)]] = (10.0, 10.0)
     stack: tuple[StackLayer, ...] = Field(default_factory=_default_stack)
     cooling: CoolingConfig = CoolingConfig()
 
@@ -123,7 +139,7 @@ class GeometryConfig(StrictModel):
 
 
 class ThermalModelConfig(StrictModel):
-    grid: tuple[PositiveInt, PositiveInt] = (64, 64)
+    grid: tuple[Annotated[int, Field(ge=1, le=MAX_GRID_SIDE)], Annotated[int, Field(ge=1, le=MAX_GRID_SIDE)]] = (64, 64)
     variant: Literal["physical", "hotspot"] = "physical"  # see services/thermal: named variants of one builder
     solver: Literal["auto", "spectral", "sparse"] = "auto"
     # window step: "exponential" is exact in time for the window's constant power up to the rational approximation
@@ -253,6 +269,15 @@ class ArchConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> ArchConfig:
+        n_layers = sum(layer.count for layer in self.geometry.stack)  # before expanding anything
+        if n_layers > MAX_STACK_LAYERS:
+            raise ValueError(f"geometry.stack expands to {n_layers} layers; at most {MAX_STACK_LAYERS}")
+        if self.mesh.n_cores > MAX_CORES:
+            raise ValueError(f"mesh.cores gives {self.mesh.n_cores} cores; at most {MAX_CORES}")
+        gx, gy = self.thermal.grid
+        if gx * gy * (n_layers + 3) > MAX_THERMAL_NODES:
+            raise ValueError(f"thermal.grid {gx}x{gy} over {n_layers} layers is {gx * gy * (n_layers + 3)} nodes; at "
+                             f"most {MAX_THERMAL_NODES}")
         stack = self.geometry.expanded_stack()
         n_logic = sum(1 for layer in stack if layer.kind == "logic")
         n_dram = sum(1 for layer in stack if layer.kind == "dram")

@@ -9,7 +9,9 @@ from pydantic import BaseModel, ConfigDict
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    """Unknown keys, NaN and infinities are errors naming the field (``allow_inf_nan``: a config number is finite)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     def canonical_json(self) -> str:
         """Sorted-key JSON of the model with defaults filled in: the input of `content_hash`."""

@@ -25,7 +25,7 @@ class TapsParams(StrictModel):
     capacity: TapsCapacity = TapsCapacity()
     replicate_hot_k: int = Field(default=1, ge=0)
     method: Literal["heuristic", "milp"] = "heuristic"
-    milp_time_limit_s: PositiveFloat = 20.0
+    milp_time_limit_s: float = Field(default=20.0, gt=0, le=3600.0)  # a job runs at most an hour
     local_search_iters: int = Field(default=2000, ge=0)
 
 

@@ -27,10 +27,11 @@ class RoutingConfig(StrictModel):
 
 
 class SequenceConfig(StrictModel):
-    tokens: PositiveInt = 2048  # context length of each sequence
-    micro_batch: PositiveInt = 32  # sequences per step (decode: one new token each)
-    steps: PositiveInt = 500  # decode steps (micro-batches) in the run
-    step_interval_ms: PositiveFloat = 1.0  # arrival interval between micro-batches, simulated time
+    # Bounds: a trace holds steps · layers · (experts used) rows; 1e5 steps of a 60-layer model is already ~1e8 rows.
+    tokens: int = Field(default=2048, ge=1, le=1 << 20)  # context length of each sequence
+    micro_batch: int = Field(default=32, ge=1, le=1 << 16)  # sequences per step (decode: one new token each)
+    steps: int = Field(default=500, ge=1, le=100_000)  # decode steps (micro-batches) in the run
+    step_interval_ms: float = Field(default=1.0, ge=1e-3, le=1e6)  # arrival interval between micro-batches
 
 
 class FcOperator(StrictModel):
@@ -48,7 +49,7 @@ class OperatorsConfig(StrictModel):
 
 
 class TensorsConfig(StrictModel):
-    weight_shard_mb: PositiveFloat = 64.0
+    weight_shard_mb: float = Field(default=64.0, ge=1 / 64, le=1 << 16)  # 16 KiB .. 64 GiB (shards per expert)
 
 
 class WorkloadConfig(StrictModel):

@@ -230,3 +230,26 @@ def test_embedded_clients_reach_every_service_over_asgi(settings: Settings) -> N
             assert emb.clients[name].get_json("/healthz")["service"] == name
         with pytest.raises(NotFound, match="thermal: Not Found"):
             emb.clients["thermal"].get_json("/v1/definitely/not/here")
+
+
+@pytest.mark.parametrize("name", ["thermal", "lowering"])
+def test_an_oversized_body_is_refused_with_413_before_it_is_read(name: str, settings: Settings) -> None:
+    small = settings.model_copy(update={"max_body_mb": 0.01})  # 10 KiB
+    app = create_service(name, small)
+    client = TestClient(app)
+    path = "/v1/physicalize" if name == "lowering" else "/v1/step"
+    body = b'{"x": "' + b"a" * 20_000 + b'"}'
+    r = client.post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    err = r.json()["error"]
+    assert err["code"] == "too_large" and err["field"] == "body" and "TASMOE_MAX_BODY_MB" in err["message"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted while read
+        yield b'{"x": "'
+        for _ in range(20):
+            yield b"a" * 1000
+        yield b'"}'
+
+    r2 = client.post(path, content=chunks(), headers={"content-type": "application/json"})
+    assert r2.status_code == 413 and r2.json()["error"]["code"] == "too_large"
+    assert client.get("/healthz").status_code == 200  # the service is fine afterwards
