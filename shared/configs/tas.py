@@ -41,7 +41,7 @@ class TacsCost(StrictModel):
 
 
 class TacsParams(StrictModel):
-    window_ms: PositiveFloat = 3.0
+    window_ms: float = Field(default=3.0, ge=0.01, le=1e4)  # 10 µs .. 10 s per window
     thresholds: TacsThresholds = TacsThresholds()
     q_target: float = Field(default=0.7, gt=0, le=1)
     gamma: float = Field(default=1.0, ge=0)

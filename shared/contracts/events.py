@@ -160,7 +160,7 @@ class PhysicalizeRequest(BaseModel):
     state: PhysicalState = Field(default_factory=PhysicalState)
     arch: ArchConfig = Field(default_factory=ArchConfig)
     freq_ghz: list[float] | None = None  # per core; None = every core at its DVFS domain's top step
-    window_ms: float = Field(gt=0)
+    window_ms: float = Field(gt=0, le=1e6, allow_inf_nan=False)  # up to 1000 s of simulated time in one window
     bw_eff_factor: float | list[float] = 1.0  # DRAM bandwidth left after refresh: one value or one per vault
     n_layers: int | None = Field(default=None, ge=1)  # model layers (a micro-batch completes after the last)
 

@@ -107,7 +107,7 @@ class StepRequest(BaseModel):
 
     arch: ArchConfig
     window: int = Field(ge=0)
-    window_ms: float = Field(gt=0)
+    window_ms: float = Field(gt=0, le=1e6, allow_inf_nan=False)  # up to 1000 s of simulated time in one step
     state: ThermalState | None = None
     compute_events: ComputeEvents
     memory_events: MemoryEvents
@@ -122,7 +122,7 @@ class SolveRequest(BaseModel):
     core_w: list[float]
     bank_w: list[list[float]] | None = None
     mode: Literal["steady", "transient"] = "steady"
-    duration_ms: float = 0.0
+    duration_ms: float = Field(default=0.0, ge=0, le=1e9, allow_inf_nan=False)
     state: ThermalState | None = None
 
 

@@ -292,3 +292,13 @@ def test_steady_init_starts_at_the_steady_state_of_the_first_window(arch_small: 
     assert min(r0.snapshot.temps_core_c) > min(cold.snapshot.temps_core_c) + 0.5  # warm everywhere
     # the local hot spot still develops within the run: core 5 heats above the spread start
     assert r0.snapshot.temps_core_c[5] > float(np.max(model.core_temps(T0) - KELVIN)) + 1e-3
+
+
+@pytest.mark.parametrize("window_ms", [1e308, 0.0, -1.0])
+def test_http_step_refuses_an_extreme_window_naming_the_field(window_ms: float, settings: Settings) -> None:
+    c, m = _events(5)
+    client = TestClient(create_app(settings))
+    body = {"arch": small_arch().model_dump(mode="json"), "window": 0, "window_ms": window_ms,
+            "compute_events": c.model_dump(), "memory_events": m.model_dump()}
+    r = client.post("/v1/step", json=body)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "window_ms"
