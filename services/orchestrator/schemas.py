@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
 from shared.contracts.placement import Placement
@@ -13,6 +13,14 @@ from shared.contracts.placement import Placement
 Scenario = Literal["baseline", "taps", "tacs", "tas"]
 ALL_SCENARIOS: tuple[Scenario, ...] = ("baseline", "taps", "tacs", "tas")
 ConfigRef = str  # a file name under configs/ (``arch_8x8_32x32x8.yaml`` or ``arch_8x8_32x32x8``)
+
+
+def _utc(t: datetime) -> datetime:
+    """The database keeps naive UTC (models.py); on the wire every time carries its zone (RFC 3339 ``date-time``)."""
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
 
 
 class ExperimentRequest(BaseModel):
@@ -57,8 +65,8 @@ class RunProgress(BaseModel):
     n_windows: int | None
     progress: str
     attempts: int
-    started_at: datetime | None
-    finished_at: datetime | None
+    started_at: UtcDatetime | None
+    finished_at: UtcDatetime | None
     compute_s: float
     error: str | None
 
@@ -68,8 +76,8 @@ class ExperimentView(BaseModel):
     name: str
     status: str
     seed: int
-    created_at: datetime
-    updated_at: datetime
+    created_at: UtcDatetime
+    updated_at: UtcDatetime
     out_dir: str
     error: str | None
     sweep_id: str | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -45,6 +46,10 @@ def test_experiment_end_to_end_over_http(api: TestClient) -> None:
     assert view["status"] == "succeeded", view
     assert [run["scenario"] for run in view["runs"]] == ["baseline", "tas"]
     assert all(run["progress"] == "window 4 of 4" for run in view["runs"])
+    # RFC 3339 date-times carry their zone (the database keeps naive UTC)
+    stamps = [view["created_at"], view["updated_at"]] + [run[k] for run in view["runs"]
+                                                         for k in ("started_at", "finished_at")]
+    assert all(datetime.fromisoformat(t).utcoffset() == timedelta(0) for t in stamps), stamps
     res = api.get(f"/v1/experiments/{body['id']}/results").json()
     assert [row["scenario"] for row in res["rows"]] == ["baseline", "tas"]
     csv = api.get(f"/v1/experiments/{body['id']}/results", params={"format": "csv"})
