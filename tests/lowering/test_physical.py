@@ -461,3 +461,37 @@ def test_a_tampered_state_is_refused_naming_the_field(mutate: object, field: str
     with pytest.raises(BadInput) as ei:
         run(_next_empty(lw, 1, 0.05), placement=_hot_spot(5), state=bad, window_ms=0.05)
     assert ei.value.field == field
+
+
+def test_the_layer_look_ahead_gives_the_result_of_lowering_every_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """physical.__init__ lowers only the first layers of each micro-batch and grows the look-ahead when needed; the
+    events, state and timing equal those of lowering every open row in every window."""
+    import services.lowering.physical as phys
+
+    # 20 ms windows of two 6-layer micro-batches: a micro-batch runs past the first look-ahead within a window (the
+    # look-ahead grows: `assign` is called twice in windows 0 and 3) and other work stays open across windows
+    wins = [synthetic_window(k, n_layers=6, window_ms=20.0, step_ms=10.0, micro_batch=8, context=256)
+            for k in range(4)]
+    plc = default_placement(ARCH, n_layers=6)
+    calls: list[int] = []
+    real_assign = phys.assign  # type: ignore[attr-defined]
+
+    def counting_assign(*args: object, **kw: object) -> object:
+        calls.append(1)
+        return real_assign(*args, **kw)  # type: ignore[arg-type]
+
+    def stream() -> list[str]:
+        st = PhysicalState()
+        out = []
+        for k, w in enumerate(wins):
+            c, m, st, tm = physicalize_window(k, w, plc, None, st, ARCH, F, 20.0, 1.0, n_layers=6)
+            out.append(c.model_dump_json() + m.model_dump_json() + st.model_dump_json() + tm.model_dump_json())
+        return out
+
+    monkeypatch.setattr(phys, "assign", counting_assign)
+    lazy = stream()
+    assert len(calls) > len(wins)  # the look-ahead grew at least once
+    monkeypatch.setattr(phys, "LOOKAHEAD_LAYERS", 10_000)
+    eager = stream()
+    assert lazy == eager
+    assert sum(1 for s in lazy if '"open_compute":{"event_id":[]' not in s) >= 2  # work stayed open
