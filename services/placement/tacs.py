@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ import numpy as np
 from services.placement.geometry import MIB, ChipGeometry, check_h, hops_matrix
 from shared.configs import ArchConfig
 from shared.configs.tas import TacsParams
+from shared.contracts.ids import parse_bank_ids
 from shared.contracts.placement import (
     OverlayMigrate,
     OverlayReroute,
@@ -62,7 +62,6 @@ class _PlacementIndex:
 
 _INDEX_CACHE: OrderedDict[int, tuple[Placement, _PlacementIndex]] = OrderedDict()
 _INDEX_LOCK = threading.Lock()
-_BANK_RE = re.compile(r"B\((\d+),(\d+),(\d+)\)")
 
 
 def _index(placement: Placement, geom: ChipGeometry) -> _PlacementIndex:
@@ -79,10 +78,12 @@ def _index(placement: Placement, geom: ChipGeometry) -> _PlacementIndex:
         copies = [tp.dram_bank, *(tp.replica_banks or [])]
         banks.extend(copies)
         sizes.extend([int(tp.size_bytes or 0)] * len(copies))
-    found = _BANK_RE.findall(";".join(banks))
-    xyz = np.asarray(found, dtype=np.int64).reshape(-1, 3)
-    bad = len(found) != len(banks) or bool(np.any(
-        (xyz[:, 0] >= geom.banks_x) | (xyz[:, 1] >= geom.banks_y) | (xyz[:, 2] >= geom.n_dram_layers)))
+    try:
+        xyz = parse_bank_ids(banks)
+        bad = bool(np.any((xyz[:, 0] >= geom.banks_x) | (xyz[:, 1] >= geom.banks_y)
+                          | (xyz[:, 2] >= geom.n_dram_layers)))
+    except ValueError:
+        bad = True
     if bad:  # name the first offending tensor
         for tid, tp in placement.tensors.items():
             for bank in [tp.dram_bank, *(tp.replica_banks or [])]:

@@ -26,6 +26,7 @@ from services.thermal.dvfs import core_domains, trefi_us
 from shared.chip import Chip
 from shared.configs import ArchConfig
 from shared.contracts.events import ComputeEvents, MemoryEvents
+from shared.contracts.ids import parse_bank_ids
 from shared.contracts.thermal import PowerBreakdown
 from shared.energy import EnergyModel, deposit_memory, noc_only_mask
 from shared.errors import BadInput
@@ -129,8 +130,16 @@ def compute_power_from_events(compute: ComputeEvents, memory: MemoryEvents, arch
         if bad_q:
             raise BadInput(f"memory_events.noc_qos[{bad_q[0]}] = {memory.noc_qos[bad_q[0]]!r}: one of "
                            f"{', '.join(MEMORY_QOS)}", field=f"memory_events.noc_qos[{bad_q[0]}]")
-    banks = np.array([chip.parse_bank(s, f"memory_events.dst_bank[{i}]") for i, s in enumerate(memory.dst_bank)],
-                     dtype=np.int64)
+    try:
+        xyz = parse_bank_ids(memory.dst_bank)
+    except ValueError as exc:
+        i = str(exc)[1:str(exc).index("]")]
+        raise BadInput(str(exc).split("] ", 1)[1], field=f"memory_events.dst_bank[{i}]") from None
+    bad = np.flatnonzero((xyz[:, 0] >= chip.BX) | (xyz[:, 1] >= chip.BY) | (xyz[:, 2] >= chip.L))
+    if bad.size:
+        raise BadInput(f"bank {memory.dst_bank[bad[0]]} outside the {chip.BX}x{chip.BY}x{chip.L} bank grid",
+                       field=f"memory_events.dst_bank[{bad[0]}]")
+    banks = chip.flat_bank(xyz[:, 0], xyz[:, 1], xyz[:, 2]).astype(np.int64)
     dep = deposit_memory(chip, EnergyModel.from_arch(arch), src.astype(np.int64), banks, nbytes,
                          noc_only_mask(memory.noc_qos))
     bank_dyn = dep.bank_j.reshape(n_dies, bx_n * by_n) / window_s

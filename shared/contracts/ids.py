@@ -9,6 +9,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.typing import NDArray
 
 _EXPERT = re.compile(r"^L(\d+)E(\d+)$")
 _BANK = re.compile(r"^B\((\d+),(\d+),(\d+)\)$")
@@ -38,6 +42,29 @@ def parse_bank_id(s: str) -> tuple[int, int, int]:
     if not m:
         raise ValueError(f"not a bank id (B(x,y,layer)): {s!r}")
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+_BANK_IN_LIST = re.compile(r"(?:^|;)B\((\d+),(\d+),(\d+)\)(?=;|$)")
+
+
+def parse_bank_ids(banks: Sequence[str]) -> NDArray[np.int64]:
+    """``(n, 3)`` int64 ``(x, y, layer)`` of many bank ids at once: one regex pass over the joined ids when every id
+    is exactly ``B(x,y,layer)`` (no spaces, no ``;``), else id by id. Raises ValueError naming the first bad id's
+    position as ``[i]``. Bounds (the chip's bank grid) are the caller's to check."""
+    if not banks:
+        return np.zeros((0, 3), dtype=np.int64)
+    joined = ";".join(banks)
+    if joined.count(";") == len(banks) - 1 and " " not in joined:
+        found = _BANK_IN_LIST.findall(joined)
+        if len(found) == len(banks):
+            return np.asarray(found, dtype=np.int64).reshape(-1, 3)
+    out = np.empty((len(banks), 3), dtype=np.int64)
+    for i, s in enumerate(banks):
+        try:
+            out[i] = parse_bank_id(s)
+        except ValueError as exc:
+            raise ValueError(f"[{i}] {exc}") from None
+    return out
 
 
 def core_xy(core: int, mesh_x: int) -> tuple[int, int]:

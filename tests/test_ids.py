@@ -1,0 +1,30 @@
+"""Identifier parsing shared by every service (shared/contracts/ids.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shared.contracts.ids import bank_id, parse_bank_id, parse_bank_ids
+
+
+def test_parse_bank_ids_agrees_with_the_one_by_one_parser() -> None:
+    rng = np.random.default_rng(0)
+    xyz = rng.integers(0, 512, size=(1000, 3))
+    ids = [bank_id(*map(int, r)) for r in xyz]
+    np.testing.assert_array_equal(parse_bank_ids(ids), xyz)
+    assert parse_bank_ids([]).shape == (0, 3)
+    spaced = ["B(1, 2, 3)", "B(4,5,6)"]  # spaces: the slow path, same answer as parse_bank_id
+    assert parse_bank_ids(spaced).tolist() == [list(parse_bank_id(s)) for s in spaced]
+
+
+@pytest.mark.parametrize(("ids", "where"), [
+    (["B(1,2,3)", "bank7"], "[1]"),
+    (["B(1,2,3);B(4,5,6)", "x"], "[0]"),  # a ';' inside an id cannot make up for a bad one
+    (["B(1,2,3)B(4,5,6)", "B(1,1,1)"], "[0]"),
+    (["B(1,2)", "B(1,2,3)"], "[0]"),
+])
+def test_parse_bank_ids_names_the_first_bad_id(ids: list[str], where: str) -> None:
+    with pytest.raises(ValueError) as ei:
+        parse_bank_ids(ids)
+    assert str(ei.value).startswith(where)
