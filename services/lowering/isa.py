@@ -191,10 +191,16 @@ class SpmAllocator:
 
 
 # ---- builder -----------------------------------------------------------------------------------------------------
+# A stream is held in memory while it is built and validated (~300 B per instruction with its immediates): one op may
+# emit at most this many instructions (a 4096³ GEMM on the default core emits 33k; a 65536³ one would emit ~1.4e8).
+MAX_STREAM_INSTRUCTIONS = 1 << 17
+
+
 @dataclass
 class Builder:
     profile: DeviceProfile
     instrs: list[Instr] = field(default_factory=list)
+    max_instrs: int = MAX_STREAM_INSTRUCTIONS
     spm: SpmAllocator = field(init=False)
     dram: DramAllocator = field(init=False)
     kv: dict[tuple[int, str], int] = field(default_factory=dict)  # (head, kind) -> KV region base address
@@ -206,6 +212,9 @@ class Builder:
         self.dram = DramAllocator(self.profile.burst_bytes)
 
     def emit(self, op: Opcode, dst: int | None, src0: int | None, src1: int | None, **imm: Any) -> None:
+        if len(self.instrs) >= self.max_instrs:
+            raise BadInput(f"the op lowers to more than {self.max_instrs} instructions; split it into smaller ops "
+                           "(the GEMM's M, K or N)")
         self.instrs.append(Instr(op, dst, src0, src1, imm))
 
     def sync(self) -> None:

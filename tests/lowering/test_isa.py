@@ -282,3 +282,22 @@ def test_tile_that_cannot_fit_is_bad_input() -> None:
     with pytest.raises(BadInput) as ei:
         lower_op(AttentionSpec(S=4, d=512, heads=6, kv_heads=4, head_dim=64), arch)
     assert ei.value.field == "kv_heads"
+
+
+def test_an_op_too_large_to_lower_is_refused_naming_it() -> None:
+    """Issue 17: one request must not build an unbounded stream: a 65536³ GEMM (~1.4e8 instructions) stops at the
+    cap with 422 naming the op, and an op under the cap in the same request is still fine on its own."""
+    from fastapi.testclient import TestClient
+
+    from services.lowering.isa import MAX_STREAM_INSTRUCTIONS
+    from services.root_app import create_service
+    from shared.settings import Settings
+
+    client = TestClient(create_service("lowering", Settings()))
+    ok = {"kind": "matmul", "M": 1, "K": 4096, "N": 4096}
+    huge = {"kind": "matmul", "M": 65536, "K": 65536, "N": 65536}
+    r = client.post("/v1/lower/ops", json={"ops": [ok, huge], "include_instructions": False})
+    assert r.status_code == 422
+    err = r.json()["error"]
+    assert err["field"] == "ops[1]" and str(MAX_STREAM_INSTRUCTIONS) in err["message"]
+    assert client.post("/v1/lower/ops", json={"ops": [ok], "include_instructions": False}).status_code == 200
