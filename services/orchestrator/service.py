@@ -143,7 +143,8 @@ def result_rows(*, session: Session, exp_id: str) -> list[dict[str, Any]]:
 
 
 def results_csv(*, session: Session, exp_id: str) -> str:
-    """The scenarios' CSVs concatenated under one header (each file's bytes as the metrics service wrote them)."""
+    """The scenarios' CSVs concatenated under one header (each file's bytes as the metrics service wrote them).
+    Conflict (409) when no scenario has a result (yet): a header alone would read as an empty success."""
     exp = repo.get_experiment(session=session, exp_id=exp_id)
     if exp is None:
         raise NotFound(f"no experiment {exp_id!r}", field="id")
@@ -159,6 +160,9 @@ def results_csv(*, session: Session, exp_id: str) -> str:
             continue
         header = header or lines[0]
         body.extend(lines[1:])
+    if not body:
+        raise Conflict(f"experiment {exp_id} has no scenario with results (status {exp.status}): see "
+                       f"GET /v1/experiments/{exp_id} for each run's status and error", field="id")
     return (header or ",".join(RESULT_COLUMNS) + "\n") + "".join(body)
 
 

@@ -106,6 +106,10 @@ def test_config_files_by_name_and_cancel(api: TestClient) -> None:
         assert _wait(api, exp_id)["status"] == "cancelled"
         run = api.get(f"/v1/experiments/{exp_id}").json()["runs"][0]
         assert run["window"] < 167
+        # no scenario has a result: the CSV is a 409 naming the experiment, not a header that reads as success
+        csv = api.get(f"/v1/experiments/{exp_id}/results", params={"format": "csv"})
+        assert csv.status_code == 409 and csv.json()["error"]["field"] == "id"
+        assert "cancelled" in csv.json()["error"]["message"]
 
 
 def test_events_stream_progress_until_done(api: TestClient) -> None:
