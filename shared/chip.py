@@ -194,16 +194,10 @@ class Chip:
     def link_ends(self) -> IntArr:
         """``(links, 2)``: the (from, to) cores of every directed link, in `link_bytes`' link order."""
         out = np.zeros((self.n_links, 2), dtype=np.int64)
-        for y in range(self.Y):
-            for x in range(self.X - 1):
-                a, b = y * self.X + x, y * self.X + x + 1
-                i = 2 * (y * (self.X - 1) + x)
-                out[i], out[i + 1] = (a, b), (b, a)
-        for x in range(self.X):
-            for y in range(self.Y - 1):
-                a, b = y * self.X + x, (y + 1) * self.X + x
-                i = self._link_base + 2 * (x * (self.Y - 1) + y)
-                out[i], out[i + 1] = (a, b), (b, a)
+        cx, cy = self._core_xy
+        for a in range(self.n_cores):
+            for b in np.flatnonzero(np.abs(cx - cx[a]) + np.abs(cy - cy[a]) == 1).tolist():
+                out[self.route_links(a, b)[0]] = (a, b)
         return out
 
     def route_links(self, src: int, dst: int) -> tuple[int, ...]:
@@ -261,15 +255,8 @@ def _uniform_link_shares(X: int, Y: int) -> tuple[NDArray[np.float64], NDArray[n
 
 @lru_cache(maxsize=1 << 14)
 def _route_links(X: int, Y: int, src: int, dst: int) -> tuple[int, ...]:
-    x, y, tx, ty = src % X, src // X, dst % X, dst // X
-    out: list[int] = []
-    while x != tx:
-        step = 1 if tx > x else -1
-        out.append(2 * (y * (X - 1) + min(x, x + step)) + (step < 0))
-        x += step
-    base = 2 * (X - 1) * Y
-    while y != ty:
-        step = 1 if ty > y else -1
-        out.append(base + 2 * (x * (Y - 1) + min(y, y + step)) + (step < 0))
-        y += step
-    return tuple(out)
+    """The links `Chip.link_bytes` loads on the XY route ``src -> dst`` (its link-id formula is the only one)."""
+    chip = Chip(X=X, Y=Y, BX=X, BY=Y, L=1, vault_bw_bytes_per_ns=1.0, link_bw_bytes_per_ns=1.0, link_latency_ns=0.0,
+                core_domain=(0,) * (X * Y))
+    loaded = chip.link_bytes(np.array([src], dtype=np.int64), np.array([dst], dtype=np.int64), np.ones(1))
+    return tuple(np.flatnonzero(loaded).tolist())

@@ -27,11 +27,11 @@ from numpy.typing import NDArray
 
 from shared.chip import Chip
 from shared.configs.arch import ArchConfig
+from shared.contracts.events import NOC_ONLY_QOS
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
-NOC_ONLY_QOS = ("dispatch", "combine")  # core-to-core activation traffic: no DRAM access
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,13 @@ import numpy as np
 from services.thermal.dvfs import core_domains, trefi_us
 from shared.chip import Chip
 from shared.configs import ArchConfig
-from shared.contracts.events import ComputeEvents, MemoryEvents
+from shared.contracts.events import NOC_QOS, ComputeEvents, MemoryEvents
 from shared.contracts.ids import parse_bank_ids
 from shared.contracts.thermal import PowerBreakdown
 from shared.energy import EnergyModel, deposit_memory, noc_only_mask
 from shared.errors import BadInput
 
 KELVIN = 273.15
-MEMORY_QOS = ("normal", "migration", "dispatch", "combine")
 T_LEAK_REF = 45.0 + KELVIN  # the configured leakage values are at 45 °C
 # Liao, He, Lepak, TCAD 2005 (energy_anchors.csv, leakage row): T in K, V in volts
 LIAO = {"A": 1.1432e-12, "B": 1.0126e-14, "alpha": 466.4029, "beta": -1224.74083, "gamma": 6.28153, "delta": 6.9094}
@@ -126,10 +125,10 @@ def compute_power_from_events(compute: ComputeEvents, memory: MemoryEvents, arch
         bad = np.flatnonzero(np.asarray(memory.hops, dtype=int) < 0)
         if bad.size:
             raise BadInput(f"memory_events.hops[{bad[0]}] must be >= 0", field=f"memory_events.hops[{bad[0]}]")
-        bad_q = [i for i, x in enumerate(memory.noc_qos) if x not in MEMORY_QOS]
+        bad_q = [i for i, x in enumerate(memory.noc_qos) if x not in NOC_QOS]
         if bad_q:
             raise BadInput(f"memory_events.noc_qos[{bad_q[0]}] = {memory.noc_qos[bad_q[0]]!r}: one of "
-                           f"{', '.join(MEMORY_QOS)}", field=f"memory_events.noc_qos[{bad_q[0]}]")
+                           f"{', '.join(NOC_QOS)}", field=f"memory_events.noc_qos[{bad_q[0]}]")
     try:
         xyz = parse_bank_ids(memory.dst_bank)
     except ValueError as exc:

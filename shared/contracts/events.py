@@ -27,6 +27,12 @@ class ComputeEvents(Columnar):
     energy_j: list[float]  # dynamic energy at V0: MACs + scratchpad accesses, J (shared/energy.py)
 
 
+# ``MemoryEvents.noc_qos`` classes, in this order (the lowering service codes them by index): the last two are
+# core-to-core activation traffic (MoE dispatch/combine), NoC only, no DRAM access.
+NOC_QOS: tuple[str, ...] = ("normal", "migration", "dispatch", "combine")
+NOC_ONLY_QOS: tuple[str, ...] = NOC_QOS[2:]
+
+
 class MemoryEvents(Columnar):
     """``traces/physical/memory_events.csv`` columns, in order."""
 

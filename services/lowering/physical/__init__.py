@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -34,6 +34,7 @@ from services.lowering.physical.schedule import Stages, list_schedule, schedule_
 from shared.chip import Chip
 from shared.configs.arch import ArchConfig
 from shared.contracts.events import (
+    NOC_QOS,
     ActiveReroute,
     ComputeEvents,
     CoreQueueState,
@@ -52,7 +53,7 @@ from shared.errors import BadInput
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
-QOS = ("normal", "migration", "dispatch", "combine")
+QOS = NOC_QOS  # coded by index: 2 and 3 are NoC-only (shared.contracts.events)
 QOS_CODE = {q: i for i, q in enumerate(QOS)}
 LOOKAHEAD_LAYERS = 2  # first look-ahead (layers per micro-batch); an optimisation only, results do not depend on it
 
@@ -141,49 +142,40 @@ def _admit(logical: LogicalWindow, state: CoreQueueState, max_open: int,
     if keep.all():
         return lc, lm, tokens_dropped, remember
     ki = np.flatnonzero(keep)
-    kc = _subset_compute(lc, ki)
+    kc = _take(lc, ki)
     return kc, _subset_memory(lm, np.asarray(kc.event_id, dtype=np.int64)), tokens_dropped, remember
 
 
-def _concat_compute(a: LogicalCompute, b: LogicalCompute) -> LogicalCompute:
+C_ = TypeVar("C_", LogicalCompute, LogicalMemory)
+
+
+def _concat(a: C_, b: C_) -> C_:
+    """Rows of ``a`` then rows of ``b`` (both logical compute, or both logical memory)."""
     if not len(a):
         return b
     if not len(b):
         return a
-    return LogicalCompute.model_construct(**{k: getattr(a, k) + getattr(b, k) for k in LogicalCompute.model_fields})
+    return type(a).model_construct(**{k: getattr(a, k) + getattr(b, k) for k in type(a).model_fields})
 
 
-def _concat_memory(a: LogicalMemory, b: LogicalMemory) -> LogicalMemory:
-    if not len(a):
-        return b
-    if not len(b):
-        return a
-    return LogicalMemory.model_construct(**{k: getattr(a, k) + getattr(b, k) for k in LogicalMemory.model_fields})
-
-
-def _take(cols: LogicalCompute | LogicalMemory, idx: I64) -> dict[str, Any]:
+def _take(cols: C_, idx: I64) -> C_:
+    """Rows ``idx`` of ``cols`` (itself when that is every row, in order)."""
+    if idx.size == len(cols):
+        return cols
     il = idx.tolist()
     out: dict[str, Any] = {}
     for k in type(cols).model_fields:
-        col = getattr(cols, k)
+        col = getattr(cols, k)  # once per column, not per row
         out[k] = [col[i] for i in il]
-    return out
-
-
-def _subset_compute(lc: LogicalCompute, idx: I64) -> LogicalCompute:
-    if idx.size == len(lc):
-        return lc
-    return LogicalCompute.model_construct(**_take(lc, idx))
+    return type(cols).model_construct(**out)
 
 
 def _subset_memory(lm: LogicalMemory, events: I64, lm_ev: I64 | None = None) -> LogicalMemory:
     """The memory rows of compute events ``events`` (``lm_ev``: ``lm.event_id`` as an array, when at hand)."""
     if lm_ev is None:
         lm_ev = np.asarray(lm.event_id, dtype=np.int64)
-    keep = np.flatnonzero(np.isin(lm_ev, events)) if len(lm) else np.zeros(0, int)
-    if keep.size == len(lm):
-        return lm
-    return LogicalMemory.model_construct(**_take(lm, keep))
+    keep = np.flatnonzero(np.isin(lm_ev, events)) if len(lm) else np.zeros(0, np.int64)
+    return _take(lm, keep)
 
 
 def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placement, overlays: Overlays | None,
@@ -248,8 +240,8 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
 
     # ---- 2. admission -----------------------------------------------------------------------------------------
     new_c, new_m, tokens_dropped, dropped = _admit(logical, q, arch.schedule.open_limit(n))
-    lc = _concat_compute(q.open_compute, new_c)
-    lm = _concat_memory(q.open_memory, new_m)
+    lc = _concat(q.open_compute, new_c)
+    lm = _concat(q.open_memory, new_m)
     all_rows = Rows.from_logical(lc)
     # reroutes: the rules of earlier windows on the rows that were open then, and this window's rules
     reroutes = carried_rr + new_rr
@@ -389,7 +381,7 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
         hops=M.hops[keep_m].tolist(), noc_qos=np.array(QOS, dtype=object)[M.qos[keep_m]].tolist(),
         start_ns=M.start[keep_m].tolist(), end_ns=M.end[keep_m].tolist())
     open_rows = np.flatnonzero(~row_done)
-    open_compute = _subset_compute(lc, open_rows)
+    open_compute = _take(lc, open_rows)
     open_memory = _subset_memory(lm, all_rows.event_id[open_rows], lm_ev)
 
     # ---- 9. timing --------------------------------------------------------------------------------------------
@@ -438,13 +430,10 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     return compute, memory, new_state, timing
 
 
-def _dispatch_combine(tr: object, e_piece: I64, e_core: I64, p_start: F64, p_end: F64, pieces: Pieces, rows: Rows,
+def _dispatch_combine(tr: Traffic, e_piece: I64, e_core: I64, p_start: F64, p_end: F64, pieces: Pieces, rows: Rows,
                       chip: Chip, arch: ArchConfig) -> _Intervals:
     """MoE dispatch (activation reads of an expert piece: sent from the micro-batch's attention cores, 1/k from
     each) and combine (its output writes: sent back the same way); core-to-core, NoC only, over the piece's run."""
-    from services.lowering.physical.memory import Traffic
-
-    assert isinstance(tr, Traffic)
     sel = np.flatnonzero(tr.act)
     if not sel.size:
         z = np.zeros(0, np.int64)
