@@ -16,15 +16,21 @@ from tests.conftest import CONFIGS
 
 
 def test_shipped_configs_load_with_seed_values() -> None:
-    arch = load_arch(CONFIGS / "arch_8x8_32x32x8.yaml")
+    arch = load_arch(CONFIGS / "arch_8x8_32x32x8.yaml")  # calibrated (tests/test_calibration.py)
     assert arch.mesh.cores == (8, 8)
-    assert arch.dram.banks == (32, 32, 8)
+    assert arch.dram.banks == (16, 16, 8)
     stack = arch.geometry.expanded_stack()
     assert [layer.kind for layer in stack] == ["logic"] + ["dram"] * 8 + ["tim"]
-    assert arch.geometry.cooling.h_wmk2k == 10000
-    assert (arch.thermal.integrator, arch.thermal.exp_degree) == ("exponential", 6)
+    assert (arch.thermal.integrator, arch.thermal.exp_degree, arch.thermal.init) == ("exponential", 6, "steady")
+    seed = load_arch(CONFIGS / "arch_seed.yaml")  # the seed's literal values (seed 001 §2.1)
+    assert seed.dram.banks == (32, 32, 8) and seed.geometry.cooling.h_wmk2k == 10000
+    assert [(layer.thickness_um, layer.k_wmk) for layer in seed.geometry.stack] == [(50, 120), (50, 2), (20, 5)]
+    assert seed.refresh.tref_curve == ((40, 1.0), (55, 2.0), (70, 4.0), (85, 8.0))
+    assert seed.dvfs.domains[0].steps_ghz == (2.0, 1.8, 1.6, 1.2) and seed.dvfs.domains[0].trip_c == (80, 85, 90)
     mix = load_workload(CONFIGS / "workload_mixtral_8x7b.yaml")
-    assert (mix.routing.topk, mix.routing.zipf_s, mix.sequence.steps) == (2, 1.2, 500)
+    assert (mix.routing.topk, mix.routing.zipf_s, mix.sequence.micro_batch) == (2, 1.2, 32)
+    sat = load_workload(CONFIGS / "workload_mixtral_8x7b_saturated.yaml")  # the seed's arrival process
+    assert (sat.sequence.steps, sat.sequence.step_interval_ms, sat.label) == (500, 1.0, "mixtral-8x7b-saturated")
     ds = load_workload(CONFIGS / "workload_deepseek_v2.yaml")
     assert (ds.routing.topk, ds.routing.n_group, ds.routing.topk_group) == (6, 8, 3)
     tas = load_tas(CONFIGS / "tas_params.yaml")

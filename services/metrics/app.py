@@ -1,6 +1,7 @@
 """HTTP layer of the metrics service: routers only; the logic lives in plain functions beside this module.
 
-- ``POST /v1/reduce``: a run's windows -> the unified result row and its CSV text (services.metrics.reduce).
+- ``POST /v1/reduce``: a run's windows -> the unified result row and its CSV text (services.metrics.reduce);
+  ``POST /v1/reduce/fold`` folds a chunk of a long run's windows into a partial that ``/reduce`` finishes.
 - ``POST /v1/compare``: result rows -> the scenario comparison as CSV and Markdown (services.metrics.compare).
 - ``POST /v1/plots/{kind}?format=png|svg``: the figure's bytes (services.metrics.plots).
 """
@@ -14,12 +15,14 @@ from starlette.concurrency import run_in_threadpool
 
 from services.metrics.compare import compare_all, compare_csv, compare_markdown
 from services.metrics.plots import MEDIA_TYPES, render_plot
-from services.metrics.reduce import reduce_window_metrics, row_csv
+from services.metrics.reduce import fold_windows, reduce_window_metrics, row_csv
 from shared.contracts.metrics import (
     CompareRequest,
     CompareResponse,
+    FoldRequest,
     PlotKind,
     PlotRequest,
+    ReducePartial,
     ReduceRequest,
     ReduceResponse,
 )
@@ -33,8 +36,15 @@ router = APIRouter(tags=["metrics"], route_class=JsonBodyRoute)
 def reduce(req: ReduceRequest) -> ReduceResponse:
     """Reduce a run's per-window metrics to one row of ``results/<scenario>/<workload>.csv``."""
     row = reduce_window_metrics(req.windows, scenario=req.scenario, workload=req.workload, thot_c=req.thot_c,
-                                bw_raw_gbps=req.bw_raw_gbps)
+                                bw_raw_gbps=req.bw_raw_gbps, partial=req.partial)
     return ReduceResponse(row=row, csv=row_csv(row))
+
+
+@router.post("/reduce/fold")
+def fold(req: FoldRequest) -> ReducePartial:
+    """Fold the next chunk of a run's windows into ``partial`` (sums and extremes, checked as ``/reduce`` checks
+    them): a long run is reduced chunk by chunk, then ``/reduce`` with the last chunk and the partial."""
+    return fold_windows(req.windows, thot_c=req.thot_c, partial=req.partial)
 
 
 @router.post("/compare")

@@ -51,7 +51,8 @@ from shared.contracts.metrics import (
     ALL_COLUMNS,
     RESULT_COLUMNS,
     SCENARIOS,
-     ResultRow,
+    ReducePartial,
+    ResultRow,
     WindowMetrics,
     check_workload_name,
 )
@@ -121,8 +122,18 @@ def _cells(windows: Sequence[WindowMetrics], n_cores: int, n_dram: int) -> tuple
 
 
 def reduce_window_metrics(windows: Sequence[WindowMetrics], *, scenario: str, workload: str, thot_c: float,
-                          bw_raw_gbps: float | None = None) -> ResultRow:
-    """One `ResultRow` from a run's windows (definitions in the module docstring). Raises `BadInput` on bad input."""
+                          bw_raw_gbps: float | None = None, partial: ReducePartial | None = None) -> ResultRow:
+    """One `ResultRow` from a run's windows (definitions in the module docstring), after the windows already folded
+    into ``partial`` (a long run is reduced chunk by chunk, `fold_windows`). Raises `BadInput` on bad input."""
+    _check_header(scenario=scenario, workload=workload, thot_c=thot_c, bw_raw_gbps=bw_raw_gbps)
+    if not windows and partial is None:
+        raise BadInput("windows: a run needs at least one window", field="windows")
+    acc = fold_windows(windows, thot_c=thot_c, partial=partial) if windows else partial
+    assert acc is not None
+    return finish(acc, scenario=scenario, workload=workload, thot_c=thot_c, bw_raw_gbps=bw_raw_gbps)
+
+
+def _check_header(*, scenario: str, workload: str, thot_c: float, bw_raw_gbps: float | None) -> None:
     if scenario not in SCENARIOS:
         raise BadInput(f"scenario: unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}", field="scenario")
     try:
@@ -133,14 +144,39 @@ def reduce_window_metrics(windows: Sequence[WindowMetrics], *, scenario: str, wo
         raise BadInput("thot_c: must be a finite number", field="thot_c")
     if bw_raw_gbps is not None and not (math.isfinite(bw_raw_gbps) and bw_raw_gbps > 0):
         raise BadInput("bw_raw_gbps: must be a finite number > 0", field="bw_raw_gbps")
+
+
+def _same(partial_value: int | None, value: int, field: str, what: str) -> int:
+    if partial_value is not None and partial_value != value:
+        raise BadInput(f"{field}: {what} {value}, but the windows folded before have {partial_value} (windows of "
+                       "different shapes)", field=field)
+    return value
+
+
+def fold_windows(windows: Sequence[WindowMetrics], *, thot_c: float,
+                 partial: ReducePartial | None = None) -> ReducePartial:
+    """Fold ``windows`` (the next windows of a run, in order) into ``partial``: every check of the module docstring
+    on these windows, and against the windows folded before (order, overlap in time, shapes, cells)."""
+    if not math.isfinite(thot_c):
+        raise BadInput("thot_c: must be a finite number", field="thot_c")
     if not windows:
         raise BadInput("windows: a run needs at least one window", field="windows")
+    p = partial or ReducePartial(thot_c=thot_c)
+    if p.thot_c != thot_c:
+        raise BadInput(f"thot_c: {thot_c} differs from the {p.thot_c} the windows before were folded with",
+                       field="thot_c")
 
     # --- per-window scalars, shapes, finiteness -------------------------------------------------------------------
     sc = {name: np.array([getattr(w, name) for w in windows], dtype=np.float64) for name in _SCALARS}
     for name, arr in sc.items():
         _check_finite(arr, f"windows[{{}}].{name}")
     idx = np.array([w.window for w in windows])
+    if idx[0] <= p.last_window:
+        raise BadInput(f"windows[0].window: {int(idx[0])} does not follow {p.last_window} (windows must be in "
+                       "increasing order, no repeats)", field="windows[0].window")
+    if p.last_end_ms is not None and sc["t_start_ms"][0] < p.last_end_ms - _TIME_TOL * max(1.0, abs(p.last_end_ms)):
+        raise BadInput(f"windows[0].t_start_ms: {sc['t_start_ms'][0]} starts before the window before ends "
+                       f"({p.last_end_ms})", field="windows[0].t_start_ms")
     if idx.size > 1:
         bad = np.flatnonzero(np.diff(idx) <= 0)
         if bad.size:
@@ -162,13 +198,15 @@ def reduce_window_metrics(windows: Sequence[WindowMetrics], *, scenario: str, wo
                            f"{sc[f'T_mean_{kind}'][i]}", field=f"windows[{i}].T_peak_{kind}")
 
     core = _stack(windows, "temps_core_c")  # (W, cores)
-    n_cores = core.shape[1]
+    n_cores = _same(p.n_cores, core.shape[1], "windows[0].temps_core_c", "has cores:")
     banks = _stack_banks(windows, n_cores)  # (W, vaults, layers)
+    n_vl = _same(p.n_vault_layers, banks.shape[2], "windows[0].temps_bank_c[0]", "has DRAM layers:")
     freq = _stack(windows, "freq_ghz")
     if freq.shape[1] != n_cores:
         raise BadInput(f"windows[0].freq_ghz: has {freq.shape[1]} values but there are {n_cores} cores",
                        field="windows[0].freq_ghz")
     links = _stack(windows, "noc_link_util")
+    n_links = _same(p.n_links, links.shape[1], "windows[0].noc_link_util", "has links:")
     if (links < 0).any():
         i, j = (int(v) for v in np.argwhere(links < 0)[0])
         raise BadInput(f"windows[{i}].noc_link_util[{j}]: must be >= 0", field=f"windows[{i}].noc_link_util[{j}]")
@@ -178,63 +216,92 @@ def reduce_window_metrics(windows: Sequence[WindowMetrics], *, scenario: str, wo
         if (lat < 0).any():
             j = int(np.flatnonzero(lat < 0)[0])
             raise BadInput(f"windows[{i}].latencies_ms[{j}]: must be >= 0", field=f"windows[{i}].latencies_ms[{j}]")
-    lat_all = np.concatenate([np.asarray(w.latencies_ms, dtype=np.float64) for w in windows])
-    censored = lat_all.size == 0 and max(w.oldest_inflight_ms for w in windows) > 0
+    n_l, n_d = _cells(windows, n_cores, banks.shape[1] * banks.shape[2])
+    n_l = _same(p.cells_logic, n_l, "windows[0].cells_logic", "has")
+    n_d = _same(p.cells_dram, n_d, "windows[0].cells_dram", "has")
+
+    # --- sums (ms, °C, W, bytes; the reductions follow in `finish`) -----------------------------------------------
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught on the result in `finish`
+        dt = sc["dt_ms"]
+        t_avg_w = (n_l * sc["T_mean_logic"] + n_d * sc["T_mean_dram"]) / (n_l + n_d)
+        return ReducePartial(
+            windows=p.windows + len(windows), last_window=int(idx[-1]),
+            last_end_ms=float(sc["t_start_ms"][-1] + dt[-1]), thot_c=thot_c, n_cores=n_cores,
+            n_vault_layers=n_vl, n_links=n_links, cells_logic=n_l, cells_dram=n_d,
+            t_ms=p.t_ms + float(dt.sum()),
+            peak_logic=max(float(sc["T_peak_logic"].max()), p.peak_logic if p.peak_logic is not None else -math.inf),
+            peak_dram=max(float(sc["T_peak_dram"].max()), p.peak_dram if p.peak_dram is not None else -math.inf),
+            s_t_avg=p.s_t_avg + float(dt @ t_avg_w),
+            s_refresh=p.s_refresh + float(dt @ sc["refresh_mhz"]),
+            s_noc=p.s_noc + float(dt @ links.mean(axis=1)),
+            noc_max=max(float(links.max()), p.noc_max if p.noc_max is not None else -math.inf),
+            s_var_logic=p.s_var_logic + float(dt @ core.var(axis=1)),
+            s_mean_logic=p.s_mean_logic + float(dt @ sc["T_mean_logic"]),
+            s_mean_dram=p.s_mean_dram + float(dt @ sc["T_mean_dram"]),
+            s_freq=p.s_freq + float(dt @ freq.mean(axis=1)),
+            s_queue=p.s_queue + float(dt @ sc["queue_delay_ms"]),
+            energy_j=p.energy_j + float(sc["power_w"] @ dt) / 1e3,
+            bytes_moved=p.bytes_moved + float(sc["bytes_moved"].sum()),
+            cap_eff_bytes=p.cap_eff_bytes + float((sc["bw_eff_gbps"] * 1e9) @ (dt * 1e-3)),
+            tokens=p.tokens + int(sum(w.tokens_completed for w in windows)),
+            migrations=p.migrations + int(sum(w.migrations for w in windows)),
+            above_thot_ms=p.above_thot_ms + float(dt[sc["T_peak_logic"] > thot_c].sum()),
+            oldest_inflight_ms=max(p.oldest_inflight_ms, max(w.oldest_inflight_ms for w in windows)),
+            latencies_ms=[*p.latencies_ms, *(x for w in windows for x in w.latencies_ms)],
+        )
+
+
+def finish(p: ReducePartial, *, scenario: str, workload: str, thot_c: float,
+           bw_raw_gbps: float | None = None) -> ResultRow:
+    """The `ResultRow` of a run whose windows are all folded into ``p``."""
+    _check_header(scenario=scenario, workload=workload, thot_c=thot_c, bw_raw_gbps=bw_raw_gbps)
+    if p.windows == 0 or p.peak_logic is None or p.peak_dram is None or p.noc_max is None:
+        raise BadInput("windows: a run needs at least one window", field="windows")
+    if p.thot_c != thot_c:
+        raise BadInput(f"thot_c: {thot_c} differs from the {p.thot_c} the windows were folded with", field="thot_c")
+    lat_all = np.asarray(p.latencies_ms, dtype=np.float64)
+    censored = lat_all.size == 0 and p.oldest_inflight_ms > 0
     if censored:  # nothing completed, but tokens are in flight: their age is a lower bound on their latency
-        lat_all = np.array([max(w.oldest_inflight_ms for w in windows)])
+        lat_all = np.array([p.oldest_inflight_ms])
     if lat_all.size == 0:
         raise BadInput(
-            f"windows[*].latencies_ms: no token completed in the {len(windows)} windows "
-            f"({sum(w.dt_ms for w in windows):g} ms simulated), so lat_ms is undefined: the chip's queue is longer "
+            f"windows[*].latencies_ms: no token completed in the {p.windows} windows "
+            f"({p.t_ms:g} ms simulated), so lat_ms is undefined: the chip's queue is longer "
             "than the run; run more windows or lower the arrival rate (sequence.step_interval_ms)",
             field="windows[*].latencies_ms")
-    n_l, n_d = _cells(windows, n_cores, banks.shape[1] * banks.shape[2])
-
-    # --- reductions (SI-free: ms, °C, GB/s at the edges as in the contract) --------------------------------------
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught on the result below
-        dt = sc["dt_ms"]
-        t_ms = float(dt.sum())
-        wt = dt / t_ms  # time weights, sum to 1
-
-        def tmean(x: np.ndarray) -> float:
-            return float(wt @ x)
-
-        tokens = int(sum(w.tokens_completed for w in windows))
-        energy_j = float(sc["power_w"] @ dt) / 1e3
-        bytes_total = float(sc["bytes_moved"].sum())
-        cap_eff = float((sc["bw_eff_gbps"] * 1e9) @ (dt * 1e-3))  # bytes the effective bandwidth could move
-        if not (t_ms * 1e-3 > 0.0 and cap_eff > 0.0):  # positive per window but underflowing in total
-            raise BadInput("windows[*].dt_ms: the run's simulated time or bandwidth rounds to zero",
-                           field="windows[*].dt_ms")
-        t_avg_w = (n_l * sc["T_mean_logic"] + n_d * sc["T_mean_dram"]) / (n_l + n_d)
+    t_ms = p.t_ms
+    if not (t_ms * 1e-3 > 0.0 and p.cap_eff_bytes > 0.0):  # positive per window but underflowing in total
+        raise BadInput("windows[*].dt_ms: the run's simulated time or bandwidth rounds to zero",
+                       field="windows[*].dt_ms")
+    with np.errstate(over="ignore", invalid="ignore"):
         p50, p99 = np.percentile(lat_all, [50.0, 99.0])
         row = ResultRow(
             scenario=scenario,  # checked against SCENARIOS above
             workload=workload,
-            T_peak_logic=float(sc["T_peak_logic"].max()),
-            T_peak_dram=float(sc["T_peak_dram"].max()),
-            T_avg=tmean(t_avg_w),
-            ips=tokens / (t_ms * 1e-3),
+            T_peak_logic=p.peak_logic,
+            T_peak_dram=p.peak_dram,
+            T_avg=p.s_t_avg / t_ms,
+            ips=p.tokens / (t_ms * 1e-3),
             lat_ms=float(lat_all.mean()),
-            bw_util=bytes_total / cap_eff,
-            refresh_mhz=tmean(sc["refresh_mhz"]),
-            noc_load=tmean(links.mean(axis=1)),
+            bw_util=p.bytes_moved / p.cap_eff_bytes,
+            refresh_mhz=p.s_refresh / t_ms,
+            noc_load=p.s_noc / t_ms,
             lat_p50_ms=float(p50),
             lat_p99_ms=float(p99),
-            energy_j=energy_j,
-            power_avg_w=energy_j / (t_ms * 1e-3),
-            migrations=int(sum(w.migrations for w in windows)),
-            time_above_thot_ms=float(dt[sc["T_peak_logic"] > thot_c].sum()),
+            energy_j=p.energy_j,
+            power_avg_w=p.energy_j / (t_ms * 1e-3),
+            migrations=p.migrations,
+            time_above_thot_ms=p.above_thot_ms,
             thot_c=float(thot_c),
-            T_var_logic=tmean(core.var(axis=1)),
-            T_mean_logic=tmean(sc["T_mean_logic"]),
-            T_mean_dram=tmean(sc["T_mean_dram"]),
-            freq_avg_ghz=tmean(freq.mean(axis=1)),
-            queue_delay_ms=tmean(sc["queue_delay_ms"]),
-            noc_load_max=float(links.max()),
-            bw_util_raw=None if bw_raw_gbps is None else bytes_total / (bw_raw_gbps * 1e9 * t_ms * 1e-3),
-            tokens=tokens,
-            windows=len(windows),
+            T_var_logic=p.s_var_logic / t_ms,
+            T_mean_logic=p.s_mean_logic / t_ms,
+            T_mean_dram=p.s_mean_dram / t_ms,
+            freq_avg_ghz=p.s_freq / t_ms,
+            queue_delay_ms=p.s_queue / t_ms,
+            noc_load_max=p.noc_max,
+            bw_util_raw=None if bw_raw_gbps is None else p.bytes_moved / (bw_raw_gbps * 1e9 * t_ms * 1e-3),
+            tokens=p.tokens,
+            windows=p.windows,
             sim_time_ms=t_ms,
             lat_censored=int(censored),
         )

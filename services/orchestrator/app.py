@@ -92,10 +92,18 @@ def get_results(exp_id: IdPath, request: Request,
 
 
 @router.get("/experiments/{exp_id}/windows")
-def get_windows(exp_id: IdPath, request: Request, scenario: Scenario | None = None) -> dict[str, Any]:
-    """The per-window metrics series of each scenario (or of one)."""
+def get_windows(exp_id: IdPath, request: Request, scenario: Scenario | None = None,
+                offset: Annotated[int, Query(ge=0, le=1 << 31, description="first window")] = 0,
+                limit: Annotated[int, Query(ge=1, le=service.MAX_WINDOWS_PAGE,
+                                            description="windows per scenario")] = service.MAX_WINDOWS_PAGE
+                ) -> dict[str, Any]:
+    """The per-window metrics series of each scenario (or of one), a page of at most ``limit`` windows from window
+    ``offset``; ``next_offset`` is the window to ask for next (None when no scenario has more)."""
     with _rt(request).sessions() as s:
-        return {"id": exp_id, "scenarios": service.window_series(session=s, exp_id=exp_id, scenario=scenario)}
+        series = service.window_series(session=s, exp_id=exp_id, scenario=scenario, offset=offset, limit=limit)
+    full = [ws for ws in series.values() if len(ws) == limit]
+    nxt = max(int(ws[-1]["window"]) for ws in full) + 1 if full else None
+    return {"id": exp_id, "scenarios": series, "offset": offset, "next_offset": nxt}
 
 
 @router.get("/experiments/{exp_id}/log", response_class=PlainTextResponse)

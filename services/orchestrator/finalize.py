@@ -17,10 +17,14 @@ from services.orchestrator.schemas import ExperimentSpec
 from services.orchestrator.service import results_csv
 from shared.client import ServiceClients
 from shared.errors import TasmoeError
+from shared.window_series import coarsen
 
 log = logging.getLogger(__name__)
 
 PLOT_KINDS = ("temperature", "performance", "heatmap")
+# windows per scenario in a plot request: ~15 kB of JSON each (64 cores, 64 x 8 vault temperatures, 224 links), so
+# four scenarios stay near 18 MB, under the default TASMOE_MAX_BODY_MB (32)
+MAX_PLOT_WINDOWS = 300
 
 
 class _NoBaseline(Exception):
@@ -39,7 +43,12 @@ def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClie
         table = results_csv(session=s, exp_id=exp_id)
         runs = [r for r in repo.runs_of(session=s, exp_id=exp_id) if r.status == RunStatus.succeeded]
         rows: list[dict[str, Any]] = [r.result_row for r in runs if r.result_row is not None]
-        windows = {r.scenario: repo.window_metrics(session=s, run_id=r.id) for r in runs} if plots else {}
+        run_windows = {r.scenario: (r.id, repo.window_count(session=s, run_id=r.id)) for r in runs}
+    # figures get each run's series merged to at most MAX_PLOT_WINDOWS windows (shared/window_series.py), read in
+    # chunks: a long run's windows never sit in memory or in one request at once
+    windows = {sc: list(coarsen(repo.iter_window_metrics(sessions=sessions, run_id=rid), n_windows=n,
+                                max_windows=MAX_PLOT_WINDOWS))
+               for sc, (rid, n) in run_windows.items()} if plots else {}
     out.mkdir(parents=True, exist_ok=True)
     summary = out / "summary.csv"
     summary.write_text(table, encoding="utf-8")

@@ -4,20 +4,23 @@ scenario on the embedded pool, the compute services as in-process ASGI apps behi
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from services.orchestrator import repository as repo
 from services.orchestrator.acceptance import check_results, policy_findings
+from services.orchestrator.capacity import Capacity, estimate_capacity
 from services.orchestrator.db import make_engine, session_factory, upgrade
 from services.orchestrator.jobs import EmbeddedRunner, ProcessRunner
+from services.orchestrator.pipeline_clients import Pipeline
 from services.orchestrator.run_files import result_csv_path
-from services.orchestrator.schemas import ALL_SCENARIOS, ExperimentRequest, Scenario
+from services.orchestrator.schemas import ALL_SCENARIOS, ExperimentRequest, ExperimentSpec, Scenario
 from services.orchestrator.service import create_experiment, resolve_spec
 from services.orchestrator.settings import orchestrator_settings
 from shared.client import ServiceClients
@@ -37,6 +40,7 @@ class LocalResult:
     wall_s: float
     compute_s: dict[str, float]
     ambient_c: float = 45.0
+    capacity: Capacity | None = None  # the chip's capacity for the workload (services/orchestrator/capacity.py)
 
     @property
     def ok(self) -> bool:
@@ -96,18 +100,33 @@ def run_local(*, arch: str | Path, workload: str | Path, tas: str | Path, out: s
         upgrade(engine)
         exp_id, _ = create_experiment(sessions=sessions, spec=spec, settings=s, out_dir=out_dir,
                                       max_attempts=s.max_attempts)
-        if procs is not None:
-            return _execute(exp_id, out_dir, spec.workload.label, sessions, procs, progress, t0, ambient)
         if clients is not None:
-            return _execute(exp_id, out_dir, spec.workload.label, sessions, _threads(clients, sessions, s), progress,
-                            t0, ambient)
-        with compute_clients(s, apps) as cc:
-            return _execute(exp_id, out_dir, spec.workload.label, sessions, _threads(cc, sessions, s), progress, t0,
-                            ambient)
+            cap = _capacity(clients, spec, exp_id, out_dir)
+        else:
+            with compute_clients(s, apps) as cc:
+                cap = _capacity(cc, spec, exp_id, out_dir)
+        if procs is not None:
+            res = _execute(exp_id, out_dir, spec.workload.label, sessions, procs, progress, t0, ambient)
+        elif clients is not None:
+            res = _execute(exp_id, out_dir, spec.workload.label, sessions, _threads(clients, sessions, s), progress,
+                           t0, ambient)
+        else:
+            with compute_clients(s, apps) as cc:
+                res = _execute(exp_id, out_dir, spec.workload.label, sessions, _threads(cc, sessions, s), progress,
+                               t0, ambient)
+        return replace(res, capacity=cap)
     finally:
         if procs is not None:
             procs.shutdown()
         engine.dispose()
+
+
+def _capacity(clients: ServiceClients, spec: ExperimentSpec, exp_id: str, out_dir: Path) -> Capacity:
+    """The chip's capacity for the experiment's workload, written to ``<out>/capacity.json``."""
+    cap = estimate_capacity(Pipeline(clients, run_key=f"{exp_id}-capacity"), spec)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "capacity.json").write_text(json.dumps(cap.to_json(), indent=1) + "\n", encoding="utf-8")
+    return cap
 
 
 def _threads(clients: ServiceClients, sessions: Any, s: Any) -> EmbeddedRunner:
@@ -169,6 +188,8 @@ def print_summary(res: LocalResult, stream: TextIO = sys.stdout) -> None:
             header_done = True
         for line in lines[1:]:
             print(line, file=stream)
+    if res.capacity is not None:
+        print(res.capacity.line(), file=stream)
     print(f"experiment {res.experiment_id}: {sum(res.windows.values())} windows in {res.wall_s:.1f} s -> "
           f"{res.out_dir}", file=stream)
     if res.ok and set(res.csvs) == {"baseline", "taps", "tacs", "tas"}:

@@ -190,13 +190,21 @@ class Pipeline:
         raise UpstreamError(f"thermal: influence response has no matrix field (keys: {sorted(r)})")
 
     def thermal_step(self, *, arch: RawJson, window: int, window_ms: float, state: dict[str, Any] | None,
-                     compute: Columns, memory: Columns) -> tuple[dict[str, Any], ThermalSnapshot]:
-        """(new `ThermalState` as JSON, snapshot) of one window."""
+                     compute: Columns, memory: Columns, tag: str = "") -> tuple[dict[str, Any], ThermalSnapshot]:
+        """(new `ThermalState` as JSON, snapshot) of one window. ``tag`` keeps the idempotency keys of a warm-up
+        pass apart from the run's own windows of the same number."""
         body = encode_body({"arch": arch, "window": window, "window_ms": window_ms, "state": state,
                             "compute_events": compute, "memory_events": memory})
         r = json_codec.loads(self.clients["thermal"].request("POST", "/v1/step", content=body,
-                                                             idempotency_key=self._key("step", window)).content)
+                                                             idempotency_key=self._key(tag + "step", window)).content)
         return dict(r["state"]), ThermalSnapshot.model_validate(r["snapshot"])
+
+    def warm_start(self, *, arch: RawJson, state: dict[str, Any]) -> dict[str, Any]:
+        """The `ThermalState` (JSON) window 0 starts from after a warm-up pass whose last state is ``state``."""
+        body = encode_body({"arch": arch, "state": state})
+        r = json_codec.loads(self.clients["thermal"].request("POST", "/v1/warm_start", content=body,
+                                                             idempotency_key=self._key("warm_start")).content)
+        return dict(r)
 
     # ---------------------------------------------------------------------------------------------- placement
     def placement(self, *, arch: ArchConfig, workload: WorkloadConfig, tas: TasParams, method: PlacementMethod,
@@ -232,7 +240,7 @@ class Pipeline:
 
     def tacs_step(self, *, telemetry: Telemetry, placement: RawJson, state: dict[str, Any], params: RawJson,
                   arch: RawJson, H: RawJson | None, pending: RawJson | None, smoothed: Any, now_ns: int,
-                  bank_bw_gbps: float, window: int) -> TacsResult:
+                  bank_bw_gbps: float, window: int, tag: str = "") -> TacsResult:
         parts: dict[str, Any] = {"telemetry": telemetry, "placement": placement, "state": state, "params": params,
                                  "arch": arch, "smoothed": smoothed, "now_ns": now_ns, "bank_bw_gbps": bank_bw_gbps}
         if H is not None:
@@ -240,29 +248,38 @@ class Pipeline:
         if pending is not None:
             parts["pending"] = pending
         r = json_codec.loads(self.clients["placement"].request("POST", "/v1/tacs/step", content=encode_body(parts),
-                                                               idempotency_key=self._key("tacs", window)).content)
+                                                               idempotency_key=self._key(tag + "tacs", window)).content)
         return TacsResult(overlays=r["overlays"], state=r["state"], smoothed=r.get("smoothed"))
 
     # ----------------------------------------------------------------------------------------------- lowering
     def physicalize(self, *, window: int, logical: RawJson, placement: RawJson, overlays: dict[str, Columns],
                     state: dict[str, Any], arch: RawJson, freq_ghz: list[float], window_ms: float,
-                    bw_eff_factor: float | list[float], n_layers: int) -> PhysicalResult:
+                    bw_eff_factor: float | list[float], n_layers: int, tag: str = "") -> PhysicalResult:
         body = encode_body({"window": window, "logical": logical, "placement": placement, "overlays": overlays,
                             "state": state, "arch": arch, "freq_ghz": freq_ghz, "window_ms": window_ms,
                             "bw_eff_factor": bw_eff_factor, "n_layers": n_layers})
         r = json_codec.loads(self.clients["lowering"].request("POST", "/v1/physicalize", content=body,
-                                                              idempotency_key=self._key("phys", window)).content)
+                                                              idempotency_key=self._key(tag + "phys", window)).content)
         return PhysicalResult(compute=r["compute"], memory=r["memory"], state=r["state"],
                               timing=WindowTiming.model_validate(r["timing"]))
 
     # ------------------------------------------------------------------------------------------------ metrics
     def reduce(self, *, scenario: str, workload: str, thot_c: float, bw_raw_gbps: float | None,
-               windows: list[WindowMetrics] | list[dict[str, Any]]) -> ReduceResult:
+               windows: list[WindowMetrics] | list[dict[str, Any]], partial: dict[str, Any] | None = None
+               ) -> ReduceResult:
+        """The run's row from its last windows and ``partial`` (the windows before them, `reduce_fold`)."""
         wins = [w.model_dump(mode="json") if isinstance(w, WindowMetrics) else w for w in windows]
         body = {"scenario": scenario, "workload": workload, "thot_c": thot_c, "bw_raw_gbps": bw_raw_gbps,
-                "windows": wins}
+                "windows": wins, "partial": partial}
         r = self.clients["metrics"].post_json("/v1/reduce", body, idempotency_key=self._key("reduce"))
         return ReduceResult(row=dict(r["row"]), csv=str(r["csv"]))
+
+    def reduce_fold(self, *, thot_c: float, windows: list[dict[str, Any]], partial: dict[str, Any] | None,
+                    chunk: int) -> dict[str, Any]:
+        """Fold chunk number ``chunk`` of a run's windows into ``partial`` (metrics ``POST /v1/reduce/fold``)."""
+        body = {"thot_c": thot_c, "windows": windows, "partial": partial}
+        r = self.clients["metrics"].post_json("/v1/reduce/fold", body, idempotency_key=self._key("fold", chunk))
+        return dict(r)
 
     def compare(self, rows: list[dict[str, Any]]) -> tuple[str, str]:
         """(CSV, Markdown) of the scenario comparison with deltas against baseline."""

@@ -13,7 +13,7 @@ The two that make runs crash-safe:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -235,10 +235,28 @@ def load_frontier(*, sessions: sessionmaker[Session], run_id: str, next_window: 
     return frontier
 
 
-def window_metrics(*, session: Session, run_id: str) -> list[dict[str, Any]]:
-    rows = session.execute(sa.select(WindowRecord.metrics).where(WindowRecord.run_id == run_id)
-                           .order_by(WindowRecord.window)).all()
-    return [r[0] for r in rows]
+def window_metrics(*, session: Session, run_id: str, offset: int = 0, limit: int | None = None
+                   ) -> list[dict[str, Any]]:
+    """The run's committed windows' metrics in window order, from window ``offset``, at most ``limit`` of them."""
+    q = (sa.select(WindowRecord.metrics).where(WindowRecord.run_id == run_id, WindowRecord.window >= offset)
+         .order_by(WindowRecord.window))
+    if limit is not None:
+        q = q.limit(limit)
+    return [r[0] for r in session.execute(q).all()]
+
+
+def iter_window_metrics(*, sessions: sessionmaker[Session], run_id: str, chunk: int = 500
+                        ) -> Iterator[list[dict[str, Any]]]:
+    """The run's windows' metrics in chunks of ``chunk`` windows (window order), one short session per chunk:
+    a run of 10^4 windows is ~150 MB of JSON, never held at once."""
+    offset = 0
+    while True:
+        with sessions() as s:
+            part = window_metrics(session=s, run_id=run_id, offset=offset, limit=chunk)
+        if not part:
+            return
+        yield part
+        offset = int(part[-1]["window"]) + 1
 
 
 def window_count(*, session: Session, run_id: str) -> int:

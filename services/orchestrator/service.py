@@ -166,13 +166,18 @@ def results_csv(*, session: Session, exp_id: str) -> str:
     return (header or ",".join(RESULT_COLUMNS) + "\n") + "".join(body)
 
 
-def window_series(*, session: Session, exp_id: str, scenario: str | None) -> dict[str, list[dict[str, Any]]]:
+MAX_WINDOWS_PAGE = 2000  # windows per scenario in one answer of GET /v1/experiments/{id}/windows (~15 kB each)
+
+
+def window_series(*, session: Session, exp_id: str, scenario: str | None, offset: int = 0,
+                  limit: int = MAX_WINDOWS_PAGE) -> dict[str, list[dict[str, Any]]]:
+    """Per scenario, the committed windows ``offset`` .. ``offset + limit - 1`` (a page: a long run has 10^4)."""
     runs = repo.runs_of(session=session, exp_id=exp_id)
     if not runs and repo.get_experiment(session=session, exp_id=exp_id) is None:
         raise NotFound(f"no experiment {exp_id!r}", field="id")
     if scenario is not None and scenario not in {r.scenario for r in runs}:
         raise NotFound(f"experiment {exp_id} has no scenario {scenario!r}", field="scenario")
-    return {r.scenario: repo.window_metrics(session=session, run_id=r.id)
+    return {r.scenario: repo.window_metrics(session=session, run_id=r.id, offset=offset, limit=limit)
             for r in runs if scenario is None or r.scenario == scenario}
 
 

@@ -49,6 +49,7 @@ from shared.logging import bind_run_id
 log = logging.getLogger(__name__)
 
 TAPS_SCENARIOS = frozenset({"taps", "tas"})
+REDUCE_CHUNK = 1000  # windows per metrics request (~15 kB of JSON each: ~15 MB, under TASMOE_MAX_BODY_MB)
 TACS_SCENARIOS = frozenset({"tacs", "tas"})
 
 # Called after each committed window with (run_id, k, n_windows); returning False stops the loop at once, as if the
@@ -191,6 +192,41 @@ def _placement(*, pipe: Pipeline, spec: ExperimentSpec, scenario: str, trace: Tr
     return plc
 
 
+@dataclass(frozen=True)
+class _Step:
+    """What one window's calls returned (``advance`` in `_run`)."""
+
+    L: Any  # pipeline_clients.LogicalWindow
+    overlays: dict[str, Any]
+    smoothed: Any
+    P: Any  # pipeline_clients.PhysicalResult
+    th_state: dict[str, Any]
+    snap: ThermalSnapshot
+    times: tuple[float, float, float, float, float]
+
+
+def _warm_up(advance: Callable[[int, Frontier, str], _Step], fr: Frontier, *, n_warm: int, pipe: Pipeline,
+             arch_j: RawJson, rlog: RunLog) -> Frontier:
+    """``thermal.init: steady`` with a warm-up: run windows 0 .. n_warm-1 from ``fr`` (nothing committed, no files),
+    carrying frontier state as the run does, then return ``fr`` with the thermal state replaced by the steady state
+    of the warm-up's mean power map (the thermal service accumulates the energy in the state it returns).
+    Everything else of ``fr`` (queues, replicas, telemetry, DVFS) is the fresh run's: the results start at
+    window 0 of the run proper, on a warm chip."""
+    cur = fr
+    for k in range(n_warm):
+        st = advance(k, cur, "warm")
+        cur = Frontier(thermal=st.th_state, physical=st.P.state, smoothed=st.smoothed,
+                       telemetry=next_telemetry(st.snap, st.P.timing, st.L.t1_ns),
+                       freq_ghz=list(st.snap.freq_ghz) or cur.freq_ghz, bw_eff_factor=st.snap.refresh.bw_eff_factor,
+                       files=cur.files)
+    if cur.thermal is None:
+        return fr
+    warm = pipe.warm_start(arch=arch_j, state=cur.thermal)
+    rlog.info(f"warm start: the steady state of the mean power of a {n_warm}-window warm-up pass")
+    return Frontier(thermal=warm, physical=fr.physical, smoothed=fr.smoothed, telemetry=fr.telemetry,
+                    freq_ghz=fr.freq_ghz, bw_eff_factor=fr.bw_eff_factor, files=fr.files)
+
+
 def freeze_heap() -> None:
     """Move every object alive now (modules, schemas, caches, the trace and placement of this run) out of the
     garbage collector's generations (`gc.freeze`), after one collection so no garbage is pinned.
@@ -267,12 +303,11 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
     params_j = RawJson.of(tas.tacs)
     H_j = RawJson.of(H) if H is not None else None
     tacs_on = scenario in TACS_SCENARIOS
+    n_warm = arch.thermal.warmup_windows(window_ms)
     done = 0
     phase = dict.fromkeys(("workload", "tacs", "physicalize", "thermal", "orchestrator"), 0.0)
-    for k in range(k0, n):
-        if stop is not None and stop.is_set():
-            repo.release_lease(sessions=sessions, run_id=run_id, owner=owner)
-            return RunOutcome(run_id, "stopped", done)
+    def advance(k: int, fr: Frontier, tag: str = "") -> _Step:
+        """Window k from frontier ``fr``: logical window, TACS (tacs, tas), physicalize, thermal step."""
         t0 = time.perf_counter()
         L = pipe.logical_window(trace, k, workload=wl, window_ms=window_ms)
         t1 = time.perf_counter()
@@ -280,7 +315,7 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         if tacs_on:
             tr = pipe.tacs_step(telemetry=fr.telemetry, placement=plc_j, state=phys.get("replicas", {}),
                                 params=params_j, arch=arch_j, H=H_j, pending=L.raw, smoothed=fr.smoothed,
-                                now_ns=L.t0_ns, bank_bw_gbps=tas.taps.capacity.bank_bw_gbps, window=k)
+                                now_ns=L.t0_ns, bank_bw_gbps=tas.taps.capacity.bank_bw_gbps, window=k, tag=tag)
             overlays, smoothed = tr.overlays, tr.smoothed
             phys = {**phys, "replicas": tr.state}
         else:
@@ -288,11 +323,23 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         t2 = time.perf_counter()
         P = pipe.physicalize(window=k, logical=L.raw, placement=plc_j, overlays=overlays, state=phys, arch=arch_j,
                              freq_ghz=fr.freq_ghz, window_ms=window_ms, bw_eff_factor=fr.bw_eff_factor,
-                             n_layers=trace.n_layers)
+                             n_layers=trace.n_layers, tag=tag)
         t3 = time.perf_counter()
         th_state, snap = pipe.thermal_step(arch=arch_j, window=k, window_ms=window_ms, state=fr.thermal,
-                                           compute=P.compute, memory=P.memory)
+                                           compute=P.compute, memory=P.memory, tag=tag)
         t4 = time.perf_counter()
+        return _Step(L=L, overlays=overlays, smoothed=smoothed, P=P, th_state=th_state, snap=snap,
+                     times=(t0, t1, t2, t3, t4))
+
+    if saved is None and n_warm:
+        fr = _warm_up(advance, fr, n_warm=min(n_warm, n), pipe=pipe, arch_j=arch_j, rlog=rlog)
+    for k in range(k0, n):
+        if stop is not None and stop.is_set():
+            repo.release_lease(sessions=sessions, run_id=run_id, owner=owner)
+            return RunOutcome(run_id, "stopped", done)
+        st = advance(k, fr)
+        L, overlays, smoothed, P, th_state, snap = st.L, st.overlays, st.smoothed, st.P, st.th_state, st.snap
+        t0, t1, t2, t3, t4 = st.times
         wm = build_window_metrics(window=k, t0_ns=L.t0_ns, t1_ns=L.t1_ns, snap=snap, timing=P.timing, arch=arch)
         files.append_window(logical_compute=L.compute, logical_memory=L.memory, overlays=overlays,
                             compute=P.compute, memory=P.memory, logical_raw=L.raw.text)
@@ -326,17 +373,25 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
     if done:
         rlog.info(f"{done} windows; wall time per window by call (ms): "
                   + ", ".join(f"{name} {1e3 * v / done:.1f}" for name, v in phase.items()))
-    # reduce over the committed windows, read back from the database (identical whichever worker ran them)
-    with sessions() as s:
-        wins = repo.window_metrics(session=s, run_id=run_id)
-    red = pipe.reduce(scenario=scenario, workload=wl.label, thot_c=tas.tacs.thresholds.Thot,
-                      bw_raw_gbps=arch.mesh.n_cores * arch.dram.vault_bw_gbps, windows=wins)
+    # reduce over the committed windows, read back from the database (identical whichever worker ran them), chunk by
+    # chunk: the metrics service folds each chunk into a partial, and the last chunk finishes the row
+    thot = tas.tacs.thresholds.Thot
+    partial: dict[str, Any] | None = None
+    last: list[dict[str, Any]] = []
+    for i, chunk in enumerate(repo.iter_window_metrics(sessions=sessions, run_id=run_id, chunk=REDUCE_CHUNK)):
+        if last:
+            partial = pipe.reduce_fold(thot_c=thot, windows=last, partial=partial, chunk=i - 1)
+        last = chunk
+    wins = last
+    red = pipe.reduce(scenario=scenario, workload=wl.label, thot_c=thot,
+                      bw_raw_gbps=arch.mesh.n_cores * arch.dram.vault_bw_gbps, windows=wins, partial=partial)
     out_csv = result_csv_path(out_dir, scenario, wl.label)
     out_csv.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_csv.with_suffix(".csv.tmp")
     tmp.write_text(red.csv, encoding="utf-8")
     os.replace(tmp, out_csv)
-    rlog.info(f"wrote {out_csv} ({len(wins)} windows, {time.perf_counter() - t_start:.2f} s this attempt)")
+    rlog.info(f"wrote {out_csv} ({red.row.get('windows')} windows, {time.perf_counter() - t_start:.2f} s this "
+              "attempt)")
     if not repo.finish_run(sessions=sessions, run_id=run_id, owner=owner, status=RunStatus.succeeded,
                            result_row=red.row):
         return RunOutcome(run_id, "lost_lease", done)

@@ -19,6 +19,8 @@ from shared.contracts.thermal import (
     SolveResult,
     StepRequest,
     StepResult,
+    ThermalState,
+    WarmStartRequest,
 )
 from shared.errors import NotFound
 from shared.service_app import ERROR_RESPONSES, JsonBodyRoute, create_service_app
@@ -38,6 +40,13 @@ def step(req: StepRequest) -> StepResult:
     """One window: power from events, transient step, DVFS for the next window, refresh. Idempotent."""
     return service.thermal_step(req.arch, req.window, req.window_ms, req.state, req.compute_events,
                                 req.memory_events)
+
+
+@router.post("/warm_start", response_model=ThermalState)
+def warm_start(req: WarmStartRequest) -> ThermalState:
+    """The state window 0 starts from after a warm-up pass (``thermal.init: steady``): the steady state of the
+    warm-up's mean power map, from the energy the pass's last state carries."""
+    return service.warm_state(req.arch, req.state)
 
 
 @router.post("/solve", response_model=SolveResult)

@@ -139,6 +139,7 @@ def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: Thermal
     if state is None and arch.thermal.init == "steady":
         T0 = warm_start(model, power_at)
     power = power_at(T0)
+    warm_b64, warm_s = _accumulate_warmup(arch, model, window, window_ms, state, power)
     T1 = model.step(T0, power.core_w, power.bank_w, window_ms * 1e-3)
     # what the next window starts from is the float32 state: decide on exactly that
     T1 = np.asarray(T1, dtype="<f4").astype(np.float64)
@@ -163,8 +164,57 @@ def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: Thermal
         field_b64=encode_field(T1),
         dvfs_level=[int(x) for x in next_levels],
         window=window,
+        warm_energy_b64=warm_b64,
+        warm_s=warm_s,
     )
     return StepResult(state=new_state, snapshot=snap)
+
+
+def _accumulate_warmup(arch: ArchConfig, model: StackModel, window: int, window_ms: float,
+                       state: ThermalState | None, power: WindowPower) -> tuple[str | None, float]:
+    """The warm-up pass's energy after this window: ``E += P · Δt`` per core and per bank (J), while the pass is on:
+    it starts with the run (``state`` None) and is carried in the state for its first ``warmup_windows`` windows."""
+    if window >= arch.thermal.warmup_windows(window_ms):
+        return None, 0.0
+    if state is not None and state.warm_energy_b64 is None:
+        return None, 0.0  # a run that started from a given state (e.g. after the warm-up): no pass
+    n = model.n_cores + power.bank_w.size
+    prev = _decode_energy(state.warm_energy_b64, n) if state is not None else np.zeros(n)
+    dt = window_ms * 1e-3
+    e = prev + np.concatenate([power.core_w, power.bank_w.ravel()]) * dt
+    return base64.b64encode(e.astype("<f8").tobytes()).decode("ascii"), (state.warm_s if state else 0.0) + dt
+
+
+def _decode_energy(b64: str | None, n: int) -> np.ndarray:
+    if b64 is None:
+        raise BadInput("state.warm_energy_b64 is missing: the state is not from a warm-up pass",
+                       field="state.warm_energy_b64")
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except ValueError:
+        raise BadInput("state.warm_energy_b64 is not valid base64", field="state.warm_energy_b64") from None
+    if len(raw) != 8 * n:
+        raise BadInput(f"state.warm_energy_b64 holds {len(raw) // 8} values; this model has {n} (cores + banks)",
+                       field="state.warm_energy_b64")
+    e = np.frombuffer(raw, dtype="<f8").astype(np.float64)
+    if not np.all(np.isfinite(e)) or np.any(e < 0):
+        raise BadInput("state.warm_energy_b64 holds non-finite or negative energies", field="state.warm_energy_b64")
+    return e
+
+
+def warm_state(arch: ArchConfig, state: ThermalState) -> ThermalState:
+    """The state window 0 starts from after a warm-up pass: the steady state of the pass's mean power map,
+    ``T = G⁻¹ · P̄`` with ``P̄ = E / t_warm`` per core and per bank (W). Leakage and refresh are in ``P̄`` at the
+    warm-up's own temperatures. DVFS starts at the top step, as every run does."""
+    model = get_model(arch)
+    bx_n, by_n, n_dies = arch.dram.banks
+    e = _decode_energy(state.warm_energy_b64, model.n_cores + bx_n * by_n * n_dies)
+    if not state.warm_s > 0:
+        raise BadInput("state.warm_s must be > 0 (the warm-up's length in s)", field="state.warm_s")
+    p = e / state.warm_s
+    core_w, bank_w = p[:model.n_cores], p[model.n_cores:].reshape(n_dies, bx_n * by_n)
+    T = solvers.steady(model.solver, model.node_power(core_w, bank_w))
+    return ThermalState(t_ns=0, field_b64=encode_field(np.asarray(T, dtype=np.float64)), dvfs_level=[], window=-1)
 
 
 def solve_power_map(arch: ArchConfig, core_w: list[float], bank_w: list[list[float]] | None = None, *,

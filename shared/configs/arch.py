@@ -34,7 +34,8 @@ class NocConfig(StrictModel):
     width_bits: PositiveInt = 256
     link_latency_ns: PositiveFloat = 5.0
     link_freq_ghz: PositiveFloat = 1.0  # link bandwidth = width_bits · link_freq (bits/s)
-    pj_per_bit_hop: float = Field(default=0.18, ge=0)  # ISAAC router 0.081 pJ/bit + ~1 mm wire 0.1 pJ/bit (energy/)
+    # ISAAC router 0.081 pJ/bit + the wire of one hop at 0.1 pJ/bit/mm x the 3.16 mm core pitch (energy_anchors.csv)
+    pj_per_bit_hop: float = Field(default=0.40, ge=0)
 
 
 class MeshConfig(StrictModel):
@@ -69,12 +70,14 @@ class DramEnergySplit(StrictModel):
 
 
 class DramConfig(StrictModel):
-    banks: tuple[BankSide, BankSide, Annotated[int, Field(ge=1, le=MAX_DRAM_LAYERS)]] = (32, 32, 8)  # x, y, layers
+    # x, y, layers: 16 x 16 banks of 512 Mb per 640 mm^2 die (0.2 Gb/mm^2, configs/arch_8x8_32x32x8.yaml)
+    banks: tuple[BankSide, BankSide, Annotated[int, Field(ge=1, le=MAX_DRAM_LAYERS)]] = (16, 16, 8)
     page_kb: PositiveFloat = 8.0
     bank_capacity_mb: PositiveFloat = 64.0
-    vault_bw_gbps: PositiveFloat = 64.0  # raw bandwidth of one vault (all layers above a core), GB/s
+    vault_bw_gbps: PositiveFloat = 51.2  # raw bandwidth of one vault, GB/s: one HBM3 channel, 64 bit x 6.4 Gb/s
     pj_per_bit: float = Field(default=3.9, ge=0)  # HBM2 3.9 pJ/bit (energy_anchors.csv, Accelergy/FGDRAM)
-    leak_w_per_bank: float = Field(default=0.0005, ge=0)  # at 45 °C; scaled by the leakage model
+    # standby power per bank at 45 °C (scaled by the leakage model): DDR4 8 Gb IDD2N ~30 mA x 1.2 V / 16 banks
+    leak_w_per_bank: float = Field(default=0.00225, ge=0)
     energy_split: DramEnergySplit = DramEnergySplit()
 
     @property
@@ -108,7 +111,8 @@ class PackagePart(StrictModel):
 class CoolingConfig(StrictModel):
     type: Literal["air", "liquid"] = "air"
     # convection coefficient on the sink top, W/(m²·K): 0.1 (still air is ~5) to 1e7 (beyond two-phase cooling)
-    h_wmk2k: float = Field(default=10000.0, ge=0.1, le=1e7)
+    # default: HotSpot 7's air-cooled package, r_convec 0.1 K/W over the 60 mm sink: h = 1/(0.1 · 0.06²)
+    h_wmk2k: float = Field(default=2777.8, ge=0.1, le=1e7)
     ambient_c: float = Field(default=45.0, ge=-50, le=150)
     spreader: PackagePart = PackagePart(side_mm=30.0, thickness_mm=1.0)
     sink: PackagePart = PackagePart(side_mm=60.0, thickness_mm=6.9)
@@ -118,13 +122,14 @@ def _default_stack() -> tuple[StackLayer, ...]:
     return (
         StackLayer(name="logic", kind="logic", thickness_um=50, k_wmk=120),
         StackLayer(name="dram", kind="dram", thickness_um=50, k_wmk=130, count=8),
-        StackLayer(name="tim", kind="tim", thickness_um=20, k_wmk=5, rho_c_jm3k=4.0e6),
+        StackLayer(name="tim", kind="tim", thickness_um=20, k_wmk=4.0, rho_c_jm3k=4.0e6),  # HotSpot 7 defaults
     )
 
 
 class GeometryConfig(StrictModel):
     macro_size_mm: tuple[PositiveFloat, PositiveFloat] = (5.0, 2.0)  # seed default macro size (kept for reference)
-    die_mm: tuple[Annotated[float, Field(ge=0.1, le=1e3)], Annotated[float, Field(ge=0.1, le=1e3)]] = (10.0, 10.0)
+    # 64 cores x the 10 mm² macro = 640 mm², square (fits HotSpot's 30 mm spreader)
+    die_mm: tuple[Annotated[float, Field(ge=0.1, le=1e3)], Annotated[float, Field(ge=0.1, le=1e3)]] = (25.3, 25.3)
     stack: tuple[StackLayer, ...] = Field(default_factory=_default_stack)
     cooling: CoolingConfig = CoolingConfig()
 
@@ -147,13 +152,24 @@ class ThermalModelConfig(StrictModel):
     # exp_degree/2 complex solves whatever the window length); "trbdf2" is TR-BDF2 with ceil(window/max_substep_ms)
     # sub-steps (second order; 6e-4 x that distance at 0.25 ms). services/thermal/solvers.py
     integrator: Literal["exponential", "trbdf2"] = "exponential"
-    # Where window 0 starts: "ambient" (every node at the ambient temperature), or "steady": the steady state of
-    # window 0's power spread evenly over each layer (leakage evaluated at that state, one fixed-point refinement;
-    # services/thermal/service.py warm_start). A stack whose slowest modes take seconds does not reach its operating
-    # point in a 0.5 s run from ambient; "steady" starts it there (Science II, issue 15).
-    init: Literal["ambient", "steady"] = "ambient"
+    # Where window 0 starts (Science II, issue 15; services/thermal/README.md "Warm start"). "ambient": every node at
+    # the ambient temperature. "steady" (default): the run's operating point. The stack's slowest modes (sink,
+    # spreader) take seconds, so a sub-second run from ambient reports a cold-start transient, not the chip. With
+    # warmup_ms > 0, a warm-up pass simulates the run's first warmup_ms (from the steady state of window 0's power
+    # spread over each layer), and the run then starts over at window 0 from the steady state of the warm-up's MEAN
+    # power map (per core and per bank, leakage at the warm-up's temperatures); the warm-up pass is not in the
+    # results. With warmup_ms = 0: the steady state of window 0's layer-spread power. The warm-up should span several
+    # arrival intervals of the workload: the default, 3 s, is 10 of the default workload's (300 ms).
+    init: Literal["ambient", "steady"] = "steady"
+    warmup_ms: float = Field(default=3000.0, ge=0, le=1e5)
     exp_degree: Literal[2, 4, 6, 8, 10, 12, 14] = 6
     max_substep_ms: PositiveFloat = 0.25
+
+    def warmup_windows(self, window_ms: float) -> int:
+        """Windows of the warm-up pass: ``ceil(warmup_ms / window_ms)``; 0 unless ``init`` is "steady"."""
+        if self.init != "steady" or self.warmup_ms <= 0:
+            return 0
+        return max(1, math.ceil(self.warmup_ms / window_ms - 1e-9))
 
 
 class DvfsDomain(StrictModel):
@@ -225,7 +241,7 @@ class PowerConfig(StrictModel):
     """Energy constants (defaults cite ../shared/reference/energy/energy_anchors.csv)."""
 
     mac_pj: float = Field(default=1.5, ge=0)  # fp16 mult 1.1 + add 0.4 pJ (Horowitz ISSCC 2014, 45 nm)
-    spm_pj_per_access: float = Field(default=10.0, ge=0)  # 8 KB SRAM 64-bit access (Horowitz)
+    spm_pj_per_access: float = Field(default=20.0, ge=0)  # 512 KB as 16 banks of 32 KB: 64-bit access (Horowitz)
     vector_pj_per_op: float = Field(default=0.4, ge=0)  # fp16 add (Horowitz)
     v0: PositiveFloat = 1.0
     logic_leak_w_per_core: float = Field(default=0.05, ge=0)  # at 45 °C

@@ -101,12 +101,56 @@ class ResultRow(BaseModel):
     lat_censored: int = 0  # 1: no token completed; lat_ms/p50/p99 are the lower bound oldest_inflight_ms
 
 
+class ReducePartial(BaseModel):
+    """A run's windows folded so far (``POST /v1/reduce/fold``): sums and extremes from which `ResultRow` follows
+    (services/metrics/reduce.py). A long run is reduced chunk by chunk, so no request carries all its windows.
+    ``s_*`` are time-weighted sums ``Σ_w dt_w · x_w`` (ms · unit)."""
+
+    windows: int = Field(default=0, ge=0)
+    last_window: int = -1
+    last_end_ms: float | None = None
+    thot_c: float
+    n_cores: int | None = None
+    n_vault_layers: int | None = None
+    n_links: int | None = None
+    cells_logic: int | None = None
+    cells_dram: int | None = None
+    t_ms: float = Field(default=0.0, ge=0)
+    peak_logic: float | None = None
+    peak_dram: float | None = None
+    s_t_avg: float = 0.0
+    s_refresh: float = 0.0
+    s_noc: float = 0.0
+    noc_max: float | None = None
+    s_var_logic: float = 0.0
+    s_mean_logic: float = 0.0
+    s_mean_dram: float = 0.0
+    s_freq: float = 0.0
+    s_queue: float = 0.0
+    energy_j: float = 0.0
+    bytes_moved: float = 0.0
+    cap_eff_bytes: float = 0.0
+    tokens: int = 0
+    migrations: int = 0
+    above_thot_ms: float = 0.0
+    oldest_inflight_ms: float = 0.0
+    latencies_ms: list[float] = Field(default_factory=list)
+
+
 class ReduceRequest(BaseModel):
     scenario: Scenario
     workload: WorkloadName
     thot_c: float
     bw_raw_gbps: float | None = Field(default=None, gt=0)
     windows: list[WindowMetrics]
+    # the windows before these, folded by POST /v1/reduce/fold (None: these are all the run's windows)
+    partial: ReducePartial | None = None
+
+
+class FoldRequest(BaseModel):
+    thot_c: float
+    windows: list[WindowMetrics] = Field(min_length=1)
+    partial: ReducePartial | None = None
 
 
 class ReduceResponse(BaseModel):

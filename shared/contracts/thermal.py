@@ -19,6 +19,10 @@ class ThermalState(BaseModel):
     field_b64: str | None = None  # float32 little-endian temperatures in K, model node order; None = ambient
     dvfs_level: list[int] = Field(default_factory=list)  # per core: index into the domain's steps_ghz
     window: int = -1  # last window stepped (out-of-order steps are refused with 409)
+    # Warm-up pass only (thermal.init "steady", warmup_ms > 0; services/thermal/service.py warm_state): the energy
+    # dissipated so far per core then per bank (float64 little-endian, J, base64) and the time it covers (s).
+    warm_energy_b64: str | None = None
+    warm_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
 
 class PowerBreakdown(BaseModel):
@@ -97,6 +101,16 @@ class ModelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     arch: ArchConfig
+
+
+class WarmStartRequest(BaseModel):
+    """``POST /v1/warm_start``: the state after the warm-up pass's last window (it carries the warm-up's energy);
+    the answer is the state window 0 starts from: the steady state of the warm-up's mean power map."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arch: ArchConfig
+    state: ThermalState
 
 
 class StepRequest(BaseModel):

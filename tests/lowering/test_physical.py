@@ -17,7 +17,8 @@ from shared.contracts.placement import ExpertPlacement, OverlayMigrate, OverlayR
 from shared.contracts.workload import LogicalWindow
 from shared.errors import BadInput
 
-ARCH = ArchConfig.model_validate({"schedule": {"max_open_mb": 16}})
+# the first wave's 32 x 32 x 8 banks (vaults of 4 x 4 per die): the bank ids below are written for that grid
+ARCH = ArchConfig.model_validate({"schedule": {"max_open_mb": 16}, "dram": {"banks": [32, 32, 8]}})
 N = ARCH.mesh.n_cores
 F = [2.0] * N
 Result = tuple[ComputeEvents, MemoryEvents, PhysicalState, WindowTiming]

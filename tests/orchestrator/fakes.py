@@ -177,6 +177,12 @@ def thermal_app(settings: Settings) -> FastAPI:
         snap.power_w.dram_dynamic = bytes_total * 8 * 3.9e-12 / (dt_ms * 1e-3)
         return {"state": new.model_dump(mode="json"), "snapshot": snap.model_dump(mode="json")}
 
+    @router.post("/warm_start")
+    def warm_start(body: dict[str, Any]) -> dict[str, Any]:
+        """The fake keeps no energy: the run proper starts from the warm-up pass's last field."""
+        state = ThermalState.model_validate(body["state"])
+        return ThermalState(field_b64=state.field_b64, window=-1).model_dump(mode="json")
+
     return create_service_app("thermal", settings, [router])
 
 

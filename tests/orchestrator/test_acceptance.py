@@ -1,5 +1,5 @@
 """Science acceptance (seed §9.2/§15): the checks themselves on hand-written CSVs, and the default Mixtral experiment
-end to end on the five real services (slow: 668 windows)."""
+end to end on the five real services (slow: the first 1.5 s of it, 4 x 500 windows after 4 x 500 warm-up windows)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from shared.settings import Settings
 from tests.conftest import CONFIGS
 
 HEADER = ",".join(RESULT_COLUMNS)
+WINDOWS = 500  # of the default run's 9901 (`make run` runs them all)
+START_TOL_K = 0.1
 
 
 def _write(out: Path, rows: dict[str, str]) -> None:
@@ -64,12 +66,16 @@ def test_missing_csv_is_reported(tmp_path: Path) -> None:
 def test_default_mixtral_experiment_meets_the_acceptance(settings: Settings, tmp_path: Path) -> None:
     res = run_local(arch=CONFIGS / "arch_8x8_32x32x8.yaml", workload=CONFIGS / "workload_mixtral_8x7b.yaml",
                     tas=CONFIGS / "tas_params.yaml", out=tmp_path / "mix", settings=settings, traces=False,
-                    database_url=f"sqlite:///{tmp_path / 'db.sqlite3'}")
+                    database_url=f"sqlite:///{tmp_path / 'db.sqlite3'}", windows=WINDOWS)
     assert res.ok, res.errors
-    assert res.windows == {"baseline": 167, "taps": 167, "tacs": 167, "tas": 167}
+    assert res.windows == {"baseline": WINDOWS, "taps": WINDOWS, "tacs": WINDOWS, "tas": WINDOWS}
+    assert res.capacity is not None and res.capacity.load < 1.0
+    assert (tmp_path / "mix" / "capacity.json").is_file()
     assert check_results(tmp_path / "mix", workload="mixtral-8x7b", ambient_c=res.ambient_c) == []
-    # Science I: no temperature peak that exists only in the first windows (the cold-start spill artefact): in every
-    # scenario the hottest window is not among the first two, and later windows reach at least their peak
+    # Science I and II: no temperature peak that exists only in the first windows (the first wave's cold-start spill
+    # artefact was K-scale): in every scenario the first two windows are within START_TOL_K of the later windows' peak.
+    # (The warm start is the steady state of the MEAN power: the first micro-batch arrives on that mean field, later
+    # ones on a field cooled by the idle gap before them, so window 1 may peak a few hundredths of a kelvin higher.)
     engine, sessions = open_database(f"sqlite:///{tmp_path / 'db.sqlite3'}")
     try:
         with sessions() as ses:
@@ -77,7 +83,7 @@ def test_default_mixtral_experiment_meets_the_acceptance(settings: Settings, tmp
                 peaks = [m["T_peak_logic"] for (m,) in ses.execute(
                     sa.select(WindowRecord.metrics).where(WindowRecord.run_id == run.id)
                     .order_by(WindowRecord.window)).all()]
-                assert len(peaks) == 167
-                assert max(peaks[:2]) < max(peaks[2:]), (run.scenario, peaks[:4])
+                assert len(peaks) == WINDOWS
+                assert max(peaks[:2]) < max(peaks[2:]) + START_TOL_K, (run.scenario, peaks[:4])
     finally:
         engine.dispose()

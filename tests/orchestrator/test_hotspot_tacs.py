@@ -56,7 +56,8 @@ def _run(tmp: Path, settings: Settings, scenarios: list[Scenario], tas: TasParam
          ) -> dict[str, list[tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]]]:
     """Run the scenarios with every expert on core HOT; per scenario, (metrics, snapshot, frontier) per window."""
     arch = load_arch(CONFIGS / "arch_8x8_32x32x8.yaml")
-    wl = load_workload(CONFIGS / "workload_mixtral_8x7b.yaml")
+    # the seed's arrivals (one micro-batch per ms): the hot core has work queued for the whole run
+    wl = load_workload(CONFIGS / "workload_mixtral_8x7b_saturated.yaml")
     wl = wl.model_copy(update={"sequence": wl.sequence.model_copy(update={"steps": 3 * windows})})
     n_layers, n_experts = 32, 8  # Mixtral-8x7B
     plc = Placement(experts={f"L{lv}E{e}": ExpertPlacement(cores=[HOT])

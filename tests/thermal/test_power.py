@@ -67,7 +67,7 @@ def test_dram_and_noc_power_land_on_bank_vault_controller_and_routers(arch_small
     assert dyn[1, 7 * 8 + 7] == pytest.approx(dram * (sp.array + sp.tsv_io / 4))
     assert dyn[1, vault_banks].sum() == pytest.approx(dram * (sp.array + sp.tsv_io))
     assert np.delete(dyn[1], vault_banks).sum() == pytest.approx(0.0, abs=1e-12) and dyn[0].sum() == 0
-    link = 1e6 * 8 * 0.18e-12 / 1e-3
+    link = 1e6 * 8 * arch_small.mesh.noc.pj_per_bit_hop * 1e-12 / 1e-3
     route = [0, 1, 2, 3, 7, 11, 15]
     expect = np.zeros(16)
     expect[route] = link  # an inner router gets half of each of its two links

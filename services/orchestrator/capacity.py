@@ -1,0 +1,77 @@
+"""The chip's capacity for a workload, from the cycle model (Science II, issue 15).
+
+One micro-batch of the workload, alone on an idle chip at the top DVFS step, under the default placement: the
+physicalizer's schedule (the same services and cost model as a run, no thermal) gives its makespan ``L`` (arrival to
+completion, ms). The chip serves at most ``open_limit`` micro-batches at once (``arch.schedule.open_limit``: 1 for
+``attention: all``, where each micro-batch's stages occupy every core), so its capacity is
+
+    capacity = open_limit · micro_batch / L            [tokens/s]
+
+exact for ``open_limit`` 1 (micro-batches are served one after the other and each takes ``L``), an upper bound
+otherwise (concurrent micro-batches share the experts' cores). The offered load is ``micro_batch /
+step_interval_ms``; a run is sustainable when ``offered / capacity < 1``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RawJson
+from services.orchestrator.schemas import ExperimentSpec
+from services.orchestrator.window_loop import initial_freqs, initial_replicas
+from shared.contracts.events import PhysicalState
+
+MAX_MAKESPAN_S = 60.0  # simulated: a micro-batch that has not finished by then is reported as such
+
+
+@dataclass(frozen=True)
+class Capacity:
+    makespan_ms: float  # one micro-batch alone on the chip, arrival to its last token
+    open_limit: int  # micro-batches the chip serves at once
+    capacity_tok_s: float  # open_limit · micro_batch / makespan
+    offered_tok_s: float  # micro_batch / step_interval
+    load: float  # offered / capacity
+    exact: bool  # open_limit == 1: the capacity is exact, else an upper bound
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        bound = "" if self.exact else " (upper bound)"
+        return (f"capacity {self.capacity_tok_s:.1f} tok/s{bound} (one micro-batch takes {self.makespan_ms:.1f} ms, "
+                f"{self.open_limit} at once); offered {self.offered_tok_s:.1f} tok/s = {100 * self.load:.0f} % of it")
+
+
+def estimate_capacity(pipe: Pipeline, spec: ExperimentSpec) -> Capacity:
+    """Physicalize one micro-batch of ``spec.workload`` alone (see the module docstring)."""
+    arch, wl = spec.arch, spec.workload
+    window_ms = spec.tas.tacs.window_ms
+    # two steps MAX_MAKESPAN_S apart: the trace has windows for the first one's whole makespan, and the second
+    # arrives after it
+    one = wl.model_copy(update={"sequence": wl.sequence.model_copy(
+        update={"steps": 2, "step_interval_ms": MAX_MAKESPAN_S * 1e3})})
+    trace = pipe.create_trace(one, window_ms)
+    load = pipe.expert_load(trace, workload=one, window_ms=window_ms)
+    plc = pipe.placement(arch=arch, workload=one, tas=spec.tas, method="default", trace=trace, expert_load=load,
+                         H=None)
+    arch_j, plc_j = RawJson.of(arch), RawJson.of(plc)
+    state: dict[str, Any] = PhysicalState(replicas=initial_replicas(plc)).model_dump(mode="json")
+    freqs = initial_freqs(arch)
+    makespan = math.inf
+    for k in range(trace.n_windows):
+        L = pipe.logical_window(trace, k, workload=one, window_ms=window_ms)
+        P = pipe.physicalize(window=k, logical=L.raw, placement=plc_j, overlays=EMPTY_OVERLAYS, state=state,
+                             arch=arch_j, freq_ghz=freqs, window_ms=window_ms, bw_eff_factor=1.0,
+                             n_layers=trace.n_layers, tag="capacity")
+        state = P.state
+        if P.timing.latencies_ms and P.timing.tokens_completed >= wl.sequence.micro_batch:
+            makespan = max(P.timing.latencies_ms)
+            break
+    open_limit = arch.schedule.open_limit(arch.mesh.n_cores)
+    mb = wl.sequence.micro_batch
+    cap = open_limit * mb / (makespan * 1e-3) if math.isfinite(makespan) else 0.0
+    offered = mb / (wl.sequence.step_interval_ms * 1e-3)
+    return Capacity(makespan_ms=makespan, open_limit=open_limit, capacity_tok_s=cap, offered_tok_s=offered,
+                    load=offered / cap if cap > 0 else math.inf, exact=open_limit == 1)
