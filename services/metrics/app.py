@@ -15,13 +15,15 @@ from starlette.concurrency import run_in_threadpool
 
 from services.metrics.compare import compare_all, compare_csv, compare_markdown
 from services.metrics.plots import MEDIA_TYPES, render_plot
-from services.metrics.reduce import fold_windows, reduce_window_metrics, row_csv
+from services.metrics.reduce import fold_windows, power_report_markdown, reduce_with_power, row_csv
 from shared.contracts.metrics import (
     CompareRequest,
     CompareResponse,
     FoldRequest,
     PlotKind,
     PlotRequest,
+    PowerTableRequest,
+    PowerTableResponse,
     ReducePartial,
     ReduceRequest,
     ReduceResponse,
@@ -35,9 +37,9 @@ router = APIRouter(tags=["metrics"], route_class=JsonBodyRoute)
 @router.post("/reduce")
 def reduce(req: ReduceRequest) -> ReduceResponse:
     """Reduce a run's per-window metrics to one row of ``results/<scenario>/<workload>.csv``."""
-    row = reduce_window_metrics(req.windows, scenario=req.scenario, workload=req.workload, thot_c=req.thot_c,
-                                bw_raw_gbps=req.bw_raw_gbps, partial=req.partial)
-    return ReduceResponse(row=row, csv=row_csv(row))
+    row, power = reduce_with_power(req.windows, scenario=req.scenario, workload=req.workload, thot_c=req.thot_c,
+                                   bw_raw_gbps=req.bw_raw_gbps, partial=req.partial)
+    return ReduceResponse(row=row, csv=row_csv(row), power=power)
 
 
 @router.post("/reduce/fold")
@@ -45,6 +47,12 @@ def fold(req: FoldRequest) -> ReducePartial:
     """Fold the next chunk of a run's windows into ``partial`` (sums and extremes, checked as ``/reduce`` checks
     them): a long run is reduced chunk by chunk, then ``/reduce`` with the last chunk and the partial."""
     return fold_windows(req.windows, thot_c=req.thot_c, partial=req.partial)
+
+
+@router.post("/power/table")
+def power_table(req: PowerTableRequest) -> PowerTableResponse:
+    """Markdown table of scenarios' power reports: mean / peak W (energy J) per component and per die."""
+    return PowerTableResponse(markdown=power_report_markdown({str(k): v for k, v in req.reports.items()}))
 
 
 @router.post("/compare")

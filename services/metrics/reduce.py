@@ -40,7 +40,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +49,11 @@ from pydantic import ValidationError
 
 from shared.contracts.metrics import (
     ALL_COLUMNS,
+    POWER_COMPONENTS,
     RESULT_COLUMNS,
     SCENARIOS,
+    PowerReport,
+    PowerStat,
     ReducePartial,
     ResultRow,
     WindowMetrics,
@@ -125,12 +128,96 @@ def reduce_window_metrics(windows: Sequence[WindowMetrics], *, scenario: str, wo
                           bw_raw_gbps: float | None = None, partial: ReducePartial | None = None) -> ResultRow:
     """One `ResultRow` from a run's windows (definitions in the module docstring), after the windows already folded
     into ``partial`` (a long run is reduced chunk by chunk, `fold_windows`). Raises `BadInput` on bad input."""
+    return reduce_with_power(windows, scenario=scenario, workload=workload, thot_c=thot_c, bw_raw_gbps=bw_raw_gbps,
+                             partial=partial)[0]
+
+
+def reduce_with_power(windows: Sequence[WindowMetrics], *, scenario: str, workload: str, thot_c: float,
+                      bw_raw_gbps: float | None = None, partial: ReducePartial | None = None
+                      ) -> tuple[ResultRow, PowerReport | None]:
+    """`reduce_window_metrics` and the run's `PowerReport` (None unless every window reports its power)."""
     _check_header(scenario=scenario, workload=workload, thot_c=thot_c, bw_raw_gbps=bw_raw_gbps)
     if not windows and partial is None:
         raise BadInput("windows: a run needs at least one window", field="windows")
     acc = fold_windows(windows, thot_c=thot_c, partial=partial) if windows else partial
     assert acc is not None
-    return finish(acc, scenario=scenario, workload=workload, thot_c=thot_c, bw_raw_gbps=bw_raw_gbps)
+    row = finish(acc, scenario=scenario, workload=workload, thot_c=thot_c, bw_raw_gbps=bw_raw_gbps)
+    return row, power_report(acc)
+
+
+def _window_components(w: WindowMetrics, i: int) -> dict[str, float]:
+    """The power report's components of one window (W): `POWER_COMPONENTS` and their sum ``total``."""
+    p = w.power
+    assert p is not None
+    vals = {"logic_dynamic": p.logic_dynamic, "spm": p.spm, "noc": p.noc, "logic_leakage": p.logic_leakage,
+            "dram_access": p.dram_dynamic + p.dram_controller, "dram_refresh": p.dram_refresh,
+            "dram_leakage": p.dram_leakage}
+    for name, v in vals.items():
+        if not (math.isfinite(v) and v >= 0):
+            raise BadInput(f"windows[{i}].power.{name}: must be a finite power >= 0 W, got {v!r}",
+                           field=f"windows[{i}].power")
+    return {**vals, "total": sum(vals.values())}
+
+
+def _fold_power(windows: Sequence[WindowMetrics], dt: np.ndarray, p: ReducePartial) -> dict[str, Any]:
+    """Energy (J) and peak (W) per component and per die of the windows, added to ``p``'s."""
+    if not all(w.power is not None for w in windows):
+        return {}
+    comp = [_window_components(w, i) for i, w in enumerate(windows)]
+    keys = list(p.energy_layer) or list(windows[0].power_layer_w)
+    for i, w in enumerate(windows):
+        if list(w.power_layer_w) != keys:
+            raise BadInput(f"windows[{i}].power_layer_w: dies {list(w.power_layer_w)} differ from {keys}",
+                           field=f"windows[{i}].power_layer_w")
+        bad = [k for k, v in w.power_layer_w.items() if not (math.isfinite(v) and v >= 0)]
+        if bad:
+            raise BadInput(f"windows[{i}].power_layer_w.{bad[0]}: must be a finite power >= 0 W",
+                           field=f"windows[{i}].power_layer_w")
+    out: dict[str, Any] = {"power_windows": p.power_windows + len(windows), "energy_by": {}, "peak_by": {},
+                           "energy_layer": {}, "peak_layer": {}}
+    for name in (*POWER_COMPONENTS, "total"):
+        col = np.array([c[name] for c in comp])
+        out["energy_by"][name] = p.energy_by.get(name, 0.0) + float(col @ dt) / 1e3
+        out["peak_by"][name] = max(p.peak_by.get(name, 0.0), float(col.max()))
+    for name in keys:
+        col = np.array([w.power_layer_w[name] for w in windows])
+        out["energy_layer"][name] = p.energy_layer.get(name, 0.0) + float(col @ dt) / 1e3
+        out["peak_layer"][name] = max(p.peak_layer.get(name, 0.0), float(col.max()))
+    return out
+
+
+def power_report(p: ReducePartial) -> PowerReport | None:
+    """The run's `PowerReport` from its folded windows: energy ``Σ P·dt``, mean = energy / run time, peak = the
+    highest window mean; None unless every window reported its power."""
+    if p.windows == 0 or p.power_windows != p.windows or p.first_start_ms is None or p.last_end_ms is None:
+        return None
+    t_s = p.t_ms * 1e-3
+
+    def stat(e: dict[str, float], pk: dict[str, float], name: str) -> PowerStat:
+        return PowerStat(energy_j=e[name], mean_w=e[name] / t_s, peak_w=pk[name])
+
+    return PowerReport(interval_ms=(p.first_start_ms, p.last_end_ms),
+                       components={k: stat(p.energy_by, p.peak_by, k) for k in p.energy_by},
+                       layers={k: stat(p.energy_layer, p.peak_layer, k) for k in p.energy_layer})
+
+
+def power_report_markdown(reports: Mapping[str, PowerReport]) -> str:
+    """Markdown table, one row per component then per die, per scenario ``mean / peak W (energy J)``."""
+    scen = list(reports)
+    if not scen:
+        return ""
+    first = reports[scen[0]]
+    head = "| | " + " | ".join(f"{s} mean / peak W (energy J)" for s in scen) + " |\n"
+    head += "|---|" + "---:|" * len(scen) + "\n"
+    lines = []
+    for part, names in (("components", list(first.components)), ("layers", list(first.layers))):
+        for name in names:
+            cells = []
+            for s in scen:
+                st = getattr(reports[s], part).get(name)
+                cells.append("" if st is None else f"{st.mean_w:.3g} / {st.peak_w:.3g} ({st.energy_j:.4g})")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n"
 
 
 def _check_header(*, scenario: str, workload: str, thot_c: float, bw_raw_gbps: float | None) -> None:
@@ -226,7 +313,9 @@ def fold_windows(windows: Sequence[WindowMetrics], *, thot_c: float,
         t_avg_w = (n_l * sc["T_mean_logic"] + n_d * sc["T_mean_dram"]) / (n_l + n_d)
         return ReducePartial(
             windows=p.windows + len(windows), last_window=int(idx[-1]),
-            last_end_ms=float(sc["t_start_ms"][-1] + dt[-1]), thot_c=thot_c, n_cores=n_cores,
+            last_end_ms=float(sc["t_start_ms"][-1] + dt[-1]),
+            first_start_ms=p.first_start_ms if p.first_start_ms is not None else float(sc["t_start_ms"][0]),
+            thot_c=thot_c, n_cores=n_cores,
             n_vault_layers=n_vl, n_links=n_links, cells_logic=n_l, cells_dram=n_d,
             t_ms=p.t_ms + float(dt.sum()),
             peak_logic=max(float(sc["T_peak_logic"].max()), p.peak_logic if p.peak_logic is not None else -math.inf),
@@ -248,6 +337,7 @@ def fold_windows(windows: Sequence[WindowMetrics], *, thot_c: float,
             above_thot_ms=p.above_thot_ms + float(dt[sc["T_peak_logic"] > thot_c].sum()),
             oldest_inflight_ms=max(p.oldest_inflight_ms, max(w.oldest_inflight_ms for w in windows)),
             latencies_ms=[*p.latencies_ms, *(x for w in windows for x in w.latencies_ms)],
+            **_fold_power(windows, dt, p),
         )
 
 

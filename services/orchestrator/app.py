@@ -91,6 +91,14 @@ def get_results(exp_id: IdPath, request: Request,
         return {"id": exp_id, "status": view.status, "rows": service.result_rows(session=s, exp_id=exp_id)}
 
 
+@router.get("/experiments/{exp_id}/power")
+def get_power(exp_id: IdPath, request: Request) -> dict[str, Any]:
+    """Each finished scenario's power report: energy (J), mean and peak power (W) by component (logic dynamic, SPM,
+    NoC, logic leakage, DRAM access, refresh, DRAM leakage, total) and by die, over ``interval_ms``."""
+    with _rt(request).sessions() as s:
+        return {"id": exp_id, "scenarios": service.power_view(session=s, exp_id=exp_id)}
+
+
 @router.get("/experiments/{exp_id}/windows")
 def get_windows(exp_id: IdPath, request: Request, scenario: Scenario | None = None,
                 offset: Annotated[int, Query(ge=0, le=1 << 31, description="first window")] = 0,

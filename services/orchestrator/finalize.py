@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.orchestrator import repository as repo
 from services.orchestrator.models import RunStatus
 from services.orchestrator.pipeline_clients import Pipeline
+from services.orchestrator.run_files import power_reports
 from services.orchestrator.schemas import ExperimentSpec
 from services.orchestrator.service import results_csv
 from shared.client import ServiceClients
@@ -65,6 +66,12 @@ def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClie
         pass  # deltas are against baseline: nothing to compare
     except TasmoeError as exc:
         log.warning("comparison for %s not written: %s", exp_id, exc)
+    reports = power_reports(out, [str(r["scenario"]) for r in rows], spec.workload.label)
+    if reports:
+        try:
+            (out / "power.md").write_text(pipe.power_table(reports), encoding="utf-8")
+        except TasmoeError as exc:
+            log.warning("power table for %s not written: %s", exp_id, exc)
     if not plots:
         return summary
     for kind in PLOT_KINDS:

@@ -118,6 +118,7 @@ EMPTY_OVERLAYS: dict[str, Columns] = Overlays().model_dump(mode="json")
 class ReduceResult:
     row: dict[str, Any]
     csv: str
+    power: dict[str, Any] | None = None  # the run's `PowerReport` (JSON), when every window reported its power
 
 
 class Pipeline:
@@ -272,7 +273,13 @@ class Pipeline:
         body = {"scenario": scenario, "workload": workload, "thot_c": thot_c, "bw_raw_gbps": bw_raw_gbps,
                 "windows": wins, "partial": partial}
         r = self.clients["metrics"].post_json("/v1/reduce", body, idempotency_key=self._key("reduce"))
-        return ReduceResult(row=dict(r["row"]), csv=str(r["csv"]))
+        return ReduceResult(row=dict(r["row"]), csv=str(r["csv"]), power=r.get("power"))
+
+    def power_table(self, reports: dict[str, dict[str, Any]]) -> str:
+        """Markdown table of the scenarios' power reports (metrics ``POST /v1/power/table``)."""
+        r = self.clients["metrics"].post_json("/v1/power/table", {"reports": reports},
+                                              idempotency_key=self._key("power-table"))
+        return str(r["markdown"])
 
     def reduce_fold(self, *, thot_c: float, windows: list[dict[str, Any]], partial: dict[str, Any] | None,
                     chunk: int) -> dict[str, Any]:

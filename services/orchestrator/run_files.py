@@ -32,6 +32,7 @@ from typing import Any
 
 from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.ids import expert_id
+from shared.contracts.metrics import SCENARIOS
 from shared.contracts.placement import OverlayMigrate, OverlayReroute, Placement, ReplicaState
 
 LOGICAL_COMPUTE_COLUMNS = ("event_id", "t_gen_ns", "mb_id", "token_id", "experts_json", "flops_json", "op_type",
@@ -189,6 +190,21 @@ def _table(cols: Columns, rel: str) -> str:
 
 def result_csv_path(out_dir: Path, scenario: str, workload_label: str) -> Path:
     return out_dir / scenario / f"{workload_label}.csv"
+
+
+def power_json_path(out_dir: Path, scenario: str, workload_label: str) -> Path:
+    """The run's power report (metrics `PowerReport`) beside its CSV."""
+    return out_dir / scenario / f"{workload_label}.power.json"
+
+
+def power_reports(out_dir: Path, scenarios: list[str], workload_label: str) -> dict[str, dict[str, Any]]:
+    """The power reports of the scenarios that wrote one, in the order of SCENARIOS."""
+    found: dict[str, dict[str, Any]] = {}
+    for sc in SCENARIOS:
+        path = power_json_path(out_dir, sc, workload_label)
+        if sc in scenarios and path.is_file():
+            found[sc] = json.loads(path.read_text(encoding="utf-8"))
+    return found
 
 
 def run_dir_for(out_dir: Path, scenario: str) -> Path:

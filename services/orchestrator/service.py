@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.orchestrator import repository as repo
 from services.orchestrator.models import Experiment, RunStatus, ScenarioRun
-from services.orchestrator.run_files import result_csv_path, run_dir_for
+from services.orchestrator.run_files import power_reports, result_csv_path, run_dir_for
 from services.orchestrator.schemas import (
     ExperimentRequest,
     ExperimentSpec,
@@ -140,6 +140,17 @@ def result_rows(*, session: Session, exp_id: str) -> list[dict[str, Any]]:
         raise NotFound(f"no experiment {exp_id!r}", field="id")
     return [dict(r.result_row) for r in repo.runs_of(session=session, exp_id=exp_id)
             if r.status == RunStatus.succeeded and r.result_row is not None]
+
+
+def power_view(*, session: Session, exp_id: str) -> dict[str, dict[str, Any]]:
+    """The power reports (metrics `PowerReport`: energy and mean/peak power by component and by die) of the finished
+    scenarios, read from ``<out>/<scenario>/<workload>.power.json``."""
+    exp = repo.get_experiment(session=session, exp_id=exp_id)
+    if exp is None:
+        raise NotFound(f"no experiment {exp_id!r}", field="id")
+    spec = ExperimentSpec.model_validate(exp.configs)
+    done = [r.scenario for r in repo.runs_of(session=session, exp_id=exp_id) if r.status == RunStatus.succeeded]
+    return power_reports(Path(exp.out_dir), done, spec.workload.label)
 
 
 def results_csv(*, session: Session, exp_id: str) -> str:

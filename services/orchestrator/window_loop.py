@@ -18,6 +18,7 @@ window k, so a resumed run continues exactly where the committed one stopped and
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import socket
@@ -34,7 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.orchestrator import repository as repo
 from services.orchestrator.models import RunStatus
 from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RawJson, TraceInfo
-from services.orchestrator.run_files import RunFiles, result_csv_path, run_dir_for
+from services.orchestrator.run_files import RunFiles, power_json_path, result_csv_path, run_dir_for
 from services.orchestrator.run_log import RunLog, run_log
 from services.orchestrator.schemas import ExperimentSpec
 from shared.chip import core_domains
@@ -119,7 +120,7 @@ def build_window_metrics(*, window: int, t0_ns: int, t1_ns: int, snap: ThermalSn
         bytes_moved=timing.bytes_moved, bw_eff_gbps=bw_eff, noc_link_util=timing.noc_link_util,
         tokens_completed=timing.tokens_completed, latencies_ms=timing.latencies_ms,
         queue_delay_ms=timing.queue_delay_ms, migrations=timing.migrations,
-        oldest_inflight_ms=timing.oldest_inflight_ms)
+        oldest_inflight_ms=timing.oldest_inflight_ms, power=snap.power_w, power_layer_w=snap.power_layer_w)
 
 
 def next_telemetry(snap: ThermalSnapshot, timing: WindowTiming, t1_ns: int) -> Telemetry:
@@ -390,6 +391,11 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
     tmp = out_csv.with_suffix(".csv.tmp")
     tmp.write_text(red.csv, encoding="utf-8")
     os.replace(tmp, out_csv)
+    if red.power is not None:
+        pj = power_json_path(out_dir, scenario, wl.label)
+        tmp = pj.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(red.power, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, pj)
     rlog.info(f"wrote {out_csv} ({red.row.get('windows')} windows, {time.perf_counter() - t_start:.2f} s this "
               "attempt)")
     if not repo.finish_run(sessions=sessions, run_id=run_id, owner=owner, status=RunStatus.succeeded,

@@ -3,7 +3,8 @@
 Per window of length Δt (powers are window averages):
 
 - logic dynamic, per core: ``Σ energy_j · (V/V0)² / Δt`` of its compute events (``energy_j``: MACs + scratchpad
-  accesses at V0, priced by the lowering service with ``shared/energy.py``).
+  accesses at V0, priced by the lowering service with ``shared/energy.py``); reported as ``logic_dynamic`` (the MAC
+  part, ``flops/2 · mac_pj``) and ``spm`` (the rest).
 - DRAM dynamic and NoC: ``shared/energy.py``'s ``deposit_memory``: ``bytes · 8 · pj_per_bit`` split by
   ``dram.energy_split`` into the accessed bank (array), the vault's banks of the accessed die (TSV/IO) and the vault's
   logic core (controller); ``bytes · 8 · pj_per_bit_hop`` per link of the XY route, half on each end router.
@@ -107,7 +108,14 @@ def compute_power_from_events(compute: ComputeEvents, memory: MemoryEvents, arch
             raise BadInput(f"compute_events.energy_j[{bad[0]}] must be a finite number >= 0",
                            field=f"compute_events.energy_j[{bad[0]}]")
     e_core = np.bincount(core_ids, e_comp, n_cores) if core_ids.size else np.zeros(n_cores)
-    core_dyn = e_core * (V / pw.v0) ** 2 / window_s
+    vscale = (V / pw.v0) ** 2
+    core_dyn = e_core * vscale / window_s
+    # the MAC part of each event (flops = 2 · MACs, priced at mac_pj: shared/energy.py), capped at its energy; the rest
+    # is its scratchpad accesses. Both sit on the core; the split is reported, the power map is core_dyn.
+    fl = np.asarray(compute.flops, dtype=float)
+    e_mac = np.minimum(np.maximum(fl, 0.0) * 0.5 * pw.mac_pj * 1e-12, e_comp) if core_ids.size else np.zeros(0)
+    mac_w = float((np.bincount(core_ids, e_mac, n_cores) * vscale).sum() / window_s) if core_ids.size else 0.0
+    dyn_w = float(core_dyn.sum())
 
     # memory: DRAM (array in the bank, TSV/IO in the vault's column of the die, controller on the logic die) + NoC
     chip = Chip.from_arch(arch)
@@ -151,7 +159,7 @@ def compute_power_from_events(compute: ComputeEvents, memory: MemoryEvents, arch
     bank_leak = arch.dram.leak_w_per_bank * leakage_scale(Tb, pw.v0, arch)
     bank_ref = arch.refresh.refresh_energy_nj * 1e-9 / (trefi_us(bank_temp_c, arch.refresh) * 1e-6)
     breakdown = PowerBreakdown(
-        logic_dynamic=float(core_dyn.sum()), logic_leakage=float(core_leak.sum()),
+        logic_dynamic=mac_w, spm=max(dyn_w - mac_w, 0.0), logic_leakage=float(core_leak.sum()),
         dram_dynamic=(dep.array_j + dep.tsv_io_j) / window_s, dram_refresh=float(np.sum(bank_ref)),
         dram_leakage=float(bank_leak.sum()), noc=dep.noc_j / window_s, dram_controller=dep.controller_j / window_s,
     )

@@ -156,6 +156,9 @@ def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: Thermal
         mean_c=mean,
         power_w=power.breakdown,
         power_core_w=[float(x) for x in power.core_w],
+        power_layer_w={"logic": float(power.core_w.sum()),
+                       **{name: float(power.bank_w[d].sum())
+                          for d, name in enumerate(model.layer_names[i] for i in model.dram_layers)}},
         freq_ghz=[float(x) for x in next_freq],
         refresh=_refresh_report(model, T1),
     )

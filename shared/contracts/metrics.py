@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from shared.contracts.thermal import PowerBreakdown
+
 RESULT_COLUMNS: tuple[str, ...] = (
     "scenario", "workload", "T_peak_logic", "T_peak_dram", "T_avg", "ips", "lat_ms", "bw_util", "refresh_mhz",
     "noc_load",
@@ -66,6 +68,9 @@ class WindowMetrics(BaseModel):
     # None: counted from the shapes above (cores, vaults × DRAM layers), i.e. equal cells per layer.
     cells_logic: int | None = Field(default=None, gt=0)
     cells_dram: int | None = Field(default=None, gt=0)
+    # the window's mean power by component (W) and by die ("logic", "dram_1" ...); None / {}: not reported
+    power: PowerBreakdown | None = None
+    power_layer_w: dict[str, float] = Field(default_factory=dict)
 
 
 class ResultRow(BaseModel):
@@ -109,6 +114,7 @@ class ReducePartial(BaseModel):
     windows: int = Field(default=0, ge=0)
     last_window: int = -1
     last_end_ms: float | None = None
+    first_start_ms: float | None = None
     thot_c: float
     n_cores: int | None = None
     n_vault_layers: int | None = None
@@ -135,6 +141,13 @@ class ReducePartial(BaseModel):
     above_thot_ms: float = 0.0
     oldest_inflight_ms: float = 0.0
     latencies_ms: list[float] = Field(default_factory=list)
+    # power report (services/metrics/reduce.py): energy (J) and peak window power (W) per component and per die,
+    # over the windows that report power (all of them, or the report is left out)
+    power_windows: int = Field(default=0, ge=0)
+    energy_by: dict[str, float] = Field(default_factory=dict)
+    peak_by: dict[str, float] = Field(default_factory=dict)
+    energy_layer: dict[str, float] = Field(default_factory=dict)
+    peak_layer: dict[str, float] = Field(default_factory=dict)
 
 
 class ReduceRequest(BaseModel):
@@ -153,9 +166,39 @@ class FoldRequest(BaseModel):
     partial: ReducePartial | None = None
 
 
+# Components of the power report, in this order: the access energy of DRAM counts wherever it is dissipated (array and
+# TSV/IO in the DRAM dies, the controller share on the logic die).
+POWER_COMPONENTS: tuple[str, ...] = ("logic_dynamic", "spm", "noc", "logic_leakage", "dram_access", "dram_refresh",
+                                     "dram_leakage")
+
+
+class PowerStat(BaseModel):
+    energy_j: float  # Σ_w P_w · dt_w
+    mean_w: float  # energy / run time
+    peak_w: float  # max over windows of the window's mean power
+
+
+class PowerReport(BaseModel):
+    """A run's energy and power by component (`POWER_COMPONENTS` + ``total``) and by die (services/metrics/reduce.py);
+    ``interval_ms``: the simulated time it covers (first window start, last window end)."""
+
+    interval_ms: tuple[float, float]
+    components: dict[str, PowerStat]
+    layers: dict[str, PowerStat]
+
+
+class PowerTableRequest(BaseModel):
+    reports: dict[Scenario, PowerReport] = Field(min_length=1)
+
+
+class PowerTableResponse(BaseModel):
+    markdown: str
+
+
 class ReduceResponse(BaseModel):
     row: ResultRow
     csv: str
+    power: PowerReport | None = None  # when every window reports its power
 
 
 class CompareRequest(BaseModel):

@@ -28,7 +28,8 @@ class ThermalState(BaseModel):
 class PowerBreakdown(BaseModel):
     """Watts averaged over the window."""
 
-    logic_dynamic: float = 0.0
+    logic_dynamic: float = 0.0  # the MAC arrays (and vector ops): compute events' energy minus their scratchpad part
+    spm: float = 0.0  # scratchpad accesses of the compute events
     logic_leakage: float = 0.0
     dram_dynamic: float = 0.0
     dram_refresh: float = 0.0
@@ -38,8 +39,8 @@ class PowerBreakdown(BaseModel):
 
     @property
     def total(self) -> float:
-        return (self.logic_dynamic + self.logic_leakage + self.dram_dynamic + self.dram_refresh + self.dram_leakage
-                + self.noc + self.dram_controller)
+        return (self.logic_dynamic + self.spm + self.logic_leakage + self.dram_dynamic + self.dram_refresh
+                + self.dram_leakage + self.noc + self.dram_controller)
 
 
 class RefreshReport(BaseModel):
@@ -61,6 +62,7 @@ class ThermalSnapshot(BaseModel):
     mean_c: dict[str, float] = Field(default_factory=dict)
     power_w: PowerBreakdown = Field(default_factory=PowerBreakdown)
     power_core_w: list[float] = Field(default_factory=list)
+    power_layer_w: dict[str, float] = Field(default_factory=dict)  # per die: "logic", "dram_1" .. "dram_n"
     freq_ghz: list[float] = Field(default_factory=list)  # per core, for the NEXT window
     refresh: RefreshReport = Field(default_factory=RefreshReport)
 

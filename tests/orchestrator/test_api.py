@@ -58,6 +58,13 @@ def test_experiment_end_to_end_over_http(api: TestClient) -> None:
     assert lines[0].startswith("scenario,workload,T_peak_logic") and len(lines) == 3
     wins = api.get(f"/v1/experiments/{body['id']}/windows", params={"scenario": "tas"}).json()
     assert list(wins["scenarios"]) == ["tas"] and [w["window"] for w in wins["scenarios"]["tas"]] == [0, 1, 2, 3]
+    page = api.get(f"/v1/experiments/{body['id']}/windows", params={"scenario": "tas", "offset": 1, "limit": 2}).json()
+    assert [w["window"] for w in page["scenarios"]["tas"]] == [1, 2] and page["next_offset"] == 3
+    power = api.get(f"/v1/experiments/{body['id']}/power").json()["scenarios"]
+    assert list(power) == ["baseline", "tas"]
+    comp = power["tas"]["components"]
+    assert comp["total"]["energy_j"] > 0 and comp["total"]["energy_j"] == pytest.approx(
+        sum(comp[k]["energy_j"] for k in comp if k != "total"))
     log = api.get(f"/v1/experiments/{body['id']}/log").text
     assert "seed 5" in log and "==> tas" in log
     page = api.get("/v1/experiments", params={"status": "succeeded"}).json()
