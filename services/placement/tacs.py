@@ -1,24 +1,36 @@
 """TACS: online thermal-aware balancing, one decision per window (seed 001 §4.3, §6, §7; ARCHITECTURE §5.2).
 
-Per call (temperatures °C, times ns, powers W):
+Per call (temperatures °C, times ns, powers W, energies J):
 1. Smooth the telemetry: ``T̃ = α·T + (1−α)·T̃_prev`` (α = ``smoothing_alpha``; decisions only).
-2. Pressure ``S_c = [T̃_c − Thot]+ / (Temg − Thot) + γ·[q_c − q_tgt]+ / q_tgt`` (q = core utilisation).
-3. Candidate sources: the ``top_k_hot`` hottest cores (by T̃; a set that does not depend on Thot) that have S > 0.
+2. Pressure ``S_c = [T̃_c − Thot]+ / (Temg − Thot) + γ·[q_c − q_tgt]+ / q_tgt`` (q = core utilisation) ranks the
+   sources; a core is a source only when it is above ``Thot`` (its excess ``x_s = T̃_s − Thot > 0``) and has work
+   (``q_s > 0`` or work of the pending window): TACS never moves work off an idle core, and utilisation alone (a busy
+   but cool core) never triggers a move.
+3. Candidate sources: the ``top_k_hot`` hottest cores (by T̃; a set that does not depend on Thot) that are sources.
    Sinks of a source: the cores within ``hop_radius`` hops plus the ``top_k_hot`` coolest cores: O(K·deg) edges.
-4. Each source takes at most one *reroute* (move the window's traffic of a replicated expert to another of its
-   replicas; no weights move) and, among the ``min(top_k_hot, max_parallel_migrations)`` hottest candidates only, at
-   most one *migration* (move a single-core expert and its weight shards to a sink). An action moving instance power
-   w from s to d changes temperatures by ``ΔT̂ = w·(H[:, d] − H[:, s])``; it is feasible when the source cools
-   (``drop_s > 0``), the destination stays cooler than the relieved source and is not itself overloaded
-   (``q_d ≤ q_tgt``). The expert is the most powerful one
-   with a feasible destination (most relief per move); the destination is the one of least cost
-   ``λ·hops + μ·NoĈ + η·ΔT̂_d`` with ``NoĈ = noc_load + bytes·hops / (NoC link capacity over one window)`` and
-   ``ΔT̂_d`` the rise at the destination (K). The pressure decides *whether* a core acts, the cost only *where*:
-   sources decide independently, so raising Thot can only remove actions and raising μ can only pick destinations
-   with less NoC traffic.
+4. Benefit versus cost (Science III, issue 16). An action moves instance power ``w`` (the expert's pending work on s)
+   from s to d: a *reroute* (to another of its replicas; no weights move) or a *migration* (a single-core expert and
+   its weight shards). With H the steady-state influence matrix (K/W) and τ = max(``min_residency_ms``, window) the
+   horizon the move holds for:
+   - benefit ``B = min(w·(H[s,s] − H[s,d]), x_s) · max(0, 1 − t_stream/τ)``: the hot core's drop, counted only up to
+     its excess over Thot, and only after the weights have streamed (``t_stream = bytes / vault bandwidth``; 0 for a
+     reroute);
+   - heat ``Q = (E_read·H[s,s] + E_write·H[s,d] + E_noc·H[s,s]) / τ``: the move's own energy over the horizon, seen at
+     the hot core (``E_read = E_write = bytes · dram J/B``, ``E_noc = bytes · hops · NoC J/B/hop``; shared/energy.py);
+     a reroute's bytes are the activations its tokens carry both ways;
+   - NoC: ``μ · ΔNoĈ`` with ``ΔNoĈ = bytes·hops / (NoC link capacity over one window)``: μ in K per unit of added
+     NoC load.
+   A move is made when ``net = B − Q − μ·ΔNoĈ > 0``, the destination is not overloaded (``q_d ≤ q_tgt``) and stays
+   cooler than the relieved source (rise ``w·(H[d,d] − H[d,s])``; a Thot-independent rule, so that raising Thot
+   cannot add destinations). Each source makes at most one move:
+   the one of largest net (ties: ``λ·hops + η·rise``, then the lower core), a migration only among the
+   ``min(top_k_hot, max_parallel_migrations)`` hottest candidates. A reroute moves no weights, so where it relieves
+   as much it wins. Hence a higher Thot can only remove moves, and a higher μ can only pick moves with less NoC load
+   (the argmax of ``B − Q − μ·ΔNoĈ`` has a non-increasing ΔNoĈ in μ).
 5. Migrations respect ``min_residency_ms`` (since the expert's last change), the undo cool-down (no move back to its
    previous cores within ``undo_cooldown_ms``), the NoC guard (none while ``noc_load > noc_guard``), bank capacity
-   (free banks in the destination vault) and bank bandwidth (each shard must be writable within one window at
+   (free banks in the destination vault, from the LIVE occupancy: the placement's banks with every earlier TACS move
+   of the replica state applied) and bank bandwidth (each shard must be writable within one window at
    ``bank_bw_gbps``, one incoming shard per bank per window).
 Overlays apply at the next window's start only; the returned ReplicaState records the change.
 """
@@ -141,6 +153,7 @@ class _Action:
     cost: float
     drop: float
     noc_added: float
+    net: float = 0.0  # benefit - heat - mu * NoC (K), module docstring step 4
     shards: list[tuple[str, int, str, str]] | None = None  # (tensor id, size, src bank, dst bank)
 
 
@@ -201,91 +214,96 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
     X, Y = geom.mesh_x, geom.mesh_y
     links = 2 * ((X - 1) * Y + X * (Y - 1))
     noc_cap_bytes = max(links, 1) * arch.mesh.noc.width_bits / 8 * arch.mesh.noc.link_freq_ghz * 1e9 * window_s
+    em = EnergyModel.from_arch(arch)
+    tau_s = max(params.min_residency_ms * 1e-3, window_s)  # the horizon a move holds for
+    vault_bw = arch.dram.vault_bw_gbps * 1e9
     lam, mu, eta = params.cost.lambda_hops, params.cost.mu_noc, params.cost.eta_temp
+    excess = T - thot
+    has_work = [q[c] > 0 or any(inst_power.get(e, 0.0) > 0 for e in on_core[c]) for c in range(n)]
     order_hot = np.lexsort((np.arange(n), -q, -T))  # hottest first (Thot-independent)
     coolest = [int(c) for c in np.lexsort((np.arange(n), q, T))[: params.top_k_hot]]
     candidates = [int(c) for c in order_hot[: params.top_k_hot]]
     k_mig = min(params.top_k_hot, params.max_parallel_migrations)
-    mig_sources = {c for c in candidates[:k_mig] if S[c] > 0}
-    sources = [c for c in candidates if S[c] > 0]
+    sources = [c for c in candidates if excess[c] > 0 and has_work[c]]
+    mig_sources = {c for c in candidates[:k_mig] if c in sources}
     migrations_allowed = tele.noc_load <= params.noc_guard and params.max_parallel_migrations > 0
 
-    idx = _index(placement, geom) if migrations_allowed and mig_sources else None
+    used = _live_used(_index(placement, geom), placement, state, geom) \
+        if migrations_allowed and mig_sources else None
     res_ns = params.min_residency_ms * 1e6
     undo_ns = params.undo_cooldown_ms * 1e6
     bank_cap = arch.dram.bank_capacity_mb * MIB
     bank_bw = bank_bw_gbps * 1e9
     claimed: set[tuple[int, int]] = set()  # banks receiving a shard this window
 
-    def score(s: int, d: int, w: float, noc_added: float) -> tuple[bool, float, float]:
-        """(feasible, cost, drop at s): feasible when the source cools and the destination stays cooler than it."""
+    def evaluate(kind: str, eid: str, s: int, d: int, w: float, nbytes: float, stream_s: float
+                 ) -> _Action | None:
+        """The move's net benefit (module docstring, step 4); None when it is not worth making or not allowed."""
         drop = w * (H[s, s] - H[s, d])
         rise = w * (H[d, d] - H[d, s])
-        ok = drop > 0 and T[d] + rise < T[s] - drop and q[d] <= params.q_target
-        cost = lam * hop[s, d] + mu * (tele.noc_load + noc_added) + eta * rise
-        return bool(ok), float(cost), float(drop)
+        if not (drop > 0 and T[d] + rise < T[s] - drop and q[d] <= params.q_target):
+            return None
+        benefit = min(drop, float(excess[s])) * max(0.0, 1.0 - stream_s / tau_s)
+        dram = 0.0 if kind == "reroute" else nbytes * em.dram_j_per_byte
+        e_noc = nbytes * hop[s, d] * em.noc_j_per_byte_hop
+        heat = (dram * (H[s, s] + H[s, d]) + e_noc * H[s, s]) / tau_s
+        added = nbytes * hop[s, d] / noc_cap_bytes
+        net = benefit - heat - mu * added
+        if not net > 0:
+            return None
+        return _Action(kind, eid, s, d, cost=float(lam * hop[s, d] + eta * rise), drop=float(drop),
+                       noc_added=float(added), net=float(net))
 
     actions: list[_Action] = []
     for s in sorted(sources, key=lambda c: (-S[c], c)):
         sinks = sorted({int(c) for c in np.flatnonzero((hop[s] <= params.hop_radius) & (hop[s] > 0))}
                        | {c for c in coolest if c != s})
-        # reroute: the most powerful replicated expert on s that can go to another of its replicas
-        for eid in sorted(on_core[s], key=lambda e: (-inst_power.get(e, 0.0), e)):
+        options: list[_Action] = []
+        for eid in on_core[s]:
             cores = cores_of[eid]
             w = inst_power.get(eid, 0.0)
-            if len(cores) < 2 or w <= 0:
+            if w <= 0:
+                continue  # no work of this expert here: moving it relieves nothing
+            if len(cores) >= 2:  # reroute this core's share to another replica: activations move, weights stay
+                act_bytes = tokens.get(eid, 0.0) / len(cores) * ACT_BYTES_PER_TOKEN * 2
+                for d in cores:
+                    if d != s:
+                        a = evaluate("reroute", eid, s, d, w, act_bytes, 0.0)
+                        if a is not None:
+                            options.append(a)
                 continue
-            best: _Action | None = None
-            for d in cores:
-                if d == s:
-                    continue
-                added = tokens.get(eid, 0.0) / len(cores) * ACT_BYTES_PER_TOKEN * 2 * hop[s, d] / noc_cap_bytes
-                ok, cost, drop = score(s, d, w, added)
-                if ok and (best is None or (cost, d) < (best.cost, best.dst)):
-                    best = _Action("reroute", eid, s, d, cost, drop, added)
-            if best is not None:
-                actions.append(best)
-                break
-        if s not in mig_sources or idx is None:
-            continue
-        # migration: the most powerful eligible single-core expert that has a feasible sink, to its cheapest sink
-        for eid in sorted(on_core[s], key=lambda e: (-inst_power.get(e, 0.0), e)):
-            cores = cores_of[eid]
-            w = inst_power.get(eid, 0.0)
-            if len(cores) != 1 or w <= 0:
+            if s not in mig_sources or used is None:
                 continue
             ent = state.experts.get(eid)
             since = max(ent.ts_created_ns, ent.last_change_ns or 0) if ent is not None else 0
             if t_apply - since < res_ns:
                 continue  # minimum residency
             shards = _current_shards(eid, ent, placement, cores, geom)
-            size = sum(sz for _, sz, _, _ in shards)
+            size = float(sum(sz for _, sz, _, _ in shards))
             if any(sz / window_s > bank_bw for _, sz, _, _ in shards):
                 continue  # a shard cannot be written within one window at bank bandwidth
-            ranked: list[_Action] = []
             for d in sinks:
                 if (ent is not None and ent.prev_cores and d in ent.prev_cores and ent.last_change_ns is not None
                         and t_apply - ent.last_change_ns < undo_ns):
                     continue  # undo cool-down
                 if eid in on_core[d]:
                     continue
-                added = size * hop[s, d] / noc_cap_bytes
-                ok, cost, drop = score(s, d, w, added)
-                if ok:
-                    ranked.append(_Action("migrate", eid, s, d, cost, drop, added,
-                                          shards=[(t, sz, geom.slot_bank_id(v, sl), "") for t, sz, v, sl in shards]))
-            ranked.sort(key=lambda a: (a.cost, a.dst))
-            chosen = None
-            for act in ranked:
-                dst_banks = _pick_banks(act, idx, geom, bank_cap, claimed)
-                if dst_banks is not None:
-                    act.shards = [(t, sz, src, dst)
-                                  for (t, sz, src, _), dst in zip(act.shards or [], dst_banks, strict=True)]
-                    chosen = act
-                    break
-            if chosen is not None:
-                actions.append(chosen)
-                break
+                a = evaluate("migrate", eid, s, d, w, size, size / vault_bw)
+                if a is not None:
+                    a.shards = [(t, sz, geom.slot_bank_id(v, sl), "") for t, sz, v, sl in shards]
+                    options.append(a)
+        options.sort(key=lambda a: (-a.net, a.cost, a.dst, a.expert))
+        for act in options:
+            if act.kind == "migrate":
+                assert used is not None
+                dst_banks = _pick_banks(act, used, geom, bank_cap, claimed)
+                if dst_banks is None:
+                    continue
+                act.shards = [(t, sz, src, dst)
+                              for (t, sz, src, _), dst in zip(act.shards or [], dst_banks, strict=True)]
+                _occupy(used, act, geom)
+            actions.append(act)
+            break
 
     return _emit(actions, t_apply), \
         _new_state(actions, state, t_apply), [float(x) for x in T]
@@ -316,12 +334,40 @@ def _current_shards(eid: str, ent: ReplicaEntry | None, placement: Placement, co
     return out
 
 
-def _pick_banks(act: _Action, idx: _PlacementIndex, geom: ChipGeometry, bank_cap: float,
+def _live_used(idx: _PlacementIndex, placement: Placement, state: ReplicaState, geom: ChipGeometry) -> np.ndarray:
+    """Bank occupancy (bytes, (cores, vault banks)) now: the placement's, with every TACS migration recorded in the
+    replica state applied (a moved expert's shards leave their placement banks for ``shard_banks``)."""
+    used = idx.used.copy()
+    for eid, ent in sorted(state.experts.items()):
+        if not ent.shard_banks:
+            continue
+        for k, bank in enumerate(ent.shard_banks):
+            tp = placement.tensors.get(f"W_{eid}_{k}")
+            if tp is None:
+                continue
+            size = float(tp.size_bytes or 0)
+            c0, s0 = geom.bank_core_slot(tp.dram_bank)
+            c1, s1 = geom.bank_core_slot(bank)
+            used[c0, s0] = max(used[c0, s0] - size, 0.0)
+            used[c1, s1] += size
+    return used
+
+
+def _occupy(used: np.ndarray, act: _Action, geom: ChipGeometry) -> None:
+    """Apply a chosen migration to the live occupancy (later sources of the same call see it)."""
+    for _, size, src, dst in act.shards or []:
+        c0, s0 = geom.bank_core_slot(src)
+        c1, s1 = geom.bank_core_slot(dst)
+        used[c0, s0] = max(used[c0, s0] - size, 0.0)
+        used[c1, s1] += size
+
+
+def _pick_banks(act: _Action, used_all: np.ndarray, geom: ChipGeometry, bank_cap: float,
                 claimed: set[tuple[int, int]]) -> list[str] | None:
     """Distinct banks with room in the destination vault, one incoming shard per bank this window (bandwidth)."""
     d = act.dst
     out: list[str] = []
-    used = idx.used[d]
+    used = used_all[d]
     order = np.lexsort((np.arange(geom.vault_banks), used))
     k = 0
     for _, size, _, _ in act.shards or []:

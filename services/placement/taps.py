@@ -5,13 +5,17 @@ Model (SI inside):
   sequence length); expert ``e`` of layer ``l`` gets the share ``load[l][e] / Σ_e load[l][e]`` of it (the load
   profile may be counts or probabilities: only its shape per layer matters);
 - FLOP rate of an instance ``f = share·R·flops_per_token / replicas`` (FLOP/s), power
-  ``p̂ = f · E_flop`` with ``E_flop = mac_pj/2 · 1e-12`` J (one MAC = 2 FLOPs); every core also leaks
-  ``logic_leak_w_per_core``;
+  ``p̂ = f · E_flop + B · steps/s · E_dram`` with ``E_flop = mac_pj/2 · 1e-12`` J (one MAC = 2 FLOPs), ``B`` the
+  bytes of its copy of the weights (streamed once per micro-batch) and ``E_dram`` the DRAM access energy per byte
+  (shared/energy.py, the simulator's model); every core also leaks ``logic_leak_w_per_core``;
 - temperatures ``T̂ = H·p̂ + T_amb`` (°C; H in K/W, cores × cores);
 - objective ``w_peak·max(T̂) + w_var·var(T̂) + w_smooth·Σ_(i,j) adjacent (T̂_i − T̂_j)²``.
 When the demand exceeds the chip (``Σ f > n_cores·core_flops_tps``) the chip saturates: every rate (and so power and
 bank traffic) is scaled to the sustainable throughput, a mean utilisation of ``1/CAPACITY_HEADROOM`` (noted).
-Constraints: per-core FLOP rate ≤ ``core_flops_tps``;
+Constraints: per-core FLOP rate ≤ ``core_flops_tps``; per-layer critical path (Science III): the instances of one layer
+on one core take at most ``(1 + CRITICAL_PATH_TOL)`` times the layer's slowest instance (``layer_budgets``: the
+load-balanced placement's critical path); hard vault capacity: a core's instances' shards fit its vault's banks (a
+model that does not fit the chip's banks is refused with the numbers);
 two replicas of one expert never share a core; weight shards in the vault of the core that uses them, spilling to the
 nearest vault with room, each bank within ``bank_capacity_mb`` and ``bank_bw_gbps`` where possible.
 
@@ -38,6 +42,8 @@ from shared.errors import BadInput
 
 log = logging.getLogger(__name__)
 
+CRITICAL_PATH_TOL = 0.01  # a layer's slowest core may be 1 % slower than in the load-balanced placement
+
 MAX_INSTANCES = 65_536  # expert instances per request (DeepSeek-V3: 58 x 256 = 14 848)
 CAPACITY_HEADROOM = 1.15  # when demand exceeds the chip, rates are scaled to a mean utilisation of 1/1.15
 
@@ -63,6 +69,13 @@ class Problem:
     t_amb: float
     notes: list[str] = field(default_factory=list)
     h_source: str = "given"
+    # per-layer critical path (Science III): an instance's time per step (s) and, per instance, the budget of its
+    # layer on one core; None = no budget (the MILP oracle's problems, tests)
+    inst_time: np.ndarray | None = None  # (m,)
+    inst_budget: np.ndarray | None = None  # (m,)
+    # hard vault capacity: the banks each instance's copy of the weights takes and the banks of one core's vault
+    inst_bytes: np.ndarray | None = None  # (m,)
+    vault_cap: float = math.inf
     # derived (filled by __post_init__)
     adj_i: np.ndarray = field(init=False)
     adj_j: np.ndarray = field(init=False)
@@ -157,7 +170,8 @@ def routed_tokens_per_step(wl: WorkloadConfig) -> float:
 
 def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert_load: Sequence[Sequence[float]],
                   expert_flops_per_token: float, H: np.ndarray | None = None, *,
-                  moe_layers: Sequence[int] | None = None) -> Problem:
+                  moe_layers: Sequence[int] | None = None, expert_bytes: float = 0.0,
+                  critical_path_tol: float | None = None) -> Problem:
     loads = validate_loads(expert_load)
     n_layers, n_e = loads.shape
     if n_layers * n_e > MAX_INSTANCES:
@@ -194,8 +208,12 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     inst_expert = np.repeat(np.arange(n_layers * n_e), reps)
     tok_step = (share.ravel() * routed_tokens_per_step(wl) / reps)[inst_expert]
     flops = tok_step * steps_per_s * expert_flops_per_token
-    e_flop = EnergyModel.from_arch(arch).mac_j / 2  # J per FLOP (one MAC = 2 FLOPs; shared/energy.py)
-    power = flops * e_flop
+    em = EnergyModel.from_arch(arch)
+    e_flop = em.mac_j / 2  # J per FLOP (one MAC = 2 FLOPs; shared/energy.py)
+    # + streaming the instance's copy of the weights once per micro-batch (decode reads every weight of an expert it
+    # routes tokens to): DRAM access energy in the vault above the core, counted at the core (H is per core)
+    stream = (share.ravel()[inst_expert] > 0) * float(expert_bytes) * steps_per_s * em.dram_j_per_byte
+    power = flops * e_flop + stream
     total = float(flops.sum())
     cap = taps.capacity.core_flops_tps
     if total > cap * n:
@@ -214,14 +232,66 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     t_amb = arch.geometry.cooling.ambient_c
     t_base = t_amb + H @ np.full(n, arch.power.logic_leak_w_per_core)
     obj = taps.objective
+    inst_bytes = None
+    vault_cap = math.inf
+    if expert_bytes > 0:
+        sizes = shard_sizes(int(expert_bytes), wl.tensors.weight_shard_mb)
+        bank_cap = arch.dram.bank_capacity_mb * MIB
+        if max(sizes) > bank_cap:
+            raise BadInput(f"a weight shard of {max(sizes) / MIB:.0f} MiB does not fit a {bank_cap / MIB:.0f} MiB "
+                           "bank: lower workload.tensors.weight_shard_mb", field="workload.tensors.weight_shard_mb")
+        # counted in banks: each shard takes a bank of its own (a remainder shard is not packed with another), so a
+        # vault's instances fit its banks and no shard spills to a remote vault (read over the NoC, slower)
+        vault_cap = float(geom.vault_banks)
+        inst_bytes = np.full(inst_expert.shape[0], float(len(sizes)))
+        need, have = float(inst_bytes.sum()), vault_cap * n
+        if need > have:
+            raise BadInput(f"the model does not fit the chip's DRAM: {inst_expert.shape[0]} expert copies x "
+                           f"{len(sizes)} shards of <= {max(sizes) / MIB:.0f} MiB = {int(need)} banks "
+                           f"({inst_expert.shape[0] * sum(sizes) / 2**30:.1f} GiB), the chip has {int(have)} banks "
+                           f"({n} vaults x {geom.vault_banks} banks of {bank_cap / MIB:.0f} MiB)", field="expert_bytes")
+    inst_time = inst_budget = None
+    if critical_path_tol is not None:
+        inst_time, inst_budget = layer_budgets(arch, taps, tok_step * expert_flops_per_token, expert_bytes,
+                                               expert_layer[inst_expert], critical_path_tol)
     return Problem(geom=geom, H=H, t_base=t_base, w_peak=obj.w_peak, w_var=obj.w_var, w_smooth=obj.w_smooth,
                    inst_expert=inst_expert, inst_power=power, inst_flops=flops, inst_tokens_step=tok_step,
                    expert_layer=expert_layer, expert_e=expert_e, cap_flops=cap, steps_per_s=steps_per_s,
-                   t_amb=t_amb, notes=notes, h_source=source)
+                   t_amb=t_amb, notes=notes, h_source=source, inst_time=inst_time, inst_budget=inst_budget,
+                   inst_bytes=inst_bytes, vault_cap=vault_cap)
+
+
+def layer_budgets(arch: ArchConfig, taps: TapsParams, flops_step: np.ndarray, expert_bytes: float,
+                  inst_layer: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance: its time per step, ``t_i = max(flops_i / core_flops_tps, expert_bytes / vault_bw)`` (s; compute
+    or the stream of its whole copy of the weights, whichever is longer: decode is the second), and its layer's
+    budget on one core, ``(1 + tol) · max_(i in layer) t_i``: the layer's critical path in the load-balanced
+    placement, where every instance of a layer has a core of its own (``instances ≤ cores``; a layer with more
+    instances than cores gets ``(1 + tol) · Σ t_i / cores`` or its longest instance, whichever is larger)."""
+    n = arch.mesh.n_cores
+    t = np.maximum(flops_step / taps.capacity.core_flops_tps, expert_bytes / (arch.dram.vault_bw_gbps * 1e9))
+    budget = np.empty_like(t)
+    for layer in np.unique(inst_layer):
+        sel = inst_layer == layer
+        bound = max(float(t[sel].max()), float(t[sel].sum()) / n) if sel.sum() > n else float(t[sel].max())
+        budget[sel] = (1.0 + tol) * bound
+    return t, budget
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # heuristic: heat-ordered greedy + local search
+
+
+def _layer_time(pb: Problem, assign: np.ndarray) -> np.ndarray | None:
+    """(instances, cores): the time per step of instance i's layer already on each core (excluding nothing)."""
+    if pb.inst_time is None:
+        return None
+    layer = pb.expert_layer[pb.inst_expert]
+    keys, inv = np.unique(layer, return_inverse=True)
+    lt = np.zeros((keys.size, pb.n))
+    placed = assign >= 0
+    np.add.at(lt, (inv[placed], assign[placed]), pb.inst_time[placed])
+    return np.asarray(lt[inv])
 
 
 def _sibling_cores(pb: Problem, assign: np.ndarray, i: int) -> np.ndarray:
@@ -244,11 +314,26 @@ def greedy(pb: Problem) -> tuple[np.ndarray, int]:
     cores = np.arange(pb.n)
     has_rep = np.bincount(pb.inst_expert, minlength=int(pb.inst_expert.max()) + 1) > 1
     violations = 0
+    vbytes = np.zeros(pb.n)
     for i in order:
         w = pb.inst_power[i]
         f = pb.inst_flops[i]
         objs = pb.delta_objective(T, cores, None, np.full(pb.n, w))
         ok = load + f <= pb.cap_flops * (1 + 1e-12)
+        if pb.inst_bytes is not None:
+            fits = vbytes + pb.inst_bytes[i] <= pb.vault_cap * (1 + 1e-12)
+            if (ok & fits).any():
+                ok &= fits
+            else:
+                violations += 1
+        if pb.inst_time is not None and pb.inst_budget is not None:
+            lt = _layer_time(pb, assign)
+            assert lt is not None
+            within = lt[i] + pb.inst_time[i] <= pb.inst_budget[i] * (1 + 1e-12)
+            if (ok & within).any():
+                ok &= within
+            else:
+                violations += 1
         if has_rep[pb.inst_expert[i]]:
             sib = _sibling_cores(pb, assign, int(i))
             ok &= ~sib
@@ -261,6 +346,8 @@ def greedy(pb: Problem) -> tuple[np.ndarray, int]:
         c = int(np.argmin(np.where(ok, objs, np.inf)))
         assign[i] = c
         load[c] += f
+        if pb.inst_bytes is not None:
+            vbytes[c] += pb.inst_bytes[i]
         T += w * pb.H[:, c]
     return assign, violations
 
@@ -286,6 +373,7 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
     cores = np.arange(pb.n)
     cap = pb.cap_flops * (1 + 1e-12)
     multi = np.bincount(pb.inst_expert)[pb.inst_expert] > 1  # (m,) instance has a sibling replica
+    layer_of = pb.expert_layer[pb.inst_expert]
     hop1 = hops_matrix(pb.geom.mesh_x, pb.geom.mesh_y) == 1
     work = 0  # candidate temperature vectors evaluated x cores: a deterministic budget
     n_cool = max(8, pb.n // 4)
@@ -293,6 +381,8 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
         if work > work_budget:
             break
         best: tuple[float, str, int, int] | None = None
+        lt = _layer_time(pb, assign)  # per-layer time on every core (the critical-path budget), None without one
+        vb = None if pb.inst_bytes is None else np.bincount(assign, weights=pb.inst_bytes, minlength=pb.n)
         cool_mask = np.zeros(pb.n, dtype=bool)
         cool_mask[np.argsort(T, kind="stable")[:n_cool]] = True
         hot = [int(x) for x in np.argsort(-T, kind="stable")[:hot_cores]]
@@ -317,6 +407,10 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
                 ok = (load + pb.inst_flops[i] <= cap) & (cores != h)
                 if multi[i]:
                     ok &= ~_sibling_cores(pb, assign, i)
+                if lt is not None and pb.inst_time is not None and pb.inst_budget is not None:
+                    ok &= lt[i] + pb.inst_time[i] <= pb.inst_budget[i] * (1 + 1e-12)
+                if vb is not None and pb.inst_bytes is not None:
+                    ok &= vb + pb.inst_bytes[i] <= pb.vault_cap * (1 + 1e-12)
                 if ok.any():
                     b = int(np.argmin(np.where(ok, objs, np.inf)))
                     if objs[b] < cur - 1e-9 * max(1.0, abs(cur)) and (best is None or objs[b] < best[0]):
@@ -337,6 +431,15 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
                     for t in (int(x) for x in np.flatnonzero(multi[js])):
                         if _sibling_cores(pb, assign, int(js[t]))[h]:
                             sok[t] = False
+                if lt is not None and pb.inst_time is not None and pb.inst_budget is not None:
+                    ti, tj = pb.inst_time[i], pb.inst_time[js]
+                    same = layer_of[js] == layer_of[i]
+                    # i lands on bj (leaving j's time there when j is of its layer); j lands on h likewise
+                    sok &= lt[i][bj] - np.where(same, tj, 0.0) + ti <= pb.inst_budget[i] * (1 + 1e-12)
+                    sok &= lt[js, h] - np.where(same, ti, 0.0) + tj <= pb.inst_budget[js] * (1 + 1e-12)
+                if vb is not None and pb.inst_bytes is not None:
+                    db = pb.inst_bytes[i] - pb.inst_bytes[js]
+                    sok &= (vb[bj] + db <= pb.vault_cap * (1 + 1e-12)) & (vb[h] - db <= pb.vault_cap * (1 + 1e-12))
                 if sok.any():
                     t = int(np.argmin(np.where(sok, sobjs, np.inf)))
                     if sobjs[t] < cur - 1e-9 * max(1.0, abs(cur)) and (best is None or sobjs[t] < best[0]):
@@ -440,7 +543,15 @@ def _feasible(pb: Problem, assign: np.ndarray) -> bool:
     if np.any(load > pb.cap_flops * (1 + 1e-12)):
         return False
     pairs = pb.inst_expert.astype(np.int64) * pb.n + assign
-    return bool(np.unique(pairs).size == pairs.size)
+    if np.unique(pairs).size != pairs.size:
+        return False
+    if pb.inst_bytes is not None and np.any(np.bincount(assign, weights=pb.inst_bytes, minlength=pb.n)
+                                            > pb.vault_cap * (1 + 1e-12)):
+        return False
+    lt = _layer_time(pb, assign)
+    if lt is None or pb.inst_budget is None:
+        return True
+    return bool(np.all(lt[np.arange(pb.m), assign] <= pb.inst_budget * (1 + 1e-12)))
 
 
 def iterated_local_search(pb: Problem, assign: np.ndarray, iters: int, rounds: int, seed: int) -> np.ndarray:
@@ -486,7 +597,8 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
     or the analytic fallback, noted in ``meta.notes``).
     """
     method = method or taps.method
-    pb = build_problem(arch, workload, taps, expert_load, expert_flops_per_token, H, moe_layers=moe_layers)
+    pb = build_problem(arch, workload, taps, expert_load, expert_flops_per_token, H, moe_layers=moe_layers,
+                       expert_bytes=float(expert_bytes), critical_path_tol=CRITICAL_PATH_TOL)
     if method == "heuristic":
         assign, notes = heuristic_assign(pb, taps.local_search_iters, workload.routing.seed)
         return assemble(pb, assign, arch=arch, expert_bytes=expert_bytes,

@@ -16,7 +16,7 @@ from services.placement.geometry import ChipGeometry, hops_matrix, influence_for
 from services.placement.tacs import ACT_BYTES_PER_TOKEN, replica_state_from_placement, tacs_step
 from shared.configs import ArchConfig, TasParams
 from shared.configs.tas import TacsParams
-from shared.contracts.placement import Overlays, ReplicaState, Telemetry
+from shared.contracts.placement import Overlays, Placement, ReplicaState, Telemetry
 from shared.errors import BadInput
 from tests.placement.conftest import small_arch
 from tests.placement.tacs_helpers import cores_now, placement_from, temps, window
@@ -296,13 +296,16 @@ def test_overlays_are_accepted_by_the_physicalizer(arch: ArchConfig, tas: TasPar
     from services.lowering.physical import physicalize_window
     from shared.contracts.events import PhysicalState
 
+    # two hot sources: core 27 with single-core experts (a migration pays for its weights' heat at 0.2 W), core 36 with
+    # a replicated one (a reroute); light enough that every core finishes its work inside the window
     cores = {f"L0E{e}": [27] for e in range(8)}
-    cores["L0E8"] = [27, 28]
-    watts = {eid: 0.01 for eid in cores}  # light enough that every core finishes its work inside the window
+    cores["L0E8"] = [36, 37]
+    watts = {eid: 0.2 for eid in cores}
     plc = placement_from(arch, cores)
     pend = window(6, watts)
     hot = [50.0] * 64
     hot[27] = 95.0
+    hot[36] = 94.0
     ov, state, _ = tacs_step(Telemetry(temps_core=hot), plc, ReplicaState(), tas.tacs, arch, kernel64, pend, None,
                              pend.t0_ns)
     moved = {oid: int(dst) for typ, oid, dst in zip(ov.migrate.obj_type, ov.migrate.obj_id, ov.migrate.dst,
@@ -321,3 +324,79 @@ def test_overlays_are_accepted_by_the_physicalizer(arch: ArchConfig, tas: TasPar
     for fr, to, mbj in zip(ov.reroute.from_core, ov.reroute.to_core, ov.reroute.mb_ids_json, strict=True):
         (eid,) = json.loads(mbj)
         assert fr in cores[eid] and to in (state.experts[eid].cores if eid in state.experts else cores[eid])
+
+
+# --- Science III (issue 16): live bank occupancy, no move off an idle core, benefit versus cost -------------------
+
+def _occupancy(plc: Placement, state: ReplicaState, arch: ArchConfig) -> dict[tuple[int, int], int]:
+    """Bytes per bank recomputed from scratch: a shard sits in its TACS bank when its expert moved, else in the
+    placement's banks (primary and replicas)."""
+    geom = ChipGeometry.of(arch)
+    out: dict[tuple[int, int], int] = {}
+    for tid, tp in plc.tensors.items():
+        eid, k = tid[2:].rsplit("_", 1)
+        ent = state.experts.get(eid)
+        banks = [ent.shard_banks[int(k)]] if ent is not None and ent.shard_banks else \
+            [tp.dram_bank, *(tp.replica_banks or [])]
+        for b in banks:
+            key = geom.bank_core_slot(b)
+            out[key] = out.get(key, 0) + int(tp.size_bytes or 0)
+    return out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seq=st.lists(st.tuples(temps_st, utils_st), min_size=3, max_size=12))
+def test_bank_capacity_holds_after_any_sequence_of_steps(tas: TasParams,
+                                                         seq: list[tuple[list[float], list[float]]]) -> None:
+    """Banks of exactly one shard (32 MiB) and a crowded chip: whatever TACS does over a run, no bank ever holds more
+    than its capacity (the occupancy it decides on is the live one, moves of earlier windows included)."""
+    arch = ARCH4.model_copy(update={"dram": ARCH4.dram.model_copy(update={"bank_capacity_mb": 32.0})})
+    cores = {f"L{lv}E{e}": [(3 * lv + e) % 16] for lv in range(4) for e in range(8)}  # 2 experts per core
+    watts = {eid: 3.0 for eid in cores}
+    plc = placement_from(arch, cores)
+    params = tas.tacs.model_copy(update={"min_residency_ms": 0.0, "undo_cooldown_ms": 0.0})
+    state = replica_state_from_placement(plc, 0)
+    cap = 32 << 20
+    for k, (t, u) in enumerate(seq):
+        pend = window(k + 1, watts)
+        _, state, _ = tacs_step(Telemetry(temps_core=t, util_core=u), plc, state, params, arch, H4, pend, None,
+                                pend.t0_ns)
+        occ = _occupancy(plc, state, arch)
+        assert max(occ.values()) <= cap, (k, max(occ.values()))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(t=temps_st, idle=st.sets(st.integers(min_value=0, max_value=15), min_size=1, max_size=16))
+def test_no_move_starts_from_a_core_with_no_work(tas: TasParams, t: list[float], idle: set[int]) -> None:
+    """Cores in ``idle`` have no utilisation and no pending work (their experts get no tokens this window): however
+    hot they are, no migration or reroute leaves them."""
+    cores, watts = _mixed_placement()
+    busy_watts = {eid: w for eid, w in watts.items() if not set(cores[eid]) & idle}
+    u = [0.0 if c in idle else 0.5 for c in range(16)]
+    plc = placement_from(ARCH4, cores)
+    ov, _, _ = tacs_step(Telemetry(temps_core=t, util_core=u), plc, ReplicaState(), tas.tacs, ARCH4, H4,
+                         window(3, busy_watts) if busy_watts else None, None, 9_000_000)
+    assert not set(ov.reroute.from_core) & idle
+
+
+def test_a_busy_cool_chip_and_a_move_not_worth_its_heat_do_nothing(tas: TasParams) -> None:
+    """Utilisation alone (every core at 95 %, all below Thot) triggers nothing; a hot core whose expert draws too
+    little power for its drop to pay for streaming its weights is left alone, and the same core with a power-hungry
+    expert is relieved."""
+    cores, watts = _mixed_placement()
+    plc = placement_from(ARCH4, cores)
+    ov, _, _ = tacs_step(Telemetry(temps_core=[70.0] * 16, util_core=[0.95] * 16), plc, ReplicaState(), tas.tacs,
+                         ARCH4, H4, window(1, watts), None, 0)
+    assert ov.is_empty()
+    lone = {"L0E0": [6]}
+    hot = [60.0] * 16
+    hot[6] = 81.0
+    small = placement_from(ARCH4, lone)  # 32 MiB of weights: ~1 mJ to read and write, ~0.2 K at core 6 over 15 ms
+    late = window(10, {"L0E0": 0.05})  # 30 ms in: past the minimum residency; 0.05 W moved saves < 0.1 K
+    ov, _, _ = tacs_step(Telemetry(temps_core=hot, util_core=[0.5] * 16), small, ReplicaState(), tas.tacs, ARCH4,
+                         H4, late, None, late.t0_ns)
+    assert ov.is_empty()
+    late = window(10, {"L0E0": 3.0})
+    ov, _, _ = tacs_step(Telemetry(temps_core=hot, util_core=[0.5] * 16), small, ReplicaState(), tas.tacs, ARCH4,
+                         H4, late, None, late.t0_ns)
+    assert ov.migrate.obj_type.count("expert") == 1

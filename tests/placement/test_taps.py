@@ -70,6 +70,8 @@ def test_placement_output_consistent_with_model(arch: ArchConfig, mixtral: Workl
         share = loads[layer][e] / sum(loads[layer])
         for c in ep.cores:
             p[c] += share * R * FLOPS * arch.power.mac_pj * 0.5e-12 / len(ep.cores)
+            # + streaming its copy of the weights once per micro-batch at the DRAM access energy
+            p[c] += BYTES * 1e3 / mixtral.sequence.step_interval_ms * arch.dram.pj_per_bit * 8e-12
     T = kernel64 @ p + arch.geometry.cooling.ambient_c
     assert plc.meta.predicted_core_temps_c is not None
     np.testing.assert_allclose(np.asarray(plc.meta.predicted_core_temps_c), T, atol=1e-3)
@@ -136,7 +138,7 @@ def test_milp_matches_or_beats_heuristic_peak_on_a_small_instance(mixtral: Workl
     H = synthetic_diffusion_kernel(3, 3, length=1.0)
     taps = _taps(tas, replicate_hot_k=1, milp_time_limit_s=20.0)
     loads = zipf_loads(2, 5)
-    pb = build_problem(arch, mixtral, taps, loads, FLOPS, H)
+    pb = build_problem(arch, mixtral, taps, loads, FLOPS, H, expert_bytes=BYTES // 8)
     res = solve_peak_milp(pb, 20.0)
     assert res.assign is not None and res.optimal
     g, _ = greedy(pb)
@@ -218,3 +220,25 @@ def test_peak_only_heuristic_within_5_percent_of_milp_optimum(mixtral: WorkloadC
 
     heur = pb.temps(heuristic_assign(pb, taps.local_search_iters, 42)[0]).max()
     assert heur - pb.t_amb <= 1.05 * (res.peak_c - pb.t_amb)
+
+
+def test_taps_keeps_every_layer_within_one_percent_of_the_balanced_critical_path(
+        arch: ArchConfig, mixtral: WorkloadConfig, tas: TasParams, kernel64: np.ndarray) -> None:
+    """Science III: the slowest core of each layer (its instances' times summed, t = max(compute, weight stream))
+    stays within 1 % of the load-balanced placement's, where each instance has a core of its own. In decode every
+    instance streams its whole copy of the weights, so no core takes two instances of one layer."""
+    from services.placement.taps import CRITICAL_PATH_TOL, layer_budgets, routed_tokens_per_step
+
+    loads = zipf_loads(32, 8)
+    plc = build_placement(arch, mixtral, tas.taps, loads, FLOPS, kernel64, expert_bytes=BYTES)
+    per_layer_core: dict[tuple[int, int], int] = {}
+    for eid, ep in plc.experts.items():
+        layer, _ = parse_expert_id(eid)
+        for c in ep.cores:
+            per_layer_core[(layer, c)] = per_layer_core.get((layer, c), 0) + 1
+    assert max(per_layer_core.values()) == 1
+    # the budget itself: compute-bound instances (no weights) may share a core only within 1 %
+    t, budget = layer_budgets(arch, tas.taps, np.array([1e9, 1e9, 4e9]), 0.0, np.array([0, 0, 0]), CRITICAL_PATH_TOL)
+    assert budget.tolist() == pytest.approx([1.01 * 4e9 / tas.taps.capacity.core_flops_tps] * 3)
+    assert t[0] + t[1] <= budget[0] and t[0] + t[2] > budget[0]
+    assert routed_tokens_per_step(mixtral) == mixtral.sequence.micro_batch * mixtral.routing.topk
