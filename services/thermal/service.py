@@ -49,18 +49,23 @@ def encode_field(T: np.ndarray) -> str:
     return base64.b64encode(np.asarray(T, dtype="<f4").tobytes()).decode("ascii")
 
 
+def decode_array(b64: str, *, field: str, dtype: str, n: int, what: str) -> np.ndarray:
+    """``n`` little-endian values (``dtype`` "<f4" or "<f8") from base64, float64; errors name ``field``."""
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except ValueError:
+        raise BadInput(f"{field} is not valid base64", field=field) from None
+    size = np.dtype(dtype).itemsize
+    if len(raw) != size * n:
+        raise BadInput(f"{field} holds {len(raw) // size} values but {what} has {n}", field=field)
+    return np.frombuffer(raw, dtype=dtype).astype(np.float64)
+
+
 def decode_field(b64: str | None, model: StackModel) -> np.ndarray:
     n = model.net.n_nodes
     if b64 is None:
         return np.full(n, model.net.ambient)
-    try:
-        raw = base64.b64decode(b64, validate=True)
-    except ValueError:
-        raise BadInput("state.field_b64 is not valid base64", field="state.field_b64") from None
-    if len(raw) != 4 * n:
-        raise BadInput(f"state.field_b64 holds {len(raw) // 4} temperatures but model {model.key} has {n} nodes",
-                       field="state.field_b64")
-    T = np.frombuffer(raw, dtype="<f4").astype(np.float64)
+    T = decode_array(b64, field="state.field_b64", dtype="<f4", n=n, what=f"model {model.key} (nodes)")
     if not np.all(np.isfinite(T)) or np.any(T <= 0):
         raise BadInput("state.field_b64 holds non-finite or non-positive temperatures", field="state.field_b64")
     return T
@@ -192,14 +197,7 @@ def _decode_energy(b64: str | None, n: int) -> np.ndarray:
     if b64 is None:
         raise BadInput("state.warm_energy_b64 is missing: the state is not from a warm-up pass",
                        field="state.warm_energy_b64")
-    try:
-        raw = base64.b64decode(b64, validate=True)
-    except ValueError:
-        raise BadInput("state.warm_energy_b64 is not valid base64", field="state.warm_energy_b64") from None
-    if len(raw) != 8 * n:
-        raise BadInput(f"state.warm_energy_b64 holds {len(raw) // 8} values; this model has {n} (cores + banks)",
-                       field="state.warm_energy_b64")
-    e = np.frombuffer(raw, dtype="<f8").astype(np.float64)
+    e = decode_array(b64, field="state.warm_energy_b64", dtype="<f8", n=n, what="this model (cores + banks)")
     if not np.all(np.isfinite(e)) or np.any(e < 0):
         raise BadInput("state.warm_energy_b64 holds non-finite or negative energies", field="state.warm_energy_b64")
     return e
