@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
 from shared.contracts.placement import Placement
+from shared.contracts.thermal import ThermalState
 
 Scenario = Literal["baseline", "taps", "tacs", "tas"]
 ALL_SCENARIOS: tuple[Scenario, ...] = ("baseline", "taps", "tacs", "tas")
@@ -55,6 +56,8 @@ class ExperimentSpec(BaseModel):
     traces: bool = True
     plots: bool = True
     placement: Placement | None = None
+    # the state named by arch.thermal.init "<name>.json", loaded from the configs directory at submission
+    thermal_init: ThermalState | None = None
 
 
 class RunProgress(BaseModel):

@@ -29,6 +29,7 @@ from services.orchestrator.schemas import (
 from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
 from shared.configs.base import StrictModel
 from shared.contracts.metrics import RESULT_COLUMNS
+from shared.contracts.thermal import ThermalState
 from shared.errors import BadInput, Conflict, NotFound, first_validation_error
 from shared.settings import Settings
 
@@ -63,7 +64,27 @@ def resolve_spec(req: ExperimentRequest, *, configs_dir: Path) -> ExperimentSpec
     scenarios = list(dict.fromkeys(req.scenarios))
     return ExperimentSpec(arch=arch, workload=wl, tas=tas, scenarios=scenarios, seed=seed, windows=req.windows,
                           name=req.name or f"{wl.label}", traces=req.traces, plots=req.plots,
-                          placement=req.placement)
+                          placement=req.placement, thermal_init=load_thermal_init(arch, configs_dir=configs_dir))
+
+
+def load_thermal_init(arch: ArchConfig, *, configs_dir: Path) -> ThermalState | None:
+    """The state ``arch.thermal.init`` names (``<name>.json`` in ``configs_dir``; the config model admits bare file
+    names only), ready to start window 0: window -1, no warm-up energy. None for "ambient" / "steady"."""
+    name = arch.thermal.init
+    if name in ("ambient", "steady"):
+        return None
+    field = "arch.thermal.init"
+    path = configs_dir / name
+    if "/" in name or "\\" in name or name.startswith(".") or not path.is_file():
+        raise BadInput(f"{field}: no thermal state file {name!r} in the configs directory", field=field)
+    try:
+        state = ThermalState.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        fld, msg = first_validation_error(exc)
+        raise BadInput(f"{field}: {name} is not a thermal state ({fld}: {msg})", field=field) from None
+    if state.field_b64 is None:
+        raise BadInput(f"{field}: {name} holds no temperature field", field=field)
+    return state.model_copy(update={"window": -1, "t_ns": 0, "warm_energy_b64": None, "warm_s": 0.0})
 
 
 def spec_hash(spec: ExperimentSpec) -> str:

@@ -287,7 +287,8 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         files.start_fresh()
         files.write_placement(plc)
         reps = initial_replicas(plc)
-        fr = Frontier(thermal=None, physical=PhysicalState(replicas=reps).model_dump(mode="json"), smoothed=None,
+        start = spec.thermal_init.model_dump(mode="json") if spec.thermal_init is not None else None
+        fr = Frontier(thermal=start, physical=PhysicalState(replicas=reps).model_dump(mode="json"), smoothed=None,
                       telemetry=ambient_telemetry(arch), freq_ghz=initial_freqs(arch), bw_eff_factor=1.0,
                       files=files.sizes())
         files.write_replica_state(reps)
@@ -371,6 +372,9 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         if on_window is not None and on_window(run_id, k, n) is False:
             return RunOutcome(run_id, "stopped", done)
 
+    if fr.thermal is not None:  # the last field, ready to start another run from (arch.thermal.init: <name>.json)
+        final = {**fr.thermal, "window": -1, "t_ns": 0, "warm_energy_b64": None, "warm_s": 0.0}
+        (files.run_dir / "thermal_final.json").write_text(json.dumps(final) + "\n", encoding="utf-8")
     if done:
         rlog.info(f"{done} windows; wall time per window by call (ms): "
                   + ", ".join(f"{name} {1e3 * v / done:.1f}" for name, v in phase.items()))

@@ -143,6 +143,9 @@ def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: Thermal
 
     if state is None and arch.thermal.init == "steady":
         T0 = warm_start(model, power_at)
+    elif state is None and arch.thermal.init != "ambient":
+        raise BadInput(f"arch.thermal.init names a state file ({arch.thermal.init}): the orchestrator loads it; a "
+                       "step of window 0 needs that state in `state`", field="arch.thermal.init")
     power = power_at(T0)
     warm_b64, warm_s = _accumulate_warmup(arch, model, window, window_ms, state, power)
     T1 = model.step(T0, power.core_w, power.bank_w, window_ms * 1e-3)

@@ -143,6 +143,10 @@ class GeometryConfig(StrictModel):
         return out
 
 
+# a thermal state file named by thermal.init: a bare file name (no directory), resolved in the configs directory
+InitFile = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\.json$")]
+
+
 class ThermalModelConfig(StrictModel):
     grid: tuple[Annotated[int, Field(ge=1, le=MAX_GRID_SIDE)], Annotated[int, Field(ge=1, le=MAX_GRID_SIDE)]] = (64, 64)
     variant: Literal["physical", "hotspot"] = "physical"  # see services/thermal: named variants of one builder
@@ -160,7 +164,9 @@ class ThermalModelConfig(StrictModel):
     # power map (per core and per bank, leakage at the warm-up's temperatures); the warm-up pass is not in the
     # results. With warmup_ms = 0: the steady state of window 0's layer-spread power. The warm-up should span several
     # arrival intervals of the workload: the default, 3 s, is 10 of the default workload's (300 ms).
-    init: Literal["ambient", "steady"] = "steady"
+    # "<name>.json": a thermal state file in the configs directory (a file NAME, never a path), e.g. the
+    # thermal_final.json a run writes beside its run.log: the run starts from that field (same arch).
+    init: Literal["ambient", "steady"] | InitFile = "steady"
     warmup_ms: float = Field(default=3000.0, ge=0, le=1e5)
     exp_degree: Literal[2, 4, 6, 8, 10, 12, 14] = 6
     max_substep_ms: PositiveFloat = 0.25
