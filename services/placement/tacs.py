@@ -8,10 +8,11 @@ Per call (temperatures °C, times ns, powers W, energies J):
    but cool core) never triggers a move.
 3. Candidate sources: the ``top_k_hot`` hottest cores (by T̃; a set that does not depend on Thot) that are sources.
    Sinks of a source: the cores within ``hop_radius`` hops plus the ``top_k_hot`` coolest cores: O(K·deg) edges.
-4. Benefit versus cost (Science III, issue 16). An action moves instance power ``w`` (the expert's pending work on s)
-   from s to d: a *reroute* (to another of its replicas; no weights move) or a *migration* (a single-core expert and
-   its weight shards). With H the steady-state influence matrix (K/W) and τ = max(``min_residency_ms``, window) the
-   horizon the move holds for:
+4. Benefit versus cost (Science III, issue 16). An action moves instance power ``w`` from s to d (the expert's pending
+   work on s: its FLOPs at ``mac_pj/2`` and its weight reads at the DRAM access energy, shared/energy.py, spread
+   over the horizon τ below): a *reroute* (to another of its replicas; no weights move) or a *migration* (a
+   single-core expert and its weight shards). With H the steady-state influence matrix (K/W) and
+   τ = max(``min_residency_ms``, window) the horizon the move holds for:
    - benefit ``B = min(w·(H[s,s] − H[s,d]), x_s) · max(0, 1 − t_stream/τ)``: the hot core's drop, counted only up to
      its excess over Thot, and only after the weights have streamed (``t_stream = bytes / vault bandwidth``; 0 for a
      reroute);
@@ -186,6 +187,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
         for c in cores:
             on_core[c].append(eid)
 
+    horizon_s = max(params.min_residency_ms * 1e-3, window_s)  # tau: the horizon a move holds for
     # instance power estimate (W) per (expert, core); mb ids per expert from the pending window
     e_flop = EnergyModel.from_arch(arch).mac_j / 2  # J per FLOP (one MAC = 2 FLOPs; shared/energy.py)
     tokens: dict[str, float] = {}
@@ -199,9 +201,20 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
             eid = f"L{layer}E{ex}"
             flops_e[eid] = flops_e.get(eid, 0.0) + fl
             tokens[eid] = tokens.get(eid, 0.0) + tok
-        for eid, fl in flops_e.items():
+        # + the weight stream: the DRAM access energy of the expert's weight reads (it moves with the expert)
+        bytes_e: dict[str, float] = {}
+        mem = pending_window.memory
+        for tid, nb in zip(mem.tensor_id, mem.bytes, strict=True):
+            if tid.startswith("W_"):
+                eid = tid[2:].rsplit("_", 1)[0]
+                bytes_e[eid] = bytes_e.get(eid, 0.0) + nb
+        e_byte = EnergyModel.from_arch(arch).dram_j_per_byte
+        for eid in set(flops_e) | set(bytes_e):
             if eid in cores_of:
-                inst_power[eid] = fl * e_flop / window_s / len(cores_of[eid])
+                # the mean power over the horizon a move holds for (the energy of the pending work over tau; the
+                # influence matrix H is steady-state, so a 3 ms burst must not count as sustained power)
+                inst_power[eid] = ((flops_e.get(eid, 0.0) * e_flop + bytes_e.get(eid, 0.0) * e_byte)
+                                   / horizon_s / len(cores_of[eid]))
     else:
         peak_flops = arch.core.array[0] * arch.core.array[1] * 2 * max(arch.dvfs.domains[0].steps_ghz) * 1e9
         for c in range(n):
@@ -215,7 +228,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
     links = 2 * ((X - 1) * Y + X * (Y - 1))
     noc_cap_bytes = max(links, 1) * arch.mesh.noc.width_bits / 8 * arch.mesh.noc.link_freq_ghz * 1e9 * window_s
     em = EnergyModel.from_arch(arch)
-    tau_s = max(params.min_residency_ms * 1e-3, window_s)  # the horizon a move holds for
+    tau_s = horizon_s
     vault_bw = arch.dram.vault_bw_gbps * 1e9
     lam, mu, eta = params.cost.lambda_hops, params.cost.mu_noc, params.cost.eta_temp
     excess = T - thot

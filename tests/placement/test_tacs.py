@@ -296,11 +296,11 @@ def test_overlays_are_accepted_by_the_physicalizer(arch: ArchConfig, tas: TasPar
     from services.lowering.physical import physicalize_window
     from shared.contracts.events import PhysicalState
 
-    # two hot sources: core 27 with single-core experts (a migration pays for its weights' heat at 0.2 W), core 36 with
+    # two hot sources: core 27 with single-core experts (a migration pays for its weights' heat), core 36 with
     # a replicated one (a reroute); light enough that every core finishes its work inside the window
     cores = {f"L0E{e}": [27] for e in range(8)}
     cores["L0E8"] = [36, 37]
-    watts = {eid: 0.2 for eid in cores}
+    watts = {eid: 1.0 for eid in cores}  # 1 W per 3 ms window = 0.2 W over TACS's 15 ms horizon
     plc = placement_from(arch, cores)
     pend = window(6, watts)
     hot = [50.0] * 64
