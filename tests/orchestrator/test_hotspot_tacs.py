@@ -124,13 +124,16 @@ def test_tacs_moves_experts_and_their_backlog_off_a_hand_made_hot_spot(settings:
 
 @pytest.mark.slow
 def test_tacs_cools_the_hand_made_hot_spot_over_150_windows(settings: Settings, tmp_path: Path) -> None:
-    """150 windows (~1 min): one migration per window; the cooling is measured and reported, not asserted."""
+    """150 windows (~1 min): TACS moves experts off the hot spot when a move pays for its own heat (Science III: no
+    longer one migration per window); the cooling is measured and reported, not asserted."""
     thot = _derived_thot(tmp_path / "a", settings)
     n = 150
     res = _run(tmp_path / "b", settings, ["baseline", "tacs"], _tas(thot), windows=n)
     base, tacs = res["baseline"], res["tacs"]
     assert len(base) == len(tacs) == n
-    assert sum(m["migrations"] for m, _, _ in tacs) >= n // 2
+    moves = sum(m["migrations"] for m, _, _ in tacs)
+    assert moves >= 1
+    print(f"{moves} migrations in {n} windows")
     late = slice(n - 30, n)
 
     def hot_mean(rows: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]]) -> float:
