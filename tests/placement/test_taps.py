@@ -215,7 +215,8 @@ def test_peak_only_heuristic_within_5_percent_of_milp_optimum(mixtral: WorkloadC
         loads.append(row.tolist())
     pb = build_problem(arch, mixtral, taps, loads, 2.5e9, H)
     res = solve_peak_milp(pb, 30.0)
-    assert res.optimal and res.peak_c is not None
+    # optimal, or proven within 0.1 % when a loaded machine hits the time limit (no timed assert)
+    assert res.peak_c is not None and (res.optimal or (res.gap is not None and res.gap < 1e-3)), res.status
     from services.placement.taps import heuristic_assign
 
     heur = pb.temps(heuristic_assign(pb, taps.local_search_iters, 42)[0]).max()
