@@ -6,10 +6,11 @@ BIN := $(VENV)/bin
 UV_VERSION := 0.13.9
 STAMP := $(VENV)/.synced
 
-.PHONY: help venv run test test-fast lint openapi bench cluster cluster-down clean
+.PHONY: help venv run quick test test-fast lint openapi bench cluster cluster-down clean
 
 help:
 	@echo "make run          set up .venv and run the main job (embedded mode)"
+	@echo "make quick        a quick look: all four scenarios of a two-micro-batch run in ~20 s"
 	@echo "make test         set up .venv and run the whole test suite"
 	@echo "make lint         ruff + mypy --strict"
 	@echo "make openapi      write openapi/<service>.json"
@@ -34,6 +35,9 @@ venv: $(STAMP)
 
 run: venv
 	$(BIN)/python -m scripts.main_job
+
+quick: venv
+	$(BIN)/tasmoe run --quick --quiet
 
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

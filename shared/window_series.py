@@ -20,11 +20,37 @@ orchestrator sends figures the run's real rows, never rows reduced from merged w
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+WINDOWS_SUFFIX = ".windows.jsonl"  # <out>/<scenario>/<workload>.windows.jsonl: one WindowMetrics JSON per line
+# <out>/plots/figure_args.json: what a figure needs beside the rows and windows (workload, mesh, thot_c, warmup_ms)
+FIGURE_ARGS_FILE = "plots/figure_args.json"
+
+
+def window_json_line(w: dict[str, Any]) -> str:
+    """One line of a ``.windows.jsonl`` file: compact JSON with sorted keys (same window, same bytes)."""
+    return json.dumps(w, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def write_windows_jsonl(path: Path, windows: Iterable[dict[str, Any]]) -> int:
+    """Write windows (JSON form of `WindowMetrics`) to a ``.windows.jsonl`` file atomically; the count written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    n = 0
+    with tmp.open("w", encoding="utf-8") as f:
+        for w in windows:
+            f.write(window_json_line(w))
+            n += 1
+    tmp.replace(path)
+    return n
+
 
 _WEIGHTED = ("T_mean_logic", "T_mean_dram", "power_w", "refresh_mhz", "bw_eff_gbps", "queue_delay_ms")
 _VECTORS = ("freq_ghz", "noc_link_util")

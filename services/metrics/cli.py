@@ -9,8 +9,8 @@ from typing import Any
 from services.metrics.compare import collect_result_rows, compare_all, compare_markdown, write_compare
 from services.metrics.plots import FORMATS, KINDS, render_plot
 from services.metrics.reduce import reduce_window_metrics, write_result_csv
-from services.metrics.series import load_plot_inputs, read_windows
-from shared.contracts.metrics import SCENARIOS, PlotRequest
+from services.metrics.series import load_plot_request, read_windows
+from shared.contracts.metrics import SCENARIOS
 from shared.errors import BadInput
 
 
@@ -40,13 +40,11 @@ def _plot(args: argparse.Namespace) -> int:
     if fmt not in FORMATS:
         raise BadInput(f"--out: cannot tell the format from {out.name!r}; use a .png or .svg name or --format",
                        field="format")
-    workload, rows, windows = load_plot_inputs(Path(args.results), args.workload)
-    req_data: dict[str, Any] = {"workload": workload, "rows": rows, "windows": windows, "dram_layer": args.dram_layer,
-                                "thot_c": args.thot if args.thot is not None else (rows[0].thot_c if rows else None)}
-    data = render_plot(args.kind, PlotRequest.model_validate(req_data), fmt)
+    req = load_plot_request(Path(args.results), args.workload, dram_layer=args.dram_layer, thot_c=args.thot)
+    data = render_plot(args.kind, req, fmt)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(data)
-    print(f"wrote {out} ({len(data)} bytes, {args.kind}, {workload})")
+    print(f"wrote {out} ({len(data)} bytes, {args.kind}, {req.workload})")
     return 0
 
 

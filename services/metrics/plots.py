@@ -3,10 +3,18 @@
 Kinds (`render_plot(kind, data, fmt) -> bytes`, ``fmt`` png or svg):
 
 - ``temperature``: ``T_peak_logic`` and ``T_peak_dram`` per scenario (bars), and their per-window time series.
-- ``performance``: ``ips``, ``lat_ms`` (with the p99 latency as a marker) and ``bw_util`` per scenario (bars).
-- ``heatmap``: the logic layer (per core) and one DRAM layer (per vault) at each scenario's hottest window (the window
-  with the highest ``T_peak_logic``), scenarios side by side on ONE colour scale with a colour bar in °C. The DRAM
-  layer is ``data.dram_layer`` or, by default, the layer with the highest vault temperature over those windows.
+- ``performance``: ``ips`` (with the token counts), ``lat_ms`` (with the p99 latency as a marker), ``bw_util`` and the
+  energy per completed token per scenario (bars).
+- ``heatmap``: the logic layer (per core) at the window of each scenario's logic peak (highest ``T_peak_logic``) and
+  one DRAM layer (per vault) at the window of its DRAM peak (highest ``T_peak_dram``), scenarios side by side on ONE
+  colour scale with a colour bar in °C; each title gives the peak the results CSV reports (a thermal-grid cell) and
+  the hottest drawn mean. The DRAM layer is ``data.dram_layer`` or, by default, the layer with the highest vault
+  temperature over those windows.
+- ``power``: mean chip power by component (the windows' `PowerBreakdown`, time-weighted) per scenario, stacked.
+
+Series that repeat another scenario's values exactly say so in the legend (drawn with open markers over it); bar
+labels carry the change against baseline; bar axes of rates start at 0 and the temperature axis says where it starts;
+titles say which interval the metrics cover (``data.warmup_ms``).
 
 Bars come from ``data.rows`` when given, otherwise from reducing ``data.windows`` (services.metrics.reduce, which also
 validates the windows; its errors are re-raised with the field prefixed by ``windows.<scenario>``).
@@ -37,14 +45,18 @@ from matplotlib.typing import RcKeyType
 
 from services.metrics.reduce import reduce_window_metrics
 from shared.contracts.metrics import SCENARIOS, PlotRequest, ResultRow, WindowMetrics
+from shared.contracts.thermal import PowerBreakdown
 from shared.errors import BadInput
 
-KINDS: tuple[str, ...] = ("temperature", "performance", "heatmap")
+KINDS: tuple[str, ...] = ("temperature", "performance", "heatmap", "power")
 FORMATS: tuple[str, ...] = ("png", "svg")
 MEDIA_TYPES: dict[str, str] = {"png": "image/png", "svg": "image/svg+xml"}
 DPI = 100
 # Okabe-Ito colours (colour-blind safe), one per scenario, used in every figure.
 SCENARIO_COLORS: dict[str, str] = {"baseline": "#555555", "taps": "#E69F00", "tacs": "#0072B2", "tas": "#009E73"}
+# marker and line style per scenario, so series that lie on each other stay distinguishable
+SCENARIO_STYLES: dict[str, tuple[str, str]] = {"baseline": ("o", "-"), "taps": ("s", "--"), "tacs": ("^", ":"),
+                                               "tas": ("D", "-.")}
 _RC: dict[RcKeyType, Any] = {
     "svg.hashsalt": "tasmoe-metrics",
     "svg.fonttype": "path",
@@ -66,8 +78,8 @@ _METADATA: dict[str, dict[str, Any]] = {
 def figure_size(kind: str, n_scenarios: int) -> tuple[float, float]:
     """Figure size in inches (pixels = inches × DPI): fixed per kind; the heat map grows with the scenarios."""
     if kind == "heatmap":
-        return (max(3.3 * n_scenarios + 1.6, 9.0), 7.6)
-    return {"temperature": (16.0, 5.0), "performance": (15.0, 4.8)}[kind]
+        return (max(3.3 * n_scenarios + 1.6, 9.0), 9.4)
+    return {"temperature": (16.0, 5.0), "performance": (18.0, 4.8), "power": (9.0, 5.0)}[kind]
 
 
 # --- input --------------------------------------------------------------------------------------------------------
@@ -113,14 +125,6 @@ def _need_windows(windows: dict[str, list[WindowMetrics]], kind: str) -> None:
 
 # --- drawing helpers ----------------------------------------------------------------------------------------------
 
-def _bar_labels(ax: Axes, bars: Any, fmt: Callable[[float], str]) -> None:
-    for b in bars:
-        h = b.get_height()
-        ax.annotate(fmt(h), (b.get_x() + b.get_width() / 2, h), xytext=(0, 3), textcoords="offset points",
-                    ha="center", va="bottom", fontsize=9,
-                    bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
-
-
 def _headroom(ax: Axes, lo: float, hi: float, frac: float = 0.15) -> None:
     ax.set_ylim(lo, hi + (hi - lo) * frac)
 
@@ -131,6 +135,25 @@ def _temp_floor(values: Sequence[float]) -> float:
 
 
 # --- figures ------------------------------------------------------------------------------------------------------
+
+def _same_series(windows: dict[str, list[WindowMetrics]], attrs: Sequence[str]) -> dict[str, str]:
+    """scenario -> the earlier scenario whose per-window ``attrs`` it repeats exactly (drawn on top of each other)."""
+    out: dict[str, str] = {}
+    scn = list(windows)
+    for j, s in enumerate(scn):
+        key = [tuple(getattr(w, a) for a in attrs) for w in windows[s]]
+        for r in scn[:j]:
+            if r not in out and key == [tuple(getattr(w, a) for a in attrs) for w in windows[r]]:
+                out[s] = r
+                break
+    return out
+
+
+def _interval_note(data: PlotRequest) -> str:
+    if data.warmup_ms:
+        return f"t = 0 is the end of a {data.warmup_ms:g} ms warm-up, which the metrics exclude"
+    return "the metrics cover every window from t = 0"
+
 
 def _temperature(data: PlotRequest) -> Figure:
     windows = _checked_windows(data)
@@ -143,16 +166,27 @@ def _temperature(data: PlotRequest) -> Figure:
     w = 0.38
     logic = [rows[s].T_peak_logic for s in scn]
     dram = [rows[s].T_peak_dram for s in scn]
+    base = rows.get("baseline")
     colors = [SCENARIO_COLORS[s] for s in scn]
     b1 = ax_bar.bar(x - w / 2, logic, w, color=colors, edgecolor="black", linewidth=0.6)
     b2 = ax_bar.bar(x + w / 2, dram, w, color=colors, edgecolor="black", linewidth=0.6, hatch="///", alpha=0.55)
-    _bar_labels(ax_bar, b1, lambda v: f"{v:.1f}")
-    _bar_labels(ax_bar, b2, lambda v: f"{v:.1f}")
+
+    def labels(bars: Any, attr: str) -> None:
+        for bar, s in zip(bars, scn, strict=True):
+            v = getattr(rows[s], attr)
+            d = "" if base is None or s == "baseline" else f" ({v - getattr(base, attr):+.2f} K)"
+            ax_bar.annotate(f"{v:.2f}{d}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 3),
+                            textcoords="offset points", ha="center", va="bottom", fontsize=8, rotation=90,
+                            bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none",
+                                  "alpha": 0.8})
+
+    labels(b1, "T_peak_logic")
+    labels(b2, "T_peak_dram")
     lo = _temp_floor(logic + dram)
-    _headroom(ax_bar, lo, max(logic + dram), 0.4)  # room for the legend above the bars
+    _headroom(ax_bar, lo, max(logic + dram), 1.1)  # room for the vertical labels and the legend above the bars
     ax_bar.set_xticks(x, scn)
-    ax_bar.set_ylabel("peak temperature [°C]")
-    ax_bar.set_title("Peak temperature over the run")
+    ax_bar.set_ylabel(f"peak temperature [°C] (axis from {lo:g} °C)")
+    ax_bar.set_title("Peak over the run (labels: °C, K vs baseline)")
     handles = [Patch(facecolor="white", edgecolor="black", label="logic layer (T_peak_logic)"),
                Patch(facecolor="white", edgecolor="black", hatch="///", label="DRAM (T_peak_dram)")]
     if data.thot_c is not None:
@@ -162,17 +196,28 @@ def _temperature(data: PlotRequest) -> Figure:
 
     for ax, attr, title in ((ax_l, "T_peak_logic", "Logic layer peak per window"),
                             (ax_d, "T_peak_dram", "DRAM peak per window")):
+        same = _same_series(windows, (attr,))
         for s, ws in windows.items():
             t = [wm.t_start_ms + wm.dt_ms for wm in ws]
-            ax.plot(t, [getattr(wm, attr) for wm in ws], marker="o", markersize=3.5, linewidth=1.6,
-                    color=SCENARIO_COLORS[s], label=s)
+            marker, style = SCENARIO_STYLES[s]
+            label = s if s not in same else f"{s} (= {same[s]}: same values, drawn over it)"
+            ax.plot(t, [getattr(wm, attr) for wm in ws], marker=marker, markersize=4, linewidth=1.4,
+                    linestyle=style, color=SCENARIO_COLORS[s], label=label, markevery=max(1, len(ws) // 40),
+                    fillstyle="none" if s in same else "full")
         if data.thot_c is not None and attr == "T_peak_logic":  # Thot is a core threshold (TACS)
-            ax.axhline(data.thot_c, color="red", linestyle="--", linewidth=1.0, label=f"Thot {data.thot_c:g} °C")
+            vals = [getattr(wm, attr) for ws in windows.values() for wm in ws]
+            span = max(vals) - min(vals)
+            if data.thot_c <= max(vals) + max(span, 1.0):  # near enough to draw without flattening the series
+                ax.axhline(data.thot_c, color="red", linestyle="--", linewidth=1.0,
+                           label=f"Thot {data.thot_c:g} °C")
+            else:
+                ax.plot([], [], color="red", linestyle="--", linewidth=1.0,
+                        label=f"Thot {data.thot_c:g} °C (above this axis)")
         ax.set_xlabel("simulated time at window end [ms]")
         ax.set_ylabel(f"{attr} [°C]")
         ax.set_title(title)
         ax.legend(loc="lower right", fontsize=8)
-    fig.suptitle(f"{data.workload}: peak temperatures per scenario")
+    fig.suptitle(f"{data.workload}: peak temperatures per scenario ({_interval_note(data)})")
     return fig
 
 
@@ -183,29 +228,37 @@ def _performance(data: PlotRequest) -> Figure:
     x = np.arange(len(scn))
     colors = [SCENARIO_COLORS[s] for s in scn]
     fig = Figure(figsize=figure_size("performance", len(rows)), dpi=DPI, layout="constrained")
-    ax_ips, ax_lat, ax_bw = fig.subplots(1, 3)
+    ax_ips, ax_lat, ax_bw, ax_e = fig.subplots(1, 4)
     base = rows.get("baseline")
 
-    def rel(v: float, b: float | None) -> str:
-        if b is None or b == 0:
+    def rel(s: str, v: float, b: float | None) -> str:
+        if s == "baseline" or b is None or b == 0 or not math.isfinite(v):
             return ""
-        return "\n(baseline)" if v == b else f"\n({100.0 * (v - b) / b:+.1f} %)"
+        if v == b:
+            return "\n(= baseline)"
+        pct = 100.0 * (v - b) / b
+        return f"\n({pct:+.1f} %)" if abs(pct) >= 0.1 else f"\n({pct:+.2f} %)"
+
+    def labels(ax: Axes, bars: Any, fmt: Callable[[str, float], str]) -> None:
+        for bar, s in zip(bars, scn, strict=True):
+            ax.annotate(fmt(s, bar.get_height()), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8.5,
+                        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none",
+                              "alpha": 0.8})
 
     ips = [rows[s].ips for s in scn]
     bars = ax_ips.bar(x, ips, color=colors, edgecolor="black", linewidth=0.6)
-    for b, s in zip(bars, scn, strict=True):
-        b.set_label(s)
-    _bar_labels(ax_ips, bars, lambda v: f"{v:,.0f}" + rel(v, base.ips if base else None))
-    _headroom(ax_ips, 0.0, max(ips), 0.22)
+    labels(ax_ips, bars, lambda s, v: f"{v:,.1f}\n{rows[s].tokens:,} tokens" + rel(s, v, base.ips if base else None))
+    _headroom(ax_ips, 0.0, max(max(ips), 1e-9), 0.3)
     ax_ips.set_ylabel("throughput [tokens/s]")
     ax_ips.set_title("Throughput (ips): higher is better")
 
     lat = [rows[s].lat_ms for s in scn]
     p99 = [rows[s].lat_p99_ms for s in scn]
     bars = ax_lat.bar(x, lat, color=colors, edgecolor="black", linewidth=0.6, label="mean (lat_ms)")
-    _bar_labels(ax_lat, bars, lambda v: f"{v:.2f}" + rel(v, base.lat_ms if base else None))
+    labels(ax_lat, bars, lambda s, v: f"{v:.2f}" + rel(s, v, base.lat_ms if base else None))
     ax_lat.plot(x, p99, linestyle="none", marker="v", color="black", markersize=7, label="p99 (lat_p99_ms)")
-    _headroom(ax_lat, 0.0, max(lat + p99), 0.25)
+    _headroom(ax_lat, 0.0, max(max(lat + p99), 1e-9), 0.25)
     ax_lat.set_ylabel("token latency [ms]")
     ax_lat.set_title("Token latency: lower is better")
     ax_lat.legend(loc="upper center", ncols=2, fontsize=8)
@@ -214,20 +267,31 @@ def _performance(data: PlotRequest) -> Figure:
     bars = ax_bw.bar(x, bw, color=colors, edgecolor="black", linewidth=0.6)
     bw_base = 100.0 * base.bw_util if base else None
 
-    def pp(v: float) -> str:
-        if bw_base is None:
+    def pp(s: str, v: float) -> str:
+        if bw_base is None or s == "baseline":
             return f"{v:.1f} %"
-        return f"{v:.1f} %" + ("\n(baseline)" if v == bw_base else f"\n({v - bw_base:+.1f} pp)")
+        return f"{v:.1f} %" + ("\n(= baseline)" if v == bw_base else f"\n({v - bw_base:+.1f} pp)")
 
-    _bar_labels(ax_bw, bars, pp)
+    labels(ax_bw, bars, pp)
     _headroom(ax_bw, 0.0, max(max(bw), 1e-9), 0.22)
     ax_bw.set_ylabel("bandwidth utilisation [% of effective BW]")
     ax_bw.set_title("DRAM bandwidth utilisation (bw_util)")
-    for ax in (ax_ips, ax_lat, ax_bw):
+
+    # energy per completed token (mJ): the run's energy over its tokens; a run with no token has none (not drawn)
+    ept = [1e3 * rows[s].energy_j / rows[s].tokens if rows[s].tokens else float("nan") for s in scn]
+    ept_base = ept[scn.index("baseline")] if "baseline" in scn else None
+    bars = ax_e.bar(x, [0.0 if math.isnan(v) else v for v in ept], color=colors, edgecolor="black", linewidth=0.6)
+    labels(ax_e, bars, lambda s, v: ("no token" if math.isnan(ept[scn.index(s)]) else f"{v:.1f} mJ")
+           + rel(s, ept[scn.index(s)], ept_base if ept_base is not None and math.isfinite(ept_base) else None))
+    finite = [v for v in ept if math.isfinite(v)]
+    _headroom(ax_e, 0.0, max(finite) if finite else 1.0, 0.22)
+    ax_e.set_ylabel("energy per token [mJ] (energy_j / tokens)")
+    ax_e.set_title("Energy per completed token: lower is better")
+    for ax in (ax_ips, ax_lat, ax_bw, ax_e):
         ax.set_xticks(x, scn)
         ax.set_xlabel("scenario")
     fig.suptitle(f"{data.workload}: performance per scenario (labels: value and change vs baseline; "
-                 "pp = percentage points)")
+                 f"pp = percentage points; axes from 0; {_interval_note(data)})")
     return fig
 
 
@@ -245,11 +309,13 @@ def _mesh(data: PlotRequest, n_cores: int) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class HeatmapFrames:
-    """What the heat map shows: per scenario, its hottest window and the (Y, X) logic and DRAM-layer grids."""
+    """What the heat map shows, per scenario: the logic layer at the window of the run's logic peak and one DRAM layer
+    at the window of the run's DRAM peak, as (Y, X) grids of per-core / per-vault mean temperatures."""
 
     layer: int  # DRAM layer shown
     mesh: tuple[int, int]  # (X, Y)
-    window: dict[str, WindowMetrics]  # scenario -> hottest window (max T_peak_logic; first one on ties)
+    window: dict[str, WindowMetrics]  # scenario -> the window of its logic peak (max T_peak_logic; first on ties)
+    window_dram: dict[str, WindowMetrics]  # scenario -> the window of its DRAM peak (max T_peak_dram; first on ties)
     logic: dict[str, np.ndarray]  # scenario -> (Y, X) core temperatures, row y = core // X
     dram: dict[str, np.ndarray]  # scenario -> (Y, X) vault temperatures of ``layer``
 
@@ -259,15 +325,20 @@ def heatmap_frames(data: PlotRequest) -> HeatmapFrames:
     _need_windows(windows, "heatmap")
     scn = list(windows)
     n_cores = {s: len(ws[0].temps_core_c) for s, ws in windows.items()}
-    n_layers = {s: len(ws[0].temps_bank_c[0]) for s, ws in windows.items()}
+    n_layers = {s: len(ws[0].temps_bank_c[0]) if ws[0].temps_bank_c else 0 for s, ws in windows.items()}
+    for s in scn:
+        if n_layers[s] == 0:
+            raise BadInput(f"windows.{s}: the heat map needs per-vault DRAM temperatures (temps_bank_c)",
+                           field=f"windows.{s}")
     for s in scn[1:]:
         if n_cores[s] != n_cores[scn[0]] or n_layers[s] != n_layers[scn[0]]:
             raise BadInput(f"windows.{s}: {n_cores[s]} cores x {n_layers[s]} DRAM layers, but {scn[0]} has "
                            f"{n_cores[scn[0]]} x {n_layers[scn[0]]}", field=f"windows.{s}")
     X, Y = _mesh(data, n_cores[scn[0]])
     hot = {s: ws[int(np.argmax([w.T_peak_logic for w in ws]))] for s, ws in windows.items()}
+    hot_d = {s: ws[int(np.argmax([w.T_peak_dram for w in ws]))] for s, ws in windows.items()}
     logic = {s: np.asarray(hot[s].temps_core_c).reshape(Y, X) for s in scn}
-    banks = {s: np.asarray(hot[s].temps_bank_c) for s in scn}  # (vaults, layers)
+    banks = {s: np.asarray(hot_d[s].temps_bank_c) for s in scn}  # (vaults, layers)
     if data.dram_layer is None:
         layer = int(np.argmax(np.max([b.max(axis=0) for b in banks.values()], axis=0)))
     else:
@@ -276,7 +347,7 @@ def heatmap_frames(data: PlotRequest) -> HeatmapFrames:
             raise BadInput(f"dram_layer: {layer} but there are {n_layers[scn[0]]} DRAM layers (0-based)",
                            field="dram_layer")
     dram = {s: banks[s][:, layer].reshape(Y, X) for s in scn}
-    return HeatmapFrames(layer=layer, mesh=(X, Y), window=hot, logic=logic, dram=dram)
+    return HeatmapFrames(layer=layer, mesh=(X, Y), window=hot, window_dram=hot_d, logic=logic, dram=dram)
 
 
 def _heatmap(data: PlotRequest) -> Figure:
@@ -291,16 +362,20 @@ def _heatmap(data: PlotRequest) -> Figure:
     axes = np.asarray(fig.subplots(2, n, squeeze=False, sharex=True, sharey=True))
     im = None
     for j, s in enumerate(scn):
-        wm = fr.window[s]
-        for i, (grid, what, cell) in enumerate(((logic[s], "logic layer", "hottest core"),
-                                                (dram[s], f"DRAM layer {layer}", "hottest vault"))):
+        # each panel at the window of the peak its title reports: the run's peak (the CSV's T_peak_logic /
+        # T_peak_dram, the hottest thermal-grid cell) and the hottest drawn cell (a per-core / per-vault mean)
+        panels = ((logic[s], fr.window[s], "logic", fr.window[s].T_peak_logic, "hottest core"),
+                  (dram[s], fr.window_dram[s], f"DRAM layer {layer}", fr.window_dram[s].T_peak_dram,
+                   "hottest vault"))
+        for i, (grid, wm, what, peak, cell) in enumerate(panels):
             ax: Axes = axes[i, j]
             im = ax.imshow(grid, origin="lower", cmap="inferno", norm=norm, interpolation="nearest",
                            extent=(-0.5, X - 0.5, -0.5, Y - 0.5))
             yy, xx = np.unravel_index(int(np.argmax(grid)), grid.shape)
             ax.plot([xx], [yy], marker="x", color="cyan", markersize=9, markeredgewidth=2)
             ax.set_title(f"{s}: {what}, window {wm.window} (t = {wm.t_start_ms + wm.dt_ms:g} ms)\n"
-                         f"{cell} (x): {grid.max():.1f} °C", fontsize=9.5)
+                         f"run peak {peak:.2f} °C (hottest grid cell)\n{cell} (x) {grid.max():.2f} °C",
+                         fontsize=9)
             ax.grid(False)
             ax.set_xticks(range(X))
             ax.set_yticks(range(Y))
@@ -312,13 +387,48 @@ def _heatmap(data: PlotRequest) -> Figure:
     assert im is not None
     cb = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.85, pad=0.02)
     cb.set_label("temperature [°C] (one scale for all panels)")
-    fig.suptitle(f"{data.workload}: temperatures at each scenario's hottest window\n"
-                 f"top: logic layer per core; bottom: DRAM layer {layer} per vault; one colour scale")
+    fig.suptitle(f"{data.workload}: each scenario at the window of its peak (the peak of the results CSV)\n"
+                 f"top: logic layer, per-core means; bottom: DRAM layer {layer}, per-vault means; one colour scale")
+    return fig
+
+
+def _power(data: PlotRequest) -> Figure:
+    """Mean power by component per scenario (stacked bars), time-weighted over the windows' breakdowns."""
+    windows = _checked_windows(data)
+    _need_windows(windows, "power")
+    comps = list(PowerBreakdown.model_fields)
+    means: dict[str, dict[str, float]] = {}
+    for s, ws in windows.items():
+        if not all(w.power is not None for w in ws):
+            raise BadInput(f"windows.{s}: the power plot needs each window's power breakdown (power)",
+                           field=f"windows.{s}")
+        dt = np.array([w.dt_ms for w in ws])
+        means[s] = {c: float(dt @ np.array([getattr(w.power, c) for w in ws]) / dt.sum()) for c in comps}
+    scn = list(means)
+    fig = Figure(figsize=figure_size("power", len(scn)), dpi=DPI, layout="constrained")
+    ax = fig.subplots(1, 1)
+    x = np.arange(len(scn))
+    bottom = np.zeros(len(scn))
+    cmap = matplotlib.colormaps["tab10"]
+    for k, c in enumerate(comps):
+        v = np.array([means[s][c] for s in scn])
+        ax.bar(x, v, 0.6, bottom=bottom, color=cmap(k % 10), edgecolor="black", linewidth=0.4, label=c)
+        bottom += v
+    base = bottom[scn.index("baseline")] if "baseline" in scn else None
+    for xi, tot, s in zip(x, bottom, scn, strict=True):
+        delta = "" if base is None or s == "baseline" else f"\n({100.0 * (tot - base) / base:+.1f} %)"
+        ax.annotate(f"{tot:.2f} W{delta}", (xi, tot), xytext=(0, 3), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=9)
+    _headroom(ax, 0.0, float(bottom.max()), 0.2)
+    ax.set_xticks(x, scn)
+    ax.set_ylabel("mean power [W] (axis from 0)")
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, title="component")
+    fig.suptitle(f"{data.workload}: mean chip power by component (time-weighted over the measured windows)")
     return fig
 
 
 _BUILDERS: dict[str, Callable[[PlotRequest], Figure]] = {
-    "temperature": _temperature, "performance": _performance, "heatmap": _heatmap,
+    "temperature": _temperature, "performance": _performance, "heatmap": _heatmap, "power": _power,
 }
 
 
@@ -346,18 +456,18 @@ def write_run_plots(results_dir: Path, *, workload: str | None = None, fmt: str 
 
     Kinds that need per-window series are skipped when the folder has none (``<scenario>/<workload>.windows.jsonl``).
     """
-    from services.metrics.series import load_plot_inputs
+    from services.metrics.series import load_plot_request
 
-    wl, rows, windows = load_plot_inputs(Path(results_dir), workload)
-    thot = rows[0].thot_c if rows else None
-    data = PlotRequest(workload=wl, rows=rows, windows=windows, dram_layer=dram_layer, thot_c=thot)
+    data = load_plot_request(Path(results_dir), workload, dram_layer=dram_layer)
     out_dir = Path(results_dir) / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for kind in KINDS:
-        if kind != "performance" and not windows:
+        if kind != "performance" and not data.windows:
             continue
-        path = out_dir / f"{wl}_{kind}.{fmt}"
+        if kind == "power" and not all(w.power is not None for ws in data.windows.values() for w in ws):
+            continue
+        path = out_dir / f"{data.workload}_{kind}.{fmt}"
         path.write_bytes(render_plot(kind, data, fmt))
         written.append(path)
     return written

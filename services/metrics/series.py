@@ -10,19 +10,20 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from services.metrics.compare import collect_result_rows
-from shared.contracts.metrics import SCENARIOS, ResultRow, WindowMetrics
+from shared.contracts.metrics import SCENARIOS, PlotRequest, ResultRow, WindowMetrics
 from shared.errors import BadInput, NotFound, first_validation_error
+from shared.window_series import FIGURE_ARGS_FILE, WINDOWS_SUFFIX, window_json_line
 
 
 def windows_path(results_dir: Path, scenario: str, workload: str) -> Path:
-    return Path(results_dir) / scenario / f"{workload}.windows.jsonl"
+    return Path(results_dir) / scenario / f"{workload}{WINDOWS_SUFFIX}"
 
 
 def window_line(wm: WindowMetrics) -> str:
-    return json.dumps(wm.model_dump(mode="json"), sort_keys=True, separators=(",", ":")) + "\n"
+    return window_json_line(wm.model_dump(mode="json"))
 
 
 def append_windows(path: Path, windows: Iterable[WindowMetrics]) -> Path:
@@ -60,7 +61,7 @@ def workloads_in(results_dir: Path) -> list[str]:
     for s in SCENARIOS:
         d = Path(results_dir) / s
         if d.is_dir():
-            names.update(p.name[: -len(".windows.jsonl")] for p in d.glob("*.windows.jsonl"))
+            names.update(p.name[: -len(WINDOWS_SUFFIX)] for p in d.glob(f"*{WINDOWS_SUFFIX}"))
             names.update(p.stem for p in d.glob("*.csv"))
     return sorted(names)
 
@@ -85,3 +86,38 @@ def load_plot_inputs(results_dir: Path, workload: str | None) -> tuple[str, list
     if not rows and not windows:
         raise NotFound(f"results: nothing for workload {workload!r} under {results_dir}", field="results")
     return workload, rows, windows
+
+
+class FigureArgs(BaseModel):
+    """``plots/figure_args.json`` of a results folder (written by the orchestrator beside its figures)."""
+
+    model_config = ConfigDict(extra="ignore")
+    workload: str | None = None
+    mesh: tuple[int, int] | None = None
+    thot_c: float | None = Field(default=None, allow_inf_nan=False)
+    warmup_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+
+def figure_args(results_dir: Path, workload: str) -> FigureArgs:
+    """The figure parameters saved in the folder for ``workload`` (none saved, or for another workload: empty)."""
+    path = Path(results_dir) / FIGURE_ARGS_FILE
+    if not path.is_file():
+        return FigureArgs()
+    try:
+        args = FigureArgs.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        fld, msg = first_validation_error(exc)
+        raise BadInput(f"{path}: {fld or 'file'}: {msg}", field=fld or "figure_args") from None
+    return args if args.workload in (None, workload) else FigureArgs()
+
+
+def load_plot_request(results_dir: Path, workload: str | None, *, dram_layer: int | None = None,
+                      thot_c: float | None = None) -> PlotRequest:
+    """Everything a figure of the folder needs: its rows, its windows and the saved figure parameters; ``thot_c``
+    overrides the saved Thot (default: the saved one, else the result CSV's)."""
+    wl, rows, windows = load_plot_inputs(results_dir, workload)
+    saved = figure_args(results_dir, wl)
+    thot = thot_c if thot_c is not None else saved.thot_c if saved.thot_c is not None else (
+        rows[0].thot_c if rows else None)
+    return PlotRequest(workload=wl, rows=rows, windows=windows, dram_layer=dram_layer, mesh=saved.mesh,
+                       thot_c=thot, warmup_ms=saved.warmup_ms)

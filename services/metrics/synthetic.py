@@ -11,8 +11,13 @@ from __future__ import annotations
 import numpy as np
 
 from shared.contracts.metrics import SCENARIOS, WindowMetrics
+from shared.contracts.thermal import PowerBreakdown
 
 # (hot-spot amplitude °C, hot-spot width in cores, throughput factor)
+# share of the window's power by component (sums to 1), and the components dissipated on the logic die
+_POWER_SPLIT = {"logic_dynamic": 0.12, "spm": 0.10, "logic_leakage": 0.14, "dram_dynamic": 0.38, "dram_refresh": 0.06,
+                "dram_leakage": 0.15, "noc": 0.01, "dram_controller": 0.04}
+_LOGIC_DIE = frozenset({"logic_dynamic", "spm", "logic_leakage", "noc", "dram_controller"})
 _SCENARIO_SHAPE = {"baseline": (38.0, 1.2, 1.00), "taps": (30.0, 2.0, 0.98), "tacs": (31.0, 1.8, 0.97),
                    "tas": (26.0, 2.6, 0.96)}
 
@@ -38,6 +43,9 @@ def synthetic_windows(n_windows: int, scenario: str, *, seed: int = 0, mesh: tup
         tokens = int(rng.integers(int(0.8 * tokens_per_window * speed), int(tokens_per_window * speed) + 1))
         lat = rng.gamma(4.0, 2.5 / speed, size=tokens)
         bw_eff = 4096.0 * (1.0 - 0.05 * rise)
+        power_w = float(40.0 + 0.3 * (core.mean() - ambient_c) + rng.normal(0.0, 1.0))
+        split = {c: f * power_w for c, f in _POWER_SPLIT.items()}  # fixed fractions: no draw from rng
+        logic_w = sum(v for c, v in split.items() if c in _LOGIC_DIE)
         out.append(WindowMetrics(
             window=k,
             t_start_ms=k * dt_ms,
@@ -48,7 +56,10 @@ def synthetic_windows(n_windows: int, scenario: str, *, seed: int = 0, mesh: tup
             T_peak_dram=float(banks.max() + abs(rng.normal(0.0, 0.3))),
             T_mean_logic=float(core.mean()),
             T_mean_dram=float(banks.mean()),
-            power_w=float(40.0 + 0.3 * (core.mean() - ambient_c) + rng.normal(0.0, 1.0)),
+            power_w=power_w,
+            power=PowerBreakdown(**split),
+            power_layer_w={"logic": logic_w, **{f"dram_{i + 1}": (power_w - logic_w) / dram_layers
+                                                 for i in range(dram_layers)}},
             freq_ghz=np.where(core > 85.0, 1.8, 2.0).tolist(),
             refresh_mhz=float(100.0 * (1.0 + (banks.mean() - ambient_c) / 20.0)),
             bytes_moved=float(bw_eff * 1e9 * dt_ms * 1e-3 * rng.uniform(0.3, 0.6)),

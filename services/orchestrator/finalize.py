@@ -1,9 +1,13 @@
 """After the last scenario of an experiment: ``summary.csv`` (the scenario rows under one header), the comparison
-against baseline (``comparison.csv`` / ``comparison.md``) and the plots (``plots/<kind>.png``). Best effort: a figure
-the metrics service cannot draw is logged; the results stand."""
+against baseline (``comparison.csv`` / ``comparison.md``), each run's per-window series (``<scenario>/<workload>
+.series.csv.gz``, every window: shared/series_table.py; ``<scenario>/<workload>.windows.jsonl``, the windows the
+figures are drawn from, at most MAX_PLOT_WINDOWS merged ones: shared/window_series.py) and the plots
+(``plots/<kind>.png``). ``tasmoe plot KIND --results <out>`` redraws every figure from the folder alone. Best effort:
+a figure the metrics service cannot draw is logged; the results stand."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -18,14 +22,22 @@ from services.orchestrator.schemas import ExperimentSpec
 from services.orchestrator.service import results_csv
 from shared.client import ServiceClients
 from shared.errors import TasmoeError
-from shared.window_series import coarsen
+from shared.series_table import series_path, write_series_table
+from shared.window_series import FIGURE_ARGS_FILE, WINDOWS_SUFFIX, coarsen, write_windows_jsonl
 
 log = logging.getLogger(__name__)
 
-PLOT_KINDS = ("temperature", "performance", "heatmap")
+PLOT_KINDS = ("temperature", "performance", "heatmap", "power")
 # windows per scenario in a plot request: ~15 kB of JSON each (64 cores, 64 x 8 vault temperatures, 224 links), so
 # four scenarios stay near 18 MB, under the default TASMOE_MAX_BODY_MB (32)
 MAX_PLOT_WINDOWS = 300
+
+
+def warmup_ms(spec: ExperimentSpec, n_windows: int) -> float:
+    """The warm-up the metrics exclude (ms): the warm-up pass's windows (arch thermal.init steady; at most the run's
+    own ``n_windows``, as window_loop runs it) times the window."""
+    window_ms = spec.tas.tacs.window_ms
+    return min(spec.arch.thermal.warmup_windows(window_ms), n_windows) * window_ms
 
 
 class _NoBaseline(Exception):
@@ -49,8 +61,15 @@ def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClie
     # chunks: a long run's windows never sit in memory or in one request at once
     windows = {sc: list(coarsen(repo.iter_window_metrics(sessions=sessions, run_id=rid), n_windows=n,
                                 max_windows=MAX_PLOT_WINDOWS))
-               for sc, (rid, n) in run_windows.items()} if plots else {}
+               for sc, (rid, n) in run_windows.items()}
     out.mkdir(parents=True, exist_ok=True)
+    label = spec.workload.label
+    warm_ms = warmup_ms(spec, max((n for _, n in run_windows.values()), default=0))
+    figure_args = {"workload": label, "mesh": list(spec.arch.mesh.cores), "thot_c": spec.tas.tacs.thresholds.Thot,
+                   "warmup_ms": warm_ms}
+    for sc, (rid, _) in run_windows.items():
+        write_series_table(series_path(out, sc, label), repo.iter_window_metrics(sessions=sessions, run_id=rid))
+        write_windows_jsonl(out / sc / f"{label}{WINDOWS_SUFFIX}", windows[sc])
     summary = out / "summary.csv"
     summary.write_text(table, encoding="utf-8")
     if not rows:
@@ -76,11 +95,14 @@ def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClie
         return summary
     for kind in PLOT_KINDS:
         try:
-            data = pipe.plot(kind, workload=spec.workload.label, rows=rows, windows=windows,
-                             mesh=spec.arch.mesh.cores, thot_c=spec.tas.tacs.thresholds.Thot)
+            data = pipe.plot(kind, workload=label, rows=rows, windows=windows, mesh=spec.arch.mesh.cores,
+                             thot_c=spec.tas.tacs.thresholds.Thot, warmup_ms=warm_ms)
         except TasmoeError as exc:
             log.warning("plot %s for %s not drawn: %s", kind, exp_id, exc)
             continue
         (out / "plots").mkdir(parents=True, exist_ok=True)
         (out / "plots" / f"{kind}.png").write_bytes(data)
+        # what `tasmoe plot` needs beside the folder's rows and windows to draw the same figure
+        (out / FIGURE_ARGS_FILE).write_text(json.dumps(figure_args, indent=2, sort_keys=True) + "\n",
+                                            encoding="utf-8")
     return summary

@@ -4,6 +4,7 @@ scenario on the embedded pool, the compute services as in-process ASGI apps behi
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 import threading
@@ -12,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
+
+from pydantic import ValidationError
 
 from services.orchestrator import repository as repo
 from services.orchestrator.acceptance import check_results, policy_findings
@@ -24,8 +27,8 @@ from services.orchestrator.schemas import ALL_SCENARIOS, ExperimentRequest, Expe
 from services.orchestrator.service import create_experiment, resolve_spec
 from services.orchestrator.settings import orchestrator_settings
 from shared.client import ServiceClients
-from shared.configs import load_arch, load_tas, load_workload
-from shared.errors import TasmoeError
+from shared.configs import ArchConfig, load_arch, load_tas, load_workload
+from shared.errors import BadInput, TasmoeError, first_validation_error
 from shared.settings import Settings
 
 
@@ -70,22 +73,37 @@ def progress_printer(stream: TextIO = sys.stderr, *, every: float = 0.1) -> Prog
     return show
 
 
+def with_warmup(arch: ArchConfig, warmup_ms: float) -> ArchConfig:
+    """``arch`` with ``thermal.warmup_ms`` replaced; a bad value is an error naming ``warmup_ms``."""
+    data = arch.model_dump(mode="json")
+    data["thermal"]["warmup_ms"] = warmup_ms
+    try:
+        return ArchConfig.model_validate(data)
+    except ValidationError as exc:
+        _, msg = first_validation_error(exc)
+        raise BadInput(f"warmup_ms: {msg}", field="warmup_ms") from None
+
+
 def run_local(*, arch: str | Path, workload: str | Path, tas: str | Path, out: str | Path,
               scenarios: Sequence[Scenario] = ALL_SCENARIOS, seed: int | None = None, windows: int | None = None,
               settings: Settings | None = None, clients: ServiceClients | None = None, traces: bool = True,
               progress: ProgressFn | None = None, database_url: str | None = None,
-              apps: str | None = None) -> LocalResult:
+              apps: str | None = None, warmup_ms: float | None = None) -> LocalResult:
     """Run the scenarios of one experiment embedded and write ``<out>/<scenario>/<workload>.csv`` for each.
 
     Runs execute on worker processes (`ProcessRunner`, ``TASMOE_POOL=process``, the default), each building the
     compute services in-process, or on threads of this process over ``clients`` (given, or built here) when
     ``clients`` is given or ``TASMOE_POOL=thread``. ``apps``: ``module:factory`` building the compute services
-    instead of the real ones (as ``python -m services.orchestrator.worker --apps``)."""
+    instead of the real ones (as ``python -m services.orchestrator.worker --apps``). ``warmup_ms`` replaces the arch
+    config's ``thermal.warmup_ms`` (validated as the config field is)."""
     from services.orchestrator.worker import compute_clients
 
     s = orchestrator_settings(settings)
     out_dir = Path(out)
-    req = ExperimentRequest(arch=load_arch(arch), workload=load_workload(workload), tas=load_tas(tas),
+    arch_cfg = load_arch(arch)
+    if warmup_ms is not None:
+        arch_cfg = with_warmup(arch_cfg, warmup_ms)
+    req = ExperimentRequest(arch=arch_cfg, workload=load_workload(workload), tas=load_tas(tas),
                             scenarios=list(scenarios), seed=seed, windows=windows, traces=traces)
     spec = resolve_spec(req, configs_dir=s.configs_dir)
     url = database_url or s.effective_database_url
@@ -176,18 +194,46 @@ def _execute(exp_id: str, out_dir: Path, label: str, sessions: Any, runner: Embe
             ambient_c=ambient_c)
 
 
-def print_summary(res: LocalResult, stream: TextIO = sys.stdout) -> None:
-    header_done = False
+SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    # (heading, result column, format); energy per token is energy_j / tokens
+    ("scenario", "scenario", "s"), ("T_peak_logic °C", "T_peak_logic", ".2f"),
+    ("T_peak_dram °C", "T_peak_dram", ".2f"), ("ips tok/s", "ips", ".1f"), ("lat_ms", "lat_ms", ".1f"),
+    ("lat_p99_ms", "lat_p99_ms", ".1f"), ("tokens", "tokens", "d"), ("mJ/token", "", ".1f"),
+    ("power W", "power_avg_w", ".2f"), ("migrations", "migrations", "d"),
+)
+
+
+def summary_table(rows: list[dict[str, str]]) -> str:
+    """The result rows as an aligned text table (the columns a reader checks first; the CSVs hold them all)."""
+    def cell(row: dict[str, str], col: str, fmt: str) -> str:
+        if fmt == "s":
+            return row[col]
+        if not col:  # energy per completed token
+            tokens = int(row["tokens"])
+            return "-" if tokens == 0 else format(1e3 * float(row["energy_j"]) / tokens, fmt)
+        return format(int(row[col]) if fmt == "d" else float(row[col]), fmt)
+
+    table = [[h for h, _, _ in SUMMARY_COLUMNS]] + [[cell(r, c, f) for _, c, f in SUMMARY_COLUMNS] for r in rows]
+    widths = [max(len(t[i]) for t in table) for i in range(len(SUMMARY_COLUMNS))]
+    return "\n".join("  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(t, widths,
+                                                                                                   strict=True)))
+                     for t in table) + "\n"
+
+
+def print_summary(res: LocalResult, stream: TextIO | None = None) -> None:
+    stream = sys.stdout if stream is None else stream  # looked up per call (not bound at import)
+    rows: list[dict[str, str]] = []
     for sc, path in res.csvs.items():
         if res.status[sc] != "succeeded" or not path.is_file():
             print(f"{sc}: {res.status[sc]}: {res.errors.get(sc, '')}", file=stream)
             continue
-        lines = path.read_text(encoding="utf-8").splitlines()
-        if not header_done:
-            print(lines[0], file=stream)
-            header_done = True
-        for line in lines[1:]:
-            print(line, file=stream)
+        with path.open(encoding="utf-8", newline="") as f:
+            rows.extend(csv.DictReader(f))
+    if rows:
+        print(summary_table(rows), end="", file=stream)
+        files = [p for p in ("summary.csv", "comparison.md", "power.md", "plots/") if (res.out_dir / p).exists()]
+        print(f"files in {res.out_dir}: {', '.join(files)}, <scenario>/<workload>.csv and .series.csv.gz",
+              file=stream)
     if res.capacity is not None:
         print(res.capacity.line(), file=stream)
     print(f"experiment {res.experiment_id}: {sum(res.windows.values())} windows in {res.wall_s:.1f} s -> "

@@ -295,10 +295,10 @@ class Pipeline:
 
     def plot(self, kind: str, *, workload: str, rows: list[dict[str, Any]],
              windows: dict[str, list[dict[str, Any]]], mesh: tuple[int, int] | None, thot_c: float | None,
-             fmt: Literal["png", "svg"] = "png") -> bytes:
+             warmup_ms: float | None = None, fmt: Literal["png", "svg"] = "png") -> bytes:
         """The figure's bytes (metrics ``POST /v1/plots/{kind}?format=``)."""
         body = {"workload": workload, "rows": rows, "windows": windows, "mesh": list(mesh) if mesh else None,
-                "thot_c": thot_c}
+                "thot_c": thot_c, "warmup_ms": warmup_ms}
         resp = self.clients["metrics"].request("POST", f"/v1/plots/{kind}", json=body, params={"format": fmt},
                                                idempotency_key=self._key("plot", kind))
         return resp.content

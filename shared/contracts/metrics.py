@@ -210,7 +210,7 @@ class CompareResponse(BaseModel):
     markdown: str
 
 
-PlotKind = Literal["temperature", "performance", "heatmap"]
+PlotKind = Literal["temperature", "performance", "heatmap", "power"]
 
 
 class PlotRequest(BaseModel):
@@ -222,3 +222,5 @@ class PlotRequest(BaseModel):
     dram_layer: int | None = Field(default=None, ge=0)  # heat map; None = the hottest DRAM layer
     mesh: tuple[int, int] | None = None  # (X, Y) cores; None = square mesh from the core count
     thot_c: float | None = None  # drawn as a line on the temperature time series
+    # the warm-up before window 0 that the metrics exclude (ms; arch thermal.warmup_ms with init steady), for titles
+    warmup_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)

@@ -83,5 +83,6 @@ def test_write_run_plots(results: Path) -> None:
     from services.metrics.plots import write_run_plots
 
     paths = write_run_plots(results)
-    assert [p.name for p in paths] == [f"mixtral_8x7b_{k}.png" for k in ("temperature", "performance", "heatmap")]
+    kinds = ("temperature", "performance", "heatmap", "power")
+    assert [p.name for p in paths] == [f"mixtral_8x7b_{k}.png" for k in kinds]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)

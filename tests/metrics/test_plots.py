@@ -61,7 +61,9 @@ def test_svg_is_stable(kind: str, request_data: PlotRequest, rendered: dict[tupl
 def test_plot_depends_on_data(kind: str, request_data: PlotRequest, rendered: dict[tuple[str, str], bytes]) -> None:
     hotter = {s: [w.model_copy(update={"temps_core_c": [t + 3.0 for t in w.temps_core_c],
                                        "T_peak_logic": w.T_peak_logic + 3.0, "T_mean_logic": w.T_mean_logic + 3.0,
-                                       "tokens_completed": w.tokens_completed + 5})
+                                       "tokens_completed": w.tokens_completed + 5,
+                                       "power": w.power.model_copy(update={"noc": w.power.noc + 1.0})
+                                       if w.power is not None else None})
                   for w in ws] for s, ws in request_data.windows.items()}
     other = PlotRequest(workload="mixtral_8x7b", windows=hotter, thot_c=80.0)
     again = render_plot(kind, other, "png")
@@ -79,9 +81,16 @@ def test_bars_can_come_from_windows_alone(request_data: PlotRequest, rendered: d
 
 
 def test_heatmap_frames_pick_hottest_window_and_layer(runs: dict[str, list[WindowMetrics]]) -> None:
+    # the DRAM peak in another window than the logic peak: each panel follows its own peak
+    hot_l = {s: max(ws, key=lambda w: w.T_peak_logic).window for s, ws in runs.items()}
+    target = {s: (k + 1) % len(runs[s]) for s, k in hot_l.items()}
+    runs = {s: [w.model_copy(update={"T_peak_dram": w.T_peak_dram + (100.0 if w.window == target[s] else 0.0)})
+                for w in ws] for s, ws in runs.items()}
     fr = heatmap_frames(PlotRequest(workload="w", windows=runs))
     hottest = {s: max(ws, key=lambda w: w.T_peak_logic) for s, ws in runs.items()}
-    layer_max = np.max([np.asarray(w.temps_bank_c).max(axis=0) for w in hottest.values()], axis=0)
+    hottest_d = {s: max(ws, key=lambda w: w.T_peak_dram) for s, ws in runs.items()}
+    assert all(hottest_d[s].window == target[s] != hottest[s].window for s in runs)
+    layer_max = np.max([np.asarray(w.temps_bank_c).max(axis=0) for w in hottest_d.values()], axis=0)
     assert fr.layer == int(np.argmax(layer_max))
     assert fr.mesh == (8, 8)
     for s, w in hottest.items():
@@ -90,7 +99,8 @@ def test_heatmap_frames_pick_hottest_window_and_layer(runs: dict[str, list[Windo
         # core (x, y) = (c % 8, c // 8) sits at row y, column x
         assert fr.logic[s][3, 5] == core[3 * 8 + 5]
         assert np.array_equal(fr.logic[s].ravel(), core)
-        assert np.array_equal(fr.dram[s].ravel(), np.asarray(w.temps_bank_c)[:, fr.layer])
+        assert fr.window_dram[s].window == target[s]
+        assert np.array_equal(fr.dram[s].ravel(), np.asarray(hottest_d[s].temps_bank_c)[:, fr.layer])
     fr2 = heatmap_frames(PlotRequest(workload="w", windows=runs, dram_layer=5))
     assert fr2.layer == 5
 

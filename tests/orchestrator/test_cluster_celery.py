@@ -27,7 +27,9 @@ from services.orchestrator.service import create_experiment, resolve_spec
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.window_loop import run_scenario
 from shared.client import ServiceClients
+from shared.series_table import SUFFIX as SERIES_SUFFIX
 from shared.settings import Settings
+from shared.window_series import WINDOWS_SUFFIX
 from tests.conftest import CONFIGS, REPO
 from tests.orchestrator import fakes
 from tests.orchestrator.conftest import Db, sqlite_db
@@ -81,8 +83,10 @@ def _wait_run(db: Db, run_id: str, pred: Any, timeout: float, log: Path) -> Scen
 
 
 def _tree(root: Path) -> dict[str, bytes]:
+    """The run files under ``root`` (not run.log, not the experiment's finalize outputs: the cluster finalizes after
+    its last run, the embedded reference here does not)."""
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != "run.log"}
+            if p.name != "run.log" and SERIES_SUFFIX not in p.name and WINDOWS_SUFFIX not in p.name and p.is_file()}
 
 
 def _spec(steps: int, scenarios: list[str]) -> Any:

@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from services.orchestrator import repository as repo
+from services.orchestrator.finalize import finalize_experiment
 from services.orchestrator.models import RunStatus, ScenarioRun, WindowRecord
 from services.orchestrator.service import create_experiment, resolve_spec
 from services.orchestrator.window_loop import run_scenario
@@ -55,6 +56,7 @@ def test_kill_9_worker_mid_scenario_then_resume(db: Db, settings: Settings, tmp_
     ref_id, _ = create_experiment(sessions=db.sessions, spec=spec, settings=settings, out_dir=tmp_path / "ref")
     clients = ServiceClients(settings, asgi_apps=fakes.build_apps(settings))
     assert run_scenario(repo.run_id_for(ref_id, "tas"), clients, db.sessions).status == "succeeded"
+    finalize_experiment(sessions=db.sessions, clients=clients, exp_id=ref_id)  # the series files, as the worker does
     clients.close()
 
     exp_id, _ = create_experiment(sessions=db.sessions, spec=spec, settings=settings, out_dir=tmp_path / "crash")
@@ -92,7 +94,9 @@ def test_kill_9_worker_mid_scenario_then_resume(db: Db, settings: Settings, tmp_
     assert [w for w, _ in rows] == list(range(30))  # each window exactly once
     owners = [o for _, o in rows]
     assert len(set(owners[:killed_at])) == 1 and len(set(owners[killed_at:])) == 1 and owners[0] != owners[-1]
-    for sub in ("runs", "tas"):  # every per-window file and the result CSV (the worker also wrote plots)
+    # every per-window file, the result CSV and the run's series table (the worker also wrote plots)
+    assert (tmp_path / "crash" / "tas" / "mixtral-8x7b.series.csv.gz").is_file()
+    for sub in ("runs", "tas"):
         assert _tree(tmp_path / "crash" / sub) == _tree(tmp_path / "ref" / sub)
     assert (tmp_path / "crash" / "tas" / "mixtral-8x7b.csv").read_bytes() == \
         (tmp_path / "ref" / "tas" / "mixtral-8x7b.csv").read_bytes()
