@@ -19,7 +19,10 @@ model that does not fit the chip's banks is refused with the numbers);
 two replicas of one expert never share a core; weight shards in the vault of the core that uses them, spilling to the
 nearest vault with room, each bank within ``bank_capacity_mb`` and ``bank_bw_gbps`` where possible.
 
-Replication: in every MoE layer the ``replicate_hot_k`` most loaded experts get two replicas, traffic split evenly.
+Replication where it helps: in every MoE layer the ``replicate_hot_k`` most loaded experts are candidates for a second
+replica (traffic split evenly); `build_placement` solves with and without them and keeps the replicas only when the
+predicted objective is lower (a replica halves its expert's compute on each core but streams a second copy of the
+weights: in decode, where the stream dominates, replication heats the chip and is dropped). The choice is noted.
 """
 
 from __future__ import annotations
@@ -171,7 +174,9 @@ def routed_tokens_per_step(wl: WorkloadConfig) -> float:
 def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert_load: Sequence[Sequence[float]],
                   expert_flops_per_token: float, H: np.ndarray | None = None, *,
                   moe_layers: Sequence[int] | None = None, expert_bytes: float = 0.0,
-                  critical_path_tol: float | None = None) -> Problem:
+                  critical_path_tol: float | None = None, replicate_hot_k: int | None = None) -> Problem:
+    """The placement problem; ``replicate_hot_k`` (default ``taps.replicate_hot_k``): the most loaded experts of each
+    layer that get a second replica in it."""
     loads = validate_loads(expert_load)
     n_layers, n_e = loads.shape
     if n_layers * n_e > MAX_INSTANCES:
@@ -198,7 +203,7 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     steps_per_s = 1e3 / wl.sequence.step_interval_ms
     share = loads / loads.sum(axis=1, keepdims=True)
     n_rep = np.ones((n_layers, n_e), dtype=np.int64)
-    k_hot = min(taps.replicate_hot_k, n_e) if n >= 2 else 0
+    k_hot = min(taps.replicate_hot_k if replicate_hot_k is None else replicate_hot_k, n_e) if n >= 2 else 0
     if k_hot:
         hot = np.argsort(-loads, axis=1, kind="stable")[:, :k_hot]
         np.put_along_axis(n_rep, hot, 2, axis=1)
@@ -597,16 +602,33 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
     or the analytic fallback, noted in ``meta.notes``).
     """
     method = method or taps.method
-    pb = build_problem(arch, workload, taps, expert_load, expert_flops_per_token, H, moe_layers=moe_layers,
-                       expert_bytes=float(expert_bytes), critical_path_tol=CRITICAL_PATH_TOL)
-    if method == "heuristic":
-        assign, notes = heuristic_assign(pb, taps.local_search_iters, workload.routing.seed)
-        return assemble(pb, assign, arch=arch, expert_bytes=expert_bytes,
-                        weight_shard_mb=workload.tensors.weight_shard_mb, bank_bw_gbps=taps.capacity.bank_bw_gbps,
-                        method="heuristic", extra_notes=notes)
-    if method == "milp":
+    if method not in ("heuristic", "milp"):
+        raise BadInput(f"unknown method {method!r} (heuristic | milp)", field="method")
+
+    def solve(k_hot: int) -> tuple[Problem, Placement]:
+        pb = build_problem(arch, workload, taps, expert_load, expert_flops_per_token, H, moe_layers=moe_layers,
+                           expert_bytes=float(expert_bytes), critical_path_tol=CRITICAL_PATH_TOL,
+                           replicate_hot_k=k_hot)
+        if method == "heuristic":
+            assign, notes = heuristic_assign(pb, taps.local_search_iters, workload.routing.seed)
+            return pb, assemble(pb, assign, arch=arch, expert_bytes=expert_bytes,
+                                weight_shard_mb=workload.tensors.weight_shard_mb,
+                                bank_bw_gbps=taps.capacity.bank_bw_gbps, method="heuristic", extra_notes=notes)
         from services.placement.milp import solve_milp
 
-        return solve_milp(pb, taps, arch=arch, expert_bytes=expert_bytes,
-                          weight_shard_mb=workload.tensors.weight_shard_mb, seed=workload.routing.seed)
-    raise BadInput(f"unknown method {method!r} (heuristic | milp)", field="method")
+        return pb, solve_milp(pb, taps, arch=arch, expert_bytes=expert_bytes,
+                              weight_shard_mb=workload.tensors.weight_shard_mb, seed=workload.routing.seed)
+
+    pb, plc = solve(taps.replicate_hot_k)
+    if pb.m == pb.expert_layer.shape[0]:  # nothing replicated (k = 0, or a one-core chip)
+        return plc
+    # replication where it helps (Science III): a replica halves its expert's compute per core but streams a second
+    # copy of the weights (decode reads every weight of an expert it routes to), so it is kept only when the
+    # placement with it has the lower predicted objective than the placement without it
+    _, plain = solve(0)
+    a, b = plc.meta.objective["objective"], plain.meta.objective["objective"]
+    keep = a < b
+    note = (f"replication of the {taps.replicate_hot_k} most loaded expert(s) per layer: predicted objective "
+            f"{a:.6g} with, {b:.6g} without: {'kept' if keep else 'dropped'}")
+    chosen = plc if keep else plain
+    return chosen.model_copy(update={"meta": chosen.meta.model_copy(update={"notes": [*chosen.meta.notes, note]})})

@@ -77,12 +77,14 @@ def test_placement_output_consistent_with_model(arch: ArchConfig, mixtral: Workl
     np.testing.assert_allclose(np.asarray(plc.meta.predicted_core_temps_c), T, atol=1e-3)
     assert plc.meta.predicted_peak_c == pytest.approx(T.max(), abs=1e-3)
     assert set(plc.meta.objective) >= {"objective", "peak_c", "var_k2", "smooth_k2"}
-    # replicate_hot_k = 1: the hottest expert of each layer has two distinct cores, the others one
+    # replicate_hot_k = 1: the hottest expert of each layer has two distinct cores, the others one, when the
+    # replicas were kept (replication where it helps: the choice is noted)
+    kept = next(n for n in plc.meta.notes if n.startswith("replication of the 1 most loaded")).endswith("kept")
     for layer, row in enumerate(loads):
         hot = int(np.argmax(row))
         for e in range(8):
             ep = plc.experts[f"L{layer}E{e}"]
-            if e == hot:
+            if e == hot and kept:
                 assert ep.policy == "replicate" and len(set(ep.cores)) == 2
                 assert all(len(plc.tensors[weight_tensor_id(layer, e, k)].replica_banks or []) == 1 for k in range(6))
             else:
@@ -150,6 +152,11 @@ def test_milp_matches_or_beats_heuristic_peak_on_a_small_instance(mixtral: Workl
         assert len(set(cores.tolist())) == cores.size
     plc = build_placement(arch, mixtral, taps, loads, FLOPS, H, method="milp", expert_bytes=BYTES // 8)
     assert plc.meta.method == "milp" and plc.meta.optimality_gap is not None
+    kept = next(n for n in plc.meta.notes if n.startswith("replication of the 1 most loaded")).endswith("kept")
+    if not kept:  # replication did not lower the objective: the MILP's answer without replicas
+        res = solve_peak_milp(build_problem(arch, mixtral, taps, loads, FLOPS, H, expert_bytes=BYTES // 8,
+                                            replicate_hot_k=0), 20.0)
+    assert res.peak_c is not None
     assert plc.meta.predicted_peak_c == pytest.approx(res.peak_c, abs=1e-3)
 
 
@@ -243,3 +250,32 @@ def test_taps_keeps_every_layer_within_one_percent_of_the_balanced_critical_path
     assert budget.tolist() == pytest.approx([1.01 * 4e9 / tas.taps.capacity.core_flops_tps] * 3)
     assert t[0] + t[1] <= budget[0] and t[0] + t[2] > budget[0]
     assert routed_tokens_per_step(mixtral) == mixtral.sequence.micro_batch * mixtral.routing.topk
+
+
+@pytest.mark.parametrize("expert_bytes", [0, BYTES])
+def test_replication_is_kept_only_where_it_lowers_the_objective(arch: ArchConfig, mixtral: WorkloadConfig,
+                                                                tas: TasParams, kernel64: np.ndarray,
+                                                                expert_bytes: int) -> None:
+    """Science III: the replicas of the hottest experts stay only when the placement with them has the lower
+    predicted objective; in decode a replica streams a second copy of the weights, which the model counts."""
+    arch = arch.model_copy(update={"dram": arch.dram.model_copy(update={"banks": (32, 32, 8)})})
+    loads = zipf_loads(6, 8)
+    taps = _taps(tas, replicate_hot_k=1)
+    args = (arch, mixtral, taps, loads, FLOPS, kernel64)
+    plc = build_placement(*args, moe_layers=list(range(6)), expert_bytes=expert_bytes)
+    again = build_placement(*args, moe_layers=list(range(6)), expert_bytes=expert_bytes, method="heuristic")
+    plain = build_placement(*args[:2], _taps(tas, replicate_hot_k=0), *args[3:], moe_layers=list(range(6)),
+                            expert_bytes=expert_bytes)
+    replicated = any(ep.policy == "replicate" for ep in plc.experts.values())
+    assert again.model_dump() == plc.model_dump()  # deterministic
+    assert plc.meta.objective["objective"] <= plain.meta.objective["objective"] + 1e-12
+    if not replicated:
+        assert plc.meta.objective == plain.meta.objective
+    with_rep = build_problem(arch, mixtral, taps, loads, FLOPS, kernel64, expert_bytes=expert_bytes)
+    without = build_problem(arch, mixtral, taps, loads, FLOPS, kernel64, expert_bytes=expert_bytes,
+                            replicate_hot_k=0)
+    extra_w = with_rep.inst_power.sum() - without.inst_power.sum()
+    if expert_bytes:  # each replica adds its weight stream's power, nothing else changes the total
+        assert extra_w > 0
+    else:
+        assert extra_w == pytest.approx(0.0, abs=1e-9)
