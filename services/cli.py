@@ -17,7 +17,7 @@ from services import optional_module
 from shared import DEFAULT_PORTS, SERVICES
 from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
 from shared.configs.base import StrictModel
-from shared.errors import TasmoeError
+from shared.errors import BadInput, NotFound, TasmoeError
 from shared.logging import setup_logging
 from shared.settings import get_settings, load_settings
 
@@ -46,6 +46,14 @@ _CONFIG_KINDS: dict[str, type[StrictModel]] = {"arch": ArchConfig, "workload": W
 def _config_check(args: argparse.Namespace) -> int:
     model = _CONFIG_KINDS[args.kind]
     cfg: StrictModel = load_config(args.file, model)
+    zoo = optional_module("workload", "zoo")
+    if isinstance(cfg, WorkloadConfig) and zoo is not None:
+        # the model must exist (the zoo shipped with the workload service; `tasmoe run` and POST /v1/experiments
+        # ask the workload service itself, which also knows models registered at run time)
+        try:
+            zoo.get_model_config(cfg.model)
+        except NotFound as exc:
+            raise BadInput(f"{args.file}: model: {exc.message}", field="model") from None
     if args.json:
         print(json.dumps(cfg.model_dump(mode="json"), indent=2, sort_keys=True))
     else:

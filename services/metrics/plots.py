@@ -373,9 +373,8 @@ def _heatmap(data: PlotRequest) -> Figure:
                            extent=(-0.5, X - 0.5, -0.5, Y - 0.5))
             yy, xx = np.unravel_index(int(np.argmax(grid)), grid.shape)
             ax.plot([xx], [yy], marker="x", color="cyan", markersize=9, markeredgewidth=2)
-            ax.set_title(f"{s}: {what}, window {wm.window} (t = {wm.t_start_ms + wm.dt_ms:g} ms)\n"
-                         f"run peak {peak:.2f} °C (hottest grid cell)\n{cell} (x) {grid.max():.2f} °C",
-                         fontsize=9)
+            ax.set_title(f"{s}: {what}\nwindow {wm.window} (t = {wm.t_start_ms + wm.dt_ms:g} ms): run peak "
+                         f"{peak:.2f} °C\n(hottest grid cell); {cell} (x) {grid.max():.2f} °C", fontsize=9)
             ax.grid(False)
             ax.set_xticks(range(X))
             ax.set_yticks(range(Y))

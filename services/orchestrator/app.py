@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
@@ -17,6 +18,7 @@ from services.orchestrator import repository as repo
 from services.orchestrator import service
 from services.orchestrator.jobs import Dispatcher
 from services.orchestrator.models import TERMINAL, RunStatus
+from services.orchestrator.pipeline_clients import Pipeline
 from services.orchestrator.runtime import Runtime, runtime
 from services.orchestrator.schemas import (
     ExperimentAccepted,
@@ -28,9 +30,11 @@ from services.orchestrator.schemas import (
     SweepView,
 )
 from shared.client import ServiceClients
-from shared.errors import NotFound
+from shared.errors import NotFound, UpstreamError
 from shared.service_app import JsonBodyRoute, create_service_app
 from shared.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["orchestrator"], route_class=JsonBodyRoute)
 
@@ -42,6 +46,25 @@ def _rt(request: Request) -> Runtime:
     return rt
 
 
+def _check_model(request: Request, name: str) -> None:
+    """Ask the workload service whether it knows the model (422 naming ``workload.model`` if not). Embedded: the
+    runtime's in-process clients. Cluster (runs go to Celery workers): clients over ``TASMOE_WORKLOAD_URL`` built once,
+    without retries; when the workload service cannot be reached the check is skipped with a warning (the run
+    checks it again when it starts), so a submission never waits on or fails for a service that is down."""
+    rt = _rt(request)
+    if rt.clients is not None:
+        Pipeline(rt.clients).check_model(name)
+        return
+    clients: ServiceClients | None = getattr(request.app.state, "check_clients", None)
+    if clients is None:
+        clients = ServiceClients(rt.settings.model_copy(update={"http_retries": 0}))
+        request.app.state.check_clients = clients
+    try:
+        Pipeline(clients).check_model(name)
+    except UpstreamError as exc:
+        log.warning("workload.model %r not checked at submission: %s", name, exc)
+
+
 @router.post("/experiments", status_code=202, response_model=ExperimentAccepted)
 def create_experiment(body: ExperimentRequest, request: Request, response: Response,
                       idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
@@ -49,6 +72,7 @@ def create_experiment(body: ExperimentRequest, request: Request, response: Respo
     """Start an experiment (one run per scenario). The same Idempotency-Key returns the same experiment."""
     rt = _rt(request)
     spec = service.resolve_spec(body, configs_dir=rt.settings.configs_dir)
+    _check_model(request, spec.workload.model)  # 422 now, not a failed run later
     exp_id, created = service.create_experiment(sessions=rt.sessions, spec=spec, settings=rt.settings,
                                                 idempotency_key=idempotency_key)
     if created:
@@ -170,7 +194,8 @@ async def experiment_events(exp_id: IdPath, request: Request,
 def create_sweep(body: SweepRequest, request: Request, response: Response) -> SweepView:
     """A grid over dotted config keys: one experiment per point, one task per experiment-scenario."""
     rt = _rt(request)
-    sweep_id, exp_ids = service.create_sweep(sessions=rt.sessions, req=body, settings=rt.settings)
+    sweep_id, exp_ids = service.create_sweep(sessions=rt.sessions, req=body, settings=rt.settings,
+                                             check_model=lambda name: _check_model(request, name))
     for exp_id in exp_ids:
         rt.dispatcher.submit_experiment(exp_id)
     response.headers["Location"] = f"/v1/sweeps/{sweep_id}"

@@ -116,13 +116,19 @@ def run_local(*, arch: str | Path, workload: str | Path, tas: str | Path, out: s
     t0 = time.perf_counter()
     try:
         upgrade(engine)
-        exp_id, _ = create_experiment(sessions=sessions, spec=spec, settings=s, out_dir=out_dir,
-                                      max_attempts=s.max_attempts)
+
+        def start(cc: ServiceClients) -> tuple[str, Capacity | None]:
+            # the model is checked before the experiment exists: an unknown one is one error, nothing created
+            Pipeline(cc).check_model(spec.workload.model)
+            exp_id, _ = create_experiment(sessions=sessions, spec=spec, settings=s, out_dir=out_dir,
+                                          max_attempts=s.max_attempts)
+            return exp_id, _capacity(cc, spec, exp_id, out_dir)
+
         if clients is not None:
-            cap = _capacity(clients, spec, exp_id, out_dir)
+            exp_id, cap = start(clients)
         else:
             with compute_clients(s, apps) as cc:
-                cap = _capacity(cc, spec, exp_id, out_dir)
+                exp_id, cap = start(cc)
         if procs is not None:
             res = _execute(exp_id, out_dir, spec.workload.label, sessions, procs, progress, t0, ambient)
         elif clients is not None:

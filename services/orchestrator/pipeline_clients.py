@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import quote
 
 from pydantic import BaseModel
 
@@ -21,7 +22,7 @@ from shared.contracts.events import WindowTiming
 from shared.contracts.metrics import WindowMetrics
 from shared.contracts.placement import Overlays, Placement, Telemetry
 from shared.contracts.thermal import ThermalSnapshot
-from shared.errors import NotFound, UpstreamError
+from shared.errors import BadInput, NotFound, UpstreamError
 
 PlacementMethod = Literal["default", "heuristic", "milp"]
 Columns = dict[str, list[Any]]  # a columnar batch as plain JSON (one list per field)
@@ -133,6 +134,14 @@ class Pipeline:
 
     def _key(self, *parts: object) -> str:
         return ":".join(str(p) for p in (self.run_key, *parts))
+
+    def check_model(self, name: str) -> None:
+        """The workload service knows the model (its zoo or a registered one); otherwise a `BadInput` naming
+        ``workload.model`` with the workload service's message (which lists the known models)."""
+        try:
+            self.clients["workload"].get_json(f"/v1/models/{quote(name, safe='')}")
+        except NotFound as exc:
+            raise BadInput(f"workload.model: {exc.message}", field="workload.model") from None
 
     # ----------------------------------------------------------------------------------------------- workload
     def create_trace(self, workload: WorkloadConfig, window_ms: float) -> TraceInfo:

@@ -8,6 +8,7 @@ import itertools
 import json
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +63,19 @@ def resolve_spec(req: ExperimentRequest, *, configs_dir: Path) -> ExperimentSpec
     wl_d["routing"]["seed"] = seed
     wl = WorkloadConfig.model_validate(wl_d)
     scenarios = list(dict.fromkeys(req.scenarios))
+    check_cross_fields(arch, tas)
     return ExperimentSpec(arch=arch, workload=wl, tas=tas, scenarios=scenarios, seed=seed, windows=req.windows,
                           name=req.name or f"{wl.label}", traces=req.traces, plots=req.plots,
                           placement=req.placement, thermal_init=load_thermal_init(arch, configs_dir=configs_dir))
+
+
+def check_cross_fields(arch: ArchConfig, tas: TasParams) -> None:
+    """What no single config can check: TACS's ``Thot`` above the ambient temperature (a core at ambient would
+    count as hot and TACS would act on an idle chip). One `BadInput` naming the field, before anything runs."""
+    thot, amb = tas.tacs.thresholds.Thot, arch.geometry.cooling.ambient_c
+    if not thot > amb:
+        raise BadInput(f"tas.tacs.thresholds.Thot: {thot:g} °C is not above the ambient temperature "
+                       f"(arch geometry.cooling.ambient_c = {amb:g} °C)", field="tas.tacs.thresholds.Thot")
 
 
 def load_thermal_init(arch: ArchConfig, *, configs_dir: Path) -> ThermalState | None:
@@ -277,11 +288,21 @@ def dump(model: BaseModel) -> dict[str, Any]:
     return model.model_dump(mode="json")
 
 
-def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings: Settings) -> tuple[str, list[str]]:
-    """One experiment per grid point (sharing the sweep id); the sweep itself is a job row."""
+def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings: Settings,
+                 check_model: Callable[[str], None] | None = None) -> tuple[str, list[str]]:
+    """One experiment per grid point (sharing the sweep id); the sweep itself is a job row. Every point is checked
+    (cross-field checks; ``check_model`` on each model) before any experiment is created."""
     base = resolve_spec(req.base, configs_dir=settings.configs_dir)
     points = sweep_points(req.grid)
     specs = [apply_point(base, p) for p in points]
+    for i, spec in enumerate(specs):
+        try:
+            check_cross_fields(spec.arch, spec.tas)
+        except BadInput as exc:
+            raise BadInput(f"grid point {i} ({points[i]}): {exc.message}", field=exc.field) from None
+    for model in dict.fromkeys(spec.workload.model for spec in specs):
+        if check_model is not None:
+            check_model(model)
     sweep_id = f"swp-{uuid.uuid4().hex[:12]}"
     exp_ids = []
     for i, spec in enumerate(specs):

@@ -55,6 +55,12 @@ def workload_app(settings: Settings) -> FastAPI:
     def n_windows(wl: WorkloadConfig, window_ms: float) -> int:
         return math.ceil(wl.sequence.steps * wl.sequence.step_interval_ms / window_ms)
 
+    @router.get("/models/{name}")
+    def model(name: str) -> dict[str, Any]:
+        from services.workload.zoo import get_model_config  # the real zoo: its names and its 404
+
+        return {"name": get_model_config(name).name}
+
     @router.post("/traces")
     def create(body: dict[str, Any]) -> dict[str, Any]:
         wl = WorkloadConfig.model_validate(body["workload"])

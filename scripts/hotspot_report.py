@@ -1,0 +1,44 @@
+"""How many windows TACS needs to bring the hand-made hot spot under Thot (issue 16): the set-up of
+``tests/orchestrator/test_hotspot_tacs.py`` (every Mixtral expert on core 27, the seed's arrivals, Thot 0.5 K above
+the hottest other core of a short baseline run), run for N windows as baseline and tacs; prints JSON.
+
+    .venv/bin/python -m scripts.hotspot_report 1000
+
+To compare with another commit, copy this file into a checkout of it and run it there (it uses only the test's
+``_derived_thot``, ``_run``, ``_tas`` and ``HOT``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import tests.orchestrator.test_hotspot_tacs as hs
+from shared.settings import Settings
+from tests.conftest import CONFIGS
+
+
+def report(n_windows: int) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="hotspot-"))
+    settings = Settings(results_dir=tmp / "results", configs_dir=CONFIGS)
+    thot = hs._derived_thot(tmp / "a", settings)
+    res = hs._run(tmp / "b", settings, ["baseline", "tacs"], hs._tas(thot), windows=n_windows)
+    out: dict[str, Any] = {"thot_c": thot, "windows": n_windows}
+    for sc, rows in res.items():
+        hot = [float(m["temps_core_c"][hs.HOT]) for m, _, _ in rows]
+        peak = [float(m["T_peak_logic"]) for m, _, _ in rows]
+        # the first window from which the hot core stays under Thot to the end (None: it never does)
+        under = next((k for k in range(len(hot)) if all(t < thot for t in hot[k:])), None)
+        out[sc] = {"migrations": sum(int(m["migrations"]) for m, _, _ in rows),
+                   "windows_hot_core_at_or_above_thot": sum(t >= thot for t in hot),
+                   "under_thot_from_window": under, "hot_core_last30_c": sum(hot[-30:]) / len(hot[-30:]),
+                   "hot_core_max_c": max(hot), "peak_last30_c": max(peak[-30:]),
+                   "tokens": sum(int(m["tokens_completed"]) for m, _, _ in rows)}
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(report(int(sys.argv[1]) if len(sys.argv) > 1 else 150), indent=1))

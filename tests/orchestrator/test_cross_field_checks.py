@@ -1,0 +1,85 @@
+"""Cross-field config checks at submission (issue 20): an unknown model, Thot not above the ambient, Thot not below
+Temg: one error naming the field, once, before anything is created (CLI exit 2 with one line; HTTP 422)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from services.cli import main as cli_main
+from services.orchestrator.app import create_app
+from services.orchestrator.schemas import ExperimentRequest
+from services.orchestrator.service import resolve_spec
+from shared.client import ServiceClients
+from shared.errors import BadInput
+from shared.settings import Settings
+from tests.conftest import CONFIGS
+from tests.orchestrator import fakes
+
+SMALL_WL: dict[str, Any] = {"model": "mixtral-8x7b", "sequence": {"steps": 12, "micro_batch": 4}}
+
+
+@pytest.fixture()
+def api(settings: Settings) -> Iterator[TestClient]:
+    clients = ServiceClients(settings, asgi_apps=fakes.build_apps(settings))
+    with TestClient(create_app(settings, clients=clients)) as tc:
+        yield tc
+    clients.close()
+
+
+def _one_line_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+
+
+def test_cli_config_refuses_an_unknown_model_and_unordered_thresholds(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    wl = tmp_path / "wl.yaml"
+    wl.write_text("model: mixtral-8x8b\n")
+    _one_line_exit_2(capsys, ["config", "workload", str(wl)], "model: unknown model 'mixtral-8x8b'")
+    wl.write_text("model: Mixtral_8x7B\n")  # names are normalised as the zoo does
+    assert cli_main(["config", "workload", str(wl)]) == 0
+    tas = tmp_path / "tas.yaml"
+    for thot, temg in ((95, 90), (90, 90)):
+        tas.write_text(f"tacs:\n  thresholds: {{Thot: {thot}, Temg: {temg}}}\n")
+        _one_line_exit_2(capsys, ["config", "tas", str(tas)], "must be below Temg")
+
+
+@pytest.mark.parametrize("thot", [-80.0, 45.0])
+def test_thot_must_be_above_the_ambient(thot: float) -> None:
+    req = ExperimentRequest(workload="workload_mixtral_8x7b.yaml", arch="arch_8x8_32x32x8.yaml",
+                            tas={"tacs": {"thresholds": {"Thot": thot, "Temg": 90.0}}})
+    with pytest.raises(BadInput) as ei:
+        resolve_spec(req, configs_dir=CONFIGS)
+    assert ei.value.field == "tas.tacs.thresholds.Thot" and "ambient" in ei.value.message
+    ok = ExperimentRequest(workload="workload_mixtral_8x7b.yaml", tas={"tacs": {"thresholds": {"Thot": 45.5}}})
+    assert resolve_spec(ok, configs_dir=CONFIGS).tas.tacs.thresholds.Thot == 45.5
+
+
+def test_http_submission_refuses_before_creating_anything(api: TestClient) -> None:
+    bad_model = {"workload": {**SMALL_WL, "model": "mixtral-8x8b"}}
+    cold_thot = {"workload": SMALL_WL, "tas": {"tacs": {"thresholds": {"Thot": -80.0}}}}
+    for body, field in ((bad_model, "workload.model"), (cold_thot, "tas.tacs.thresholds.Thot")):
+        r = api.post("/v1/experiments", json=body)
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["field"] == field
+    sweep = {"base": {"workload": SMALL_WL}, "grid": {"tas.tacs.thresholds.Thot": [60.0, 30.0]}}
+    r = api.post("/v1/sweeps", json=sweep)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "tas.tacs.thresholds.Thot", r.text
+    assert api.get("/v1/experiments").json()["total"] == 0
+
+
+def test_tasmoe_run_refuses_an_unknown_model_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TASMOE_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("TASMOE_DATABASE_URL", f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    wl = tmp_path / "wl.yaml"
+    wl.write_text((CONFIGS / "workload_mixtral_8x7b.yaml").read_text().replace("mixtral-8x7b", "mixtral-8x8b"))
+    _one_line_exit_2(capsys, ["--log-level", "ERROR", "run", "--workload", str(wl), "--windows", "2", "--quiet",
+                              "--out", str(tmp_path / "o")], "workload.model: ")
+    assert not (tmp_path / "o").exists()
