@@ -264,8 +264,8 @@ def test_replication_is_kept_only_where_it_lowers_the_objective(arch: ArchConfig
     args = (arch, mixtral, taps, loads, FLOPS, kernel64)
     plc = build_placement(*args, moe_layers=list(range(6)), expert_bytes=expert_bytes)
     again = build_placement(*args, moe_layers=list(range(6)), expert_bytes=expert_bytes, method="heuristic")
-    plain = build_placement(*args[:2], _taps(tas, replicate_hot_k=0), *args[3:], moe_layers=list(range(6)),
-                            expert_bytes=expert_bytes)
+    plain = build_placement(arch, mixtral, _taps(tas, replicate_hot_k=0), loads, FLOPS, kernel64,
+                            moe_layers=list(range(6)), expert_bytes=expert_bytes)
     replicated = any(ep.policy == "replicate" for ep in plc.experts.values())
     assert again.model_dump() == plc.model_dump()  # deterministic
     assert plc.meta.objective["objective"] <= plain.meta.objective["objective"] + 1e-12
