@@ -95,19 +95,19 @@ def build_parser(*, include_services: bool = True) -> argparse.ArgumentParser:
     sub.required = True
 
     p = sub.add_parser("serve", help="run one service (or 'all' mounted on one port) under uvicorn")
-    p.add_argument("service", choices=[*SERVICES, "all"])
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("service", choices=[*SERVICES, "all"], help="the service to run, or all six on one port")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="default: the service's port (8000-8005)")
     p.set_defaults(func=_serve)
 
     p = sub.add_parser("config", help="validate a config file and print its content hash")
-    p.add_argument("kind", choices=sorted(_CONFIG_KINDS))
-    p.add_argument("file")
+    p.add_argument("kind", choices=sorted(_CONFIG_KINDS), help="which config model the file holds")
+    p.add_argument("file", help="the YAML or JSON config file")
     p.add_argument("--json", action="store_true", help="print the config with defaults filled in")
     p.set_defaults(func=_config_check)
 
     p = sub.add_parser("openapi", help="write openapi/<service>.json for every service (sorted keys)")
-    p.add_argument("--out", default="openapi")
+    p.add_argument("--out", default="openapi", help="output folder (default: openapi)")
     p.set_defaults(func=_openapi)
 
     for name in SERVICES if include_services else ():

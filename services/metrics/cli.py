@@ -59,16 +59,16 @@ def _reduce(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("compare", help="compare scenarios: reads DIR/<scenario>/<workload>.csv, writes compare.csv "
-                                       "and compare.md, prints the Markdown table")
+    p = sub.add_parser("compare", help="compare scenarios: reads DIR/<scenario>/<workload>.csv, writes comparison.csv "
+                                       "and comparison.md, prints the Markdown table")
     p.add_argument("results", help="results folder holding baseline/, taps/, tacs/, tas/")
     p.add_argument("--workload", default=None, help="only this workload (default: every workload found)")
     p.add_argument("--scenarios", default=None, help="comma-separated subset, baseline included (default: all four)")
-    p.add_argument("--out", default=None, help="folder for compare.csv / compare.md (default: the results folder)")
+    p.add_argument("--out", default=None, help="folder for comparison.csv and .md (default: the results folder)")
     p.set_defaults(func=_compare)
 
     p = sub.add_parser("plot", help="render a figure from a results folder (PNG or SVG)")
-    p.add_argument("kind", choices=KINDS)
+    p.add_argument("kind", choices=KINDS, help="the figure to draw")
     p.add_argument("--results", required=True, help="folder holding <scenario>/<workload>.csv and .windows.jsonl")
     p.add_argument("--out", required=True, help="output file (.png or .svg)")
     p.add_argument("--workload", default=None, help="needed when the folder holds several workloads")
@@ -79,8 +79,8 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("reduce", help="reduce a .windows.jsonl series to results/<scenario>/<workload>.csv")
     p.add_argument("windows", help="a .windows.jsonl file (one WindowMetrics JSON per line)")
-    p.add_argument("--scenario", required=True, choices=SCENARIOS)
-    p.add_argument("--workload", required=True)
+    p.add_argument("--scenario", required=True, choices=SCENARIOS, help="the scenario the windows belong to")
+    p.add_argument("--workload", required=True, help="workload label (the CSV's name)")
     p.add_argument("--thot", type=float, required=True, help="Thot in °C (for time_above_thot_ms)")
     p.add_argument("--bw-raw-gbps", type=float, default=None, help="raw DRAM bandwidth, for bw_util_raw")
     p.add_argument("--results", default="results", help="results folder (default: results)")

@@ -211,10 +211,10 @@ def collect_result_rows(results_dir: Path, *, workload: str | None = None,
 
 
 def write_compare(tables: Sequence[CompareTable], out_dir: Path) -> tuple[Path, Path]:
-    """Write ``compare.csv`` and ``compare.md`` into ``out_dir``."""
+    """Write ``comparison.csv`` and ``comparison.md`` into ``out_dir`` (the names the orchestrator gives them)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = out_dir / "compare.csv", out_dir / "compare.md"
+    csv_path, md_path = out_dir / "comparison.csv", out_dir / "comparison.md"
     csv_path.write_bytes(compare_csv(tables).encode("utf-8"))
     md_path.write_bytes(compare_markdown(tables).encode("utf-8"))
     return csv_path, md_path

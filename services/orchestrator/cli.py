@@ -34,18 +34,19 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("run", help="run an experiment embedded (four scenarios -> <out>/<scenario>/<workload>.csv)")
-    p.add_argument("--arch", default="configs/arch_8x8_32x32x8.yaml")
+    p.add_argument("--arch", default="configs/arch_8x8_32x32x8.yaml", help="arch config (default: %(default)s)")
     p.add_argument("--workload", default=None, help=f"workload config (default: {DEFAULT_WORKLOAD})")
-    p.add_argument("--tas", default="configs/tas_params.yaml")
+    p.add_argument("--tas", default="configs/tas_params.yaml", help="TAS parameters (default: %(default)s)")
     p.add_argument("--out", default=None, help=f"output folder (default: {DEFAULT_OUT}; with --quick {QUICK_OUT})")
     p.add_argument("--quick", action="store_true",
                    help=f"a quick look: {QUICK_WORKLOAD} (two micro-batches of the default experiment) with a "
                         f"{QUICK_WARMUP_MS:g} ms warm-up; a check that everything runs, not a result")
     p.add_argument("--warmup-ms", type=float, default=None,
                    help="replace the arch config's thermal.warmup_ms (ms) for this run")
-    p.add_argument("--scenarios", nargs="+", default=list(ALL_SCENARIOS), choices=ALL_SCENARIOS)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--windows", type=int, default=None)
-    p.add_argument("--no-traces", action="store_true")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--scenarios", nargs="+", default=list(ALL_SCENARIOS), choices=ALL_SCENARIOS,
+                   help="the scenarios to run (default: all four)")
+    p.add_argument("--seed", type=int, default=None, help="routing seed (default: the workload config's)")
+    p.add_argument("--windows", type=int, default=None, help="run only the first N windows")
+    p.add_argument("--no-traces", action="store_true", help="do not write the per-window trace and event files")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_run)

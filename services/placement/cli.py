@@ -63,7 +63,8 @@ def register(sub: Any) -> None:
     p.add_argument("--arch", help="arch config YAML")
     p.add_argument("--workload", help="workload config YAML")
     p.add_argument("--tas", help="TAS parameters YAML")
-    p.add_argument("--method", choices=["default", "heuristic", "milp"], default="heuristic")
+    p.add_argument("--method", choices=["default", "heuristic", "milp"], default="heuristic",
+                   help="default mapping, TAPS heuristic or TAPS MILP (default: %(default)s)")
     p.add_argument("--exact-load", action="store_true",
                    help="use the trace's routed-token shares (slow for big models) instead of the Zipf expectation")
     p.add_argument("--out", help="also write placement.json here")
@@ -72,7 +73,7 @@ def register(sub: Any) -> None:
     psub = p.add_subparsers(dest="place_command", metavar="SUBCOMMAND", parser_class=type(p))
     b = psub.add_parser("balance", help="replicate experts into N slots over the cores (max/mean, gap to a bound)")
     b.add_argument("--loads", required=True, help="CSV (expert_<i> columns, one row per layer) or JSON list of lists")
-    b.add_argument("--cores", type=int, default=64)
+    b.add_argument("--cores", type=int, default=64, help="cores to balance over (default: %(default)s)")
     b.add_argument("--slots", type=int, required=True, help="total replica slots (>= number of experts)")
-    b.add_argument("--json", action="store_true")
+    b.add_argument("--json", action="store_true", help="print the balance as JSON")
     b.set_defaults(func=_balance)

@@ -23,5 +23,5 @@ def register(sub: Any) -> None:
         description="Runs HotSpot's grid model inputs (.flp/.lcf/.ptrace/config) through the thermal service's "
                     "network and writes HotSpot's output files (Kelvin). Options are HotSpot's '-name value' pairs.",
     )
-    p.add_argument("hotspot_args", nargs="*", metavar="-name value")
+    p.add_argument("hotspot_args", nargs="*", metavar="-name value", help="HotSpot's own options")
     p.set_defaults(func=_hotspot)

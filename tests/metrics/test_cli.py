@@ -41,8 +41,8 @@ def test_compare(results: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     rows = [r for s in SCENARIOS for r in read_result_csv(results / s / "mixtral_8x7b.csv")]
     tables = compare_all(rows)
-    assert (results / "compare.csv").read_text() == compare_csv(tables)
-    assert (results / "compare.md").read_text() == compare_markdown(tables)
+    assert (results / "comparison.csv").read_text() == compare_csv(tables)
+    assert (results / "comparison.md").read_text() == compare_markdown(tables)
     assert compare_markdown(tables) in out
 
 

@@ -62,3 +62,23 @@ def test_mentioned_make_targets_exist() -> None:
 
 def test_results_section_is_present() -> None:
     assert re.search(r"^## Results$", README, re.M)
+
+
+def test_every_cli_option_is_described() -> None:
+    """`tasmoe <command> --help` describes every argument and option of every subcommand (issue 20)."""
+    import argparse
+
+    from services.cli import build_parser
+
+    missing: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif not isinstance(action, argparse._HelpAction) and not action.help:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "tasmoe")
+    assert missing == []
