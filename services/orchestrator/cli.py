@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from services.orchestrator import repository as repo
+from services.orchestrator.db import open_database
 from services.orchestrator.local import check_ok, print_summary, progress_printer, run_local
 from services.orchestrator.schemas import ALL_SCENARIOS
-from shared.errors import BadInput
+from services.orchestrator.settings import orchestrator_settings
+from shared.errors import BadInput, NotFound
 
 # `--quick`: the default experiment cut to two micro-batches, warmed up for one arrival interval (the workload repeats
 # every 300 ms, so the warm start's mean power is the default's); all four scenarios in ~17 s on two cores
@@ -50,3 +56,85 @@ def register(sub: Any) -> None:
     p.add_argument("--no-traces", action="store_true", help="do not write the per-window trace and event files")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_run)
+    register_experiments(sub)
+
+
+# --- tasmoe experiments list|cancel|clean: the experiments of a database (default: the embedded one) ---------------
+
+def _sessions(args: argparse.Namespace) -> tuple[Engine, sessionmaker[Session]]:
+    url = args.db or orchestrator_settings().effective_database_url
+    engine, sessions = open_database(url)
+    return engine, sessions
+
+
+def _experiments_list(args: argparse.Namespace) -> int:
+    engine, sessions = _sessions(args)
+    try:
+        with sessions() as s:
+            exps, total = repo.list_experiments(session=s, limit=args.limit)
+            abandoned = set(repo.abandoned_experiments(session=s))
+            rows = [("id", "status", "created (UTC)", "runs", "out")]
+            for e in exps:
+                runs = repo.runs_of(session=s, exp_id=e.id)
+                progress = " ".join(f"{r.scenario}:{r.status.value}@{r.next_window}/{r.n_windows or '?'}"
+                                    for r in runs)
+                status = e.status.value + (" (abandoned)" if e.id in abandoned else "")
+                rows.append((e.id, status, e.created_at.strftime("%Y-%m-%d %H:%M:%S"), progress, e.out_dir))
+    finally:
+        engine.dispose()
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r[:4], widths, strict=True)) + "  " + r[4])
+    print(f"{len(exps)} of {total} experiments; abandoned = unfinished and no process holds a live lease "
+          "(tasmoe experiments clean)")
+    return 0
+
+
+def _experiments_cancel(args: argparse.Namespace) -> int:
+    engine, sessions = _sessions(args)
+    try:
+        with sessions.begin() as s:
+            if repo.get_experiment(session=s, exp_id=args.id) is None:
+                raise NotFound(f"no experiment {args.id!r} in {args.db or 'the embedded database'}", field="id")
+            n = repo.cancel_experiment(session=s, exp_id=args.id)
+    finally:
+        engine.dispose()
+    print(f"{args.id}: {n} unfinished run(s) cancelled")
+    return 0
+
+
+def _experiments_clean(args: argparse.Namespace) -> int:
+    """Cancel every abandoned experiment (unfinished, no live lease); result files stay where they are."""
+    engine, sessions = _sessions(args)
+    try:
+        with sessions.begin() as s:
+            found = repo.abandoned_experiments(session=s)
+            for exp_id in found:
+                if not args.dry_run:
+                    repo.cancel_experiment(session=s, exp_id=exp_id)
+                print(f"{exp_id}: {'would cancel' if args.dry_run else 'cancelled'}")
+    finally:
+        engine.dispose()
+    print(f"{len(found)} abandoned experiment(s){' (dry run: nothing changed)' if args.dry_run else ''}")
+    return 0
+
+
+def register_experiments(sub: Any) -> None:
+    p = sub.add_parser("experiments", help="list, cancel or clean up the experiments of a database (default: the "
+                                           "embedded results/tasmoe.sqlite3)")
+    esub = p.add_subparsers(dest="experiments_command", metavar="ACTION", parser_class=type(p))
+    esub.required = True
+    db_help = "SQLAlchemy URL of the database (default: TASMOE_DATABASE_URL, else the embedded SQLite file)"
+    lp = esub.add_parser("list", help="the newest experiments with their runs' progress")
+    lp.add_argument("--db", default=None, help=db_help)
+    lp.add_argument("--limit", type=int, default=50, help="at most this many (newest first; default: %(default)s)")
+    lp.set_defaults(func=_experiments_list)
+    cp = esub.add_parser("cancel", help="cancel an experiment's unfinished runs")
+    cp.add_argument("id", help="experiment id (tasmoe experiments list)")
+    cp.add_argument("--db", default=None, help=db_help)
+    cp.set_defaults(func=_experiments_cancel)
+    kp = esub.add_parser("clean", help="cancel every abandoned experiment (unfinished, no process running it); "
+                                       "result files are kept")
+    kp.add_argument("--dry-run", action="store_true", help="only list what would be cancelled")
+    kp.add_argument("--db", default=None, help=db_help)
+    kp.set_defaults(func=_experiments_clean)

@@ -126,6 +126,13 @@ class _PoolRunner:
             self.submit_run(run_id)
 
     # -- recovery
+    ignored_runs: frozenset[str] = frozenset()  # runs recover() leaves alone (abandoned by another process)
+
+    def ignore_experiments(self, exp_ids: list[str]) -> None:
+        """Never pick up the runs of these experiments (the API server's rule for runs it did not start)."""
+        ids = {r for e in exp_ids for r in run_ids_of(sessions=self.sessions, exp_id=e)}
+        self.ignored_runs = frozenset(self.ignored_runs | ids)
+
     def recover(self, *, queued_grace_s: float = 0.0) -> list[str]:
         """Submit every run whose lease expired (its worker died), and every queued run created more than
         ``queued_grace_s`` ago (a grace period, so that a periodic pass does not race another process's own pool
@@ -135,7 +142,7 @@ class _PoolRunner:
             stale = repo.stale_runs(session=s)
             young = set(s.scalars(sa.select(ScenarioRun.id).join(Experiment).where(
                 ScenarioRun.status == RunStatus.queued, Experiment.created_at > cutoff))) if queued_grace_s else set()
-        picked = [r for r in stale if r not in young]
+        picked = [r for r in stale if r not in young and r not in self.ignored_runs]
         for run_id in picked:
             self.submit_run(run_id)
         return picked

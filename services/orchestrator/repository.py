@@ -299,6 +299,17 @@ def stale_runs(*, session: Session, now: datetime | None = None) -> list[str]:
     return list(session.scalars(q.order_by(R.id)))
 
 
+def abandoned_experiments(*, session: Session, now: datetime | None = None) -> list[str]:
+    """Unfinished experiments no process is running: every unfinished run is queued or holds an expired lease
+    (an interrupted ``tasmoe run``: its worker processes died with it). Oldest first."""
+    now = now or utcnow()
+    R, E = ScenarioRun, Experiment
+    live = sa.select(R.experiment_id).where(R.status == RunStatus.running, R.lease_expires_at >= now)
+    unfinished = sa.select(R.experiment_id).where(R.status.in_([RunStatus.queued, RunStatus.running]))
+    q = sa.select(E.id).where(E.id.in_(unfinished), E.id.not_in(live)).order_by(E.created_at, E.id)
+    return list(session.scalars(q))
+
+
 # ------------------------------------------------------------------------------------------------------------ jobs
 
 

@@ -6,6 +6,7 @@ the `EmbeddedRunner` pool. Cluster mode: services are reached at their URLs and 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -13,14 +14,19 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.orchestrator import repository as repo
 from services.orchestrator.db import open_database
 from services.orchestrator.jobs import Dispatcher, EmbeddedRunner
 from services.orchestrator.settings import orchestrator_settings
 from shared import SERVICES
 from shared.client import ServiceClients
+from shared.logging import bind_run_id
 from shared.settings import Settings
 
 COMPUTE_SERVICES: tuple[str, ...] = tuple(s for s in SERVICES if s != "orchestrator")
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -30,6 +36,24 @@ class Runtime:
     sessions: sessionmaker[Session]
     dispatcher: Dispatcher
     clients: ServiceClients | None
+
+
+def handle_abandoned(runner: EmbeddedRunner, sessions: sessionmaker[Session], *, resume: bool) -> list[str]:
+    """The embedded server's rule for experiments another process left unfinished (an interrupted ``tasmoe run``
+    on the same database): each is logged with its runs' progress; they are resumed only with
+    ``TASMOE_RESUME_STALE=true``, otherwise left alone for ``tasmoe experiments list|cancel|clean``."""
+    with sessions() as s:
+        found = repo.abandoned_experiments(session=s)
+        for exp_id in found:
+            runs = repo.runs_of(session=s, exp_id=exp_id)
+            where = ", ".join(f"{r.scenario} {r.status.value} at window {r.next_window} of {r.n_windows or '?'}"
+                              for r in runs)
+            verb = "resuming" if resume else "not resuming (TASMOE_RESUME_STALE=false; tasmoe experiments cancel)"
+            with bind_run_id(exp_id):
+                log.warning("%s experiment %s left unfinished by another process: %s", verb, exp_id, where)
+    if found and not resume:
+        runner.ignore_experiments(found)
+    return found
 
 
 @asynccontextmanager
@@ -54,6 +78,7 @@ async def runtime(settings: Settings, *, clients: ServiceClients | None = None,
                 stack.callback(clients.close)
             runner = EmbeddedRunner(sessions=sessions, clients=clients, lease_s=lease,
                                     max_workers=osettings.pool_workers, reap_interval_s=max(lease / 2, 1.0))
+            handle_abandoned(runner, sessions, resume=osettings.resume_stale)
             runner.recover()
             dispatcher = runner
         try:

@@ -21,6 +21,11 @@ class OrchestratorSettings(Settings):
                     "GIL). The API server's embedded runtime always uses threads.")
     task_time_limit_s: float = Field(default=4 * 3600.0, gt=0, description="Celery hard time limit of one run")
     celery_queue: str = Field(default="tasmoe", min_length=1, description="the Celery queue runs are sent to")
+    resume_stale: bool = Field(
+        default=False,
+        description="embedded API server (tasmoe serve): at start-up, resume experiments another process left "
+                    "unfinished (an interrupted tasmoe run / make run). Off: they are listed in the log and left "
+                    "alone (tasmoe experiments list|cancel|clean). Celery workers always resume expired runs")
     worker_services: str = Field(
         default="urls", min_length=1,
         description="how a Celery worker reaches the compute services: 'urls' (TASMOE_<SERVICE>_URL), 'embedded' "
