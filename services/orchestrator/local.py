@@ -242,6 +242,11 @@ def print_summary(res: LocalResult, stream: TextIO | None = None) -> None:
               file=stream)
     if res.capacity is not None:
         print(res.capacity.line(), file=stream)
+        if rows and all(int(r["tokens"]) == 0 for r in rows):
+            sim_ms = max(float(r["sim_time_ms"]) for r in rows)
+            print(f"note: no token completed: the run ({sim_ms:g} ms simulated) is shorter than one micro-batch "
+                  f"({res.capacity.makespan_ms:.1f} ms alone on the chip); ips is 0 and lat_* are lower bounds "
+                  "(lat_censored = 1)", file=stream)
     print(f"experiment {res.experiment_id}: {sum(res.windows.values())} windows in {res.wall_s:.1f} s -> "
           f"{res.out_dir}", file=stream)
     if res.ok and set(res.csvs) == {"baseline", "taps", "tacs", "tas"}:

@@ -87,3 +87,13 @@ def test_quick_run_prints_a_four_row_table(tmp_path: Path, monkeypatch: pytest.M
     assert all(int(r[6]) > 0 and float(r[3]) > 0 for r in rows)  # tokens completed, throughput
     assert (tmp_path / "quick" / "baseline" / "mixtral-8x7b.series.csv.gz").is_file()
     assert cli_main(["run", "--quick", "--workload", "configs/workload_mixtral_8x7b.yaml"]) == 2
+
+
+def test_a_run_shorter_than_a_micro_batch_says_why_no_token_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TASMOE_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("TASMOE_DATABASE_URL", f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    assert cli_main(["--log-level", "ERROR", "run", "--windows", "2", "--scenarios", "baseline", "--quiet",
+                     "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "note: no token completed: the run (6 ms simulated) is shorter than one micro-batch" in out
