@@ -6,13 +6,19 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.orchestrator.app import create_app
 from services.orchestrator.db import make_engine, session_factory, upgrade
+from shared.client import ServiceClients
+from shared.settings import Settings
+from tests.orchestrator import fakes
 
 
 @dataclass
@@ -69,3 +75,15 @@ def sqlite(tmp_path: Path) -> Iterator[Db]:
 @pytest.fixture()
 def pg(postgres_url: str) -> Iterator[Db]:
     yield from postgres_db(postgres_url)
+
+
+# a small workload for the HTTP API tests, and the orchestrator app (embedded) over the fake compute services
+SMALL_WL: dict[str, Any] = {"model": "mixtral-8x7b", "sequence": {"steps": 12, "micro_batch": 4}}
+
+
+@pytest.fixture()
+def api(settings: Settings) -> Iterator[TestClient]:
+    clients = ServiceClients(settings, asgi_apps=fakes.build_apps(settings))
+    with TestClient(create_app(settings, clients=clients)) as tc:
+        yield tc
+    clients.close()

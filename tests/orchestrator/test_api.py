@@ -4,27 +4,13 @@ windows, log, cancel, SSE, sweeps, errors."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from services.orchestrator.app import create_app
-from shared.client import ServiceClients
-from shared.settings import Settings
-from tests.orchestrator import fakes
-
-SMALL_WL: dict[str, Any] = {"model": "mixtral-8x7b", "sequence": {"steps": 12, "micro_batch": 4}}
-
-
-@pytest.fixture()
-def api(settings: Settings) -> Iterator[TestClient]:
-    clients = ServiceClients(settings, asgi_apps=fakes.build_apps(settings))
-    with TestClient(create_app(settings, clients=clients)) as tc:
-        yield tc
-    clients.close()
+from tests.orchestrator.conftest import SMALL_WL
 
 
 def _wait(api: TestClient, exp_id: str, timeout: float = 60.0) -> dict[str, Any]:

@@ -3,32 +3,17 @@ Temg: one error naming the field, once, before anything is created (CLI exit 2 w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from services.cli import main as cli_main
-from services.orchestrator.app import create_app
 from services.orchestrator.schemas import ExperimentRequest
 from services.orchestrator.service import resolve_spec
-from shared.client import ServiceClients
 from shared.errors import BadInput
-from shared.settings import Settings
 from tests.conftest import CONFIGS
-from tests.orchestrator import fakes
-
-SMALL_WL: dict[str, Any] = {"model": "mixtral-8x7b", "sequence": {"steps": 12, "micro_batch": 4}}
-
-
-@pytest.fixture()
-def api(settings: Settings) -> Iterator[TestClient]:
-    clients = ServiceClients(settings, asgi_apps=fakes.build_apps(settings))
-    with TestClient(create_app(settings, clients=clients)) as tc:
-        yield tc
-    clients.close()
+from tests.orchestrator.conftest import SMALL_WL
 
 
 def _one_line_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
