@@ -33,14 +33,6 @@ class TacsThresholds(StrictModel):
     Thot: float = 80.0
     Temg: float = 90.0
 
-    @model_validator(mode="after")
-    def _ordered(self) -> TacsThresholds:
-        # Thot (TACS acts above it) below Temg (emergency); Thot above the ambient is checked where the arch config
-        # meets this one (services/orchestrator/service.py check_cross_fields)
-        if not self.Thot < self.Temg:
-            raise ValueError(f"Thot ({self.Thot:g} °C) must be below Temg ({self.Temg:g} °C)")
-        return self
-
 
 class TacsCost(StrictModel):
     lambda_hops: float = Field(default=1.0, ge=0)

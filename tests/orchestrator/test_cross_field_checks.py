@@ -32,7 +32,7 @@ def test_cli_config_refuses_an_unknown_model_and_unordered_thresholds(tmp_path: 
     tas = tmp_path / "tas.yaml"
     for thot, temg in ((95, 90), (90, 90)):
         tas.write_text(f"tacs:\n  thresholds: {{Thot: {thot}, Temg: {temg}}}\n")
-        _one_line_exit_2(capsys, ["config", "tas", str(tas)], "must be below Temg")
+        _one_line_exit_2(capsys, ["config", "tas", str(tas)], "Temg must be > thresholds.Thot")
 
 
 @pytest.mark.parametrize("thot", [-80.0, 45.0])
