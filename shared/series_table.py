@@ -109,29 +109,60 @@ def row_of(w: Mapping[str, Any], cols: Sequence[str]) -> list[str]:
     return [_num(vals.get(c)) for c in cols]
 
 
+class SeriesTableWriter:
+    """Writes windows (JSON form of `WindowMetrics`, in window order) to a ``.series.csv.gz`` file as they come:
+    ``add(chunk)`` any number of times, then ``close()``, which renames the temporary file over ``path`` (atomic;
+    no window: no file). A context manager closes it; an exception inside drops the temporary file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.with_name(self.path.name + ".tmp")
+        self._raw = self._tmp.open("wb")
+        self._gz = gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0)
+        self._text = io.TextIOWrapper(self._gz, encoding="utf-8", newline="")
+        self._out = csv.writer(self._text, lineterminator="\n")
+        self._cols: list[str] | None = None
+        self.n = 0
+
+    def add(self, chunk: Iterable[Mapping[str, Any]]) -> None:
+        for w in chunk:
+            if self._cols is None:
+                self._cols = columns_for(w)
+                self._out.writerow(self._cols)
+            self._out.writerow(row_of(w, self._cols))
+            self.n += 1
+
+    def _shut(self) -> None:
+        self._text.close()  # closes the gzip stream, which does not close the raw file it was given
+        self._raw.close()
+
+    def close(self) -> int:
+        self._shut()
+        if self.n == 0:
+            self._tmp.unlink()
+        else:
+            self._tmp.replace(self.path)
+        return self.n
+
+    def __enter__(self) -> SeriesTableWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._shut()
+            self._tmp.unlink(missing_ok=True)
+
+
 def write_series_table(path: Path, chunks: Iterable[Sequence[Mapping[str, Any]]]) -> int:
-    """Write the windows (JSON form of `WindowMetrics`, streamed in chunks in window order) to ``path``, atomically
-    (a temporary file renamed over it). Returns the number of windows; no window writes no file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    n = 0
-    cols: list[str] | None = None
-    with tmp.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
-            io.TextIOWrapper(gz, encoding="utf-8", newline="") as text:
-        out = csv.writer(text, lineterminator="\n")
+    """Write the windows (JSON form of `WindowMetrics`, streamed in chunks in window order) to ``path``, atomically.
+    Returns the number of windows; no window writes no file."""
+    with SeriesTableWriter(path) as w:
         for chunk in chunks:
-            for w in chunk:
-                if cols is None:
-                    cols = columns_for(w)
-                    out.writerow(cols)
-                out.writerow(row_of(w, cols))
-                n += 1
-    if n == 0:
-        tmp.unlink()
-        return 0
-    tmp.replace(path)
-    return n
+            w.add(chunk)
+    return w.n
 
 
 def read_series_table(path: Path) -> dict[str, np.ndarray]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -22,10 +23,11 @@ from services.orchestrator.schemas import ExperimentSpec
 from services.orchestrator.service import results_csv
 from shared.client import ServiceClients
 from shared.errors import TasmoeError
-from shared.series_table import series_path, write_series_table
+from shared.series_table import SeriesTableWriter, series_path
 from shared.window_series import FIGURE_ARGS_FILE, WINDOWS_SUFFIX, coarsen, write_windows_jsonl
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PLOT_KINDS = ("temperature", "performance", "heatmap", "power")
 # windows per scenario in a plot request: ~15 kB of JSON each (64 cores, 64 x 8 vault temperatures, 224 links), so
@@ -38,6 +40,13 @@ def warmup_ms(spec: ExperimentSpec, n_windows: int) -> float:
     own ``n_windows``, as window_loop runs it) times the window."""
     window_ms = spec.tas.tacs.window_ms
     return min(spec.arch.thermal.warmup_windows(window_ms), n_windows) * window_ms
+
+
+def _tap(chunks: Iterable[T], sink: Callable[[T], None]) -> Iterator[T]:
+    """``chunks`` unchanged, each also handed to ``sink`` first."""
+    for c in chunks:
+        sink(c)
+        yield c
 
 
 class _NoBaseline(Exception):
@@ -57,19 +66,20 @@ def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClie
         runs = [r for r in repo.runs_of(session=s, exp_id=exp_id) if r.status == RunStatus.succeeded]
         rows: list[dict[str, Any]] = [r.result_row for r in runs if r.result_row is not None]
         run_windows = {r.scenario: (r.id, repo.window_count(session=s, run_id=r.id)) for r in runs}
-    # figures get each run's series merged to at most MAX_PLOT_WINDOWS windows (shared/window_series.py), read in
-    # chunks: a long run's windows never sit in memory or in one request at once
-    windows = {sc: list(coarsen(repo.iter_window_metrics(sessions=sessions, run_id=rid), n_windows=n,
-                                max_windows=MAX_PLOT_WINDOWS))
-               for sc, (rid, n) in run_windows.items()}
     out.mkdir(parents=True, exist_ok=True)
     label = spec.workload.label
+    # one pass over each run's windows, read in chunks (a long run's windows never sit in memory or in one request
+    # at once): every window into the series table, and the figures' copy merged to at most MAX_PLOT_WINDOWS windows
+    # (shared/window_series.py)
+    windows: dict[str, list[dict[str, Any]]] = {}
+    for sc, (rid, n) in run_windows.items():
+        with SeriesTableWriter(series_path(out, sc, label)) as table_w:
+            chunks = repo.iter_window_metrics(sessions=sessions, run_id=rid)
+            windows[sc] = list(coarsen(_tap(chunks, table_w.add), n_windows=n, max_windows=MAX_PLOT_WINDOWS))
+        write_windows_jsonl(out / sc / f"{label}{WINDOWS_SUFFIX}", windows[sc])
     warm_ms = warmup_ms(spec, max((n for _, n in run_windows.values()), default=0))
     figure_args = {"workload": label, "mesh": list(spec.arch.mesh.cores), "thot_c": spec.tas.tacs.thresholds.Thot,
                    "warmup_ms": warm_ms}
-    for sc, (rid, _) in run_windows.items():
-        write_series_table(series_path(out, sc, label), repo.iter_window_metrics(sessions=sessions, run_id=rid))
-        write_windows_jsonl(out / sc / f"{label}{WINDOWS_SUFFIX}", windows[sc])
     summary = out / "summary.csv"
     summary.write_text(table, encoding="utf-8")
     if not rows:

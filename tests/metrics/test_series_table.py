@@ -9,7 +9,7 @@ import pytest
 
 from shared.contracts.metrics import WindowMetrics
 from shared.errors import NotFound
-from shared.series_table import POWER_COMPONENTS, read_series_table, write_series_table
+from shared.series_table import POWER_COMPONENTS, SeriesTableWriter, read_series_table, write_series_table
 
 
 def _chunks(ws: list[WindowMetrics], size: int) -> list[list[dict[str, object]]]:
@@ -48,3 +48,11 @@ def test_a_window_without_latencies_has_empty_fields(runs: dict[str, list[Window
     write_series_table(p, _chunks(ws, 2))
     t = read_series_table(p)
     assert t["lat_count"].tolist() == [0.0, 0.0] and np.isnan(t["lat_mean_ms"]).all()
+
+
+def test_an_interrupted_writer_leaves_no_file(runs: dict[str, list[WindowMetrics]], tmp_path: Path) -> None:
+    p = tmp_path / "x.series.csv.gz"
+    with pytest.raises(RuntimeError), SeriesTableWriter(p) as w:
+        w.add(_chunks(runs["tas"], 3)[0])
+        raise RuntimeError("the database went away")
+    assert list(tmp_path.iterdir()) == []
