@@ -14,12 +14,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from services import optional_module
+from services.commands import COMMANDS
 from shared import DEFAULT_PORTS, SERVICES
-from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
-from shared.configs.base import StrictModel
 from shared.errors import BadInput, NotFound, TasmoeError
 from shared.logging import setup_logging
-from shared.settings import get_settings, load_settings
 
 EXIT_USAGE = 2
 
@@ -33,6 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from services.root_app import build_app
+    from shared.settings import get_settings
 
     port = args.port if args.port is not None else DEFAULT_PORTS.get(args.service, 8000)
     uvicorn.run(build_app(args.service, get_settings()), host=args.host, port=port,
@@ -40,11 +39,15 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-_CONFIG_KINDS: dict[str, type[StrictModel]] = {"arch": ArchConfig, "workload": WorkloadConfig, "tas": TasParams}
+_CONFIG_KINDS = ("arch", "tas", "workload")
 
 
 def _config_check(args: argparse.Namespace) -> int:
-    model = _CONFIG_KINDS[args.kind]
+    from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
+    from shared.configs.base import StrictModel
+
+    kinds: dict[str, type[StrictModel]] = {"arch": ArchConfig, "workload": WorkloadConfig, "tas": TasParams}
+    model = kinds[args.kind]
     cfg: StrictModel = load_config(args.file, model)
     zoo = optional_module("workload", "zoo")
     if isinstance(cfg, WorkloadConfig) and zoo is not None:
@@ -63,13 +66,11 @@ def _config_check(args: argparse.Namespace) -> int:
 
 def _openapi(args: argparse.Namespace) -> int:
     from services.root_app import write_openapi
+    from shared.settings import get_settings
 
     for path in write_openapi(Path(args.out), get_settings()):
         print(path)
     return 0
-
-
-PLATFORM_COMMANDS = frozenset({"serve", "config", "openapi"})
 
 
 def _command_of(argv: Sequence[str]) -> str | None:
@@ -85,8 +86,17 @@ def _command_of(argv: Sequence[str]) -> str | None:
     return None
 
 
-def build_parser(*, include_services: bool = True) -> argparse.ArgumentParser:
-    """The full parser; ``include_services=False`` leaves out the services' own subcommands (and their imports)."""
+ALL_COMMANDS = "*"
+
+
+def _not_loaded(args: argparse.Namespace) -> int:  # pragma: no cover - main() loads the command it parses
+    raise BadInput(f"the command {args.command!r} was not loaded")
+
+
+def build_parser(only: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
+    """The parser of every command (default). With ``only`` (a command name, or None for none), only the service
+    that owns that command is imported and registered (``services.commands.COMMANDS``); every other service command
+    is a stub that carries its help line, so ``tasmoe --help`` lists them all without importing a service."""
     parser = _Parser(prog="tasmoe", description="TAS-MoE Lab: thermal-aware MoE scheduling on a 3D-stacked chip.")
     parser.add_argument("--log-level", default=None, type=str.upper,
                         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
@@ -101,7 +111,7 @@ def build_parser(*, include_services: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=_serve)
 
     p = sub.add_parser("config", help="validate a config file and print its content hash")
-    p.add_argument("kind", choices=sorted(_CONFIG_KINDS), help="which config model the file holds")
+    p.add_argument("kind", choices=_CONFIG_KINDS, help="which config model the file holds")
     p.add_argument("file", help="the YAML or JSON config file")
     p.add_argument("--json", action="store_true", help="print the config with defaults filled in")
     p.set_defaults(func=_config_check)
@@ -110,21 +120,32 @@ def build_parser(*, include_services: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--out", default="openapi", help="output folder (default: openapi)")
     p.set_defaults(func=_openapi)
 
-    for name in SERVICES if include_services else ():
+    owner = COMMANDS.get(only or "")
+    loaded = list(SERVICES) if only == ALL_COMMANDS else [owner.service] if owner is not None else []
+    for name in loaded:
         mod = optional_module(name, "cli")
         if mod is not None:
             mod.register(sub)
+    for cmd, owner in COMMANDS.items():
+        if owner.service not in loaded:
+            sub.add_parser(cmd, help=owner.help, add_help=False).set_defaults(func=_not_loaded)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # `tasmoe serve thermal` need not import the five other services' CLIs (and their dependencies) at start-up.
-    parser = build_parser(include_services=_command_of(argv) not in PLATFORM_COMMANDS)
+    # `tasmoe hotspot ...` imports the thermal service's CLI only, `tasmoe serve thermal` and `tasmoe --help` none.
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     try:
-        settings = load_settings()
-        setup_logging(args.log_level or settings.log_level, json_lines=settings.log_json)
+        command = COMMANDS.get(args.command)
+        if command is not None and not command.settings:
+            setup_logging(args.log_level or "WARNING")
+        else:
+            from shared.settings import load_settings  # pydantic-settings: loaded only by commands that read it
+
+            settings = load_settings()
+            setup_logging(args.log_level or settings.log_level, json_lines=settings.log_json)
         rc = args.func(args)
     except TasmoeError as exc:
         print(f"tasmoe {args.command}: error: {exc}", file=sys.stderr)

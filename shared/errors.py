@@ -7,19 +7,10 @@ the same message on one line and exits 2.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError
-
-
-class ErrorDetail(BaseModel):
-    code: str
-    message: str
-    field: str | None = None
-
-
-class ErrorBody(BaseModel):
-    error: ErrorDetail
+if TYPE_CHECKING:  # pydantic is not imported at run time: `tasmoe hotspot` and `tasmoe --help` start without it
+    from pydantic import ValidationError
 
 
 class TasmoeError(Exception):
@@ -39,7 +30,8 @@ class TasmoeError(Exception):
             self.status = status
 
     def body(self) -> dict[str, Any]:
-        return ErrorBody(error=ErrorDetail(code=self.code, message=self.message, field=self.field)).model_dump()
+        """The JSON error body (its schema: ``shared.service_app.ErrorBody``, tested to agree)."""
+        return {"error": {"code": self.code, "message": self.message, "field": self.field}}
 
     def __str__(self) -> str:
         return self.message

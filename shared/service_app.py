@@ -21,13 +21,23 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shared import __version__, json_codec
 from shared.blas import limit_blas_threads
-from shared.errors import ErrorBody, TasmoeError, first_validation_error, format_loc, humanize
+from shared.errors import TasmoeError, first_validation_error, format_loc, humanize
 from shared.logging import RUN_ID_HEADER, bind_run_id
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorBody(BaseModel):  # every 4xx/5xx answer; TasmoeError.body() builds this shape without pydantic
+    error: ErrorDetail
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": desc}

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from services.commands import command_help
 from services.lowering.costmodel import gemm_cost
 from services.lowering.isa import Builder, DeviceProfile
 from services.lowering.lower import lower_matmul
@@ -104,7 +105,7 @@ def _op(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("lower", help="lowering: GEMM cost, tile ISA streams")
+    p = sub.add_parser("lower", help=command_help("lower"))
     lsub = p.add_subparsers(dest="lower_command", metavar="WHAT", parser_class=type(p))
     lsub.required = True
     g = lsub.add_parser("gemm", help="cost one GEMM (M x K) . (K x N) and lower it to a tile ISA stream")

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from services.commands import command_help
 from services.metrics.compare import collect_result_rows, compare_all, compare_markdown, write_compare
 from services.metrics.plots import FORMATS, KINDS, render_plot
 from services.metrics.reduce import reduce_window_metrics, write_result_csv
@@ -59,15 +60,14 @@ def _reduce(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("compare", help="compare scenarios: reads DIR/<scenario>/<workload>.csv, writes comparison.csv "
-                                       "and comparison.md, prints the Markdown table")
+    p = sub.add_parser("compare", help=command_help("compare"))
     p.add_argument("results", help="results folder holding baseline/, taps/, tacs/, tas/")
     p.add_argument("--workload", default=None, help="only this workload (default: every workload found)")
     p.add_argument("--scenarios", default=None, help="comma-separated subset, baseline included (default: all four)")
     p.add_argument("--out", default=None, help="folder for comparison.csv and .md (default: the results folder)")
     p.set_defaults(func=_compare)
 
-    p = sub.add_parser("plot", help="render a figure from a results folder (PNG or SVG)")
+    p = sub.add_parser("plot", help=command_help("plot"))
     p.add_argument("kind", choices=KINDS, help="the figure to draw")
     p.add_argument("--results", required=True, help="folder holding <scenario>/<workload>.csv and .windows.jsonl")
     p.add_argument("--out", required=True, help="output file (.png or .svg)")
@@ -77,7 +77,7 @@ def register(sub: Any) -> None:
     p.add_argument("--thot", type=float, default=None, help="Thot line in °C (default: the CSV's thot_c)")
     p.set_defaults(func=_plot)
 
-    p = sub.add_parser("reduce", help="reduce a .windows.jsonl series to results/<scenario>/<workload>.csv")
+    p = sub.add_parser("reduce", help=command_help("reduce"))
     p.add_argument("windows", help="a .windows.jsonl file (one WindowMetrics JSON per line)")
     p.add_argument("--scenario", required=True, choices=SCENARIOS, help="the scenario the windows belong to")
     p.add_argument("--workload", required=True, help="workload label (the CSV's name)")

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.commands import command_help
 from services.orchestrator import repository as repo
 from services.orchestrator.db import open_database
 from services.orchestrator.local import check_ok, print_summary, progress_printer, run_local
@@ -39,7 +40,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("run", help="run an experiment embedded (four scenarios -> <out>/<scenario>/<workload>.csv)")
+    p = sub.add_parser("run", help=command_help("run"))
     p.add_argument("--arch", default="configs/arch_8x8_32x32x8.yaml", help="arch config (default: %(default)s)")
     p.add_argument("--workload", default=None, help=f"workload config (default: {DEFAULT_WORKLOAD})")
     p.add_argument("--tas", default="configs/tas_params.yaml", help="TAS parameters (default: %(default)s)")
@@ -120,8 +121,7 @@ def _experiments_clean(args: argparse.Namespace) -> int:
 
 
 def register_experiments(sub: Any) -> None:
-    p = sub.add_parser("experiments", help="list, cancel or clean up the experiments of a database (default: the "
-                                           "embedded results/tasmoe.sqlite3)")
+    p = sub.add_parser("experiments", help=command_help("experiments"))
     esub = p.add_subparsers(dest="experiments_command", metavar="ACTION", parser_class=type(p))
     esub.required = True
     db_help = "SQLAlchemy URL of the database (default: TASMOE_DATABASE_URL, else the embedded SQLite file)"

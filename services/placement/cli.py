@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from services.commands import command_help
 from services.placement.balance import balance, read_loads_file
 from services.placement.default import default_placement
 from services.placement.inputs import workload_inputs
@@ -59,7 +60,7 @@ def _balance(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("place", help="expert placement: TAPS / default mapping; 'place balance' for load balancing")
+    p = sub.add_parser("place", help=command_help("place"))
     p.add_argument("--arch", help="arch config YAML")
     p.add_argument("--workload", help="workload config YAML")
     p.add_argument("--tas", help="TAS parameters YAML")

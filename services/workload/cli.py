@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from services.commands import command_help
 from services.workload.service import ir_to_dict
 from services.workload.traces import DEFAULT_WINDOW_MS, generate_logical_traces, make_plan, trace_id_of
 from services.workload.zoo import get_model_config, register_model_file
@@ -70,7 +71,7 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("ir", help="WorkloadIR of a model: parameters, FLOPs and bytes per token, per-layer rows")
+    p = sub.add_parser("ir", help=command_help("ir"))
     p.add_argument("--model", required=True, help="zoo model (mixtral-8x7b, deepseek-v3, llama-3-8b, ...)")
     p.add_argument("--config", default=None, help="a HuggingFace-style config.json to register as --model")
     p.add_argument("--phase", choices=["decode", "prefill"], default="decode", help="default: %(default)s")
@@ -79,7 +80,7 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     p.set_defaults(func=_ir)
 
-    p = sub.add_parser("trace", help="write logical_compute.csv and logical_memory.csv for a workload config")
+    p = sub.add_parser("trace", help=command_help("trace"))
     p.add_argument("--workload", required=True, help="configs/workload_*.yaml")
     p.add_argument("--out", default="traces", help="output directory")
     p.add_argument("--window-ms", type=_positive_float, default=DEFAULT_WINDOW_MS, help="write chunk (window) size")

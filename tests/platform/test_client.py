@@ -269,3 +269,10 @@ def test_post_model_sends_a_model_and_validates_the_answer(tmp_path: Path) -> No
     assert client.get_model("/v1/thing", Echo).ok is True
     with pytest.raises(ValidationError):
         client.get_model("/v1/thing", Strict)
+
+
+@pytest.mark.parametrize("exc", [BadInput("bad", field="mesh.cores[0]"), NotFound("gone"), UpstreamError("down")])
+def test_error_body_matches_its_schema(exc: TasmoeError) -> None:
+    from shared.service_app import ErrorBody
+
+    assert ErrorBody.model_validate(exc.body()).model_dump() == exc.body()
