@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 UV_VERSION := 0.13.9
 STAMP := $(VENV)/.synced
 
-.PHONY: help venv run quick test test-fast lint openapi bench cluster cluster-down clean
+.PHONY: help venv kernels run quick test test-fast lint openapi bench cluster cluster-down clean
 
 help:
 	@echo "make run          set up .venv and run the main job (embedded mode)"
@@ -29,7 +29,14 @@ $(BIN)/uv: | $(BIN)/python
 # of every `make run`, every test subprocess).
 $(STAMP): pyproject.toml uv.lock Makefile | $(BIN)/uv
 	UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv sync --frozen --inexact --compile-bytecode --python $(BIN)/python
+	$(MAKE) --no-print-directory kernels
 	@touch $(STAMP)
+
+# The thermal service's numba kernels compiled into numba's cache (services/thermal/__pycache__) at install time, so
+# that no user's first `tasmoe hotspot -o ...`, `make run` or `make cluster` pays the compilation (~30-60 s).
+kernels: | $(BIN)/uv
+	$(BIN)/python -m services.thermal.spectral_kernels
+	$(BIN)/python -m services.thermal.exp_kernels
 
 venv: $(STAMP)
 

@@ -4,6 +4,7 @@ the HotSpot reference cases. Ratios are measured in the same run (shared, noisy 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -150,8 +151,70 @@ def bench_reference_steady() -> list[BenchRow]:
     return rows
 
 
+def _tasmoe() -> list[str]:
+    """The installed ``tasmoe`` command (what a user runs), else ``python -m services.cli``."""
+    exe = Path(sys.executable).with_name("tasmoe")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "services.cli"]
+
+
+def _process_median(argv: list[str], repeat: int, cwd: Path) -> float:
+    """Median wall time (s) of a whole process, start to exit (the first run, not counted, warms the OS caches)."""
+    import statistics
+    import subprocess
+
+    samples = []
+    for k in range(repeat + 1):
+        t0 = time.perf_counter()
+        subprocess.run(argv, cwd=cwd, check=True, capture_output=True)
+        if k:
+            samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def bench_whole_process(repeat: int = 5, n_batch: int = 8) -> list[BenchRow]:
+    """``tasmoe hotspot`` as a HotSpot user runs it, a whole process per case (issue 19), and in batch mode."""
+    import tempfile
+
+    ref = REFERENCE / "hotspot"
+    rows: list[BenchRow] = []
+    with tempfile.TemporaryDirectory(prefix="tasmoe-bench-") as tmp:
+        d = Path(tmp)
+        t_help = _process_median([*_tasmoe(), "--help"], repeat, d)
+        rows.append(BenchRow("thermal: `tasmoe --help`, whole process", f"{fmt_s(t_help)} median of {repeat}",
+                             note="imports no service (services/commands.py)"))
+        if not ref.is_dir():
+            return [*rows, BenchRow("thermal: whole-process HotSpot case", "skipped", note=f"no reference at {ref}")]
+        base = [*_tasmoe(), "hotspot", "-c", str(ref / "hotspot.config"), "-grid_layer_file",
+                str(ref / "S8" / "stack.lcf"), "-model_type", "grid"]
+        one = ref / "S8" / "steady_a_uniform.ptrace"
+        t_one = _process_median([*base, "-p", str(one), "-steady_file", str(d / "a.steady")], repeat, d)
+        opts = hotspot.parse_options(["-c", str(ref / "hotspot.config"), "-p", str(one), "-grid_layer_file",
+                                      str(ref / "S8" / "stack.lcf"), "-model_type", "grid"])
+        t_in, _ = time_call(lambda: hotspot.run(opts, SpectralSolver), repeat=repeat, warmup=1)
+        lo = HOTSPOT_STEADY_S["S8"][0]
+        rows.append(BenchRow("thermal: `tasmoe hotspot` S8 steady_a_uniform, whole process (start, parse, build, "
+                             "factor, solve, write)", f"{fmt_s(t_one)} median of {repeat}; {lo / t_one:.1f}x vs "
+                             f"HotSpot's {lo} s", "<= 0.4 s (>= 14x)", t_one <= 0.4,
+                             f"the same case in process (parse + build + factor + solve): {fmt_s(t_in)}, "
+                             f"so {t_one / t_in:.1f}x of the whole process is the in-process work"))
+        # batch: n traces (the reference map scaled), one process, against one case per process
+        header, values = one.read_text().splitlines()[:2]
+        traces = d / "traces"
+        traces.mkdir()
+        rng = np.random.default_rng(0)
+        for k in range(n_batch):
+            row = np.array(values.split(), dtype=float) * (0.5 + rng.random())
+            (traces / f"case_{k}.ptrace").write_text(header + "\n" + "\t".join(f"{v:.6f}" for v in row) + "\n")
+        t_batch = _process_median([*base, "--batch", str(traces), "-steady_file", str(d / "out")], repeat, d)
+        per_case = (t_batch - t_one) / (n_batch - 1)
+        rows.append(BenchRow(f"thermal: `tasmoe hotspot --batch` S8, {n_batch} steady cases in one process",
+                             f"{fmt_s(t_batch)} median of {repeat}; {fmt_s(per_case)} per added case",
+                             note=f"one case per process: {fmt_s(t_one)} each ({n_batch} = {fmt_s(n_batch * t_one)})"))
+    return rows
+
+
 def bench() -> list[BenchRow]:
-    return [*bench_default_stack(), *bench_reference_steady()]
+    return [*bench_default_stack(), *bench_reference_steady(), *bench_whole_process()]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -90,8 +90,9 @@ class HotspotOptions:
         return Path(v) if v else None
 
 
-def parse_options(args: Sequence[str]) -> HotspotOptions:
-    """HotSpot's command line: ``-name value`` pairs; command line overrides the ``-c`` config file."""
+def parse_options(args: Sequence[str], *, need_trace: bool = True) -> HotspotOptions:
+    """HotSpot's command line: ``-name value`` pairs; command line overrides the ``-c`` config file. ``need_trace``:
+    ``-p`` is required (the Python API builds a stack without one)."""
     if len(args) % 2:
         raise BadInput(f"options come in '-name value' pairs; {args[-1]!r} has no value", field=args[-1].lstrip("-"))
     cmd: list[tuple[str, str]] = []
@@ -123,7 +124,7 @@ def parse_options(args: Sequence[str]) -> HotspotOptions:
         raise BadInput("option -detailed_3D: expected 'on' or 'off'", field="detailed_3D")
     if (opts.text("grid_map_mode") or "").lower() not in ("avg", "min", "max", "center"):
         raise BadInput("option -grid_map_mode: expected avg, min, max or center", field="grid_map_mode")
-    if "p" not in values:
+    if need_trace and "p" not in values:
         raise BadInput("required option -p <power trace> missing", field="p")
     if "grid_layer_file" not in values and "f" not in values:
         raise BadInput("required option -f <floorplan> missing (or give -grid_layer_file)", field="f")
@@ -314,8 +315,14 @@ def _trace_layout(case: HotspotCase, names: tuple[str, ...], source: str) -> lis
 def run(opts: HotspotOptions, make_solver: SolverFactory | None = None) -> HotspotResult:
     """Solve one HotSpot input set: steady (average power) and, with ``-o``, the transient trace."""
     case = load_case(opts)
+    solver = (make_solver or default_solver)(case.net)
     p_path = opts.path("p")
     assert p_path is not None
+    return solve_trace(opts, case, solver, p_path)
+
+
+def solve_trace(opts: HotspotOptions, case: HotspotCase, solver: solvers.Solver, p_path: Path) -> HotspotResult:
+    """One power trace on a built case and solver (the factorisation is reused across traces: ``run_batch``)."""
     try:
         ptext = p_path.read_text()
     except OSError as exc:
@@ -331,7 +338,6 @@ def run(opts: HotspotOptions, make_solver: SolverFactory | None = None) -> Hotsp
             per_layer[n] = pw
         return case.node_power(per_layer)
 
-    solver = (make_solver or default_solver)(case.net)
     T_steady = solvers.steady(solver, node_power(trace.values.mean(axis=0)))
     transient = None
     if opts.path("o") is not None:
@@ -357,6 +363,98 @@ def run(opts: HotspotOptions, make_solver: SolverFactory | None = None) -> Hotsp
             rows.append(out)
         transient = np.vstack(rows)
     return HotspotResult(T_steady, trace.names, transient, case)
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """``tasmoe hotspot``'s words: HotSpot's own options, plus ours (``-p`` may repeat, ``--batch DIR``,
+    ``--compare HOTSPOT_OUTPUT``)."""
+
+    options: list[str]  # HotSpot's '-name value' pairs, without -p
+    traces: list[Path]  # every -p, in order
+    batch_dirs: list[Path]
+    compare: Path | None
+
+    @property
+    def is_batch(self) -> bool:
+        return bool(self.batch_dirs) or len(self.traces) > 1
+
+
+def split_command_line(args: Sequence[str]) -> CommandLine:
+    options: list[str] = []
+    traces: list[Path] = []
+    dirs: list[Path] = []
+    compare: Path | None = None
+    for k in range(0, len(args), 2):
+        pair = list(args[k:k + 2])
+        if len(pair) < 2:
+            options.extend(pair)  # parse_options names the option without a value
+        elif pair[0] == "-p":
+            traces.append(Path(pair[1]))
+        elif pair[0] == "--batch":
+            dirs.append(Path(pair[1]))
+        elif pair[0] == "--compare":
+            if compare is not None:
+                raise BadInput("--compare is given twice", field="compare")
+            compare = Path(pair[1])
+        else:
+            options.extend(pair)
+    cl = CommandLine(options, traces, dirs, compare)
+    if cl.is_batch and compare is not None:
+        raise BadInput("--compare takes one power trace (-p), not a batch", field="compare")
+    return cl
+
+
+# -- batch mode: many power traces, one model build and one factorisation -------------------------------------------
+BATCH_SUFFIX = {"steady_file": ".steady", "grid_steady_file": ".grid.steady", "o": ".ttrace"}
+
+
+def batch_traces(paths: Sequence[Path], dirs: Sequence[Path]) -> list[Path]:
+    """The power traces of a batch: the ``-p`` files in order, then every ``*.ptrace`` of each ``--batch`` folder
+    (sorted by name). Two traces with one file stem would write the same outputs: refused."""
+    traces = list(paths)
+    for d in dirs:
+        if not d.is_dir():
+            raise BadInput(f"--batch {d}: not a directory", field="batch")
+        found = sorted(d.glob("*.ptrace"))
+        if not found:
+            raise BadInput(f"--batch {d}: no *.ptrace file in it", field="batch")
+        traces.extend(found)
+    stems: dict[str, Path] = {}
+    for t in traces:
+        if t.stem in stems:
+            raise BadInput(f"power traces {stems[t.stem]} and {t} have the same name {t.stem!r}: their outputs "
+                           "would overwrite each other", field="p")
+        stems[t.stem] = t
+    return traces
+
+
+def case_options(opts: HotspotOptions, trace: Path) -> HotspotOptions:
+    """A batch case's options: ``-p`` is the trace, each output option names a folder and the case writes
+    ``<folder>/<trace stem><suffix>`` (``.steady``, ``.grid.steady``, ``.ttrace``)."""
+    values = dict(opts.values, p=str(trace))
+    for name, suffix in BATCH_SUFFIX.items():
+        if name in values:
+            values[name] = str(Path(values[name]) / f"{trace.stem}{suffix}")
+    return HotspotOptions(values)
+
+
+def run_batch(opts: HotspotOptions, traces: Sequence[Path], make_solver: SolverFactory | None = None,
+              ) -> list[tuple[Path, HotspotResult]]:
+    """Solve every trace on one case and one solver: N steady cases cost one model build, one factorisation and N
+    solves (the transient's shifted factorisations are cached by the solver too). Writes each case's outputs."""
+    for name in BATCH_SUFFIX:
+        if name in opts.values:
+            Path(opts.values[name]).mkdir(parents=True, exist_ok=True)
+    case = load_case(opts)
+    solver = (make_solver or default_solver)(case.net)
+    out = []
+    for trace in traces:
+        copts = case_options(opts, trace)
+        res = solve_trace(copts, case, solver, trace)
+        write_outputs(copts, res)
+        out.append((trace, res))
+    return out
 
 
 def default_solver(net: RCNetwork) -> solvers.Solver:

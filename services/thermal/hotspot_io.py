@@ -269,33 +269,28 @@ def block_map(flp: Floorplan, width: float, height: float, rows: int, cols: int,
     j2 = _tolerant_ceil(ru / cw)
     i1, j1 = np.maximum(i1, 0), np.maximum(j1, 0)
     i2, j2 = np.minimum(i2, rows), np.minimum(j2, cols)
-    o_rows: list[np.ndarray] = []
-    o_cols: list[np.ndarray] = []
-    o_vals: list[np.ndarray] = []
-    a_vals: list[np.ndarray] = []
-    for u in range(flp.n_units):
-        gi, gj = np.meshgrid(np.arange(i1[u], i2[u]), np.arange(j1[u], j2[u]), indexing="ij")
-        ii, jj = gi.ravel(), gj.ravel()
-        if ii.size == 0:
-            raise BadInput(f"{flp.source}: block {flp.names[u]} covers no grid cell", field=flp.names[u])
-        lc, rc = jj * cw, (jj + 1) * cw
-        tc, bc = height - ii * ch, height - (ii + 1) * ch
-        oh = np.minimum(tu[u], tc) - np.maximum(bu[u], bc)
-        ow = np.minimum(ru[u], rc) - np.maximum(lu[u], lc)
-        oh = np.where(np.abs(oh / ch) < DELTA, 0.0, np.where(np.abs(oh / ch - 1) < DELTA, ch, oh))
-        ow = np.where(np.abs(ow / cw) < DELTA, 0.0, np.where(np.abs(ow / cw - 1) < DELTA, cw, ow))
-        occ = np.clip(oh, 0, None) * np.clip(ow, 0, None) / (ch * cw)
-        cells = ii * cols + jj
-        o_rows.append(cells)
-        o_cols.append(np.full(cells.shape, u))
-        o_vals.append(occ)
-        a_vals.append(np.full(cells.shape, 1.0 / cells.size))
-    R = np.concatenate(o_rows)
-    U = np.concatenate(o_cols)
-    occ_m = sp.csr_matrix((np.concatenate(o_vals), (R, U)), shape=(rows * cols, flp.n_units))
+    # every block's bounding box of cells, all blocks at once: entry k of block u is cell (i1 + k // nj, j1 + k % nj)
+    ni, nj = np.maximum(i2 - i1, 0), np.maximum(j2 - j1, 0)
+    counts = ni * nj
+    empty = np.flatnonzero(counts == 0)
+    if empty.size:
+        u = empty[0]
+        raise BadInput(f"{flp.source}: block {flp.names[u]} covers no grid cell", field=flp.names[u])
+    U = np.repeat(np.arange(flp.n_units), counts)
+    k = np.arange(U.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    ii, jj = i1[U] + k // nj[U], j1[U] + k % nj[U]
+    lc, rc = jj * cw, (jj + 1) * cw
+    tc, bc = height - ii * ch, height - (ii + 1) * ch
+    oh = np.minimum(tu[U], tc) - np.maximum(bu[U], bc)
+    ow = np.minimum(ru[U], rc) - np.maximum(lu[U], lc)
+    oh = np.where(np.abs(oh / ch) < DELTA, 0.0, np.where(np.abs(oh / ch - 1) < DELTA, ch, oh))
+    ow = np.where(np.abs(ow / cw) < DELTA, 0.0, np.where(np.abs(ow / cw - 1) < DELTA, cw, ow))
+    occ = np.clip(oh, 0, None) * np.clip(ow, 0, None) / (ch * cw)
+    R = ii * cols + jj
+    occ_m = sp.csr_matrix((occ, (R, U)), shape=(rows * cols, flp.n_units))
     block_area = flp.width * flp.height
     pw = sp.csr_matrix(occ_m.multiply((cw * ch) / block_area[None, :]))
-    avg = sp.csr_matrix((np.concatenate(a_vals), (U, R)), shape=(flp.n_units, rows * cols))
+    avg = sp.csr_matrix((1.0 / counts[U], (U, R)), shape=(flp.n_units, rows * cols))
     return BlockMap(occ_m, pw, avg, np.stack([i1, i2, j1, j2], axis=1))
 
 

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import scipy.sparse as sp
-import scipy.sparse.linalg as spla
 
 from services.thermal.network import RCNetwork
 from services.thermal.rational import exp_poles
+
+if TYPE_CHECKING:  # imported by SparseSolver.factor: the spectral path never loads SuperLU (~40 ms of start-up)
+    import scipy.sparse.linalg as spla
 
 GAMMA = 2.0 - math.sqrt(2.0)
 D_TRBDF2 = 1.0 - 1.0 / math.sqrt(2.0)  # = γ/2 = (1−γ)/(2−γ)
@@ -57,6 +59,8 @@ class SparseSolver:
             lu = self._lu.get(alpha)
             if lu is None:
                 A = self._G + sp.diags(alpha * self.net.capacitance) if alpha else self._G
+                import scipy.sparse.linalg as spla
+
                 lu = spla.splu(sp.csc_matrix(A), permc_spec="COLAMD")
                 self._lu[alpha] = lu
                 while len(self._lu) > MAX_SPARSE_FACTORS:

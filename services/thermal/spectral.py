@@ -27,7 +27,6 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.fft as sfft
 
 from services.thermal.network import N_RING, RCNetwork
 from services.thermal.rational import exp_poles
@@ -103,6 +102,16 @@ class SpectralSolver:
         self._edge_flat = ei * C + ej  # (ke,)
         ke = ei.size
         self._ke = ke
+        # the border as segments (kind, fixed index, varying indices, positions in border order) for _edge_block:
+        # rows 0 and R-1 (every column), columns 0 and C-1 (rows 1..R-2)
+        at = np.full((R, C), -1)
+        at[ei, ej] = np.arange(ke)
+        inner = np.arange(1, R - 1)
+        self._segments: list[tuple[str, int, np.ndarray, np.ndarray]] = [
+            (kind, fix, var, at[fix, var] if kind == "row" else at[var, fix])
+            for kind, fix, var in (("row", 0, np.arange(C)), ("row", R - 1, np.arange(C)),  # R, C >= 2 (network)
+                                   ("col", 0, inner), ("col", C - 1, inner))
+            if var.size]
         DR, DC = _dct_matrix(R), _dct_matrix(C)
         self._DR, self._DC, self._ei, self._ej = DR, DC, ei, ej
         self._DRt, self._DCt = np.ascontiguousarray(DR.T), np.ascontiguousarray(DC.T)
@@ -172,13 +181,34 @@ class SpectralSolver:
 
     def _edge_block(self, w: np.ndarray) -> np.ndarray:
         """``Fᵀ·diag(w)·F`` (edge cells × edge cells) for mode weights ``w`` (P,), using the separable DCT basis:
-        ``Q[p] = DCᵀ·diag(w[p, :])·DC`` then ``S[e, f] = Σ_p DR[p, i_e]·DR[p, i_f]·Q[p, j_e, j_f]``."""
+        ``S[e, f] = Σ_p Σ_q DR[p, i_e]·DR[p, i_f]·DC[q, j_e]·DC[q, j_f]·W[p, q]`` (``W`` = ``w`` as R × C).
+
+        The border is four segments, each a row (fixed ``i``) or a column (fixed ``j``); the block of ``S`` between
+        two segments is two matrix products, ``R·C·max(R, C)`` operations, and no (R, ke, ke) array is formed:
+        row × row: ``DC[:, J]ᵀ·diag(a)·DC[:, J']`` with ``a = (DR[:, i]·DR[:, i'])ᵀ·W``; column × column:
+        ``DR[:, I]ᵀ·diag(b)·DR[:, I']`` with ``b = W·(DC[:, j]·DC[:, j'])``; row × column:
+        ``DC[:, J]ᵀ·Xᵀ·DR[:, I']`` with ``X = diag(DR[:, i])·W·diag(DC[:, j'])``."""
         R, C = self.shape[1], self.shape[2]
         W = w.reshape(R, C)
-        Q = (self._DC.T[None, :, :] * W[:, None, :]) @ self._DC  # (R, C, C)
-        Qe = Q[:, self._ej][:, :, self._ej]  # (R, ke, ke)
-        Re = self._DR[:, self._ei]  # (R, ke)
-        out: np.ndarray = np.einsum("pe,pf,pef->ef", Re, Re, Qe, optimize=True)
+        DR, DC = self._DR, self._DC
+        out = np.empty((self._ke, self._ke), dtype=np.result_type(w, np.float64))
+        segs = self._segments
+        for s, (kind_s, fix_s, var_s, pos_s) in enumerate(segs):
+            for kind_t, fix_t, var_t, pos_t in segs[s:]:
+                if kind_s == "row" and kind_t == "row":
+                    a = (DR[:, fix_s] * DR[:, fix_t]) @ W
+                    block = DC[:, var_s].T @ (a[:, None] * DC[:, var_t])
+                elif kind_s == "col" and kind_t == "col":
+                    b = W @ (DC[:, fix_s] * DC[:, fix_t])
+                    block = DR[:, var_s].T @ (b[:, None] * DR[:, var_t])
+                elif kind_s == "row":  # row s × column t
+                    X = DR[:, fix_s][:, None] * W * DC[:, fix_t][None, :]
+                    block = (DC[:, var_s].T @ X.T) @ DR[:, var_t]
+                else:  # column s × row t: the transpose of row t × column s
+                    X = DR[:, fix_t][:, None] * W * DC[:, fix_s][None, :]
+                    block = ((DC[:, var_t].T @ X.T) @ DR[:, var_s]).T
+                out[np.ix_(pos_s, pos_t)] = block
+                out[np.ix_(pos_t, pos_s)] = block.T
         return out
 
     def factor(self, alpha: complex) -> _Factor:
@@ -227,6 +257,8 @@ class SpectralSolver:
         two matrix products (BLAS; ~2x faster than pocketfft at 64 × 64), beyond that by FFT."""
         if self._gemm_dct:
             return self._per_layer(self._DR, X, self._DCt)
+        import scipy.fft as sfft  # grids beyond 128 cells a side only (~50 ms of start-up otherwise)
+
         res: np.ndarray = sfft.dctn(X, type=2, axes=(1, 2), norm="ortho")
         return res
 
@@ -234,6 +266,8 @@ class SpectralSolver:
         """Inverse of ``_dct_layers``: ``X = DRᵀ·X̂·DC``."""
         if self._gemm_dct:
             return self._per_layer(self._DRt, Xh, self._DC)
+        import scipy.fft as sfft
+
         res: np.ndarray = sfft.idctn(Xh, type=2, axes=(1, 2), norm="ortho")
         return res
 

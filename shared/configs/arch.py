@@ -148,7 +148,8 @@ InitFile = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\.jso
 
 
 class ThermalModelConfig(StrictModel):
-    grid: tuple[Annotated[int, Field(ge=1, le=MAX_GRID_SIDE)], Annotated[int, Field(ge=1, le=MAX_GRID_SIDE)]] = (64, 64)
+    # >= 2: the network needs a border row and column on each side (thermal/network.py)
+    grid: tuple[Annotated[int, Field(ge=2, le=MAX_GRID_SIDE)], Annotated[int, Field(ge=2, le=MAX_GRID_SIDE)]] = (64, 64)
     variant: Literal["physical", "hotspot"] = "physical"  # see services/thermal: named variants of one builder
     solver: Literal["auto", "spectral", "sparse"] = "auto"
     # window step: "exponential" is exact in time for the window's constant power up to the rational approximation
