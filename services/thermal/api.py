@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from services.thermal import solvers
-from services.thermal.hotspot import HotspotCase, load_case, parse_options
+from services.thermal.hotspot import HotspotCase, default_solver, load_case, parse_options
 from services.thermal.network import RCNetwork
 from shared.errors import BadInput
 
@@ -133,10 +133,8 @@ class Stack:
 
     @cached_property
     def solver(self) -> solvers.Solver:
-        if self._solver is None:
-            from services.thermal.spectral import SpectralSolver
-
-            self._solver = SpectralSolver(self.net)
+        if self._solver is None:  # spectral when every layer is laterally uniform, else sparse (solver_note)
+            self._solver = default_solver(self.net)
         return self._solver
 
     def _index(self, name: str) -> int:

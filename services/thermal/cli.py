@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from services.commands import command_help
 from services.thermal import hotspot
+from services.thermal.network import RCNetwork
 
 
 def _hotspot(args: argparse.Namespace) -> int:
     cl = hotspot.split_command_line(list(args.hotspot_args))
     if not cl.is_batch:
         res = hotspot.main([*cl.options, *(x for t in cl.traces for x in ("-p", str(t)))])
+        _note(res.case.net)
         if cl.compare is not None:
             from services.thermal import hotspot_compare
 
@@ -20,9 +23,17 @@ def _hotspot(args: argparse.Namespace) -> int:
         return 0
     traces = hotspot.batch_traces(cl.traces, cl.batch_dirs)
     opts = hotspot.parse_options([*cl.options, "-p", str(traces[0])])  # every option checked once
-    for trace, _ in hotspot.run_batch(opts, traces):
+    results = hotspot.run_batch(opts, traces)
+    _note(results[0][1].case.net)
+    for trace, _ in results:
         print(f"{trace}: solved")
     return 0
+
+
+def _note(net: RCNetwork) -> None:
+    note = hotspot.solver_note(net)
+    if note is not None:
+        print(f"tasmoe hotspot: {note}", file=sys.stderr)
 
 
 def register(sub: Any) -> None:

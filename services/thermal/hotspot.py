@@ -8,13 +8,16 @@ default 2-layer chip (``-f`` floorplan + ``t_chip``/``t_interface``), ``-detaile
 trace (as HotSpot does); the transient takes one constant-power interval of ``sampling_intvl`` per trace line.
 Anything else (block model, secondary path, leakage, package model, DTM clipping, materials files, microchannels,
 ``-d``, ``-grid_transient_file``) is refused with an error naming the option.
+
+Beyond HotSpot: layers smaller than the die with a filler around them (``-k_filler``, ``-p_filler``), per-block
+materials with ``-detailed_3D on``, any grid size; batch mode and ``--compare`` (``services/thermal/cli.py``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +61,9 @@ _ZERO_ONLY = {  # options whose feature is not modelled: only 0 (off) is accepte
     "package_model_used": "the natural/forced convection package model", "dtm_used": "DTM clipping",
     "use_microchannels": "microchannels",
 }
-KNOWN = set(DEFAULTS) | _IGNORED | _FILES | set(_ZERO_ONLY)
+# ours, beyond HotSpot: the material around a layer smaller than the die (see _layer_materials)
+_EXTENSIONS = {"k_filler", "p_filler"}
+KNOWN = set(DEFAULTS) | _IGNORED | _FILES | set(_ZERO_ONLY) | _EXTENSIONS
 TRANSIENT_MAX_SUBSTEP_S = 1e-4  # TR-BDF2 sub-step for -o: 0.007 K from the exact network solution (README)
 
 
@@ -215,6 +220,53 @@ class HotspotCase:
         return format_grid_steady(T[:self.net.n_cells].reshape(self.net.n_layers, self.net.rows, self.net.cols))
 
 
+def _footprint_share(flp: Floorplan, width: float, height: float, rows: int, cols: int) -> np.ndarray:
+    """(rows·cols,) share of each cell inside the layer's footprint (its floorplan's bounding box), row 0 north."""
+    fx0, fx1 = float(flp.leftx.min()), float((flp.leftx + flp.width).max())
+    fy0, fy1 = float(flp.bottomy.min()), float((flp.bottomy + flp.height).max())
+    cw, ch = width / cols, height / rows
+    xs = np.clip(np.minimum(fx1, (np.arange(cols) + 1) * cw) - np.maximum(fx0, np.arange(cols) * cw), 0, None) / cw
+    top = height - np.arange(rows) * ch  # row i spans [top - ch, top]
+    ys = np.clip(np.minimum(fy1, top) - np.maximum(fy0, top - ch), 0, None) / ch
+    share: np.ndarray = np.outer(ys, xs).reshape(-1)
+    return share
+
+
+def _layer_materials(opts: HotspotOptions, lay: LayerSpec, flp: Floorplan, bm: BlockMap, width: float,
+                     height: float, rows: int, cols: int) -> LayerSpec:
+    """The layer as given, or laterally non-uniform: a footprint smaller than the die (the rest of each cell is the
+    filler, ``-k_filler`` W/(m·K) and ``-p_filler`` J/(m³·K)), and with ``-detailed_3D on`` the blocks' own materials
+    (the floorplan's ``<specific-heat> <resistivity>`` columns). A cell's conductivity and heat capacity are the
+    area-weighted means of what covers it (our rule: HotSpot itself refuses both cases)."""
+    share = _footprint_share(flp, width, height, rows, cols)
+    smaller = bool((share < 1 - 1e-9).any())
+    materials = opts.text("detailed_3D") == "on" and flp.has_materials
+    if not smaller and not materials:
+        return lay
+    k = np.full(rows * cols, lay.k)
+    rc = np.full(rows * cols, lay.rho_c)
+    if smaller:
+        missing = [n for n in ("k_filler", "p_filler") if n not in opts.values]
+        if missing:
+            raise BadInput(f"{flp.source}: layer {lay.name} is {flp.total_width() * 1e3:g} mm x "
+                           f"{flp.total_height() * 1e3:g} mm on a {width * 1e3:g} mm x {height * 1e3:g} mm die (layer "
+                           "0's size): HotSpot wants every layer that size; for a smaller layer give the material "
+                           "around it with -k_filler <W/(m K)> and -p_filler <J/(m^3 K)>", field=missing[0])
+        kf, pf = opts.number("k_filler"), opts.number("p_filler")
+        if kf <= 0 or pf <= 0:
+            raise BadInput("-k_filler and -p_filler must be > 0", field="k_filler" if kf <= 0 else "p_filler")
+        k = share * k + (1 - share) * kf
+        rc = share * rc + (1 - share) * pf
+    if materials:
+        assert flp.rho_c is not None and flp.resistivity is not None
+        has = np.isfinite(flp.rho_c)
+        occ = bm.occ[:, np.flatnonzero(has)]  # (cells, blocks with materials) covered share
+        covered = np.asarray(occ.sum(axis=1)).ravel()
+        k = (1 - covered) * k + occ @ (1.0 / flp.resistivity[has])
+        rc = (1 - covered) * rc + occ @ flp.rho_c[has]
+    return replace(lay, k_cells=tuple(k.tolist()), rho_c_cells=tuple(rc.tolist()))
+
+
 def load_case(opts: HotspotOptions) -> HotspotCase:
     rows, cols = opts.integer("grid_rows"), opts.integer("grid_cols")
     if rows < 2 or cols < 2:
@@ -249,18 +301,28 @@ def load_case(opts: HotspotOptions) -> HotspotCase:
             layers.append(LayerSpec(name, opts.number(k), opts.number(p), opts.number(t), True, power))
             flps.append(flp)
             prefixes.append(pre)
-    if opts.text("detailed_3D") == "on":
-        with_materials = [f for f in flps if f.has_materials]
-        if with_materials:
-            raise BadInput(f"{with_materials[0].source}: per-block heat capacity/resistivity columns with "
-                           "-detailed_3D on are not supported (uniform layers only)", field="detailed_3D")
-    width, height = flps[0].total_width(), flps[0].total_height()
+    if "k_filler" in opts.values or "p_filler" in opts.values:
+        # layers of different sizes (a chiplet on a larger die, a die on an interposer), in the floorplans' common
+        # coordinates: the die is the bounding box of them all, and a smaller layer is surrounded by the filler
+        x0 = min(float(f.leftx.min()) for f in flps)
+        y0 = min(float(f.bottomy.min()) for f in flps)
+        width = max(float((f.leftx + f.width).max()) for f in flps) - x0
+        height = max(float((f.bottomy + f.height).max()) for f in flps) - y0
+        if x0 or y0:
+            flps = [replace(f, leftx=f.leftx - x0, bottomy=f.bottomy - y0) for f in flps]
+    else:  # HotSpot's rule: every layer is the size of layer 0's floorplan
+        width, height = flps[0].total_width(), flps[0].total_height()
+        tol = 1e-9 * max(width, height)
+        for flp in flps:
+            out = np.flatnonzero((flp.leftx < -tol) | (flp.bottomy < -tol) | (flp.leftx + flp.width > width + tol)
+                                 | (flp.bottomy + flp.height > height + tol))
+            if out.size:
+                raise BadInput(f"{flp.source}: block {flp.names[out[0]]} lies outside the die ({width * 1e3:g} mm x "
+                               f"{height * 1e3:g} mm, layer 0's floorplan); a stack of layers of different sizes "
+                               "needs -k_filler and -p_filler", field=flp.names[out[0]])
     maps = [block_map(flp, width, height, rows, cols, layer=lay.name) for flp, lay in zip(flps, layers, strict=True)]
-    for n, flp in enumerate(flps[1:], start=1):
-        if abs(flp.total_width() - width) > 1e-6 * width or abs(flp.total_height() - height) > 1e-6 * height:
-            raise BadInput(f"{flp.source}: layer {n} is {flp.total_width() * 1e3:g} mm x "
-                           f"{flp.total_height() * 1e3:g} mm but layer 0 is {width * 1e3:g} mm x "
-                           f"{height * 1e3:g} mm", field=f"layer {n}")
+    layers = [_layer_materials(opts, lay, flp, bm, width, height, rows, cols)
+              for lay, flp, bm in zip(layers, flps, maps, strict=True)]
     pkg = PackageSpec(
         s_spreader=opts.number("s_spreader"), t_spreader=opts.number("t_spreader"),
         k_spreader=opts.number("k_spreader"),
@@ -457,10 +519,35 @@ def run_batch(opts: HotspotOptions, traces: Sequence[Path], make_solver: SolverF
     return out
 
 
+def steady_blocks(res: HotspotResult) -> dict[str, float]:
+    """The steady block temperatures (K) under HotSpot's names (``<layer prefix><block>``, ``inode_<i>``), at full
+    precision: what ``-steady_file`` prints with two decimals."""
+    case, T = res.case, res.steady
+    out: dict[str, float] = {}
+    for n, (pre, flp) in enumerate(zip(case.prefixes, case.floorplans, strict=True)):
+        for name, t in zip(flp.names, case.block_temps(T, n), strict=True):
+            out[pre + name] = float(t)
+    for i, t in enumerate(T[case.net.n_cells:]):
+        out[f"inode_{i}"] = float(t)
+    return out
+
+
 def default_solver(net: RCNetwork) -> solvers.Solver:
+    """The spectral solver when every layer is laterally uniform, else the sparse direct one (``solver_note``)."""
+    if not net.uniform:
+        return solvers.SparseSolver(net)
     from services.thermal.spectral import make_solver
 
     return make_solver(net)
+
+
+def solver_note(net: RCNetwork) -> str | None:
+    """What ``default_solver`` chose when it is not the spectral solver (the CLI prints it)."""
+    if net.uniform:
+        return None
+    odd = [lay.name for lay in net.spec.layers if not lay.uniform]
+    return (f"layers {', '.join(odd)} are laterally non-uniform: solved with the sparse direct solver (SuperLU); "
+            "the spectral solver needs uniform layers")
 
 
 def write_outputs(opts: HotspotOptions, res: HotspotResult) -> list[Path]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from services.thermal.hotspot import HotspotResult
+from services.thermal.hotspot import HotspotResult, steady_blocks
 from services.thermal.hotspot_io import parse_temp_file, parse_ttrace
 from shared.errors import BadInput
 
@@ -32,18 +32,6 @@ class Comparison:
     def diff(self) -> np.ndarray:
         out: np.ndarray = self.ours - self.theirs
         return out
-
-
-def steady_block_values(res: HotspotResult) -> dict[str, float]:
-    """Our steady block temperatures (K) under HotSpot's names: ``<layer prefix><block>`` and ``inode_<i>``."""
-    case, T = res.case, res.steady
-    out: dict[str, float] = {}
-    for n, (pre, flp) in enumerate(zip(case.prefixes, case.floorplans, strict=True)):
-        for name, t in zip(flp.names, case.block_temps(T, n), strict=True):
-            out[pre + name] = float(t)
-    for i, t in enumerate(T[case.net.n_cells:]):
-        out[f"inode_{i}"] = float(t)
-    return out
 
 
 def _is_ttrace(text: str) -> bool:
@@ -72,7 +60,7 @@ def compare(res: HotspotResult, path: Path) -> Comparison:
         raise BadInput(f"--compare {path}: empty file", field="compare")
     if not _is_ttrace(text):
         theirs = parse_temp_file(text, source)
-        ours = steady_block_values(res)
+        ours = steady_blocks(res)
         for name in theirs:
             if name not in ours:
                 raise BadInput(f"{source}: block {name} is not in our model of these inputs", field=name)

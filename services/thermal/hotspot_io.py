@@ -32,6 +32,9 @@ class Floorplan:
     bottomy: np.ndarray
     source: str = ""
     has_materials: bool = False  # extra columns (per-block heat capacity / resistivity, used by -detailed_3D)
+    # per block, NaN where the line has no material columns: volumetric heat capacity J/(m³·K), resistivity m·K/W
+    rho_c: np.ndarray | None = None
+    resistivity: np.ndarray | None = None
 
     @property
     def n_units(self) -> int:
@@ -63,11 +66,23 @@ def _data_lines(text: str) -> list[tuple[int, list[str]]]:
 def parse_flp(text: str, source: str = "<flp>") -> Floorplan:
     names: list[str] = []
     vals: list[list[float]] = []
+    mats: list[tuple[float, float]] = []
     extra = False
     for no, tok in _data_lines(text):
         extra = extra or len(tok) > 5
-        if len(tok) < 5:
-            raise BadInput(f"{source}:{no}: expected <name> <width> <height> <left-x> <bottom-y>", field=source)
+        if len(tok) not in (5, 7):  # HotSpot's read_flp: 5 fields, or 7 with <specific-heat> <resistivity>
+            raise BadInput(f"{source}:{no}: expected <name> <width> <height> <left-x> <bottom-y> "
+                           "[<specific-heat> <resistivity>]", field=source)
+        mat = (math.nan, math.nan)
+        if len(tok) == 7:
+            try:
+                mat = (float(tok[5]), float(tok[6]))
+            except ValueError:
+                raise BadInput(f"{source}:{no}: block {tok[0]}: non-numeric material", field=tok[0]) from None
+            if not all(math.isfinite(x) and x > 0 for x in mat):
+                raise BadInput(f"{source}:{no}: block {tok[0]}: specific heat and resistivity must be finite and "
+                               "> 0", field=tok[0])
+        mats.append(mat)
         try:
             v = [float(x) for x in tok[1:5]]
         except ValueError:
@@ -83,7 +98,9 @@ def parse_flp(text: str, source: str = "<flp>") -> Floorplan:
     if not names:
         raise BadInput(f"{source}: no blocks in floorplan", field=source)
     a = np.array(vals)
-    flp = Floorplan(tuple(names), a[:, 0], a[:, 1], a[:, 2], a[:, 3], source, extra)
+    m = np.array(mats)
+    flp = Floorplan(tuple(names), a[:, 0], a[:, 1], a[:, 2], a[:, 3], source, extra,
+                    m[:, 0] if extra else None, m[:, 1] if extra else None)
     check_overlaps(flp)
     return flp
 

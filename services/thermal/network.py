@@ -46,7 +46,11 @@ Variant = Literal["hotspot", "physical"]
 
 @dataclass(frozen=True)
 class LayerSpec:
-    """One chip layer (die, TIM, ...): conductivity W/(m·K), volumetric heat capacity J/(m³·K), thickness m."""
+    """One chip layer (die, TIM, ...): conductivity W/(m·K), volumetric heat capacity J/(m³·K), thickness m.
+
+    ``k_cells`` / ``rho_c_cells`` (rows·cols values, row-major, row 0 = north edge): a laterally non-uniform layer,
+    e.g. a chiplet smaller than the die with a filler around it, or HotSpot's ``-detailed_3D`` per-block materials.
+    A network with such a layer is solved by the sparse direct solver (the spectral one needs uniform layers)."""
 
     name: str
     k: float
@@ -54,6 +58,12 @@ class LayerSpec:
     thickness: float
     lateral: bool = True
     has_power: bool = True
+    k_cells: tuple[float, ...] | None = None
+    rho_c_cells: tuple[float, ...] | None = None
+
+    @property
+    def uniform(self) -> bool:
+        return self.k_cells is None and self.rho_c_cells is None
 
 
 @dataclass(frozen=True)
@@ -169,9 +179,20 @@ class RingEdge:
 
 
 @dataclass(frozen=True)
+class CellLinks:
+    """Per-cell conductances and capacitances of a network with a laterally non-uniform layer (W/K, J/K)."""
+
+    g_ns: np.ndarray  # (L, rows-1, cols) between rows i and i+1
+    g_ew: np.ndarray  # (L, rows, cols-1) between columns j and j+1
+    g_z: np.ndarray  # (L-1, rows, cols) between layer n and n+1
+    cap: np.ndarray  # (L, rows·cols)
+
+
+@dataclass(frozen=True)
 class RCNetwork:
-    """A laterally uniform grid network: per layer one lateral conductance per direction and one capacitance per
-    cell, uniform vertical links, uniform sink-to-ambient links, plus the package ring (the only non-uniform part)."""
+    """A grid network: per layer one lateral conductance per direction and one capacitance per cell, uniform vertical
+    links, uniform sink-to-ambient links, plus the package ring (the only non-uniform part) — or, when a layer is
+    laterally non-uniform, per-cell values in ``cells`` (the per-layer arrays then hold the layers' own materials)."""
 
     spec: NetworkSpec
     names: tuple[str, ...]  # layer names incl. "spreader", "sink"
@@ -185,6 +206,12 @@ class RCNetwork:
     ring_g_amb: np.ndarray  # (12,) W/K to ambient
     ring_cap: np.ndarray  # (12,) J/K
     package_rc: PackageRC = field(repr=False)
+    cells: CellLinks | None = field(default=None, repr=False)
+
+    @property
+    def uniform(self) -> bool:
+        """Every layer laterally uniform (the spectral solver applies)."""
+        return self.cells is None
 
     @property
     def n_layers(self) -> int:
@@ -240,6 +267,8 @@ class RCNetwork:
     def capacitance(self) -> np.ndarray:
         """(n_nodes,) J/K."""
         nrc = self.rows * self.cols
+        if self.cells is not None:
+            return np.concatenate([self.cells.cap.reshape(-1), self.ring_cap])
         return np.concatenate([np.repeat(self.cap, nrc), self.ring_cap])
 
     @cached_property
@@ -255,15 +284,16 @@ class RCNetwork:
         a, b = idx[:, :-1, :], idx[:, 1:, :]
         a_list.append(a.ravel())
         b_list.append(b.ravel())
-        g_list.append(np.broadcast_to(self.g_ns[:, None, None], a.shape).ravel())
+        cl = self.cells
+        g_list.append((cl.g_ns if cl is not None else np.broadcast_to(self.g_ns[:, None, None], a.shape)).ravel())
         a, b = idx[:, :, :-1], idx[:, :, 1:]
         a_list.append(a.ravel())
         b_list.append(b.ravel())
-        g_list.append(np.broadcast_to(self.g_ew[:, None, None], a.shape).ravel())
+        g_list.append((cl.g_ew if cl is not None else np.broadcast_to(self.g_ew[:, None, None], a.shape)).ravel())
         a, b = idx[:-1], idx[1:]
         a_list.append(a.ravel())
         b_list.append(b.ravel())
-        g_list.append(np.broadcast_to(self.g_z[:, None, None], a.shape).ravel())
+        g_list.append((cl.g_z if cl is not None else np.broadcast_to(self.g_z[:, None, None], a.shape)).ravel())
         n0 = self.n_cells
         for e in self.ring_edges:
             cells = self.edge_cells(e)
@@ -358,7 +388,9 @@ def build_network(spec: NetworkSpec) -> RCNetwork:
     ring_cap[[SINK_C_W, SINK_C_E]] = pk.c_hs_c_per_x + pk.c_amb_c_per_x
     ring_cap[[SINK_C_N, SINK_C_S]] = pk.c_hs_c_per_y + pk.c_amb_c_per_y
     ring_cap[[SINK_W, SINK_E, SINK_N, SINK_S]] = pk.c_hs_per + pk.c_amb_per
+    cells = None if all(x.uniform for x in layers) else _cell_links(spec, layers, cw, ch, cf, r_conv_cell, p)
     return RCNetwork(
+        cells=cells,
         spec=spec,
         names=tuple(x.name for x in layers),
         g_ns=g_ns,
@@ -372,3 +404,45 @@ def build_network(spec: NetworkSpec) -> RCNetwork:
         ring_cap=ring_cap,
         package_rc=pk,
     )
+
+
+def _cell_links(spec: NetworkSpec, layers: list[LayerSpec], cw: float, ch: float, cf: float, r_conv_cell: float,
+                p: PackageSpec) -> CellLinks:
+    """Per-cell links of a stack with a laterally non-uniform layer, by the same rules as the uniform network with
+    each cell's own material: a lateral link is the series of the two half cells (``rx_a/2 + rx_b/2``, which is the
+    uniform network's ``rx`` for equal cells; HotSpot's variant keeps its north/south ``rx`` quirk), a vertical link
+    follows the variant (HotSpot: the upper cell's full ``rz``, or ``rz_n/2 + rz_{n+1}/2`` with ``-detailed_3D``;
+    physical: the two half cells), and a cell's capacitance is ``cf·ρc·t·A``. Equal cells give the uniform network
+    exactly (tested)."""
+    nrc = spec.rows * spec.cols
+    shape = (spec.rows, spec.cols)
+    k = np.stack([np.asarray(x.k_cells if x.k_cells is not None else np.full(nrc, x.k), float) for x in layers])
+    rc = np.stack([np.asarray(x.rho_c_cells if x.rho_c_cells is not None else np.full(nrc, x.rho_c), float)
+                   for x in layers])
+    if k.shape != (len(layers), nrc) or rc.shape != (len(layers), nrc):
+        raise ValueError(f"per-cell materials must have rows·cols = {nrc} values per layer")
+    if not (np.isfinite(k).all() and np.isfinite(rc).all() and (k > 0).all() and (rc > 0).all()):
+        raise ValueError("per-cell conductivity and heat capacity must be finite and > 0")
+    t = np.array([x.thickness for x in layers])[:, None]
+    lateral = np.array([x.lateral for x in layers])[:, None, None]
+    k3 = k.reshape(len(layers), *shape)
+    rx = np.where(lateral, cw / (k3 * ch * t[:, :, None]), LARGENUM)  # per cell, K/W
+    ry = np.where(lateral, ch / (k3 * cw * t[:, :, None]), LARGENUM)
+    rz = (t / (k * cw * ch)).reshape(len(layers), *shape)
+    hotspot = spec.variant == "hotspot"
+    r_ns, r_ew = (rx, ry) if hotspot else (ry, rx)
+    g_ns = 1.0 / (r_ns[:, :-1, :] / 2 + r_ns[:, 1:, :] / 2)
+    g_ew = 1.0 / (r_ew[:, :, :-1] / 2 + r_ew[:, :, 1:] / 2)
+    if hotspot:
+        rz_eff = rz.copy()
+        rz_eff[-1] += r_conv_cell
+        if spec.detailed_3d:
+            r_link = rz_eff[:-1] / 2 + rz_eff[1:] / 2
+            r_link[0] = rz_eff[0] + rz_eff[1] / 2
+        else:
+            r_link = rz_eff[:-1].copy()
+    else:
+        r_link = rz[:-1] / 2 + rz[1:] / 2
+    cap = cf * rc * t * cw * ch
+    cap[-1] += cf * p.c_convec * (cw * ch) / (p.s_sink * p.s_sink)
+    return CellLinks(g_ns, g_ew, 1.0 / r_link, cap)

@@ -82,6 +82,8 @@ class _ExpData:
 
 class SpectralSolver:
     def __init__(self, net: RCNetwork) -> None:
+        if not net.uniform:
+            raise ValueError("the spectral solver needs laterally uniform layers; use solvers.SparseSolver")
         self.net = net
         L, R, C = net.n_layers, net.rows, net.cols
         self.shape = (L, R, C)

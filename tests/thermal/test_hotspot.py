@@ -161,9 +161,13 @@ def test_zero_thickness_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     _expect_error(d, capsys, "layer 1", "thickness")
 
 
-def test_detailed_3d_with_per_block_materials_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_detailed_3d_uses_per_block_materials(tmp_path: Path) -> None:
     d = _tiny(tmp_path)
-    (d / "tiny.flp").write_text("A\t0.002\t0.004\t0.000\t0.000\t1.6e6\t0.01\nB\t0.002\t0.004\t0.002\t0.000\n")
-    assert _run_tiny(d, "-detailed_3D", "on") == 2
-    assert "-detailed_3D" in capsys.readouterr().err
+    (d / "tiny.flp").write_text("A\t0.002\t0.004\t0.000\t0.000\t1.6e6\t0.05\nB\t0.002\t0.004\t0.002\t0.000\n")
+    assert _run_tiny(d, "-detailed_3D", "on") == 0  # A at 20 W/(m K), B the layer's own material
+    with_mat = parse_temp_file((d / "out.steady").read_text())
     assert _run_tiny(d) == 0  # without -detailed_3D HotSpot ignores the extra columns, and so do we
+    (d / "tiny.flp").write_text("A\t0.002\t0.004\t0.000\t0.000\nB\t0.002\t0.004\t0.002\t0.000\n")
+    assert _run_tiny(d, "-detailed_3D", "on") == 0
+    without = parse_temp_file((d / "out.steady").read_text())
+    assert with_mat["layer_0_A"] > without["layer_0_A"]  # a poorer conductor under the hotter block

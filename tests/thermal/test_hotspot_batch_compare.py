@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from services.cli import main
-from services.thermal import hotspot, hotspot_compare, solvers
+from services.thermal import hotspot, solvers
 from services.thermal.network import RCNetwork
 from services.thermal.spectral import SpectralSolver
 
@@ -131,6 +131,6 @@ def test_compare_names_a_missing_block(reference_dir: Path, tmp_path: Path,
 def test_comparison_of_identical_values_is_zero(reference_dir: Path) -> None:
     ref = reference_dir / "hotspot"
     res = hotspot.run(hotspot.parse_options([*_base(ref)[1:], "-p", str(ref / "S2" / "steady_a_uniform.ptrace")]))
-    vals = hotspot_compare.steady_block_values(res)
+    vals = hotspot.steady_blocks(res)
     assert len(vals) == len(res.case.block_steady_text(res.steady).splitlines())
     assert np.isfinite(list(vals.values())).all()
