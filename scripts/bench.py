@@ -7,6 +7,7 @@ import os
 import platform
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from services import optional_module
@@ -47,20 +48,26 @@ def main(argv: list[str] | None = None) -> int:
         f"Load average at the start: {_load()} on {os.cpu_count()} CPUs.",
         "",
     ]
+    failed: list[str] = []
     for name in args.only or SERVICES:
         mod = optional_module(name, "bench")
         if mod is None:
             continue
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        rows: list[BenchRow] = mod.bench()
+        try:
+            rows: list[BenchRow] = mod.bench()
+        except Exception as exc:  # one service's failure must not lose the others' rows (written at the end)
+            traceback.print_exc()
+            failed.append(name)
+            rows = [BenchRow(f"{name}: the benchmark failed", f"{type(exc).__name__}: {exc}"[:300])]
         lines += [f"## {name}", "", *_table(rows), "", f"({time.perf_counter() - t0:.1f} s)", ""]
     history = Path(__file__).resolve().parents[1] / "docs" / "bench_history.md"
     if history.is_file():
         lines += [history.read_text(encoding="utf-8").rstrip(), ""]
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+    print(f"wrote {args.out}" + (f"; FAILED: {', '.join(failed)}" if failed else ""), file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_arch, loa
 from shared.configs.arch import DramConfig, GeometryConfig, MeshConfig, StackLayer
 from shared.contracts.placement import ReplicaState, Telemetry
 from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWindow
+from shared.errors import BadInput
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -57,18 +58,30 @@ def _taps_speed(arch: ArchConfig, tas: TasParams, H: np.ndarray, src: str) -> li
     ds = load_workload(CONFIGS / "workload_deepseek_v2.yaml")
     ds_inp = workload_inputs(ds)
     loads60 = zipf_loads(60, 160, ds.routing.zipf_s, ds.routing.seed)
+    # DeepSeek-V2's 9660 expert copies (424.5 GiB, a bank each) fit neither the calibrated chip (2048 banks) nor the
+    # seed's (8192): TAPS refuses them with the numbers (Science III). The heuristic's speed at this size is measured
+    # on the seed's chip with 48 x 48 banks per die (18432 banks; speed only, not a chip we ship).
+    try:
+        build_placement(arch, ds, tas.taps, loads60, ds_inp.expert_flops_per_token, H,
+                        expert_bytes=ds_inp.expert_bytes)
+        refused = "fits the default chip"
+    except BadInput as exc:
+        refused = f"refused on the default chip ({exc.message.split(':')[0]})"
+    seed0 = load_arch(CONFIGS / "arch_seed.yaml")
+    seed = ArchConfig.model_validate({**seed0.model_dump(), "dram": {**seed0.dram.model_dump(), "banks": [48, 48, 8]}})
+    H_seed, src_seed = influence_for(seed)
 
     def run_ds() -> object:
-        return build_placement(arch, ds, tas.taps, loads60, ds_inp.expert_flops_per_token, H,
+        return build_placement(seed, ds, tas.taps, loads60, ds_inp.expert_flops_per_token, H_seed,
                                expert_bytes=ds_inp.expert_bytes)
 
     t0 = time.perf_counter()
     run_ds()
     one = time.perf_counter() - t0
     med_ds, _ = time_call(run_ds, repeat=2, warmup=0)
-    rows.append(BenchRow("TAPS heuristic, DeepSeek-V2 (60 layers x 160 experts = 9600 instances + 60 replicas)",
-                         f"{fmt_s(med_ds)} median of 2 (first {fmt_s(one)})", "< 10 s", med_ds < 10.0,
-                         f"H: {src}; Zipf loads over seeded permutations"))
+    rows.append(BenchRow("TAPS heuristic, DeepSeek-V2 (60 layers x 160 experts = 9600 instances + 60 replicas), "
+                         "on the seed chip with 48 x 48 x 8 banks", f"{fmt_s(med_ds)} median of 2 (first {fmt_s(one)})", "< 10 s",
+                         med_ds < 10.0, f"{refused}; H: {src_seed}; Zipf loads over seeded permutations"))
     return rows
 
 
