@@ -110,8 +110,9 @@ def bench_default_stack(window_ms: float = 1.0, repeat: int = 30) -> list[BenchR
     c = ComputeEvents.from_columns({"evt_id": list(range(64)), "t_start_ns": [0] * 64, "core_id": list(range(64)),
                                     "duration_cycles": [1] * 64, "flops": [2e9] * 64, "op": ["mm"] * 64,
                                     "dvfs_domain": ["all"] * 64, "power_hint": [0.0] * 64, "energy_j": [1.5e-3] * 64})
-    m = MemoryEvents.from_columns({"evt_id": [0], "t_start_ns": [0], "src_core": [0], "dst_bank": [f"B({bx - 1},{by - 1},{bl - 1})"],
-                                   "bytes": [1e6], "rw": ["r"], "hops": [14], "noc_qos": ["normal"]})
+    m = MemoryEvents.from_columns({"evt_id": [0], "t_start_ns": [0], "src_core": [0],
+                                   "dst_bank": [f"B({bx - 1},{by - 1},{bl - 1})"], "bytes": [1e6], "rw": ["r"],
+                                   "hops": [14], "noc_qos": ["normal"]})
     first = thermal_step(arch, 0, 3.0, None, c, m)
     med_step, _ = time_call(lambda: thermal_step(arch, 1, 3.0, first.state, c, m), repeat=10)
     rows.append(BenchRow("thermal: thermal_step() incl. power from events + snapshot, 3 ms window",
