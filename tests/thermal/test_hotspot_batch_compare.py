@@ -74,11 +74,15 @@ def test_bad_batches_exit_2_with_one_line(reference_dir: Path, tmp_path: Path, m
     assert needle in err and err.count("\n") == 1
 
 
+def _s2(reference_dir: Path, trace: str, output: str) -> tuple[Path, list[str]]:
+    """HotSpot's output file of an S2 case and our command line for the same inputs."""
+    ref = reference_dir / "hotspot"
+    return ref / "S2" / "out" / output, [*_base(ref), "-p", str(ref / "S2" / f"{trace}.ptrace")]
+
+
 def test_compare_reports_every_block_and_the_worst(reference_dir: Path, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    ref = reference_dir / "hotspot"
-    theirs = ref / "S2" / "out" / "steady_b_hotcore.slu.block.steady"
-    argv = [*_base(ref), "-p", str(ref / "S2" / "steady_b_hotcore.ptrace")]
+    theirs, argv = _s2(reference_dir, "steady_b_hotcore", "steady_b_hotcore.slu.block.steady")
     assert main([*argv, "--compare", str(theirs)]) == 0
     out = capsys.readouterr().out.splitlines()
     n_blocks = len(theirs.read_text().split("\n")) - 1
@@ -100,9 +104,7 @@ def test_compare_reports_every_block_and_the_worst(reference_dir: Path, tmp_path
 
 def test_compare_transient_needs_o_and_reports_the_step(reference_dir: Path, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    ref = reference_dir / "hotspot"
-    theirs = ref / "S2" / "out" / "t1_cold.rk4.ttrace"
-    argv = [*_base(ref), "-p", str(ref / "S2" / "transient_move.ptrace")]
+    theirs, argv = _s2(reference_dir, "transient_move", "t1_cold.rk4.ttrace")
     assert main([*argv, "--compare", str(theirs)]) == 2
     assert "run with -o" in capsys.readouterr().err
     assert main([*argv, "-o", str(tmp_path / "o.ttrace"), "--compare", str(theirs)]) == 0
@@ -112,7 +114,7 @@ def test_compare_transient_needs_o_and_reports_the_step(reference_dir: Path, tmp
     assert 0.0 < abs(worst) <= 1.0  # the transient test's tolerance against HotSpot's RK4
     # against the coarse backward-Euler trace the worst block is several K off
     assert main([*argv, "-o", str(tmp_path / "o.ttrace"), "--compare",
-                 str(ref / "S2" / "out" / "t1_cold.be.ttrace")]) == 0
+                 str(theirs.with_name("t1_cold.be.ttrace"))]) == 0
     assert abs(float(capsys.readouterr().out.splitlines()[2].split("\t")[3])) > 2.0
 
 
