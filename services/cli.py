@@ -126,9 +126,9 @@ def build_parser(only: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
         mod = optional_module(name, "cli")
         if mod is not None:
             mod.register(sub)
-    for cmd, owner in COMMANDS.items():
-        if owner.service not in loaded:
-            sub.add_parser(cmd, help=owner.help, add_help=False).set_defaults(func=_not_loaded)
+    for cmd, stub in COMMANDS.items():
+        if stub.service not in loaded:
+            sub.add_parser(cmd, help=stub.help, add_help=False).set_defaults(func=_not_loaded)
     return parser
 
 

@@ -67,7 +67,10 @@ class Stack:
         self._to_blocks = to_blocks
         self._solver = solver
         self._where: dict[str, int] = {}
+        self._twice: set[str] = set()  # names in several power layers: only a vector can address them
         for k, b in enumerate(self.blocks):
+            if b in self._where:
+                self._twice.add(b)
             self._where.setdefault(b, k)
 
     # -- construction ----------------------------------------------------------------------------------------------
@@ -138,6 +141,9 @@ class Stack:
         return self._solver
 
     def _index(self, name: str) -> int:
+        if name in self._twice:
+            raise BadInput(f"block {name!r} is in several power layers: give the power as a vector in "
+                           "stack.blocks order", field=name)
         k = self._where.get(name)
         if k is None:
             raise BadInput(f"no power block {name!r} in this stack ({len(self.blocks)} blocks: "

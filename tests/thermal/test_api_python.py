@@ -13,6 +13,7 @@ import pytest
 
 from services.thermal import hotspot
 from services.thermal.api import Stack
+from services.thermal.network import RCNetwork
 from shared.errors import BadInput
 
 README = Path(__file__).resolve().parents[2] / "services" / "thermal" / "README.md"
@@ -88,3 +89,16 @@ def test_bad_layer_and_dt(arch_small_stack: Stack) -> None:
         field.layer(99)
     with pytest.raises(BadInput, match="dt"):
         arch_small_stack.transient([{}], dt=0.0)
+
+
+def test_a_block_name_in_two_power_layers_is_refused_by_name_not_guessed() -> None:
+    stack = Stack(build_twin_net(), ["A", "A"], lambda w: w, lambda T: T)
+    with pytest.raises(BadInput, match="several power layers"):
+        stack.power_vector({"A": 1.0})
+    assert stack.power_vector([1.0, 2.0]).tolist() == [1.0, 2.0]
+
+
+def build_twin_net() -> RCNetwork:
+    from tests.thermal.conftest import small_arch
+
+    return Stack.from_arch(small_arch()).net
