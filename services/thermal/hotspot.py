@@ -107,20 +107,25 @@ def parse_options(args: Sequence[str], *, need_trace: bool = True) -> HotspotOpt
             raise BadInput(f"expected an option '-name', got {name!r}", field=name)
         cmd.append((name[1:], args[k + 1]))
     values: dict[str, str] = {}
+    origin: dict[str, str] = {}  # where an option came from: "<config file>:<line>: " (the command line: "")
     cfg = dict(cmd).get("c")
     if cfg:
         try:
             text = Path(cfg).read_text()
         except OSError as exc:
             raise BadInput(f"cannot read config file {cfg}: {exc.strerror}", field="c") from None
-        for name, val in parse_config_pairs(text, cfg):
+        for name, val, no in parse_config_pairs(text, cfg):
             values[name] = val
+            origin[name] = f"{cfg}:{no}: "
     values.update(cmd)  # command line has priority
+    for name, _ in cmd:
+        origin[name] = ""
     for name, val in values.items():
         if name not in KNOWN:
-            raise BadInput(f"unsupported option -{name}", field=name)
+            raise BadInput(f"{origin[name]}unsupported option -{name}", field=name)
         if name in _ZERO_ONLY and val.strip() not in ("0", "0.0"):
-            raise BadInput(f"unsupported option -{name} {val}: {_ZERO_ONLY[name]} is not modelled", field=name)
+            raise BadInput(f"{origin[name]}unsupported option -{name} {val}: {_ZERO_ONLY[name]} is not modelled",
+                           field=name)
     opts = HotspotOptions(values)
     if (opts.text("model_type") or "").lower() != "grid":
         raise BadInput(f"unsupported option -model_type {opts.text('model_type')}: only the grid model is "
@@ -317,9 +322,10 @@ def load_case(opts: HotspotOptions) -> HotspotCase:
             out = np.flatnonzero((flp.leftx < -tol) | (flp.bottomy < -tol) | (flp.leftx + flp.width > width + tol)
                                  | (flp.bottomy + flp.height > height + tol))
             if out.size:
-                raise BadInput(f"{flp.source}: block {flp.names[out[0]]} lies outside the die ({width * 1e3:g} mm x "
+                u = int(out[0])
+                raise BadInput(f"{flp.where(u)}: block {flp.names[u]} lies outside the die ({width * 1e3:g} mm x "
                                f"{height * 1e3:g} mm, layer 0's floorplan); a stack of layers of different sizes "
-                               "needs -k_filler and -p_filler", field=flp.names[out[0]])
+                               "needs -k_filler and -p_filler", field=flp.names[u])
     maps = [block_map(flp, width, height, rows, cols, layer=lay.name) for flp, lay in zip(flps, layers, strict=True)]
     layers = [_layer_materials(opts, lay, flp, bm, width, height, rows, cols)
               for lay, flp, bm in zip(layers, flps, maps, strict=True)]
@@ -356,19 +362,34 @@ class HotspotResult:
 SolverFactory = Callable[[RCNetwork], solvers.Solver]
 
 
-def _trace_layout(case: HotspotCase, names: tuple[str, ...], source: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
+def _trace_layout(case: HotspotCase, names: tuple[str, ...], where: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """(layer, column indices in the trace, block indices in the floorplan) per power layer, HotSpot's rule: the
-    trace's names are taken layer by layer in layer order."""
+    trace's names are taken layer by layer in layer order. ``where``: the header's ``file:line`` for errors."""
     layout = []
     count = 0
     total = sum(case.floorplans[n].n_units for n in case.power_layers)
     if len(names) != total:
-        raise BadInput(f"{source}: {len(names)} blocks in the trace but {total} in the power layers' floorplans",
-                       field=source)
+        header = set(names)
+        missing = [(n, b) for n in case.power_layers for b in case.floorplans[n].names if b not in header]
+        if missing:
+            n, b = missing[0]
+            raise BadInput(f"{where}: block {b} of {case.floorplans[n].source} (power layer {n}) has no column in "
+                           f"the trace ({len(names)} blocks in the trace, {total} in the power layers' floorplans)",
+                           field=b)
+        known = {b for n in case.power_layers for b in case.floorplans[n].names}
+        extra = next((b for b in names if b not in known), names[-1])
+        raise BadInput(f"{where}: block {extra} of the header is in no power layer's floorplan ({len(names)} blocks "
+                       f"in the trace, {total} in the power layers' floorplans)", field=extra)
     for n in case.power_layers:
         flp = case.floorplans[n]
         cols = np.arange(count, count + flp.n_units)
-        idx = np.array([flp.index(names[c]) for c in cols])
+        lookup = {b: i for i, b in enumerate(flp.names)}
+        wrong = [names[c] for c in cols if names[c] not in lookup]
+        if wrong:
+            raise BadInput(f"{where}: block {wrong[0]} is not in {flp.source}, the floorplan of power layer {n} "
+                           f"(HotSpot reads the header layer by layer: columns {cols[0] + 1}-{cols[-1] + 1} are its "
+                           "blocks)", field=wrong[0])
+        idx = np.array([lookup[names[c]] for c in cols])
         layout.append((n, cols, idx))
         count += flp.n_units
     return layout
@@ -390,7 +411,7 @@ def solve_trace(opts: HotspotOptions, case: HotspotCase, solver: solvers.Solver,
     except OSError as exc:
         raise BadInput(f"cannot read power trace {p_path}: {exc.strerror}", field="p") from None
     trace = parse_ptrace(ptext, str(p_path))
-    layout = _trace_layout(case, trace.names, str(p_path))
+    layout = _trace_layout(case, trace.names, f"{p_path}:{trace.header_line}")
 
     def node_power(row: np.ndarray) -> np.ndarray:
         per_layer = {}

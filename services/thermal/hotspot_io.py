@@ -35,6 +35,11 @@ class Floorplan:
     # per block, NaN where the line has no material columns: volumetric heat capacity J/(m³·K), resistivity m·K/W
     rho_c: np.ndarray | None = None
     resistivity: np.ndarray | None = None
+    lines: tuple[int, ...] = ()  # the line of each block in its file (error messages name it)
+
+    def where(self, u: int) -> str:
+        """``file:line`` of block ``u`` (the file alone when the floorplan was not read from one)."""
+        return f"{self.source}:{self.lines[u]}" if self.lines else self.source
 
     @property
     def n_units(self) -> int:
@@ -67,6 +72,7 @@ def parse_flp(text: str, source: str = "<flp>") -> Floorplan:
     names: list[str] = []
     vals: list[list[float]] = []
     mats: list[tuple[float, float]] = []
+    lines: list[int] = []
     extra = False
     for no, tok in _data_lines(text):
         extra = extra or len(tok) > 5
@@ -95,12 +101,13 @@ def parse_flp(text: str, source: str = "<flp>") -> Floorplan:
             raise BadInput(f"{source}:{no}: block {tok[0]} defined twice", field=tok[0])
         names.append(tok[0])
         vals.append(v)
+        lines.append(no)
     if not names:
         raise BadInput(f"{source}: no blocks in floorplan", field=source)
     a = np.array(vals)
     m = np.array(mats)
     flp = Floorplan(tuple(names), a[:, 0], a[:, 1], a[:, 2], a[:, 3], source, extra,
-                    m[:, 0] if extra else None, m[:, 1] if extra else None)
+                    m[:, 0] if extra else None, m[:, 1] if extra else None, tuple(lines))
     check_overlaps(flp)
     return flp
 
@@ -117,7 +124,8 @@ def check_overlaps(flp: Floorplan) -> None:
     bad = np.argwhere(np.triu(area > DELTA * small))
     if bad.size:
         a, b = bad[0]
-        raise BadInput(f"{flp.source}: blocks {flp.names[a]} and {flp.names[b]} overlap", field=flp.names[a])
+        line_a = f" (line {flp.lines[a]})" if flp.lines else ""
+        raise BadInput(f"{flp.where(b)}: blocks {flp.names[a]}{line_a} and {flp.names[b]} overlap", field=flp.names[a])
 
 
 def read_flp(path: Path) -> Floorplan:
@@ -178,13 +186,13 @@ def parse_lcf(text: str, source: str = "<lcf>") -> list[LcfLayer]:
     return sorted(layers, key=lambda x: x.no)
 
 
-def parse_config_pairs(text: str, source: str = "<config>") -> list[tuple[str, str]]:
-    """``-name value`` lines (HotSpot ``read_str_pairs``); comments start with ``#``."""
+def parse_config_pairs(text: str, source: str = "<config>") -> list[tuple[str, str, int]]:
+    """``-name value`` lines (HotSpot ``read_str_pairs``) with their line numbers; comments start with ``#``."""
     out = []
     for no, tok in _data_lines(text):
         if len(tok) < 2:
             raise BadInput(f"{source}:{no}: expected '-name value'", field=tok[0])
-        out.append((tok[0].lstrip("-"), tok[1]))
+        out.append((tok[0].lstrip("-"), tok[1], no))
     return out
 
 
@@ -192,16 +200,17 @@ def parse_config_pairs(text: str, source: str = "<config>") -> list[tuple[str, s
 class PowerTrace:
     names: tuple[str, ...]
     values: np.ndarray  # (steps, blocks) W
+    header_line: int = 1  # the line of the block names
 
 
 def parse_ptrace(text: str, source: str = "<ptrace>") -> PowerTrace:
     lines = _data_lines(text)
     if not lines:
         raise BadInput(f"{source}: empty power trace", field=source)
-    names = tuple(lines[0][1])
+    header, names = lines[0][0], tuple(lines[0][1])
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
-        raise BadInput(f"{source}: block {dup} appears twice in the header", field=dup)
+        raise BadInput(f"{source}:{header}: block {dup} appears twice in the header", field=dup)
     rows = []
     for no, tok in lines[1:]:
         if len(tok) != len(names):
@@ -222,7 +231,7 @@ def parse_ptrace(text: str, source: str = "<ptrace>") -> PowerTrace:
         rows.append(arr)
     if not rows:
         raise BadInput(f"{source}: no power numbers in trace file", field=source)
-    return PowerTrace(names, np.vstack(rows))
+    return PowerTrace(names, np.vstack(rows), header)
 
 
 def parse_temp_file(text: str, source: str = "<temperatures>") -> dict[str, float]:
@@ -278,7 +287,7 @@ def block_map(flp: Floorplan, width: float, height: float, rows: int, cols: int,
     outside = np.flatnonzero((lu < -tol) | (bu < -tol) | (ru > width + tol) | (tu > height + tol))
     if outside.size:
         u = outside[0]
-        raise BadInput(f"{flp.source}: layer {layer}: block {flp.names[u]} lies outside the die "
+        raise BadInput(f"{flp.where(u)}: layer {layer}: block {flp.names[u]} lies outside the die "
                        f"({width * 1e3:g} mm x {height * 1e3:g} mm)", field=flp.names[u])
     i1 = rows - _tolerant_ceil(tu / ch)
     i2 = rows - _tolerant_floor(bu / ch)
@@ -292,7 +301,7 @@ def block_map(flp: Floorplan, width: float, height: float, rows: int, cols: int,
     empty = np.flatnonzero(counts == 0)
     if empty.size:
         u = empty[0]
-        raise BadInput(f"{flp.source}: block {flp.names[u]} covers no grid cell", field=flp.names[u])
+        raise BadInput(f"{flp.where(u)}: block {flp.names[u]} covers no grid cell", field=flp.names[u])
     U = np.repeat(np.arange(flp.n_units), counts)
     k = np.arange(U.size) - np.repeat(np.cumsum(counts) - counts, counts)
     ii, jj = i1[U] + k // nj[U], j1[U] + k % nj[U]

@@ -145,13 +145,36 @@ def test_nan_in_trace_names_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_block_outside_die(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = _tiny(tmp_path)
     (d / "tiny_tim.flp").write_text("T\t0.004\t0.004\t0.000\t0.000\nX\t0.001\t0.001\t0.0045\t0.0\n")
-    _expect_error(d, capsys, "block X", "outside the die")
+    _expect_error(d, capsys, "tiny_tim.flp:2: block X", "outside the die")
 
 
 def test_overlapping_blocks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = _tiny(tmp_path)
     (d / "tiny.flp").write_text("A\t0.002\t0.004\t0.000\t0.000\nB\t0.002\t0.004\t0.0015\t0.000\n")
-    _expect_error(d, capsys, "A and B overlap")
+    _expect_error(d, capsys, "tiny.flp:2: blocks A (line 1) and B overlap")
+
+
+def test_a_floorplan_block_missing_from_the_trace_is_named_with_the_header_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = _tiny(tmp_path)
+    (d / "tiny.ptrace").write_text("# two blocks expected\nA\n1.0\n")
+    _expect_error(d, capsys, "tiny.ptrace:2: block B of", "tiny.flp (power layer 0) has no column in the trace")
+
+
+def test_a_header_block_in_no_floorplan_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = _tiny(tmp_path)
+    (d / "tiny.ptrace").write_text("A\tB\tC\n1.0\t2.0\t3.0\n")
+    _expect_error(d, capsys, "tiny.ptrace:1: block C of the header is in no power layer's floorplan")
+    (d / "tiny.ptrace").write_text("A\tZ\n1.0\t2.0\n")
+    _expect_error(d, capsys, "tiny.ptrace:1: block Z is not in", "tiny.flp, the floorplan of power layer 0")
+
+
+def test_an_unknown_flag_in_the_config_file_names_its_line(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    d = _tiny(tmp_path)
+    text = (d / "tiny.config").read_text()
+    (d / "tiny.config").write_text(text + "\t-no_such_flag\t1\n")
+    _expect_error(d, capsys, f"tiny.config:{len(text.splitlines()) + 1}: unsupported option -no_such_flag")
 
 
 def test_zero_thickness_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
