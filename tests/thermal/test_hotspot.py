@@ -130,43 +130,24 @@ def _expect_error(d: Path, capsys: pytest.CaptureFixture[str], *needles: str) ->
         assert n in err
 
 
-def test_negative_power_names_block_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("name", "text", "needles"), [
+    ("tiny.ptrace", "A\tB\n1.0\t2.0\n3.0\t-0.5\n", ("tiny.ptrace:3", "block B", "negative")),
+    ("tiny.ptrace", "A\tB\n1.0\tnan\n", ("tiny.ptrace:2", "block B")),
+    ("tiny_tim.flp", "T\t0.004\t0.004\t0.000\t0.000\nX\t0.001\t0.001\t0.0045\t0.0\n",
+     ("tiny_tim.flp:2: block X", "outside the die")),
+    ("tiny.flp", "A\t0.002\t0.004\t0.000\t0.000\nB\t0.002\t0.004\t0.0015\t0.000\n",
+     ("tiny.flp:2: blocks A (line 1) and B overlap",)),
+    ("tiny.ptrace", "# two blocks expected\nA\n1.0\n",  # a floorplan block missing from the trace
+     ("tiny.ptrace:2: block B of", "tiny.flp (power layer 0) has no column in the trace")),
+    ("tiny.ptrace", "A\tB\tC\n1.0\t2.0\t3.0\n", ("tiny.ptrace:1: block C of the header is in no power layer's",)),
+    ("tiny.ptrace", "A\tZ\n1.0\t2.0\n",
+     ("tiny.ptrace:1: block Z is not in", "tiny.flp, the floorplan of power layer 0")),
+])
+def test_a_bad_file_is_one_line_naming_the_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         name: str, text: str, needles: tuple[str, ...]) -> None:
     d = _tiny(tmp_path)
-    (d / "tiny.ptrace").write_text("A\tB\n1.0\t2.0\n3.0\t-0.5\n")
-    _expect_error(d, capsys, "tiny.ptrace:3", "block B", "negative")
-
-
-def test_nan_in_trace_names_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    d = _tiny(tmp_path)
-    (d / "tiny.ptrace").write_text("A\tB\n1.0\tnan\n")
-    _expect_error(d, capsys, "tiny.ptrace:2", "block B")
-
-
-def test_block_outside_die(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    d = _tiny(tmp_path)
-    (d / "tiny_tim.flp").write_text("T\t0.004\t0.004\t0.000\t0.000\nX\t0.001\t0.001\t0.0045\t0.0\n")
-    _expect_error(d, capsys, "tiny_tim.flp:2: block X", "outside the die")
-
-
-def test_overlapping_blocks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    d = _tiny(tmp_path)
-    (d / "tiny.flp").write_text("A\t0.002\t0.004\t0.000\t0.000\nB\t0.002\t0.004\t0.0015\t0.000\n")
-    _expect_error(d, capsys, "tiny.flp:2: blocks A (line 1) and B overlap")
-
-
-def test_a_floorplan_block_missing_from_the_trace_is_named_with_the_header_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    d = _tiny(tmp_path)
-    (d / "tiny.ptrace").write_text("# two blocks expected\nA\n1.0\n")
-    _expect_error(d, capsys, "tiny.ptrace:2: block B of", "tiny.flp (power layer 0) has no column in the trace")
-
-
-def test_a_header_block_in_no_floorplan_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    d = _tiny(tmp_path)
-    (d / "tiny.ptrace").write_text("A\tB\tC\n1.0\t2.0\t3.0\n")
-    _expect_error(d, capsys, "tiny.ptrace:1: block C of the header is in no power layer's floorplan")
-    (d / "tiny.ptrace").write_text("A\tZ\n1.0\t2.0\n")
-    _expect_error(d, capsys, "tiny.ptrace:1: block Z is not in", "tiny.flp, the floorplan of power layer 0")
+    (d / name).write_text(text)
+    _expect_error(d, capsys, *needles)
 
 
 def test_an_unknown_flag_in_the_config_file_names_its_line(tmp_path: Path,
