@@ -160,17 +160,12 @@ def _tasmoe() -> list[str]:
 
 
 def _process_median(argv: list[str], repeat: int, cwd: Path) -> float:
-    """Median wall time (s) of a whole process, start to exit (the first run, not counted, warms the OS caches)."""
-    import statistics
+    """Median wall time (s) of a whole process, start to exit (one run first, not counted: it warms the OS caches)."""
     import subprocess
 
-    samples = []
-    for k in range(repeat + 1):
-        t0 = time.perf_counter()
-        subprocess.run(argv, cwd=cwd, check=True, capture_output=True)
-        if k:
-            samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+    med, _ = time_call(lambda: subprocess.run(argv, cwd=cwd, check=True, capture_output=True), repeat=repeat,
+                       warmup=1)
+    return med
 
 
 def bench_whole_process(repeat: int = 5, n_batch: int = 8) -> list[BenchRow]:

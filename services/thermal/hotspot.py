@@ -226,14 +226,12 @@ class HotspotCase:
 
 
 def _footprint_share(flp: Floorplan, width: float, height: float, rows: int, cols: int) -> np.ndarray:
-    """(rows·cols,) share of each cell inside the layer's footprint (its floorplan's bounding box), row 0 north."""
-    fx0, fx1 = float(flp.leftx.min()), float((flp.leftx + flp.width).max())
-    fy0, fy1 = float(flp.bottomy.min()), float((flp.bottomy + flp.height).max())
-    cw, ch = width / cols, height / rows
-    xs = np.clip(np.minimum(fx1, (np.arange(cols) + 1) * cw) - np.maximum(fx0, np.arange(cols) * cw), 0, None) / cw
-    top = height - np.arange(rows) * ch  # row i spans [top - ch, top]
-    ys = np.clip(np.minimum(fy1, top) - np.maximum(fy0, top - ch), 0, None) / ch
-    share: np.ndarray = np.outer(ys, xs).reshape(-1)
+    """(rows·cols,) share of each cell inside the layer's footprint (its floorplan's bounding box): the block map of
+    a one-block floorplan that is that box."""
+    x0, y0 = float(flp.leftx.min()), float(flp.bottomy.min())
+    box = Floorplan(("footprint",), np.array([flp.total_width()]), np.array([flp.total_height()]), np.array([x0]),
+                    np.array([y0]), flp.source)
+    share: np.ndarray = block_map(box, width, height, rows, cols).occ.toarray().ravel()
     return share
 
 

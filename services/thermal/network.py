@@ -344,20 +344,12 @@ def build_network(spec: NetworkSpec) -> RCNetwork:
     if hotspot:
         # find_res: i differs (north/south) -> rx/2 + rx/2; j differs (east/west) -> ry/2 + ry/2
         g_ns, g_ew = 1.0 / rx, 1.0 / ry
-        rz_eff = rz.copy()
-        rz_eff[-1] += r_conv_cell  # the sink's rz includes its share of r_convec
-        if spec.detailed_3d:
-            r_link = rz_eff[:-1] / 2 + rz_eff[1:] / 2
-            r_link[0] = rz_eff[0] + rz_eff[1] / 2
-        else:
-            r_link = rz_eff[:-1].copy()  # full rz of the upper layer n
-        g_amb_cell = 1.0 / rz_eff[-1]
+        g_amb_cell = 1.0 / (rz[-1] + r_conv_cell)  # the sink's rz includes its share of r_convec
     else:
         g_ns, g_ew = 1.0 / ry, 1.0 / rx  # physical: north/south spacing is ch
-        r_link = rz[:-1] / 2 + rz[1:] / 2
         g_amb_cell = 1.0 / (rz[-1] / 2 + r_conv_cell)
-    cap = np.array([cf * x.rho_c * x.thickness * cw * ch for x in layers])
-    cap[-1] += cf * p.c_convec * (cw * ch) / (p.s_sink * p.s_sink)
+    r_link = _vertical_resistance(spec, rz, r_conv_cell)
+    cap = _capacitance(np.array([x.rho_c for x in layers]), np.array([x.thickness for x in layers]), cf, cw, ch, p)
 
     pk = PackageRC.build(p, spec.width, spec.height, cf)
     sp_i, hs_i = L - 2, L - 1
@@ -429,20 +421,33 @@ def _cell_links(spec: NetworkSpec, layers: list[LayerSpec], cw: float, ch: float
     rx = np.where(lateral, cw / (k3 * ch * t[:, :, None]), LARGENUM)  # per cell, K/W
     ry = np.where(lateral, ch / (k3 * cw * t[:, :, None]), LARGENUM)
     rz = (t / (k * cw * ch)).reshape(len(layers), *shape)
-    hotspot = spec.variant == "hotspot"
-    r_ns, r_ew = (rx, ry) if hotspot else (ry, rx)
+    r_ns, r_ew = (rx, ry) if spec.variant == "hotspot" else (ry, rx)
     g_ns = 1.0 / (r_ns[:, :-1, :] / 2 + r_ns[:, 1:, :] / 2)
     g_ew = 1.0 / (r_ew[:, :, :-1] / 2 + r_ew[:, :, 1:] / 2)
-    if hotspot:
-        rz_eff = rz.copy()
-        rz_eff[-1] += r_conv_cell
-        if spec.detailed_3d:
-            r_link = rz_eff[:-1] / 2 + rz_eff[1:] / 2
-            r_link[0] = rz_eff[0] + rz_eff[1] / 2
-        else:
-            r_link = rz_eff[:-1].copy()
-    else:
-        r_link = rz[:-1] / 2 + rz[1:] / 2
-    cap = cf * rc * t * cw * ch
+    r_link = _vertical_resistance(spec, rz, r_conv_cell)
+    return CellLinks(g_ns, g_ew, 1.0 / r_link, _capacitance(rc, t, cf, cw, ch, p))
+
+
+def _vertical_resistance(spec: NetworkSpec, rz: np.ndarray, r_conv_cell: float) -> np.ndarray:
+    """K/W between layer n and n+1 (``rz``: each layer's cell resistance, (L,) or per cell (L, rows, cols)).
+    HotSpot: the full rz of the upper layer n (the sink's rz includes its share of r_convec), or with
+    ``-detailed_3D`` ``rz_n/2 + rz_{n+1}/2`` (layer 0: ``rz_0 + rz_1/2``); physical: the two half cells."""
+    if spec.variant != "hotspot":
+        out: np.ndarray = rz[:-1] / 2 + rz[1:] / 2
+        return out
+    rz_eff = rz.copy()
+    rz_eff[-1] += r_conv_cell
+    if spec.detailed_3d:
+        r_link: np.ndarray = rz_eff[:-1] / 2 + rz_eff[1:] / 2
+        r_link[0] = rz_eff[0] + rz_eff[1] / 2
+        return r_link
+    return rz_eff[:-1].copy()
+
+
+def _capacitance(rho_c: np.ndarray, thickness: np.ndarray, cf: float, cw: float, ch: float,
+                 p: PackageSpec) -> np.ndarray:
+    """J/K per cell, ``cf·ρc·t·A``, the sink with its share of c_convec (``rho_c`` (L,) or (L, cells) with
+    ``thickness`` broadcasting against it)."""
+    cap: np.ndarray = cf * rho_c * thickness * cw * ch
     cap[-1] += cf * p.c_convec * (cw * ch) / (p.s_sink * p.s_sink)
-    return CellLinks(g_ns, g_ew, 1.0 / r_link, cap)
+    return cap
