@@ -193,7 +193,8 @@ def bench_whole_process(repeat: int = 5, n_batch: int = 8) -> list[BenchRow]:
                              "factor, solve, write)", f"{fmt_s(t_one)} median of {repeat}; {lo / t_one:.1f}x vs "
                              f"HotSpot's {lo} s", "<= 0.4 s (>= 14x)", t_one <= 0.4,
                              f"the same case in process (parse + build + factor + solve): {fmt_s(t_in)}; the rest "
-                             "of the whole process is the interpreter's start and the imports (numpy, scipy.sparse)"))
+                             "of the whole process is the interpreter's start and numpy's import (scipy is not "
+                             "imported on the spectral path)"))
         # batch: n traces (the reference map scaled), one process, against one case per process
         header, values = one.read_text().splitlines()[:2]
         traces = d / "traces"

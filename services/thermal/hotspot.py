@@ -54,6 +54,11 @@ _IGNORED = {  # accepted, no effect on the grid model without the secondary path
     "thermal_threshold", "base_proc_freq", "leakage_mode", "block_omit_lateral", "package_config_file",
     "r_convec_sec", "c_convec_sec", "n_metal", "t_metal", "t_c4", "s_c4", "n_c4", "s_sub", "t_sub", "s_solder",
     "t_solder", "s_pcb", "t_pcb",
+    # the floorplanner's (hotfloorplan, flp.c) and the microchannel model's options, which HotSpot's shipped
+    # template.config and examples carry; `hotspot` itself never reads them (microchannels stay refused below)
+    "wrap_l2", "l2_label", "model_rim", "rim_thickness", "compact_ratio", "n_orients", "P0", "Davg", "Kmoves",
+    "Rcool", "Rreject", "Nmax", "lambdaA", "lambdaT", "lambdaW", "use_microfluidic_cooling", "pumping_pressure",
+    "pump_internal_res", "inlet_temperature", "coolant_material", "wall_material", "htc",
 }
 _FILES = {"f", "p", "o", "c", "init_file", "steady_file", "grid_layer_file", "grid_steady_file"}
 _ZERO_ONLY = {  # options whose feature is not modelled: only 0 (off) is accepted
@@ -207,7 +212,7 @@ class HotspotCase:
                     raise BadInput(f"{source}: no temperature for {key}", field=key)
                 vals[u] = temps[key]
             occ = self.maps[n].occ
-            cover = np.asarray(occ.sum(axis=1)).ravel()
+            cover = occ.row_sums()
             cell = occ @ vals
             T[n * nrc:(n + 1) * nrc] = np.where(cover > 0, cell / np.where(cover > 0, cover, 1), self.net.ambient)
         for i in range(N_RING):
@@ -263,8 +268,8 @@ def _layer_materials(opts: HotspotOptions, lay: LayerSpec, flp: Floorplan, bm: B
     if materials:
         assert flp.rho_c is not None and flp.resistivity is not None
         has = np.isfinite(flp.rho_c)
-        occ = bm.occ[:, np.flatnonzero(has)]  # (cells, blocks with materials) covered share
-        covered = np.asarray(occ.sum(axis=1)).ravel()
+        occ = bm.occ.columns(np.flatnonzero(has))  # (cells, blocks with materials) covered share
+        covered = occ.row_sums()
         k = (1 - covered) * k + occ @ (1.0 / flp.resistivity[has])
         rc = (1 - covered) * rc + occ @ flp.rho_c[has]
     return replace(lay, k_cells=tuple(k.tolist()), rho_c_cells=tuple(rc.tolist()))

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-import scipy.sparse as sp
 
 from services.thermal import solvers
-from services.thermal.hotspot_io import BlockMap, Floorplan, block_map
+from services.thermal.hotspot_io import BlockMap, CellMap, Floorplan, block_map
 from services.thermal.network import LayerSpec, NetworkSpec, PackageSpec, RCNetwork, build_network
 from services.thermal.spectral import SpectralSolver
 from shared.configs import ArchConfig
@@ -246,27 +245,27 @@ class StackModel:
                 "ambient_c": self.net.ambient - KELVIN}
 
 
-def _separable_factors(power: sp.csr_matrix, rows: int, cols: int, nby: int,
+def _separable_factors(power: CellMap, rows: int, cols: int, nby: int,
                        nbx: int) -> tuple[np.ndarray, np.ndarray] | None:
     """``(Fy (rows, nby), Fx (cols, nbx))`` with ``power[(i·cols + j), (y·nbx + x)] = Fy[i, y]·Fx[j, x]`` for
     every entry, or None. The factors are the marginals of block column 0 and block row 0 (their product counts block
     (0, 0)'s total share twice, divided out once); the product is then checked against every stored entry and the
     entry count."""
-    coo = power.tocoo()
-    i, j = np.divmod(coo.row, cols)
-    y, x = np.divmod(coo.col, nbx)
+    i, j = np.divmod(power.row, cols)
+    y, x = np.divmod(power.indices, nbx)
+    data = power.data
     Fy = np.zeros((rows, nby))
     Fx = np.zeros((cols, nbx))
     first_col, first_row = x == 0, y == 0
-    np.add.at(Fy, (i[first_col], y[first_col]), coo.data[first_col])
-    np.add.at(Fx, (j[first_row], x[first_row]), coo.data[first_row])
-    s00 = float(coo.data[coo.col == 0].sum())  # = Σ_i Fy[i, 0] · Σ_j Fx[j, 0], counted in both marginals
+    np.add.at(Fy, (i[first_col], y[first_col]), data[first_col])
+    np.add.at(Fx, (j[first_row], x[first_row]), data[first_row])
+    s00 = float(data[power.indices == 0].sum())  # = Σ_i Fy[i, 0] · Σ_j Fx[j, 0], counted in both marginals
     if s00 <= 0.0:
         return None
     Fy /= s00
     pred = Fy[i, y] * Fx[j, x]
-    scale = float(np.abs(coo.data).max()) if coo.nnz else 1.0
-    if coo.nnz != np.count_nonzero(Fy) * np.count_nonzero(Fx) or np.abs(pred - coo.data).max() > 1e-12 * scale:
+    scale = float(np.abs(data).max()) if data.size else 1.0
+    if data.size != np.count_nonzero(Fy) * np.count_nonzero(Fx) or np.abs(pred - data).max() > 1e-12 * scale:
         return None
     return Fy, Fx
 

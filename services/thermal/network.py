@@ -29,10 +29,12 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:  # imported where G is built: the spectral path never assembles it (scipy.sparse: ~0.1 s of start-up)
+    import scipy.sparse as sp
 
 C_FACTOR = 0.333  # HotSpot temperature.h: "fitting factor to match floworks (due to lumping)"
 N_RING = 12
@@ -312,6 +314,8 @@ class RCNetwork:
         rows = np.concatenate([A, B, np.arange(n)])
         cols = np.concatenate([B, A, np.arange(n)])
         vals = np.concatenate([-Gv, -Gv, diag])
+        import scipy.sparse as sp
+
         return sp.csr_matrix(sp.coo_matrix((vals, (rows, cols)), shape=(n, n)))
 
     def heat_to_ambient(self, T: np.ndarray) -> float:

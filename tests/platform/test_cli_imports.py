@@ -54,6 +54,19 @@ def test_hotspot_imports_the_thermal_service_only(reference_dir: Path, tmp_path:
     assert services <= {"thermal", "cli", "commands"}
     for heavy in ("sqlalchemy", "matplotlib", "fastapi", "celery", "httpx", "numba"):
         assert heavy not in mods, heavy
+    # the spectral path needs numpy alone: scipy's import was half of the whole process (BENCHMARKS.md)
+    assert not [m for m in mods if m == "scipy" or m.startswith("scipy.")]
+
+
+def test_a_stack_the_spectral_solver_cannot_take_loads_scipy_sparse(tmp_path: Path) -> None:
+    """The negative of the above: the lazy import is where the sparse path needs it (a chiplet smaller than the
+    die is solved by SuperLU)."""
+    runs = REPO / "tests" / "fixtures" / "hotspot_runs" / "ev6_3D"
+    mods = _modules_after(["hotspot", "-c", str(runs / "example.config"), "-grid_layer_file",
+                           str(runs / "ev6_3D.lcf"), "-model_type", "grid", "-detailed_3D", "on", "-p",
+                           str(runs / "ev6_3D.ptrace"), "-steady_file", str(tmp_path / "a.steady")], runs)
+    assert (tmp_path / "a.steady").exists()
+    assert "scipy.sparse.linalg" in mods
 
 
 def test_help_imports_no_service(tmp_path: Path) -> None:

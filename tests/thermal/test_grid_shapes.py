@@ -74,3 +74,26 @@ def test_vectorised_block_map_equals_the_per_block_loop(rows: int, cols: int) ->
     np.testing.assert_allclose(bm.occ.toarray().sum(axis=0) * (3e-3 * 2e-3 / (rows * cols)),
                                flp.width * flp.height, rtol=1e-9)  # coverage = block area
     np.testing.assert_allclose(bm.avg.toarray().sum(axis=1), 1.0)
+
+
+def test_cell_map_is_the_sparse_matrix_it_replaces() -> None:
+    """CellMap (numpy CSR, so the spectral path never imports scipy) against scipy.sparse on a random map with an
+    explicit zero and an empty row."""
+    import scipy.sparse as sp
+
+    from services.thermal.hotspot_io import CellMap
+
+    rng = np.random.default_rng(3)
+    r = np.array([4, 0, 2, 2, 0, 4, 1])
+    c = np.array([1, 0, 2, 0, 2, 0, 1])
+    v = np.array([0.5, 1.0, 0.0, 2.0, 3.0, 0.25, 1.5])
+    m, ref = CellMap(v, r, c, (6, 3)), sp.csr_matrix((v, (r, c)), shape=(6, 3))
+    x = rng.random(3)
+    np.testing.assert_allclose(m @ x, ref @ x, rtol=1e-15)
+    np.testing.assert_allclose(m.row_sums(), np.asarray(ref.sum(axis=1)).ravel(), rtol=1e-15)
+    np.testing.assert_array_equal(m.toarray(), ref.toarray())
+    keep = np.array([2, 0])
+    np.testing.assert_array_equal(m.columns(keep).toarray(), ref[:, keep].toarray())
+    s = rng.random(3)
+    np.testing.assert_allclose(m.scale_columns(s).toarray(), ref.toarray() * s[None, :], rtol=1e-15)
+    assert list(m.indptr) == list(ref.indptr)

@@ -124,21 +124,24 @@ def test_concurrent_steps_on_one_solver_equal_sequential_ones(
 
 
 def test_separable_factors_reproduce_a_tensor_product_map_and_reject_others() -> None:
-    import scipy.sparse as sp
-
+    from services.thermal.hotspot_io import CellMap
     from services.thermal.model import _separable_factors
+
+    def cell_map(A: np.ndarray) -> CellMap:
+        r, c = np.nonzero(A)
+        return CellMap(A[r, c], r, c, A.shape)
 
     rng = np.random.default_rng(6)
     Fy, Fx = rng.random((6, 3)), rng.random((5, 2))
     Fy /= Fy.sum(axis=0)
     Fx /= Fx.sum(axis=0)
-    M = sp.csr_matrix(np.kron(Fy, Fx))
+    M = cell_map(np.kron(Fy, Fx))
     got = _separable_factors(M, 6, 5, 3, 2)
     assert got is not None
     np.testing.assert_allclose(np.kron(got[0], got[1]), M.toarray(), atol=1e-15)
     broken = M.toarray()
     broken[7, 1] *= 1.001  # one cell's share of one block off by 0.1 %
-    assert _separable_factors(sp.csr_matrix(broken), 6, 5, 3, 2) is None
+    assert _separable_factors(cell_map(broken), 6, 5, 3, 2) is None
 
 
 @pytest.mark.parametrize("arch", [ArchConfig(), ArchConfig.model_validate(
