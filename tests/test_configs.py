@@ -42,7 +42,7 @@ def test_shipped_configs_load_with_seed_values() -> None:
     [
         ({"mesh": {"cores": [0, 8]}}, "mesh.cores[0]", "must be >= 1"),
         ({"mesh": {"cores": [8, 8], "bogus": 1}}, "mesh.bogus", "unknown key"),
-        ({"dram": {"page_kb": -1}}, "dram.page_kb", "must be > 0"),
+        ({"dram": {"page_kb": -1}}, "dram.page_kb", "must be >= 0.001"),
         ({"mesh": {"cores": "eight"}}, "mesh.cores", ""),
         ({"dvfs": {"domains": [{"steps_ghz": [2.0, 1.0], "trip_c": [80, 90]}]}}, "dvfs.domains[0]", "one entry fewer"),
         ({"thermal": {"exp_degree": 5}}, "thermal.exp_degree", "6"),

@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field
 
 from services.lowering.costmodel import dtype_bytes, gemm_cost_for_arch, vector_cost
 from shared.configs.arch import ArchConfig
 from shared.errors import BadInput
+from shared.limits import MAX_ITEMS, Dim, DimOrZero
 
 RESIDENT_FRACTION = 0.75
 SEQUENTIAL_BYTES = 64 * 1024
@@ -143,20 +144,20 @@ class FusedOpSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: FusedKind
-    tokens: PositiveInt = 1  # M / S: rows processed
-    d: PositiveInt = 4096
-    f: PositiveInt = 14336  # SwiGLU hidden
-    heads: PositiveInt = 32
-    kv_heads: PositiveInt | None = None  # GQA; default = heads (FlashAttention) or heads/4 (GQA)
-    head_dim: PositiveInt = 128
-    kv_cached: int = Field(default=0, ge=0)
+    tokens: Dim = 1  # M / S: rows processed
+    d: Dim = 4096
+    f: Dim = 14336  # SwiGLU hidden
+    heads: Dim = 32
+    kv_heads: Dim | None = None  # GQA; default = heads (FlashAttention) or heads/4 (GQA)
+    head_dim: Dim = 128
+    kv_cached: DimOrZero = 0
     residual: bool = True
     # MLA (DeepSeek-V2/V3 defaults)
-    q_lora_rank: PositiveInt = 1536
-    kv_lora_rank: PositiveInt = 512
-    qk_nope_head_dim: PositiveInt = 128
-    qk_rope_head_dim: PositiveInt = 64
-    v_head_dim: PositiveInt = 128
+    q_lora_rank: Dim = 1536
+    kv_lora_rank: Dim = 512
+    qk_nope_head_dim: Dim = 128
+    qk_rope_head_dim: Dim = 64
+    v_head_dim: Dim = 128
 
 
 def expand_swiglu(s: FusedOpSpec) -> Dag:
@@ -446,7 +447,7 @@ def fuse(dag: Dag, prof: FusionProfile, arch: ArchConfig, kind: str = "") -> Gra
 class GraphRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    ops: list[FusedOpSpec] = Field(min_length=1)
+    ops: list[FusedOpSpec] = Field(min_length=1, max_length=MAX_ITEMS)
     arch: ArchConfig = Field(default_factory=ArchConfig)
 
 

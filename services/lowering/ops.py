@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field
 
 from services.lowering.costmodel import dtype_bytes, gemm_cost_for_arch
 from services.lowering.isa import Builder, DeviceProfile
@@ -23,6 +23,7 @@ from services.lowering.streamcost import stream_cost
 from services.lowering.validate import StreamValidator
 from shared.configs.arch import ArchConfig
 from shared.errors import BadInput
+from shared.limits import MAX_EXPERTS, MAX_ITEMS, Dim, DimOrZero
 
 
 class _Spec(BaseModel):
@@ -31,69 +32,69 @@ class _Spec(BaseModel):
 
 class MatMulSpec(_Spec):
     kind: Literal["matmul"] = "matmul"
-    M: PositiveInt
-    K: PositiveInt
-    N: PositiveInt
+    M: Dim
+    K: Dim
+    N: Dim
 
 
 class Conv2dSpec(_Spec):
     kind: Literal["conv2d"] = "conv2d"
-    batch: PositiveInt = 1
-    cin: PositiveInt
-    h: PositiveInt
-    w: PositiveInt
-    cout: PositiveInt
-    kh: PositiveInt
-    kw: PositiveInt
-    stride: PositiveInt = 1
+    batch: Dim = 1
+    cin: Dim
+    h: Dim
+    w: Dim
+    cout: Dim
+    kh: Dim
+    kw: Dim
+    stride: Dim = 1
     pad: int = Field(default=0, ge=0)
 
 
 class FfnSpec(_Spec):
     kind: Literal["ffn"] = "ffn"
-    M: PositiveInt
-    d: PositiveInt
-    f: PositiveInt
+    M: Dim
+    d: Dim
+    f: Dim
     act: Literal["gelu", "silu"] = "gelu"
 
 
 class SwigluSpec(_Spec):
     kind: Literal["swiglu_ffn"] = "swiglu_ffn"
-    M: PositiveInt
-    d: PositiveInt
-    f: PositiveInt
+    M: Dim
+    d: Dim
+    f: Dim
 
 
 class RowwiseSpec(_Spec):
     kind: Literal["rmsnorm", "layernorm", "softmax", "gelu", "bias_add"]
-    M: PositiveInt
-    N: PositiveInt
+    M: Dim
+    N: Dim
 
 
 class QkvSpec(_Spec):
     kind: Literal["qkv"] = "qkv"
-    M: PositiveInt
-    d: PositiveInt
-    d_q: PositiveInt
-    d_kv: PositiveInt
+    M: Dim
+    d: Dim
+    d_q: Dim
+    d_kv: Dim
 
 
 class AttentionSpec(_Spec):
     kind: Literal["attention"] = "attention"
-    S: PositiveInt
-    d: PositiveInt
-    heads: PositiveInt
-    kv_heads: PositiveInt
-    head_dim: PositiveInt
-    kv_cached: int = Field(default=0, ge=0)
-    max_seq: PositiveInt | None = None
+    S: Dim
+    d: Dim
+    heads: Dim
+    kv_heads: Dim
+    head_dim: Dim
+    kv_cached: DimOrZero = 0
+    max_seq: Dim | None = None
 
 
 class MoeExpertsSpec(_Spec):
     kind: Literal["moe_experts"] = "moe_experts"
-    tokens_per_expert: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
-    d: PositiveInt
-    f: PositiveInt
+    tokens_per_expert: list[DimOrZero] = Field(min_length=1, max_length=MAX_EXPERTS)
+    d: Dim
+    f: Dim
 
 
 OpSpec = Annotated[MatMulSpec | Conv2dSpec | FfnSpec | SwigluSpec | RowwiseSpec | QkvSpec | AttentionSpec
@@ -101,11 +102,11 @@ OpSpec = Annotated[MatMulSpec | Conv2dSpec | FfnSpec | SwigluSpec | RowwiseSpec 
 
 
 class LowerOpsRequest(_Spec):
-    ops: list[OpSpec] = Field(min_length=1)
+    ops: list[OpSpec] = Field(min_length=1, max_length=MAX_ITEMS)
     arch: ArchConfig = Field(default_factory=ArchConfig)
     dtype: str | None = None  # overrides arch.core.dtype
     include_instructions: bool = True
-    max_instructions: PositiveInt | None = None  # truncate the returned stream (the cost covers all of it)
+    max_instructions: Dim | None = None  # truncate the returned stream (the cost covers all of it)
 
 
 class LoweredOp(BaseModel):

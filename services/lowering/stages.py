@@ -15,11 +15,12 @@ import zlib
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from services.lowering.costmodel import dtype_bytes, gemm_cost_for_arch, vector_cost
 from shared.configs.arch import ArchConfig
 from shared.errors import BadInput
+from shared.limits import MAX_EXPERTS, MAX_ITEMS, MAX_LAYERS, MAX_STAGES, Dim, DimOrZero, Experts
 
 HostKind = Literal["kv_cache", "weight", "weight_meta"]
 Direction = Literal["host_to_digital", "digital_to_host", "digital_to_rram"]
@@ -59,18 +60,18 @@ class BlockSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    layer: int = Field(default=0, ge=0)
-    tokens: PositiveInt = 1  # S: tokens processed in this step
-    d: PositiveInt = 4096
-    heads: PositiveInt = 32
-    kv_heads: PositiveInt = 8
-    head_dim: PositiveInt = 128
-    kv_cached: int = Field(default=0, ge=0)
+    layer: int = Field(default=0, ge=0, le=MAX_LAYERS)
+    tokens: Dim = 1  # S: tokens processed in this step
+    d: Dim = 4096
+    heads: Dim = 32
+    kv_heads: Dim = 8
+    head_dim: Dim = 128
+    kv_cached: DimOrZero = 0
     ffn: Literal["swiglu", "gelu", "moe"] = "moe"
-    f: PositiveInt = 14336
-    n_experts: PositiveInt = 8
-    topk: PositiveInt = 2
-    candidate_experts: list[int] | None = None  # default: all experts
+    f: Dim = 14336
+    n_experts: Experts = 8
+    topk: Experts = 2
+    candidate_experts: list[int] | None = Field(default=None, max_length=MAX_EXPERTS)  # default: all
     randomize_experts: bool = True
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     first_load: bool = False  # include host2d_weight / host2c_weight stages (weights not yet on the chip)
@@ -90,8 +91,18 @@ class BlockSpec(BaseModel):
 class StagesRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    blocks: list[BlockSpec] = Field(min_length=1)
+    blocks: list[BlockSpec] = Field(min_length=1, max_length=MAX_ITEMS)
     arch: ArchConfig = Field(default_factory=ArchConfig)
+
+    @field_validator("blocks")
+    @classmethod
+    def _bounded(cls, blocks: list[BlockSpec]) -> list[BlockSpec]:
+        # a block lowers to ~30 stages plus ~5 per selected expert (8 with first_load): bound the whole answer
+        n = sum(30 + 8 * (b.topk if b.ffn == "moe" else 0) for b in blocks)
+        if n > MAX_STAGES:
+            raise ValueError(f"the blocks lower to about {n} stages; at most {MAX_STAGES} in one request (fewer "
+                             "blocks or a smaller topk)")
+        return blocks
 
 
 class StagesResult(BaseModel):

@@ -138,11 +138,13 @@ def get_windows(exp_id: IdPath, request: Request, scenario: Scenario | None = No
     return {"id": exp_id, "scenarios": series, "offset": offset, "next_offset": nxt}
 
 
-@router.get("/experiments/{exp_id}/log", response_class=PlainTextResponse)
-def get_log(exp_id: IdPath, request: Request, scenario: Scenario | None = None) -> str:
-    """The runs' run.log files (seed, config snapshot, versions, git revision, progress, errors)."""
+@router.get("/experiments/{exp_id}/log", response_class=Response,
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "the logs"}})
+def get_log(exp_id: IdPath, request: Request, scenario: Scenario | None = None) -> Response:
+    """The runs' run.log files (seed, config snapshot, versions, git revision, progress, errors). (The route's class
+    is the generic Response so that its errors are documented as the JSON they are, not as text/plain.)"""
     with _rt(request).sessions() as s:
-        return service.log_text(session=s, exp_id=exp_id, scenario=scenario)
+        return PlainTextResponse(service.log_text(session=s, exp_id=exp_id, scenario=scenario))
 
 
 @router.post("/experiments/{exp_id}/cancel", response_model=ExperimentView)

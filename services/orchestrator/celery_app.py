@@ -69,10 +69,13 @@ class CeleryDispatcher:
         self.app = app or create_celery_app(self.settings)
 
     def submit_experiment(self, exp_id: str) -> None:
+        from services.orchestrator import repository as repo
         from services.orchestrator.jobs import run_ids_of
 
-        for run_id in run_ids_of(sessions=self.sessions, exp_id=exp_id):
+        run_ids = run_ids_of(sessions=self.sessions, exp_id=exp_id)
+        for run_id in run_ids:
             self.app.send_task("tasmoe.run_scenario", args=[run_id], queue=self.settings.celery_queue)
+        repo.mark_enqueued(sessions=self.sessions, run_ids=run_ids)
 
     def shutdown(self) -> None:
         self.app.close()

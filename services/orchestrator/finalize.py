@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,6 +54,18 @@ class _NoBaseline(Exception):
     pass
 
 
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write a finalisation file whole or not at all (a reader never sees half a file): a temporary file beside it,
+    then an atomic rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if isinstance(data, str):
+        tmp.write_text(data, encoding="utf-8")
+    else:
+        tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClients, exp_id: str,
                         plots: bool = True) -> Path | None:
     with sessions() as s:
@@ -81,7 +94,7 @@ def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClie
     figure_args = {"workload": label, "mesh": list(spec.arch.mesh.cores), "thot_c": spec.tas.tacs.thresholds.Thot,
                    "warmup_ms": warm_ms}
     summary = out / "summary.csv"
-    summary.write_text(table, encoding="utf-8")
+    atomic_write(summary, table)
     if not rows:
         return summary
     pipe = Pipeline(clients, run_key=exp_id)
@@ -89,8 +102,8 @@ def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClie
         if not any(r.get("scenario") == "baseline" for r in rows):
             raise _NoBaseline
         cmp_csv, cmp_md = pipe.compare(rows)
-        (out / "comparison.csv").write_text(cmp_csv, encoding="utf-8")
-        (out / "comparison.md").write_text(cmp_md, encoding="utf-8")
+        atomic_write(out / "comparison.csv", cmp_csv)
+        atomic_write(out / "comparison.md", cmp_md)
     except _NoBaseline:
         pass  # deltas are against baseline: nothing to compare
     except TasmoeError as exc:
@@ -98,7 +111,7 @@ def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClie
     reports = power_reports(out, [str(r["scenario"]) for r in rows], spec.workload.label)
     if reports:
         try:
-            (out / "power.md").write_text(pipe.power_table(reports), encoding="utf-8")
+            atomic_write(out / "power.md", pipe.power_table(reports))
         except TasmoeError as exc:
             log.warning("power table for %s not written: %s", exp_id, exc)
     if not plots:
@@ -110,9 +123,7 @@ def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClie
         except TasmoeError as exc:
             log.warning("plot %s for %s not drawn: %s", kind, exp_id, exc)
             continue
-        (out / "plots").mkdir(parents=True, exist_ok=True)
-        (out / "plots" / f"{kind}.png").write_bytes(data)
+        atomic_write(out / "plots" / f"{kind}.png", data)
         # what `tasmoe plot` needs beside the folder's rows and windows to draw the same figure
-        (out / FIGURE_ARGS_FILE).write_text(json.dumps(figure_args, indent=2, sort_keys=True) + "\n",
-                                            encoding="utf-8")
+        atomic_write(out / FIGURE_ARGS_FILE, json.dumps(figure_args, indent=2, sort_keys=True) + "\n")
     return summary

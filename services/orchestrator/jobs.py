@@ -17,6 +17,7 @@ ever sees uncommitted state.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import multiprocessing
@@ -72,22 +73,33 @@ def run_ids_of(*, sessions: sessionmaker[Session], exp_id: str) -> list[str]:
         return [r.id for r in runs]
 
 
-def after_run(*, sessions: sessionmaker[Session], clients: ServiceClients, run_id: str) -> None:
-    """When the run's experiment has no unfinished run left, write its summary files (idempotent)."""
+FINALIZE_LEASE_S = 600.0  # a finalisation not finished in this time is taken over (its process is presumed dead)
+
+
+def after_run(*, sessions: sessionmaker[Session], clients: ServiceClients, run_id: str) -> bool:
+    """When the run's experiment has no unfinished run left, write its summary files, once: the finalisation is
+    claimed (compare-and-set) and recorded when done, so a duplicate task or a second run finishing at the same time
+    finds nothing to do. True if this call finalised."""
     with sessions() as s:
         run = repo.get_run(session=s, run_id=run_id)
         if run is None:
-            return
+            return False
         exp_id = run.experiment_id
-        runs = repo.runs_of(session=s, exp_id=exp_id)
-        if not all(r.status in TERMINAL for r in runs):
-            return
+    return finalize_once(sessions=sessions, clients=clients, exp_id=exp_id)
+
+
+def finalize_once(*, sessions: sessionmaker[Session], clients: ServiceClients, exp_id: str) -> bool:
+    if not repo.claim_finalize(sessions=sessions, exp_id=exp_id, lease_s=FINALIZE_LEASE_S):
+        return False
     finalize_experiment(sessions=sessions, clients=clients, exp_id=exp_id)
+    repo.finish_finalize(sessions=sessions, exp_id=exp_id)
+    return True
 
 
 def execute_run(run_id: str, *, clients: ServiceClients, sessions: sessionmaker[Session], owner: str, lease_s: float,
                 on_window: WindowHook | None = None, stop: StopEvent | None = None) -> RunOutcome:
     """One pool task: run (or resume) the run, then finalize its experiment if it was the last one."""
+    repo.note_delivery(sessions=sessions, run_id=run_id)
     out = run_scenario(run_id, clients, sessions, owner=owner, lease_s=lease_s, on_window=on_window, stop=stop)
     if out.status in {"succeeded", "failed", "cancelled", "done", "exhausted"}:
         try:
@@ -121,6 +133,10 @@ class _PoolRunner:
     def _submit(self, run_id: str) -> Future[RunOutcome]:
         raise NotImplementedError
 
+    def submit_finalize(self, exp_id: str) -> None:
+        """Finalise an experiment whose finalising process died (on the pool, claimed as after a run)."""
+        raise NotImplementedError
+
     def submit_experiment(self, exp_id: str) -> None:
         for run_id in run_ids_of(sessions=self.sessions, exp_id=exp_id):
             self.submit_run(run_id)
@@ -142,9 +158,13 @@ class _PoolRunner:
             stale = repo.stale_runs(session=s)
             young = set(s.scalars(sa.select(ScenarioRun.id).join(Experiment).where(
                 ScenarioRun.status == RunStatus.queued, Experiment.created_at > cutoff))) if queued_grace_s else set()
+            unfinalized = repo.unfinalized_experiments(session=s)
         picked = [r for r in stale if r not in young and r not in self.ignored_runs]
         for run_id in picked:
-            self.submit_run(run_id)
+            self.submit_run(run_id)  # one future per run in flight: a run already in this pool is not resubmitted
+        for exp_id in unfinalized:  # the process that was writing its files died
+            if not set(run_ids_of(sessions=self.sessions, exp_id=exp_id)) & self.ignored_runs:
+                self.submit_finalize(exp_id)
         return picked
 
     def _reap_loop(self, interval: float) -> None:
@@ -194,6 +214,9 @@ class EmbeddedRunner(_PoolRunner):
     def _submit(self, run_id: str) -> Future[RunOutcome]:
         return self._pool.submit(self._execute, run_id)
 
+    def submit_finalize(self, exp_id: str) -> None:
+        self._pool.submit(finalize_once, sessions=self.sessions, clients=self.clients, exp_id=exp_id)
+
     def _execute(self, run_id: str) -> RunOutcome:
         return execute_run(run_id, clients=self.clients, sessions=self.sessions,
                            owner=f"{self.owner_prefix}:{run_id}", lease_s=self.lease_s, on_window=self.on_window,
@@ -234,6 +257,13 @@ def _init_worker(database_url: str, schema: str | None, settings: OrchestratorSe
 
 def _noop() -> None:
     return None
+
+
+def _finalize_in_worker(exp_id: str) -> bool:
+    w = _worker
+    if w is None:  # pragma: no cover - the pool's initializer runs first
+        raise RuntimeError("ProcessRunner worker not initialised")
+    return finalize_once(sessions=w.sessions, clients=w.clients, exp_id=exp_id)
 
 
 def _run_in_worker(run_id: str, lease_s: float) -> RunOutcome:
@@ -302,6 +332,11 @@ class ProcessRunner(_PoolRunner):
                                              logging.getLogger().getEffectiveLevel()))
         pool.submit(_noop)  # start the workers now (all of them at once when forking)
         return pool
+
+    def submit_finalize(self, exp_id: str) -> None:
+        # a broken pool: the next submission of a run starts a new one, and the next reaper pass finalises then
+        with contextlib.suppress(BrokenProcessPool):
+            self._pool.submit(_finalize_in_worker, exp_id)
 
     def _submit(self, run_id: str) -> Future[RunOutcome]:
         try:

@@ -53,6 +53,11 @@ class Experiment(Base):
     created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow, onupdate=utcnow)
     error: Mapped[str | None] = mapped_column(sa.Text)
+    # finalisation (summary, comparison, plots) happens once: a process takes it by setting finalize_lease_until
+    # (compare-and-set), writes the files, then sets finalized_at; "succeeded" waits for finalized_at
+    finalize_lease_until: Mapped[datetime | None] = mapped_column(sa.DateTime)
+    finalized_at: Mapped[datetime | None] = mapped_column(sa.DateTime)
+    finalizations: Mapped[int] = mapped_column(sa.Integer, default=0)  # times finalisation ran to the end
 
     runs: Mapped[list[ScenarioRun]] = relationship(back_populates="experiment", order_by="ScenarioRun.position")
 
@@ -77,6 +82,8 @@ class ScenarioRun(Base):
     compute_s: Mapped[float] = mapped_column(sa.Float, default=0.0)  # wall time spent in the window loop
     error: Mapped[str | None] = mapped_column(sa.Text)
     result_row: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+    enqueued_at: Mapped[datetime | None] = mapped_column(sa.DateTime)  # last handed to the queue (cluster mode)
+    deliveries: Mapped[int] = mapped_column(sa.Integer, default=0)  # times a task for this run started
 
     experiment: Mapped[Experiment] = relationship(back_populates="runs")
 

@@ -113,7 +113,8 @@ def refresh_experiment_status(*, session: Session, exp_id: str) -> RunStatus | N
     if not statuses:
         new = exp.status
     elif statuses <= {RunStatus.succeeded}:
-        new = RunStatus.succeeded
+        # "succeeded" means its files exist: until the finalisation wrote them, the experiment is still running
+        new = RunStatus.succeeded if exp.finalized_at is not None else RunStatus.running
     elif statuses <= TERMINAL:
         new = RunStatus.failed if RunStatus.failed in statuses else RunStatus.cancelled
     elif RunStatus.running in statuses or statuses & TERMINAL:
@@ -288,6 +289,78 @@ def release_lease(*, sessions: sessionmaker[Session], run_id: str, owner: str) -
         s.execute(sa.update(R).where(R.id == run_id, R.lease_owner == owner, R.status == RunStatus.running)
                   .values(lease_expires_at=utcnow() - timedelta(seconds=1))
                   .execution_options(synchronize_session=False))
+
+
+def note_delivery(*, sessions: sessionmaker[Session], run_id: str) -> None:
+    """A task for the run started (counted: an undisturbed run is delivered once)."""
+    R = ScenarioRun
+    with sessions.begin() as s:
+        s.execute(sa.update(R).where(R.id == run_id).values(deliveries=R.deliveries + 1)
+                  .execution_options(synchronize_session=False))
+
+
+def mark_enqueued(*, sessions: sessionmaker[Session], run_ids: list[str], now: datetime | None = None) -> None:
+    """The runs were handed to the queue (the reaper leaves a queued run alone while its hand-off is recent)."""
+    if not run_ids:
+        return
+    R = ScenarioRun
+    with sessions.begin() as s:
+        s.execute(sa.update(R).where(R.id.in_(run_ids)).values(enqueued_at=now or utcnow())
+                  .execution_options(synchronize_session=False))
+
+
+def runs_to_redeliver(*, session: Session, now: datetime | None = None, handoff_grace_s: float,
+                      requeue_after_s: float) -> list[str]:
+    """What a reaper re-enqueues: running runs whose lease expired (their worker died); queued runs never handed to
+    the queue (the process that created them died before it could) once ``handoff_grace_s`` passed since their
+    creation; queued runs whose hand-off is older than ``requeue_after_s`` (the broker lost the message). A queued
+    run that waits its turn in the queue is left alone: it is not a lost run."""
+    now = now or utcnow()
+    R, E = ScenarioRun, Experiment
+    expired = sa.and_(R.status == RunStatus.running, R.lease_expires_at < now)
+    never_handed = sa.and_(R.status == RunStatus.queued, R.enqueued_at.is_(None),
+                           E.created_at < now - timedelta(seconds=handoff_grace_s))
+    lost = sa.and_(R.status == RunStatus.queued, R.enqueued_at < now - timedelta(seconds=requeue_after_s))
+    q = sa.select(R.id).join(E, R.experiment_id == E.id).where(sa.or_(expired, never_handed, lost))
+    return list(session.scalars(q.order_by(R.id)))
+
+
+def claim_finalize(*, sessions: sessionmaker[Session], exp_id: str, lease_s: float,
+                   now: datetime | None = None) -> bool:
+    """Take the experiment's finalisation (compare-and-set): True for exactly one caller while the files are not
+    written, every run is finished and no other process holds the finalisation (its lease expired if it died)."""
+    now = now or utcnow()
+    E, R = Experiment, ScenarioRun
+    unfinished = sa.select(R.id).where(R.experiment_id == exp_id, R.status.in_([RunStatus.queued, RunStatus.running]))
+    with sessions.begin() as s:
+        res = s.execute(
+            sa.update(E).where(E.id == exp_id, E.finalized_at.is_(None),
+                               sa.or_(E.finalize_lease_until.is_(None), E.finalize_lease_until < now),
+                               ~sa.exists(unfinished))
+            .values(finalize_lease_until=now + timedelta(seconds=lease_s))
+            .execution_options(synchronize_session=False))
+        return _rowcount(res) == 1
+
+
+def finish_finalize(*, sessions: sessionmaker[Session], exp_id: str) -> None:
+    """The experiment's files are written: record it (and only now may its status become "succeeded")."""
+    E = Experiment
+    with sessions.begin() as s:
+        s.execute(sa.update(E).where(E.id == exp_id)
+                  .values(finalized_at=utcnow(), finalize_lease_until=None, finalizations=E.finalizations + 1)
+                  .execution_options(synchronize_session=False))
+        refresh_experiment_status(session=s, exp_id=exp_id)
+
+
+def unfinalized_experiments(*, session: Session, now: datetime | None = None) -> list[str]:
+    """Experiments whose runs all finished but whose files were never written (the finalising process died)."""
+    now = now or utcnow()
+    E, R = Experiment, ScenarioRun
+    unfinished = sa.select(R.experiment_id).where(R.status.in_([RunStatus.queued, RunStatus.running]))
+    q = sa.select(E.id).where(E.finalized_at.is_(None), E.id.not_in(unfinished),
+                              sa.or_(E.finalize_lease_until.is_(None), E.finalize_lease_until < now),
+                              sa.exists(sa.select(R.id).where(R.experiment_id == E.id)))
+    return list(session.scalars(q.order_by(E.created_at, E.id)))
 
 
 def stale_runs(*, session: Session, now: datetime | None = None) -> list[str]:

@@ -11,6 +11,10 @@ from shared.settings import Settings
 
 class OrchestratorSettings(Settings):
     lease_s: float = Field(default=60.0, gt=0, description="a run's lease; renewed at every committed window")
+    requeue_after_s: float = Field(
+        default=6 * 3600.0, gt=0,
+        description="cluster mode: a queued run handed to the queue this long ago is handed again (the broker lost "
+                    "its message); a queued run that waits its turn is otherwise never re-enqueued")
     max_attempts: int = Field(default=3, ge=1, le=100, description="claims of one run before it is failed")
     pool_workers: int = Field(default=2, ge=1, le=64,
                               description="embedded mode: runs executed at once (about the number of cores)")

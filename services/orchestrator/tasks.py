@@ -7,18 +7,16 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
-import sqlalchemy as sa
 from celery import Celery, Task
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.orchestrator import repository as repo
 from services.orchestrator.celery_app import celery_app
 from services.orchestrator.db import open_database
-from services.orchestrator.jobs import after_run
-from services.orchestrator.models import Experiment, RunStatus, ScenarioRun, utcnow
+from services.orchestrator.jobs import after_run, finalize_once
+from services.orchestrator.models import utcnow
 from services.orchestrator.settings import OrchestratorSettings, orchestrator_settings
 from services.orchestrator.window_loop import default_owner, run_scenario
 from shared.client import ServiceClients
@@ -65,6 +63,7 @@ def _clients(s: OrchestratorSettings) -> ServiceClients:
 def run_scenario_task(self: Task[Any, Any], run_id: str) -> dict[str, Any]:
     """Claim the run and run (or resume) its window loop; a run leased by a live worker is retried after its lease."""
     res = process_resources()
+    repo.note_delivery(sessions=res.sessions, run_id=run_id)
     out = run_scenario(run_id, res.clients, res.sessions, owner=f"{default_owner()}:{run_id}",
                        lease_s=res.settings.lease_s)
     if out.status == "leased":
@@ -75,17 +74,21 @@ def run_scenario_task(self: Task[Any, Any], run_id: str) -> dict[str, Any]:
 
 
 def reap_once(settings: OrchestratorSettings, app: Celery) -> list[str]:
-    """Re-enqueue runs whose lease expired, and queued runs nobody picked up for two lease periods."""
+    """Re-enqueue the runs that are lost (``repo.runs_to_redeliver``: an expired lease, a queued run never handed to
+    the queue, a hand-off older than ``requeue_after_s``), never a queued run that waits its turn; and finalise the
+    experiments whose finalising process died."""
     res = process_resources(settings)
     now = utcnow()
-    cutoff = now - timedelta(seconds=2 * settings.lease_s)
     with res.sessions() as s:
-        stale = repo.stale_runs(session=s, now=now)
-        fresh_queued = set(s.scalars(sa.select(ScenarioRun.id).join(Experiment)
-                                     .where(ScenarioRun.status == RunStatus.queued, Experiment.created_at >= cutoff)))
-    picked = [r for r in stale if r not in fresh_queued]
+        picked = repo.runs_to_redeliver(session=s, now=now, handoff_grace_s=2 * settings.lease_s,
+                                        requeue_after_s=settings.requeue_after_s)
+        unfinalized = repo.unfinalized_experiments(session=s, now=now)
     for run_id in picked:
         app.send_task("tasmoe.run_scenario", args=[run_id], queue=settings.celery_queue)
+    repo.mark_enqueued(sessions=res.sessions, run_ids=picked)
     if picked:
         log.info("reaper re-enqueued %d run(s): %s", len(picked), ", ".join(picked))
+    for exp_id in unfinalized:
+        if finalize_once(sessions=res.sessions, clients=res.clients, exp_id=exp_id):
+            log.info("reaper finalised %s (its finalising process had died)", exp_id)
     return picked

@@ -7,12 +7,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field
 
 from services.workload import service
 from services.workload.traces import DEFAULT_WINDOW_MS
 from shared.configs import WorkloadConfig
 from shared.contracts.workload import ExpertLoad, LogicalWindow, TraceSummary
+from shared.limits import Dim
 from shared.service_app import JsonBodyRoute, create_service_app
 from shared.settings import Settings, get_settings
 
@@ -24,8 +25,8 @@ class IrRequest(BaseModel):
 
     model: str = Field(description="zoo model name (GET /v1/models), or the name of the inline `config`")
     phase: Literal["prefill", "decode"] = "decode"
-    batch: PositiveInt = 1
-    seq_len: PositiveInt = Field(default=2048, description="prompt length (prefill) or context length (decode)")
+    batch: Dim = 1
+    seq_len: Dim = Field(default=2048, description="prompt length (prefill) or context length (decode)")
     config: dict[str, Any] | None = Field(default=None, description="inline HuggingFace-style config.json")
 
 
@@ -33,7 +34,7 @@ class TraceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     workload: WorkloadConfig
-    window_ms: PositiveFloat = DEFAULT_WINDOW_MS
+    window_ms: float = Field(default=DEFAULT_WINDOW_MS, ge=1e-6, le=1e6, allow_inf_nan=False)  # 1 ns .. 1000 s
 
 
 def _cache(request: Request) -> service.TraceCache:
@@ -69,7 +70,7 @@ def get_trace(trace_id: str, request: Request) -> TraceSummary:
 
 @router.get("/traces/{trace_id}/windows/{k}", response_model=LogicalWindow)
 def get_window(trace_id: str, k: Annotated[int, Path(ge=0)], request: Request,
-               window_ms: Annotated[float | None, Query(gt=0)] = None) -> Response:
+               window_ms: Annotated[float | None, Query(ge=1e-6, le=1e6)] = None) -> Response:
     window = service.get_window(_cache(request).get(trace_id), k, window_ms)
     return Response(content=window.model_dump_json(), media_type="application/json")
 

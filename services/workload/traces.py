@@ -56,6 +56,9 @@ FloatArray = npt.NDArray[np.float64]
 ObjArray = npt.NDArray[np.object_]
 
 
+MAX_TRACE_WINDOWS = 2_000_000  # windows of one trace: 200x the default run's 9901 (README "Security and limits")
+
+
 def _objects(items: list[str]) -> ObjArray:
     """A 1-D object array of Python strings (fancy indexing then ``tolist()`` gives the str objects back)."""
     out = np.empty(len(items), dtype=object)
@@ -272,6 +275,10 @@ class TracePlan:
         if w_ns < 1:
             raise BadInput("window_ms must be at least 1 ns", field="window_ms")
         n_windows = int(self.mb_t_ns[-1] // w_ns) + 1
+        if n_windows > MAX_TRACE_WINDOWS:  # the edges alone are 8 bytes a window; the runs that read them, far more
+            raise BadInput(f"window_ms {window_ms:g} cuts the {self.mb_t_ns[-1] / 1e6:g} ms run into {n_windows} "
+                           f"windows; at most {MAX_TRACE_WINDOWS} (a longer window or a shorter run: "
+                           "sequence.steps x sequence.step_interval_ms)", field="window_ms")
         edges = np.arange(n_windows + 1, dtype=np.int64) * w_ns
         bounds: IntArray = np.searchsorted(self.mb_t_ns, edges, side="left").astype(np.int64)
         return bounds

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
 from shared.configs.base import StrictModel
 
@@ -27,15 +27,18 @@ MAX_GRID_SIDE = 512
 MAX_THERMAL_NODES = 1 << 20
 MeshSide = Annotated[int, Field(ge=1, le=MAX_MESH_SIDE)]
 BankSide = Annotated[int, Field(ge=1, le=MAX_BANK_SIDE)]
+Millimetres = Annotated[float, Field(ge=0.1, le=1e3)]
+Celsius = Annotated[float, Field(ge=-273.15, le=1e4)]
+Multiplier = Annotated[float, Field(ge=1e-3, le=1e3)]
 
 
 class NocConfig(StrictModel):
     topology: Literal["mesh"] = "mesh"
-    width_bits: PositiveInt = 256
-    link_latency_ns: PositiveFloat = 5.0
-    link_freq_ghz: PositiveFloat = 1.0  # link bandwidth = width_bits · link_freq (bits/s)
+    width_bits: int = Field(default=256, ge=1, le=65536)
+    link_latency_ns: float = Field(default=5.0, ge=1e-3, le=1e6)
+    link_freq_ghz: float = Field(default=1.0, ge=1e-3, le=1e3)  # link bandwidth = width_bits · link_freq (bits/s)
     # ISAAC router 0.081 pJ/bit + the wire of one hop at 0.1 pJ/bit/mm x the 3.16 mm core pitch (energy_anchors.csv)
-    pj_per_bit_hop: float = Field(default=0.40, ge=0)
+    pj_per_bit_hop: float = Field(default=0.40, ge=0, le=1e3)
 
 
 class MeshConfig(StrictModel):
@@ -72,12 +75,13 @@ class DramEnergySplit(StrictModel):
 class DramConfig(StrictModel):
     # x, y, layers: 16 x 16 banks of 512 Mb per 640 mm^2 die (0.2 Gb/mm^2, configs/arch_8x8_32x32x8.yaml)
     banks: tuple[BankSide, BankSide, Annotated[int, Field(ge=1, le=MAX_DRAM_LAYERS)]] = (16, 16, 8)
-    page_kb: PositiveFloat = 8.0
-    bank_capacity_mb: PositiveFloat = 64.0
-    vault_bw_gbps: PositiveFloat = 51.2  # raw bandwidth of one vault, GB/s: one HBM3 channel, 64 bit x 6.4 Gb/s
-    pj_per_bit: float = Field(default=3.9, ge=0)  # HBM2 3.9 pJ/bit (energy_anchors.csv, Accelergy/FGDRAM)
+    page_kb: float = Field(default=8.0, ge=1e-3, le=1e4)
+    bank_capacity_mb: float = Field(default=64.0, ge=1e-3, le=1e6)
+    # raw bandwidth of one vault, GB/s: one HBM3 channel, 64 bit x 6.4 Gb/s
+    vault_bw_gbps: float = Field(default=51.2, ge=1e-3, le=1e6)
+    pj_per_bit: float = Field(default=3.9, ge=0, le=1e3)  # HBM2 3.9 pJ/bit (energy_anchors.csv, Accelergy/FGDRAM)
     # standby power per bank at 45 °C (scaled by the leakage model): DDR4 8 Gb IDD2N ~30 mA x 1.2 V / 16 banks
-    leak_w_per_bank: float = Field(default=0.00225, ge=0)
+    leak_w_per_bank: float = Field(default=0.00225, ge=0, le=1e3)
     energy_split: DramEnergySplit = DramEnergySplit()
 
     @property
@@ -127,9 +131,9 @@ def _default_stack() -> tuple[StackLayer, ...]:
 
 
 class GeometryConfig(StrictModel):
-    macro_size_mm: tuple[PositiveFloat, PositiveFloat] = (5.0, 2.0)  # seed default macro size (kept for reference)
+    macro_size_mm: tuple[Millimetres, Millimetres] = (5.0, 2.0)  # seed default macro size (kept for reference)
     # 64 cores x the 10 mm² macro = 640 mm², square (fits HotSpot's 30 mm spreader)
-    die_mm: tuple[Annotated[float, Field(ge=0.1, le=1e3)], Annotated[float, Field(ge=0.1, le=1e3)]] = (25.3, 25.3)
+    die_mm: tuple[Millimetres, Millimetres] = (25.3, 25.3)
     stack: tuple[StackLayer, ...] = Field(default_factory=_default_stack)
     cooling: CoolingConfig = CoolingConfig()
 
@@ -170,7 +174,7 @@ class ThermalModelConfig(StrictModel):
     init: Literal["ambient", "steady"] | InitFile = "steady"
     warmup_ms: float = Field(default=3000.0, ge=0, le=1e5)
     exp_degree: Literal[2, 4, 6, 8, 10, 12, 14] = 6
-    max_substep_ms: PositiveFloat = 0.25
+    max_substep_ms: float = Field(default=0.25, ge=1e-4, le=1e4)
 
     def warmup_windows(self, window_ms: float) -> int:
         """Windows of the warm-up pass: ``ceil(warmup_ms / window_ms)``; 0 unless ``init`` is "steady"."""
@@ -181,10 +185,11 @@ class ThermalModelConfig(StrictModel):
 
 class DvfsDomain(StrictModel):
     cores: Literal["all"] | tuple[int, ...] = "all"
-    steps_ghz: tuple[PositiveFloat, ...] = (2.0, 1.8, 1.6, 1.2)
+    steps_ghz: tuple[Annotated[float, Field(ge=1e-3, le=1e3)], ...] = (2.0, 1.8, 1.6, 1.2)
     trip_c: tuple[float, ...] = (80.0, 85.0, 90.0)
-    hysteresis_c: float = Field(default=3.0, ge=0)
-    volts: tuple[PositiveFloat, ...] | None = None  # per step; None -> V proportional to f, V0 = 1.0 at steps[0]
+    hysteresis_c: float = Field(default=3.0, ge=0, le=1e3)
+    # per step; None -> V proportional to f, V0 = 1.0 at steps[0]
+    volts: tuple[Annotated[float, Field(ge=1e-3, le=1e3)], ...] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> DvfsDomain:
@@ -212,13 +217,13 @@ class RefreshConfig(StrictModel):
     2× at 55, 4× at 70, 8× at 85, interpolated linearly) is kept in configs/arch_seed.yaml.
     """
 
-    tref_base_us: PositiveFloat = 7.8  # JEDEC DDR4/HBM tREFI at <= 85 °C
-    tref_curve: tuple[tuple[float, PositiveFloat], ...] = ((85.0, 1.0), (95.0, 2.0))
+    tref_base_us: float = Field(default=7.8, ge=1e-3, le=1e6)  # JEDEC DDR4/HBM tREFI at <= 85 °C
+    tref_curve: tuple[tuple[Celsius, Multiplier], ...] = ((85.0, 1.0), (95.0, 2.0))
     tref_interp: Literal["step", "linear"] = "step"
-    trfc_ns: PositiveFloat = 350.0  # DDR4 8Gb tRFC1 (energy_anchors.csv, Micron datasheet)
+    trfc_ns: float = Field(default=350.0, ge=1e-3, le=1e6)  # DDR4 8Gb tRFC1 (energy_anchors.csv, Micron datasheet)
     # Energy of one refresh command in one bank: a DDR4 8Gb all-bank REF is ~(IDD5B-IDD3N)·VDD·tRFC
     # ≈ 0.2 A·1.2 V·350 ns ≈ 84 nJ for 16 banks of 512 Mb, ~5 nJ per bank (our banks are 512 Mb too).
-    refresh_energy_nj: float = Field(default=5.0, ge=0)
+    refresh_energy_nj: float = Field(default=5.0, ge=0, le=1e6)
 
     @model_validator(mode="after")
     def _check(self) -> RefreshConfig:
@@ -235,25 +240,26 @@ class RefreshConfig(StrictModel):
 class CoreConfig(StrictModel):
     """Device profile of one logic core: systolic array, scratchpad, DMA and vector unit."""
 
-    array: tuple[PositiveInt, PositiveInt] = (32, 32)
+    array: tuple[Annotated[int, Field(ge=1, le=4096)], Annotated[int, Field(ge=1, le=4096)]] = (32, 32)
     dataflow: Literal["os", "ws"] = "ws"
-    spm_kb: PositiveInt = 512
-    dma_bytes_per_cycle: PositiveInt = 64
-    dma_burst_bytes: PositiveInt = 64
-    vector_width: PositiveInt = 64
+    spm_kb: int = Field(default=512, ge=1, le=1 << 20)
+    dma_bytes_per_cycle: int = Field(default=64, ge=1, le=1 << 20)
+    dma_burst_bytes: int = Field(default=64, ge=1, le=1 << 20)
+    vector_width: int = Field(default=64, ge=1, le=1 << 16)
     dtype: Literal["fp16", "bf16", "fp32", "int8"] = "bf16"
 
 
 class PowerConfig(StrictModel):
     """Energy constants (defaults cite ../shared/reference/energy/energy_anchors.csv)."""
 
-    mac_pj: float = Field(default=1.5, ge=0)  # fp16 mult 1.1 + add 0.4 pJ (Horowitz ISSCC 2014, 45 nm)
-    spm_pj_per_access: float = Field(default=20.0, ge=0)  # 512 KB as 16 banks of 32 KB: 64-bit access (Horowitz)
-    vector_pj_per_op: float = Field(default=0.4, ge=0)  # fp16 add (Horowitz)
-    v0: PositiveFloat = 1.0
-    logic_leak_w_per_core: float = Field(default=0.05, ge=0)  # at 45 °C
+    mac_pj: float = Field(default=1.5, ge=0, le=1e6)  # fp16 mult 1.1 + add 0.4 pJ (Horowitz ISSCC 2014, 45 nm)
+    # 512 KB as 16 banks of 32 KB: 64-bit access (Horowitz)
+    spm_pj_per_access: float = Field(default=20.0, ge=0, le=1e6)
+    vector_pj_per_op: float = Field(default=0.4, ge=0, le=1e6)  # fp16 add (Horowitz)
+    v0: float = Field(default=1.0, ge=1e-3, le=1e3)
+    logic_leak_w_per_core: float = Field(default=0.05, ge=0, le=1e3)  # at 45 °C
     leak_model: Literal["liao", "exp", "none"] = "liao"  # Liao-He-Lepak TCAD 2005 fit, or exp(beta·ΔT)
-    leak_beta_per_k: float = Field(default=0.009, ge=0)  # ~0.9 %/K near 85 °C (energy_anchors.csv)
+    leak_beta_per_k: float = Field(default=0.009, ge=0, le=1)  # ~0.9 %/K near 85 °C (energy_anchors.csv)
 
 
 class ScheduleConfig(StrictModel):
@@ -270,8 +276,8 @@ class ScheduleConfig(StrictModel):
     """
 
     attention: Literal["all", "group"] = "all"
-    group_cores: PositiveInt = 8
-    max_open_mb: PositiveInt | None = None
+    group_cores: int = Field(default=8, ge=1, le=MAX_CORES)
+    max_open_mb: int | None = Field(default=None, ge=1, le=1 << 30)
 
     def open_limit(self, n_cores: int) -> int:
         if self.max_open_mb is not None:

@@ -161,3 +161,45 @@ def test_kill_9_celery_worker_new_worker_finishes(pg: Db, redis_url: str, queue:
     assert owners[0] != owners[-1] and len(set(owners[killed_at:])) == 1
     for sub in ("runs", "tas"):
         assert _tree(tmp_path / "crash" / sub) == _tree(tmp_path / "ref" / sub)
+
+
+def test_an_undisturbed_experiment_runs_each_task_once_and_finalises_once(pg: Db, redis_url: str, queue: str,
+                                                                         settings: Settings, tmp_path: Path) -> None:
+    """Issue 17, item 6. One worker, a 1 s lease (its reaper passes every 0.5 s): the runs waiting their turn in the
+    queue are not re-enqueued (each run's task is delivered once), the experiment's files are written once, and the
+    experiment reads "succeeded" only once they exist."""
+    from services.orchestrator.models import Experiment
+
+    spec = _spec(200, ["baseline", "taps", "tas"])
+    osettings = OrchestratorSettings(redis_url=redis_url, celery_queue=queue)
+    exp_id, _ = create_experiment(sessions=pg.sessions, spec=spec, settings=settings, out_dir=tmp_path / "x")
+    log = tmp_path / "worker.log"
+    worker = _worker(pg, redis_url, queue, log)
+    seen: list[str] = []
+    try:
+        CeleryDispatcher(osettings, pg.sessions).submit_experiment(exp_id)
+        deadline = time.monotonic() + 240
+        while True:
+            with pg.sessions() as s:
+                exp = s.get(Experiment, exp_id)
+                assert exp is not None
+                status = exp.status
+            seen.append(status.value)
+            if status == RunStatus.succeeded:
+                # the moment it reads "succeeded", the files are there
+                assert (tmp_path / "x" / "summary.csv").is_file() and (tmp_path / "x" / "comparison.csv").is_file()
+                break
+            assert status in {RunStatus.queued, RunStatus.running}, (status, exp.error)
+            assert time.monotonic() < deadline, f"stuck at {status}; worker log:\n{log.read_text()[-3000:]}"
+            time.sleep(0.05)
+        time.sleep(2.0)  # four more reaper passes: nothing may be re-enqueued or finalised again
+    finally:
+        _stop(worker)
+    with pg.sessions() as s:
+        runs = list(s.scalars(sa.select(ScenarioRun).where(ScenarioRun.experiment_id == exp_id)))
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None
+        assert {r.scenario: r.deliveries for r in runs} == {sc: 1 for sc in spec.scenarios}
+        assert all(r.attempts == 1 and r.enqueued_at is not None for r in runs)
+        assert exp.finalizations == 1 and exp.finalized_at is not None
+    assert "running" in seen  # it was watched while it ran, not only at the end

@@ -1,9 +1,9 @@
 """Malformed and hostile requests against every operation of the orchestrator's OpenAPI, in-process: never a 500.
 
-(schemathesis 3.39 cannot generate from this project's schemas with hypothesis 6.170: hypothesis-jsonschema calls a
-`many.more()` that hypothesis removed. The same property is checked here with plain hypothesis: for every operation
-in the app's own OpenAPI document, hostile path parameters, query strings, headers and JSON bodies — random JSON,
-wrong types, huge numbers, NaN-like strings, deep nesting — and mutated valid bodies.)
+(Beside tests/platform/test_schemathesis.py, which generates from the schemas, this test sends what a schema-driven
+generator rarely makes: for every operation in the app's own OpenAPI document, hostile path parameters, query strings,
+headers and JSON bodies — random JSON, wrong types, huge numbers, NaN-like strings, deep nesting — and mutated valid
+bodies.)
 
 Runs are accepted but not executed (a recording dispatcher): this checks the API layer, not the simulation."""
 

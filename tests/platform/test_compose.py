@@ -51,7 +51,8 @@ def test_service_command_port_and_health(compose: dict[str, Any], name: str) -> 
     assert cmd[0] == "tasmoe"
     args = build_parser().parse_args(cmd[1:])
     assert (args.command, args.service, args.host, args.port) == ("serve", name, "0.0.0.0", port)
-    assert svc["ports"] == [f"{port}:{port}"]
+    # published on the host's loopback unless TASMOE_BIND says otherwise (issue 17: no open ports by default)
+    assert svc["ports"] == [f"${{TASMOE_BIND:-127.0.0.1}}:{port}:{port}"]
     test = " ".join(svc["healthcheck"]["test"])
     assert f"http://127.0.0.1:{port}/healthz" in test
 

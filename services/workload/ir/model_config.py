@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from shared.errors import BadInput, first_validation_error
+from shared.limits import MAX_EXPERTS, MAX_LAYERS, MAX_POSITIONS, Dim, Experts, Layers
 
 
 class _Frozen(BaseModel):
@@ -25,11 +26,11 @@ class _Frozen(BaseModel):
 class MLAConfig(_Frozen):
     """Multi-head latent attention (DeepSeek-V2/V3). ``q_lora_rank`` None = plain Q projection (V2-Lite)."""
 
-    q_lora_rank: PositiveInt | None = None
-    kv_lora_rank: PositiveInt
-    qk_nope_head_dim: PositiveInt
-    qk_rope_head_dim: PositiveInt
-    v_head_dim: PositiveInt
+    q_lora_rank: Dim | None = None
+    kv_lora_rank: Dim
+    qk_nope_head_dim: Dim
+    qk_rope_head_dim: Dim
+    v_head_dim: Dim
 
     @property
     def qk_head_dim(self) -> int:
@@ -42,14 +43,14 @@ class MLAConfig(_Frozen):
 
 
 class MoEConfig(_Frozen):
-    num_routed_experts: PositiveInt
-    num_activated_experts: PositiveInt  # top-k
-    moe_intermediate_size: PositiveInt  # per expert (routed and shared)
-    num_shared_experts: int = Field(default=0, ge=0)
-    first_k_dense_replace: int = Field(default=0, ge=0)  # the first k layers use the dense FFN
-    moe_layer_freq: PositiveInt = 1  # every n-th layer after the dense ones is MoE
-    n_group: PositiveInt | None = None  # group-limited routing (DeepSeek)
-    topk_group: PositiveInt | None = None
+    num_routed_experts: Experts
+    num_activated_experts: Experts  # top-k
+    moe_intermediate_size: Dim  # per expert (routed and shared)
+    num_shared_experts: int = Field(default=0, ge=0, le=MAX_EXPERTS)
+    first_k_dense_replace: int = Field(default=0, ge=0, le=MAX_LAYERS)  # the first k layers use the dense FFN
+    moe_layer_freq: Layers = 1  # every n-th layer after the dense ones is MoE
+    n_group: Experts | None = None  # group-limited routing (DeepSeek)
+    topk_group: Experts | None = None
     score_func: Literal["softmax", "sigmoid"] = "softmax"
 
     @model_validator(mode="after")
@@ -69,16 +70,16 @@ class MoEConfig(_Frozen):
 class ModelConfig(_Frozen):
     name: str
     family: Literal["llama", "mixtral", "deepseek"]
-    hidden_size: PositiveInt
-    num_hidden_layers: PositiveInt
-    num_attention_heads: PositiveInt
-    num_key_value_heads: PositiveInt
-    head_dim: PositiveInt
-    intermediate_size: PositiveInt  # dense FFN (LLaMA, DeepSeek's dense layers); per expert for Mixtral
-    vocab_size: PositiveInt
-    max_position_embeddings: PositiveInt = 4096
+    hidden_size: Dim
+    num_hidden_layers: Layers
+    num_attention_heads: Dim
+    num_key_value_heads: Dim
+    head_dim: Dim
+    intermediate_size: Dim  # dense FFN (LLaMA, DeepSeek's dense layers); per expert for Mixtral
+    vocab_size: Dim
+    max_position_embeddings: int = Field(default=4096, ge=1, le=MAX_POSITIONS)
     tie_word_embeddings: bool = False
-    dtype_bytes: PositiveInt = 2  # bf16
+    dtype_bytes: int = Field(default=2, ge=1, le=16)  # bf16
     mla: MLAConfig | None = None
     moe: MoEConfig | None = None
 

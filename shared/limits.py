@@ -1,0 +1,35 @@
+"""Upper bounds of what one request may ask for (issue 17: one request, bounded cost), in one place.
+
+A bound is derived from what it costs: a dimension bounds the products the analytic cost models form (M·K·N ≤ 2⁶⁰
+stays an exact float and far from int64 overflow), a list length bounds the loop over it. The bounds are listed in
+the README's "Security and limits"; configs have their own next to their fields (shared/configs), the thermal grid
+and the trace windows theirs next to the code that allocates (shared/configs/arch.py, services/workload/traces.py).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+MAX_DIM = 1 << 20
+"""One tensor dimension (tokens, hidden size, heads, head dim, FFN width, experts, ...): 1,048,576. The largest
+dimension of a public model is its vocabulary (~2.6e5); three of them multiply to ≤ 2⁶⁰."""
+MAX_ITEMS = 4096
+"""Items of one request list (ops, blocks, per-expert token counts)."""
+
+Dim = Annotated[int, Field(ge=1, le=MAX_DIM)]
+"""A positive tensor dimension, bounded by ``MAX_DIM``."""
+DimOrZero = Annotated[int, Field(ge=0, le=MAX_DIM)]
+"""A tensor dimension that may be 0 (cached tokens, a layer index), bounded by ``MAX_DIM``."""
+MAX_EXPERTS = 4096
+"""Routed experts of one MoE layer (and top-k): the largest public models route over 256-384."""
+MAX_LAYERS = 1024
+"""Transformer layers of one model: the largest public models have ~128."""
+MAX_POSITIONS = 1 << 30
+"""A model's context length (max_position_embeddings; public configs go to ~1e7). Never allocated from."""
+MAX_STAGES = 65536
+"""Stages of one `/v1/lower/stages` request: a block is ~30 stages plus ~5 per selected expert."""
+
+Experts = Annotated[int, Field(ge=1, le=MAX_EXPERTS)]
+Layers = Annotated[int, Field(ge=1, le=MAX_LAYERS)]
