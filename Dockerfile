@@ -27,10 +27,10 @@ RUN uv sync --frozen --no-dev
 ENV NUMBA_CACHE_DIR=/app/.numba-cache
 RUN /app/.venv/bin/python -m services.thermal.spectral_kernels && /app/.venv/bin/python -m services.thermal.exp_kernels
 
-# Non-root runtime user; results/ is the only place a process writes.
+# Non-root runtime user; results/ and the API key folder (a volume in docker-compose.yml) are where processes write.
 RUN useradd --create-home --uid 10001 --user-group tasmoe \
-    && mkdir -p /app/results \
-    && chown tasmoe:tasmoe /app/results
+    && mkdir -p /app/results /app/keys \
+    && chown tasmoe:tasmoe /app/results /app/keys
 USER tasmoe
 
 ENV PATH="/app/.venv/bin:${PATH}" \

@@ -31,11 +31,52 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from services.root_app import build_app
+    from shared.auth import KeyStore, check_bind
     from shared.settings import get_settings
 
+    settings = get_settings()
+    check_bind(args.host, settings.auth)
+    if settings.auth == "keys":
+        store = KeyStore(settings.effective_keys_file())
+        key = None
+        try:
+            if settings.service_key:  # the deployment's secret: the key the services present to each other
+                store.ensure(settings.service_key, "service", "admin")
+            key = store.first_admin_key()
+        except OSError as exc:  # a read-only key file (a Kubernetes Secret): it is the deployment's to fill
+            print(f"tasmoe serve: key file {store.path} not writable ({exc.strerror}); using it as it is",
+                  file=sys.stderr)
+        if key is not None:  # zero set-up, but explicit: printed once
+            print(f"tasmoe serve: TASMOE_AUTH=keys and no key in {store.path}: created an admin key (shown once):\n"
+                  f"  {key}\nsend it as 'Authorization: Bearer <key>'; more keys: tasmoe keys create --scope "
+                  "read|submit|admin --principal NAME", file=sys.stderr, flush=True)
     port = args.port if args.port is not None else DEFAULT_PORTS.get(args.service, 8000)
-    uvicorn.run(build_app(args.service, get_settings()), host=args.host, port=port,
-                log_level=get_settings().log_level.lower())
+    uvicorn.run(build_app(args.service, settings), host=args.host, port=port, log_level=settings.log_level.lower())
+    return 0
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from shared.auth import KeyStore, new_key
+    from shared.settings import get_settings
+
+    if args.action == "new":  # a key for a deployment's secret (TASMOE_SERVICE_KEY), stored nowhere
+        print(new_key())
+        return 0
+    store = KeyStore(Path(args.file) if args.file else get_settings().effective_keys_file())
+    if args.action == "create":
+        key = store.create(args.principal, args.scope)
+        print(key)
+        print(f"tasmoe keys: {args.scope} key for {args.principal} stored (hashed) in {store.path}; it is shown "
+              "only now", file=sys.stderr)
+    elif args.action == "revoke":
+        if not args.id:
+            raise BadInput("keys revoke needs the key's id (tasmoe keys list)", field="id")
+        store.revoke(args.id)
+        print(f"revoked {args.id}")
+    else:
+        for k in store.records():
+            state = f"revoked {k['revoked']}" if k.get("revoked") else "active"
+            print(f"{k['id']}  {k['scope']:<6}  {k['principal']:<20}  created {k.get('created', '?')}  {state}")
     return 0
 
 
@@ -115,6 +156,17 @@ def build_parser(only: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     p.add_argument("file", help="the YAML or JSON config file")
     p.add_argument("--json", action="store_true", help="print the config with defaults filled in")
     p.set_defaults(func=_config_check)
+
+    p = sub.add_parser("keys", help="API keys (TASMOE_AUTH=keys): create, list or revoke; new: a key for a "
+                                    "deployment's TASMOE_SERVICE_KEY, stored nowhere")
+    p.add_argument("action", choices=["create", "list", "revoke", "new"],
+                   help="create a key (printed once), list the keys, revoke one, or print a new unstored key")
+    p.add_argument("id", nargs="?", default=None, help="revoke: the key's id (tasmoe keys list)")
+    p.add_argument("--scope", choices=["read", "submit", "admin"], default="read",
+                   help="create: read (GET), submit (also POST/cancel its own runs) or admin (every principal's)")
+    p.add_argument("--principal", default="user", help="create: who the key belongs to (experiments are theirs)")
+    p.add_argument("--file", default=None, help="the key file (default: TASMOE_KEYS_FILE or results/keys.json)")
+    p.set_defaults(func=_keys)
 
     p = sub.add_parser("openapi", help="write openapi/<service>.json for every service (sorted keys)")
     p.add_argument("--out", default="openapi", help="output folder (default: openapi)")

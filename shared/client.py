@@ -110,6 +110,8 @@ class ServiceClient:
         """``content``: a body already encoded as JSON (sent as is, ``Content-Type: application/json``), for callers
         that splice pre-encoded parts instead of re-encoding large objects on every call."""
         hdrs = _headers(idempotency_key, headers)
+        if self.settings.service_key:  # service-to-service calls authenticate (TASMOE_AUTH=keys)
+            hdrs.setdefault("Authorization", f"Bearer {self.settings.service_key}")
         if json is not None and content is None:
             content = json_codec.dumps(json)  # orjson: several times faster than httpx's json.dumps on large bodies
         if content is not None:
@@ -161,6 +163,8 @@ class AsyncServiceClient:
                       idempotency_key: str | None = None, headers: Mapping[str, str] | None = None
                       ) -> httpx.Response:
         hdrs = _headers(idempotency_key, headers)
+        if self.settings.service_key:  # service-to-service calls authenticate (TASMOE_AUTH=keys)
+            hdrs.setdefault("Authorization", f"Bearer {self.settings.service_key}")
         content = None
         if json is not None:
             content = json_codec.dumps(json)

@@ -52,6 +52,17 @@ class Conflict(TasmoeError):
     code = "conflict"
 
 
+class QuotaExceeded(TasmoeError):
+    """Over a principal's quota (429); ``retry_after_s`` goes into the Retry-After header."""
+
+    status = 429
+    code = "quota"
+
+    def __init__(self, message: str, *, field: str | None = None, retry_after_s: int = 60) -> None:
+        super().__init__(message, field=field)
+        self.retry_after_s = retry_after_s
+
+
 class ConfigError(TasmoeError):
     """A config file that cannot be read or does not validate (CLI exit 2, HTTP 422)."""
 

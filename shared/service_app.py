@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shared import __version__, json_codec
+from shared.auth import ANONYMOUS, LOCAL_ADMIN, PUBLIC_PATHS, KeyStore, Principal, bearer, needed_scope
 from shared.blas import limit_blas_threads
 from shared.errors import TasmoeError, first_validation_error, format_loc, humanize
 from shared.logging import RUN_ID_HEADER, bind_run_id
@@ -41,7 +42,12 @@ class ErrorBody(BaseModel):  # every 4xx/5xx answer; TasmoeError.body() builds t
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": desc}
-    for code, desc in ((400, "Bad request"), (404, "Not found"), (409, "Conflict"), (422, "Invalid input"))
+    for code, desc in ((400, "Bad request"), (401, "No valid API key (TASMOE_AUTH=keys)"),
+                       (403, "The key's scope does not allow this"), (404, "Not found"), (409, "Conflict"),
+                       (413, "Request body too large"), (422, "Invalid input"),
+                       (429, "Over the principal's quota; see Retry-After"),
+                       (500, "A bug (logged on the server with its traceback; never sent)"),
+                       (502, "A service this one called failed or could not be reached"))
 }
 
 
@@ -80,7 +86,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(TasmoeError)
     async def _tasmoe(_: Request, exc: TasmoeError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status, content=exc.body())
+        resp = JSONResponse(status_code=exc.status, content=exc.body())
+        retry_after = getattr(exc, "retry_after_s", None)
+        if retry_after is not None:
+            resp.headers["Retry-After"] = str(int(retry_after))
+        return resp
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -219,6 +229,79 @@ class RunIdMiddleware:
             await self.app(scope, receive, send)
 
 
+class AuthMiddleware:
+    """Who is calling (``shared.auth``): with a key store, every request but the public paths needs a bearer key of
+    a sufficient scope (401 / 403 with the standard error body); without one (TASMOE_AUTH=off) every caller is the
+    local admin. The principal is in ``request.state.principal`` for the routes."""
+
+    def __init__(self, app: ASGIApp, store: KeyStore | None) -> None:
+        self.app = app
+        self.store = store
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = scope.setdefault("state", {})
+        if self.store is None:
+            state["principal"] = LOCAL_ADMIN
+            await self.app(scope, receive, send)
+            return
+        # the path inside this app (under `tasmoe serve all` the app is mounted below a prefix, its root_path)
+        path, root = scope["path"], scope.get("root_path", "")
+        rel = path[len(root):] if root and path.startswith(root) else path
+        if rel in PUBLIC_PATHS:  # exactly these: an experiment called "docs" is not public
+            state["principal"] = ANONYMOUS
+            await self.app(scope, receive, send)
+            return
+        token = bearer(Headers(scope=scope).get("authorization"))
+        principal = self.store.verify(token) if token else None
+        if principal is None:
+            msg = ("no API key: send 'Authorization: Bearer <key>' (tasmoe keys create)" if token is None
+                   else "the API key is unknown or revoked")
+            resp = error_response(401, "unauthorized", msg, field="Authorization")
+            resp.headers["WWW-Authenticate"] = 'Bearer realm="tasmoe"'
+            await resp(scope, receive, send)
+            return
+        needed = needed_scope(scope["method"])
+        if not principal.allows(needed):
+            await error_response(403, "forbidden", f"the key's scope {principal.scope!r} does not allow "
+                                 f"{scope['method']} (needs {needed!r})", field="Authorization")(scope, receive, send)
+            return
+        state["principal"] = principal
+        await self.app(scope, receive, send)
+
+
+def principal_of(request: Request) -> Principal:
+    """The caller (``AuthMiddleware``); the local admin only where no middleware ran (a bare router in a test)."""
+    p = getattr(request.state, "principal", None)
+    if p is None and "principal" not in request.scope.get("state", {}):
+        return LOCAL_ADMIN
+    return p if isinstance(p, Principal) else ANONYMOUS
+
+
+def _add_security_scheme(app: FastAPI) -> None:
+    """Document the bearer key in the OpenAPI (every operation but /healthz), whatever TASMOE_AUTH is."""
+    base = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = base()
+            spec.setdefault("components", {}).setdefault("securitySchemes", {})["apiKey"] = {
+                "type": "http", "scheme": "bearer",
+                "description": "an API key (tasmoe keys create); required when the server runs with TASMOE_AUTH=keys"}
+            for path, item in spec.get("paths", {}).items():
+                if path.endswith("/healthz"):
+                    continue
+                for op in item.values():
+                    if isinstance(op, dict):
+                        op["security"] = [{"apiKey": []}, {}]
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 class BodyLimitMiddleware:
     """Refuse a request body over ``max_bytes`` with 413 and the standard error body: by its Content-Length before
     reading anything, and while reading a body sent without one (chunked), so a client cannot make the service hold
@@ -293,8 +376,11 @@ def create_service_app(
     app.state.service_name = name
     install_error_handlers(app)
 
+    app.add_middleware(AuthMiddleware, store=KeyStore(settings.effective_keys_file()) if settings.auth == "keys"
+                       else None)
     app.add_middleware(RunIdMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=int(settings.max_body_mb * 2**20))
+    _add_security_scheme(app)
 
     @app.get("/healthz", tags=["health"], name="healthz")
     async def healthz() -> dict[str, str]:

@@ -49,6 +49,18 @@ class Settings(BaseSettings):
     blas_threads: int = Field(default=1, ge=0, description="BLAS threads per process; 0 keeps the library's default")
     configs_dir: Path = Path("configs")
 
+    auth: Literal["off", "keys"] = Field(
+        default="off",
+        description="'keys': every request but /healthz and the docs needs 'Authorization: Bearer <key>' "
+                    "(tasmoe keys create); 'off': no check, and the services listen on loopback only")
+    keys_file: Path | None = Field(default=None, description="the API key file (hashes only); default "
+                                                             "<results_dir>/keys.json")
+    service_key: str = Field(default="", repr=False,
+                             description="the key services send to each other (an admin key; TASMOE_AUTH=keys)")
+
+    def effective_keys_file(self) -> Path:
+        return self.keys_file if self.keys_file is not None else self.results_dir / "keys.json"
+
     @field_validator("log_level")
     @classmethod
     def _level(cls, v: str) -> str:

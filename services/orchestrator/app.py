@@ -13,11 +13,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from sqlalchemy.orm import Session
 
 from services.orchestrator import repository as repo
 from services.orchestrator import service
 from services.orchestrator.jobs import Dispatcher
-from services.orchestrator.models import TERMINAL, RunStatus
+from services.orchestrator.models import TERMINAL, Experiment, RunStatus
 from services.orchestrator.pipeline_clients import Pipeline
 from services.orchestrator.runtime import Runtime, runtime
 from services.orchestrator.schemas import (
@@ -29,9 +30,11 @@ from services.orchestrator.schemas import (
     SweepRequest,
     SweepView,
 )
+from services.orchestrator.settings import orchestrator_settings
+from shared.auth import redact_paths
 from shared.client import ServiceClients
-from shared.errors import NotFound, UpstreamError
-from shared.service_app import JsonBodyRoute, create_service_app
+from shared.errors import NotFound, QuotaExceeded, UpstreamError
+from shared.service_app import JsonBodyRoute, create_service_app, principal_of
 from shared.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -44,6 +47,38 @@ IdPath = Annotated[str, "experiment id"]
 def _rt(request: Request) -> Runtime:
     rt: Runtime = request.app.state.rt
     return rt
+
+
+def _visible(request: Request, s: Session, exp_id: str) -> Experiment:
+    """The experiment if the caller may see it: its own, or any for an admin. Another principal's is a 404, as if it
+    did not exist (its id says nothing)."""
+    who = principal_of(request)
+    exp = repo.get_experiment(session=s, exp_id=exp_id)
+    if exp is None or not (who.admin or exp.owner == who.name):
+        raise NotFound(f"no experiment {exp_id!r}", field="id")
+    return exp
+
+
+def _shown(request: Request, view: ExperimentView) -> ExperimentView:
+    """What a non-admin sees of an experiment: no server paths."""
+    if principal_of(request).admin:
+        return view
+    return view.model_copy(update={"out_dir": redact_paths(view.out_dir), "error": redact_paths(view.error)
+                                   if view.error else view.error})
+
+
+def _check_quota(request: Request, new_runs: int) -> None:
+    """429 + Retry-After when the principal's queued and running runs would exceed TASMOE_QUOTA_ACTIVE_RUNS."""
+    rt = _rt(request)
+    who = principal_of(request)
+    osettings = orchestrator_settings(rt.settings)
+    limit = osettings.quota_active_runs
+    with rt.sessions() as s:
+        active = repo.active_runs_of_owner(session=s, owner=who.name)
+    if active + new_runs > limit:
+        raise QuotaExceeded(f"{who.name} has {active} queued or running runs; {new_runs} more would pass the quota of "
+                            f"{limit} (TASMOE_QUOTA_ACTIVE_RUNS): retry when some finished, or cancel some",
+                            field="scenarios", retry_after_s=max(30, int(osettings.lease_s)))
 
 
 def _check_model(request: Request, name: str) -> None:
@@ -73,8 +108,11 @@ def create_experiment(body: ExperimentRequest, request: Request, response: Respo
     rt = _rt(request)
     spec = service.resolve_spec(body, configs_dir=rt.settings.configs_dir)
     _check_model(request, spec.workload.model)  # 422 now, not a failed run later
+    who = principal_of(request)
+    if idempotency_key is None:  # a replayed key creates nothing: no quota to check
+        _check_quota(request, len(spec.scenarios))
     exp_id, created = service.create_experiment(sessions=rt.sessions, spec=spec, settings=rt.settings,
-                                                idempotency_key=idempotency_key)
+                                                idempotency_key=idempotency_key, owner=who.name)
     if created:
         rt.dispatcher.submit_experiment(exp_id)
     location = f"/v1/experiments/{exp_id}"
@@ -91,8 +129,10 @@ def list_experiments(request: Request, status: RunStatus | None = None,
                      offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> ExperimentPage:
     rt = _rt(request)
     with rt.sessions() as s:
-        exps, total = repo.list_experiments(session=s, status=status, limit=limit, offset=offset)
-        items = [service.experiment_view(session=s, exp_id=e.id) for e in exps]
+        who = principal_of(request)
+        exps, total = repo.list_experiments(session=s, status=status, limit=limit, offset=offset,
+                                            owner=None if who.admin else who.name)
+        items = [_shown(request, service.experiment_view(session=s, exp_id=e.id)) for e in exps]
     return ExperimentPage(items=items, total=total, limit=limit, offset=offset)
 
 
@@ -100,7 +140,8 @@ def list_experiments(request: Request, status: RunStatus | None = None,
 def get_experiment(exp_id: IdPath, request: Request) -> ExperimentView:
     """Status and per-scenario progress ("window k of N"), timings and errors."""
     with _rt(request).sessions() as s:
-        return service.experiment_view(session=s, exp_id=exp_id)
+        _visible(request, s, exp_id)
+        return _shown(request, service.experiment_view(session=s, exp_id=exp_id))
 
 
 @router.get("/experiments/{exp_id}/results", response_model=None,
@@ -109,6 +150,7 @@ def get_results(exp_id: IdPath, request: Request,
                 format: Literal["csv", "json"] = "json") -> Any:
     """The unified rows (seed §3.6) of the finished scenarios, as CSV or JSON."""
     with _rt(request).sessions() as s:
+        _visible(request, s, exp_id)
         if format == "csv":
             return PlainTextResponse(service.results_csv(session=s, exp_id=exp_id), media_type="text/csv")
         view = service.experiment_view(session=s, exp_id=exp_id)
@@ -120,6 +162,7 @@ def get_power(exp_id: IdPath, request: Request) -> dict[str, Any]:
     """Each finished scenario's power report: energy (J), mean and peak power (W) by component (logic dynamic, SPM,
     NoC, logic leakage, DRAM access, refresh, DRAM leakage, total) and by die, over ``interval_ms``."""
     with _rt(request).sessions() as s:
+        _visible(request, s, exp_id)
         return {"id": exp_id, "scenarios": service.power_view(session=s, exp_id=exp_id)}
 
 
@@ -132,6 +175,7 @@ def get_windows(exp_id: IdPath, request: Request, scenario: Scenario | None = No
     """The per-window metrics series of each scenario (or of one), a page of at most ``limit`` windows from window
     ``offset``; ``next_offset`` is the window to ask for next (None when no scenario has more)."""
     with _rt(request).sessions() as s:
+        _visible(request, s, exp_id)
         series = service.window_series(session=s, exp_id=exp_id, scenario=scenario, offset=offset, limit=limit)
     full = [ws for ws in series.values() if len(ws) == limit]
     nxt = max(int(ws[-1]["window"]) for ws in full) + 1 if full else None
@@ -142,9 +186,12 @@ def get_windows(exp_id: IdPath, request: Request, scenario: Scenario | None = No
             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "the logs"}})
 def get_log(exp_id: IdPath, request: Request, scenario: Scenario | None = None) -> Response:
     """The runs' run.log files (seed, config snapshot, versions, git revision, progress, errors). (The route's class
-    is the generic Response so that its errors are documented as the JSON they are, not as text/plain.)"""
+    is the generic Response so that its errors are documented as the JSON they are, not as text/plain.) A non-admin
+    reads them without server paths."""
     with _rt(request).sessions() as s:
-        return PlainTextResponse(service.log_text(session=s, exp_id=exp_id, scenario=scenario))
+        _visible(request, s, exp_id)
+        text = service.log_text(session=s, exp_id=exp_id, scenario=scenario)
+    return PlainTextResponse(text if principal_of(request).admin else redact_paths(text))
 
 
 @router.post("/experiments/{exp_id}/cancel", response_model=ExperimentView)
@@ -152,11 +199,10 @@ def cancel_experiment(exp_id: IdPath, request: Request) -> ExperimentView:
     """Cancel the unfinished runs; a running window loop stops at its next commit."""
     rt = _rt(request)
     with rt.sessions.begin() as s:
-        if repo.get_experiment(session=s, exp_id=exp_id) is None:
-            raise NotFound(f"no experiment {exp_id!r}", field="id")
+        _visible(request, s, exp_id)
         repo.cancel_experiment(session=s, exp_id=exp_id)
     with rt.sessions() as s:
-        return service.experiment_view(session=s, exp_id=exp_id)
+        return _shown(request, service.experiment_view(session=s, exp_id=exp_id))
 
 
 @router.get("/experiments/{exp_id}/events", response_class=StreamingResponse,
@@ -168,7 +214,8 @@ async def experiment_events(exp_id: IdPath, request: Request,
 
     def view() -> ExperimentView:
         with rt.sessions() as s:
-            return service.experiment_view(session=s, exp_id=exp_id)
+            _visible(request, s, exp_id)
+            return _shown(request, service.experiment_view(session=s, exp_id=exp_id))
 
     first = await run_in_threadpool(view)  # 404 before the stream starts
 
@@ -197,7 +244,9 @@ def create_sweep(body: SweepRequest, request: Request, response: Response) -> Sw
     """A grid over dotted config keys: one experiment per point, one task per experiment-scenario."""
     rt = _rt(request)
     sweep_id, exp_ids = service.create_sweep(sessions=rt.sessions, req=body, settings=rt.settings,
-                                             check_model=lambda name: _check_model(request, name))
+                                             check_model=lambda name: _check_model(request, name),
+                                             owner=principal_of(request).name,
+                                             before_create=lambda n: _check_quota(request, n))
     for exp_id in exp_ids:
         rt.dispatcher.submit_experiment(exp_id)
     response.headers["Location"] = f"/v1/sweeps/{sweep_id}"
@@ -209,6 +258,10 @@ def create_sweep(body: SweepRequest, request: Request, response: Response) -> Sw
 def get_sweep(sweep_id: str, request: Request) -> SweepView:
     """The sweep's status and its results collected into one table (one row per point × scenario)."""
     with _rt(request).sessions() as s:
+        job = repo.get_job(session=s, job_id=sweep_id)
+        who = principal_of(request)
+        if job is None or not (who.admin or job.owner == who.name):
+            raise NotFound(f"no sweep {sweep_id!r}", field="id")
         return service.sweep_view(session=s, sweep_id=sweep_id)
 
 

@@ -50,6 +50,7 @@ class Experiment(Base):
     request_hash: Mapped[str] = mapped_column(sa.String(64), default="")
     out_dir: Mapped[str] = mapped_column(sa.String(1000))
     sweep_id: Mapped[str | None] = mapped_column(sa.String(40), index=True)
+    owner: Mapped[str] = mapped_column(sa.String(64), default="local", index=True)  # the API key's principal
     created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow, onupdate=utcnow)
     error: Mapped[str | None] = mapped_column(sa.Text)
@@ -111,6 +112,7 @@ class Job(Base):
     kind: Mapped[str] = mapped_column(sa.String(40), index=True)
     status: Mapped[RunStatus] = mapped_column(_status_enum("job_status"), default=RunStatus.queued)
     payload: Mapped[dict[str, Any]] = mapped_column(sa.JSON, default=dict)
+    owner: Mapped[str] = mapped_column(sa.String(64), default="local")  # the API key's principal
     result: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
     error: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)

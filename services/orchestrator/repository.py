@@ -63,11 +63,11 @@ def get_experiment_by_key(*, session: Session, idempotency_key: str) -> Experime
 
 def add_experiment(*, session: Session, exp_id: str, name: str, configs: dict[str, Any], seed: int,
                    scenarios: Sequence[str], out_dir: str, idempotency_key: str | None, request_hash: str,
-                   max_attempts: int, sweep_id: str | None = None) -> Experiment:
+                   max_attempts: int, sweep_id: str | None = None, owner: str = "local") -> Experiment:
     """Insert an experiment and one queued run per scenario (the caller commits)."""
     exp = Experiment(id=exp_id, name=name, configs=configs, seed=seed, out_dir=out_dir,
                      idempotency_key=idempotency_key, request_hash=request_hash, sweep_id=sweep_id,
-                     status=RunStatus.queued)
+                     status=RunStatus.queued, owner=owner)
     session.add(exp)
     for i, sc in enumerate(scenarios):
         session.add(ScenarioRun(id=run_id_for(exp_id, sc), experiment_id=exp_id, scenario=sc, position=i,
@@ -84,15 +84,26 @@ def get_experiment(*, session: Session, exp_id: str) -> Experiment | None:
 
 
 def list_experiments(*, session: Session, status: RunStatus | None = None, limit: int = 50, offset: int = 0,
-                     sweep_id: str | None = None) -> tuple[list[Experiment], int]:
+                     sweep_id: str | None = None, owner: str | None = None) -> tuple[list[Experiment], int]:
+    """A page of experiments, newest first; ``owner``: only that principal's (None: everyone's)."""
     q = sa.select(Experiment)
     cq = sa.select(sa.func.count()).select_from(Experiment)
+    if owner is not None:
+        q, cq = q.where(Experiment.owner == owner), cq.where(Experiment.owner == owner)
     if status is not None:
         q, cq = q.where(Experiment.status == status), cq.where(Experiment.status == status)
     if sweep_id is not None:
         q, cq = q.where(Experiment.sweep_id == sweep_id), cq.where(Experiment.sweep_id == sweep_id)
     rows = list(session.scalars(q.order_by(Experiment.created_at.desc(), Experiment.id).limit(limit).offset(offset)))
     return rows, int(session.scalar(cq) or 0)
+
+
+def active_runs_of_owner(*, session: Session, owner: str) -> int:
+    """Queued and running runs of a principal's experiments (its quota counts them)."""
+    R, E = ScenarioRun, Experiment
+    q = (sa.select(sa.func.count()).select_from(R).join(E, R.experiment_id == E.id)
+         .where(E.owner == owner, R.status.in_([RunStatus.queued, RunStatus.running])))
+    return int(session.scalar(q) or 0)
 
 
 def runs_of(*, session: Session, exp_id: str) -> list[ScenarioRun]:
@@ -386,8 +397,8 @@ def abandoned_experiments(*, session: Session, now: datetime | None = None) -> l
 # ------------------------------------------------------------------------------------------------------------ jobs
 
 
-def add_job(*, session: Session, job_id: str, kind: str, payload: dict[str, Any]) -> Job:
-    job = Job(id=job_id, kind=kind, payload=payload, status=RunStatus.queued)
+def add_job(*, session: Session, job_id: str, kind: str, payload: dict[str, Any], owner: str = "local") -> Job:
+    job = Job(id=job_id, kind=kind, payload=payload, status=RunStatus.queued, owner=owner)
     session.add(job)
     return job
 

@@ -27,6 +27,7 @@ from services.orchestrator.schemas import (
     SweepRequest,
     SweepView,
 )
+from shared.auth import LOCAL
 from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
 from shared.configs.base import StrictModel
 from shared.contracts.metrics import RESULT_COLUMNS
@@ -108,9 +109,10 @@ def new_experiment_id() -> str:
 
 def create_experiment(*, sessions: sessionmaker[Session], spec: ExperimentSpec, settings: Settings,
                       idempotency_key: str | None = None, out_dir: Path | None = None, max_attempts: int = 3,
-                      sweep_id: str | None = None, exp_id: str | None = None) -> tuple[str, bool]:
+                      sweep_id: str | None = None, exp_id: str | None = None,
+                      owner: str = LOCAL) -> tuple[str, bool]:
     """Create the experiment and its queued runs; (id, created). The same Idempotency-Key returns the first
-    experiment (a different body under a used key is a 409)."""
+    experiment (a different body under a used key is a 409, and so is another principal's key)."""
     h = spec_hash(spec)
     if idempotency_key is not None:
         if len(idempotency_key) > 200:
@@ -118,7 +120,7 @@ def create_experiment(*, sessions: sessionmaker[Session], spec: ExperimentSpec, 
         with sessions() as s:
             old = repo.get_experiment_by_key(session=s, idempotency_key=idempotency_key)
             if old is not None:
-                return _same(old, h)
+                return _same(old, h, owner)
     exp_id = exp_id or new_experiment_id()
     out = out_dir or (settings.results_dir / exp_id)
     try:
@@ -126,7 +128,7 @@ def create_experiment(*, sessions: sessionmaker[Session], spec: ExperimentSpec, 
             repo.add_experiment(session=s, exp_id=exp_id, name=spec.name, configs=spec.model_dump(mode="json"),
                                 seed=spec.seed, scenarios=spec.scenarios, out_dir=str(out),
                                 idempotency_key=idempotency_key, request_hash=h, max_attempts=max_attempts,
-                                sweep_id=sweep_id)
+                                sweep_id=sweep_id, owner=owner)
     except IntegrityError:
         if idempotency_key is None:
             raise
@@ -134,11 +136,14 @@ def create_experiment(*, sessions: sessionmaker[Session], spec: ExperimentSpec, 
             old = repo.get_experiment_by_key(session=s, idempotency_key=idempotency_key)
             if old is None:
                 raise
-            return _same(old, h)
+            return _same(old, h, owner)
     return exp_id, True
 
 
-def _same(old: Experiment, h: str) -> tuple[str, bool]:
+def _same(old: Experiment, h: str, owner: str) -> tuple[str, bool]:
+    if old.owner != owner:
+        raise Conflict("Idempotency-Key already used by another principal; choose another key",
+                       field="Idempotency-Key", code="idempotency_mismatch")
     if old.request_hash != h:
         raise Conflict(f"Idempotency-Key already used for experiment {old.id} with a different request",
                        field="Idempotency-Key", code="idempotency_mismatch")
@@ -289,7 +294,8 @@ def dump(model: BaseModel) -> dict[str, Any]:
 
 
 def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings: Settings,
-                 check_model: Callable[[str], None] | None = None) -> tuple[str, list[str]]:
+                 check_model: Callable[[str], None] | None = None, owner: str = LOCAL,
+                 before_create: Callable[[int], None] | None = None) -> tuple[str, list[str]]:
     """One experiment per grid point (sharing the sweep id); the sweep itself is a job row. Every point is checked
     (cross-field checks; ``check_model`` on each model) before any experiment is created."""
     base = resolve_spec(req.base, configs_dir=settings.configs_dir)
@@ -303,15 +309,17 @@ def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings
     for model in dict.fromkeys(spec.workload.model for spec in specs):
         if check_model is not None:
             check_model(model)
+    if before_create is not None:  # the caller's quota check, on the runs about to be queued
+        before_create(sum(len(sp.scenarios) for sp in specs))
     sweep_id = f"swp-{uuid.uuid4().hex[:12]}"
     exp_ids = []
     for i, spec in enumerate(specs):
         spec = spec.model_copy(update={"name": f"{req.name or 'sweep'}[{i}]"})
         exp_id, _ = create_experiment(sessions=sessions, spec=spec, settings=settings, sweep_id=sweep_id,
-                                      out_dir=settings.results_dir / sweep_id / f"p{i:03d}")
+                                      out_dir=settings.results_dir / sweep_id / f"p{i:03d}", owner=owner)
         exp_ids.append(exp_id)
     with sessions.begin() as s:
-        repo.add_job(session=s, job_id=sweep_id, kind="sweep",
+        repo.add_job(session=s, job_id=sweep_id, kind="sweep", owner=owner,
                      payload={"grid": req.grid, "points": points, "experiments": exp_ids, "name": req.name})
     return sweep_id, exp_ids
 

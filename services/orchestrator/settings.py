@@ -15,6 +15,10 @@ class OrchestratorSettings(Settings):
         default=6 * 3600.0, gt=0,
         description="cluster mode: a queued run handed to the queue this long ago is handed again (the broker lost "
                     "its message); a queued run that waits its turn is otherwise never re-enqueued")
+    quota_active_runs: int = Field(
+        default=256, ge=1, le=10**6,
+        description="queued + running runs one principal may have; more is a 429 with Retry-After (a sweep counts "
+                    "points x scenarios)")
     max_attempts: int = Field(default=3, ge=1, le=100, description="claims of one run before it is failed")
     pool_workers: int = Field(default=2, ge=1, le=64,
                               description="embedded mode: runs executed at once (about the number of cores)")

@@ -131,7 +131,8 @@ def test_worker_runs_the_celery_app_with_a_ping_health_check(compose: dict[str, 
 def test_orchestrator_and_worker_share_the_results_volume(compose: dict[str, Any]) -> None:
     settings = _settings_from_env(_env(compose["services"]["worker"]))
     mounts = {n: compose["services"][n]["volumes"] for n in ("orchestrator", "worker")}
-    assert mounts["orchestrator"] == mounts["worker"] == [f"results:{settings.results_dir.as_posix()}"]
+    assert mounts["orchestrator"] == mounts["worker"]
+    assert f"results:{settings.results_dir.as_posix()}" in mounts["worker"]
     assert "results" in compose["volumes"]
 
 
@@ -145,3 +146,17 @@ def test_dockerfile_builds_one_locked_non_root_image() -> None:
         assert re.search(rf"^COPY .*\b{re.escape(path)}\b", text, re.M), f"Dockerfile does not copy {path}"
     ignored = (REPO / ".dockerignore").read_text(encoding="utf-8").split()
     assert {".venv", ".git", "results", ".cluster"} <= set(ignored)
+
+
+@pytest.mark.parametrize("name", [*SERVICES, "worker"])
+def test_every_app_container_checks_api_keys_from_the_shared_key_volume(compose: dict[str, Any], name: str) -> None:
+    """Issue 17: TASMOE_AUTH=keys, one key file on a volume every app container mounts, and a service key the user
+    must provide (compose refuses to start without it, naming it)."""
+    svc = compose["services"][name]
+    env = _env(svc)
+    settings = _settings_from_env(env)
+    assert settings.auth == "keys"
+    assert env["TASMOE_SERVICE_KEY"].startswith("${TASMOE_SERVICE_KEY:?")
+    mounts = dict(v.split(":", 1) for v in svc["volumes"])
+    assert mounts["keys"] == str(settings.effective_keys_file().parent)
+    assert "keys" in compose["volumes"]

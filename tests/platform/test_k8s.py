@@ -45,6 +45,11 @@ def build(directory: Path) -> list[Doc]:
         docs += build(target) if target.is_dir() else _load(target)
     for gen in kust.get("secretGenerator", []):
         data = dict(lit.split("=", 1) for lit in gen.get("literals", []))
+        for f in gen.get("files", []):  # key = file name (kustomize's rule for a plain entry)
+            name, _, rel = f.partition("=") if "=" in f else (Path(f).name, "", f)
+            src = directory / (rel or f)
+            assert src.is_file(), f"{directory}: secretGenerator file {f} does not exist"
+            data[name] = src.read_text(encoding="utf-8")
         docs.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": gen["name"]}, "stringData": data})
     for patch in kust.get("patches", []):
         path = directory / patch["path"]
@@ -207,3 +212,28 @@ def test_base_holds_no_credentials() -> None:
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"://[^/\s:@]+:[^/\s@]+@", text), f"{path}: a URL with a password"
         assert "kind: Secret" not in text, f"{path}: Secrets come from the overlay or the operator"
+
+
+def test_api_keys_come_from_secrets_and_the_dev_service_key_verifies(base: list[Doc], tmp_path: Path) -> None:
+    """Issue 17: the pods run with TASMOE_AUTH=keys, read the key file from the Secret `tasmoe-keys` and present the
+    service key of the Secret `tasmoe-service-key`; in the dev overlay that key is one the key file accepts."""
+    from shared.auth import KeyStore
+
+    data = _by(base, "ConfigMap")[CONFIGMAP]["data"]
+    assert data["TASMOE_AUTH"] == "keys"
+    keys_file = Path(data["TASMOE_KEYS_FILE"])
+    for where, pod in _app_pods(base).items():
+        if where.startswith("Job/"):
+            continue  # the migration serves nothing
+        (c,) = pod["containers"]
+        assert "tasmoe-service-key" in [e.get("secretRef", {}).get("name") for e in c.get("envFrom", [])], where
+        vols = {v["name"]: v for v in pod.get("volumes", [])}
+        mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+        assert vols["keys"]["secret"]["secretName"] == "tasmoe-keys", where
+        assert Path(mounts["keys"]["mountPath"]) == keys_file.parent and mounts["keys"]["readOnly"], where
+    docs = build(DEV)
+    secrets = _by(docs, "Secret")
+    service_key = secrets["tasmoe-service-key"]["stringData"]["TASMOE_SERVICE_KEY"]
+    (tmp_path / "keys.json").write_text(secrets["tasmoe-keys"]["stringData"]["keys.json"])
+    who = KeyStore(tmp_path / "keys.json").verify(service_key)
+    assert who is not None and who.admin
