@@ -32,7 +32,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -341,6 +341,7 @@ def up(cfg: ClusterConfig, *, out: TextIO | None = None) -> int:
         if cfg.worker:
             cmds[WORKER] = _worker_cmd(cfg)
             procs[WORKER] = _start(WORKER, cmds[WORKER], cfg, env)
+        _save_config(cfg)
         _state_file(cfg.state_dir).write_text(json.dumps({
             "host": cfg.host, "base_port": cfg.base_port,
             "urls": {n: cfg.url(n) for n in SERVICES},
@@ -434,6 +435,65 @@ def down(state_dir: Path, *, grace_s: float = 10.0, out: TextIO | None = None) -
     return 0
 
 
+def _config_file(state_dir: Path) -> Path:
+    return state_dir / "config.json"
+
+
+def _save_config(cfg: ClusterConfig) -> None:
+    """What `restart` needs to start a process as `up` did (the database URL unredacted: mode 0600)."""
+    data = {f.name: (str(v) if isinstance(v, Path) else v) for f in fields(cfg) for v in [getattr(cfg, f.name)]}
+    path = _config_file(cfg.state_dir)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+
+
+def _load_config(state_dir: Path) -> ClusterConfig:
+    try:
+        data = json.loads(_config_file(state_dir).read_text(encoding="utf-8"))
+        data["state_dir"] = Path(data["state_dir"])
+        return ClusterConfig(**data)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise ClusterError(f"no cluster started from {state_dir} (its config.json: {exc}); run `up` first") from None
+
+
+def restart(state_dir: Path, name: str, *, grace_s: float = 10.0, out: TextIO | None = None) -> int:
+    """Stop one process of the cluster (SIGTERM, then SIGKILL) and start it again as `up` did, with the same command
+    and environment; its pid file and cluster.json follow, so `down` stops the new process."""
+    out = out or sys.stdout
+    cfg = _load_config(state_dir)
+    if name == WORKER and not cfg.worker:
+        raise ClusterError("this cluster runs without a worker (--no-worker)")
+    pid = _read_pid(state_dir, name)
+    starts = _recorded_starts(state_dir)
+    if pid is not None and group_members(pid) and (not is_alive(pid) or _ours(pid, name, starts)):
+        _signal_groups({name: pid}, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and group_members(pid):
+            time.sleep(0.1)
+        if group_members(pid):
+            _signal_groups({name: pid}, signal.SIGKILL)
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline and group_members(pid):
+                time.sleep(0.05)
+        print(f"stopped {name} (pid {pid})", file=out)
+    if name != WORKER:
+        deadline = time.monotonic() + 10.0  # the port leaves TIME_WAIT-free at once (SO_REUSEADDR); the socket may lag
+        while not _port_free(cfg.host, cfg.port(name)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    cmd = _worker_cmd(cfg) if name == WORKER else _serve_cmd(name, cfg)
+    proc = _start(name, cmd, cfg, cfg.env())
+    try:
+        state = json.loads(_state_file(state_dir).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        state = {"processes": {}}
+    state.setdefault("processes", {})[name] = {"pid": proc.pid, "start_ticks": start_ticks(proc.pid), "cmd": cmd}
+    _state_file(state_dir).write_text(json.dumps(state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    _wait_ready(cfg, {name: proc}, out)
+    print(f"restarted {name} (pid {proc.pid})", file=out)
+    return 0
+
+
 def _signal_groups(targets: dict[str, int], sig: signal.Signals) -> None:
     for pid in targets.values():
         with contextlib.suppress(ProcessLookupError):
@@ -506,6 +566,11 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="show the cluster's processes and whether each answers /healthz")
     state_dir_arg(p)
+
+    p = sub.add_parser("restart", help="stop one process and start it again as `up` did (down stops the new one)")
+    p.add_argument("name", choices=[*SERVICES, WORKER], help="the service, or the worker")
+    p.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    state_dir_arg(p)
     return ap
 
 
@@ -532,6 +597,8 @@ def main(argv: list[str] | None = None) -> int:
             return up(cfg)
         if args.command == "down":
             return down(state_dir, grace_s=args.grace)
+        if args.command == "restart":
+            return restart(state_dir, args.name, grace_s=args.grace)
         return status(state_dir)
     except ClusterError as exc:
         print(f"cluster {args.command}: error: {exc}", file=sys.stderr)

@@ -45,7 +45,9 @@ SCOPES: tuple[Scope, ...] = ("read", "submit", "admin")
 LOCAL = "local"  # the principal of every request when TASMOE_AUTH=off
 _KEY = re.compile(r"^tsk_([0-9a-f]{8})_([A-Za-z0-9_-]{20,100})$")
 _PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
-PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json",
+                          "/docs-static/swagger-ui-bundle.js", "/docs-static/swagger-ui.css",
+                          "/docs-static/redoc.standalone.js", "/docs-static/favicon.png"})
 
 
 @dataclass(frozen=True)

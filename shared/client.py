@@ -25,7 +25,7 @@ from tenacity import (
 )
 
 from shared import SERVICES, json_codec
-from shared.errors import BadInput, Conflict, NotFound, TasmoeError, UpstreamError
+from shared.errors import BadInput, Conflict, NotFound, ServiceUnavailable, TasmoeError, UpstreamError
 from shared.logging import RUN_ID_HEADER, current_run_id
 from shared.settings import Settings
 
@@ -56,7 +56,7 @@ def _raise_for_error(service: str, response: httpx.Response) -> None:
         message, field, code = response.text[:500], None, None
     text = f"{service}: {message}"
     exc_type: type[TasmoeError] = {404: NotFound, 409: Conflict, 422: BadInput, 400: BadInput}.get(
-        response.status_code, UpstreamError)
+        response.status_code, ServiceUnavailable if response.status_code in RETRY_STATUSES else UpstreamError)
     raise exc_type(text, field=field, code=code)
 
 
@@ -127,7 +127,7 @@ class ServiceClient:
             _raise_for_error(self.service, exc.response)
             raise  # pragma: no cover - _raise_for_error always raises for >= 400
         except (httpx.TransportError, RetryError) as exc:
-            raise UpstreamError(f"{self.service}: unreachable after {self.settings.http_retries + 1} attempts: "
+            raise ServiceUnavailable(f"{self.service}: unreachable after {self.settings.http_retries + 1} attempts: "
                                 f"{exc}") from exc
         _raise_for_error(self.service, resp)
         return resp
@@ -180,7 +180,7 @@ class AsyncServiceClient:
             _raise_for_error(self.service, exc.response)
             raise  # pragma: no cover
         except (httpx.TransportError, RetryError) as exc:
-            raise UpstreamError(f"{self.service}: unreachable after {self.settings.http_retries + 1} attempts: "
+            raise ServiceUnavailable(f"{self.service}: unreachable after {self.settings.http_retries + 1} attempts: "
                                 f"{exc}") from exc
         _raise_for_error(self.service, resp)
         return resp

@@ -77,6 +77,13 @@ class UpstreamError(TasmoeError):
     code = "upstream"
 
 
+class ServiceUnavailable(UpstreamError):
+    """A service could not be reached, or answered 429/502/503/504, through all its retries: an outage, which a run
+    waits out (``TASMOE_OUTAGE_BUDGET_S``), unlike a 500 (a bug) that fails it."""
+
+    code = "unavailable"
+
+
 def format_loc(loc: Sequence[str | int]) -> str:
     """Turn a pydantic location tuple into a field path: ``("mesh", "cores", 0)`` -> ``mesh.cores[0]``."""
     out = ""

@@ -280,6 +280,45 @@ def principal_of(request: Request) -> Principal:
     return p if isinstance(p, Principal) else ANONYMOUS
 
 
+DOCS_STATIC = "/docs-static"
+
+
+def _local_docs(app: FastAPI) -> None:
+    """``/docs`` (Swagger UI) and ``/redoc`` from assets served by the service itself (the package fastapi-offline
+    ships Swagger UI, Apache-2.0, and ReDoc, MIT; its own licence MIT), so the pages work on a lab network without
+    the internet. Under ``tasmoe serve all`` every URL carries the mount's prefix (the request's root_path)."""
+    from importlib.resources import files
+
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+    from fastapi.staticfiles import StaticFiles
+
+    static = files("fastapi_offline") / "static"
+    app.mount(DOCS_STATIC, StaticFiles(directory=str(static)), name="docs-static")
+
+    def prefix(request: Request) -> str:
+        return str(request.scope.get("root_path", "")).rstrip("/")
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger(request: Request) -> Response:
+        p = prefix(request)
+        return get_swagger_ui_html(openapi_url=f"{p}/openapi.json", title=f"{app.title} - Swagger UI",
+                                   oauth2_redirect_url=f"{p}/docs/oauth2-redirect",
+                                   swagger_js_url=f"{p}{DOCS_STATIC}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{p}{DOCS_STATIC}/swagger-ui.css",
+                                   swagger_favicon_url=f"{p}{DOCS_STATIC}/favicon.png")
+
+    @app.get("/docs/oauth2-redirect", include_in_schema=False)
+    async def oauth2_redirect() -> Response:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc(request: Request) -> Response:
+        p = prefix(request)
+        return get_redoc_html(openapi_url=f"{p}/openapi.json", title=f"{app.title} - ReDoc",
+                              redoc_js_url=f"{p}{DOCS_STATIC}/redoc.standalone.js",
+                              redoc_favicon_url=f"{p}{DOCS_STATIC}/favicon.png", with_google_fonts=False)
+
+
 def _add_security_scheme(app: FastAPI) -> None:
     """Document the bearer key in the OpenAPI (every operation but /healthz), whatever TASMOE_AUTH is."""
     base = app.openapi
@@ -371,7 +410,10 @@ def create_service_app(
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
         responses=ERROR_RESPONSES,
+        docs_url=None,
+        redoc_url=None,
     )
+    _local_docs(app)
     app.state.settings = settings
     app.state.service_name = name
     install_error_handlers(app)

@@ -58,6 +58,11 @@ class Settings(BaseSettings):
     service_key: str = Field(default="", repr=False,
                              description="the key services send to each other (an admin key; TASMOE_AUTH=keys)")
 
+    quota_milp_jobs: int = Field(default=4, ge=1, le=1024,
+                                 description="queued + running MILP placement jobs one principal may have (429 beyond)")
+    milp_time_limit_max_s: float = Field(default=600.0, gt=0, le=3600.0,
+                                         description="cap on a MILP placement job's HiGHS time limit (s)")
+
     def effective_keys_file(self) -> Path:
         return self.keys_file if self.keys_file is not None else self.results_dir / "keys.json"
 

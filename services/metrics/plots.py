@@ -442,6 +442,9 @@ def render_plot(kind: str, data: PlotRequest, fmt: str = "png") -> bytes:
     """The figure ``kind`` for ``data`` as PNG or SVG bytes (same input, same bytes)."""
     if fmt not in FORMATS:
         raise BadInput(f"format: must be one of {', '.join(FORMATS)}, got {fmt!r}", field="format")
+    # the workload name is the one free text on a figure: its "$" would start matplotlib math text (a user's
+    # "$\\foo$" was a 422 carrying the parser's output, nested roots a 500); escaped, it is drawn as written
+    data = data.model_copy(update={"workload": data.workload.replace("$", r"\$")})
     with matplotlib.rc_context(_RC):
         fig = build_figure(kind, data)
         buf = io.BytesIO()

@@ -8,15 +8,17 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session
+from starlette.background import BackgroundTask
 
+from services.orchestrator import artefacts, service
 from services.orchestrator import repository as repo
-from services.orchestrator import service
 from services.orchestrator.jobs import Dispatcher
 from services.orchestrator.models import TERMINAL, Experiment, RunStatus
 from services.orchestrator.pipeline_clients import Pipeline
@@ -33,7 +35,7 @@ from services.orchestrator.schemas import (
 from services.orchestrator.settings import orchestrator_settings
 from shared.auth import redact_paths
 from shared.client import ServiceClients
-from shared.errors import NotFound, QuotaExceeded, UpstreamError
+from shared.errors import Conflict, NotFound, QuotaExceeded, UpstreamError
 from shared.service_app import JsonBodyRoute, create_service_app, principal_of
 from shared.settings import Settings, get_settings
 
@@ -201,6 +203,52 @@ def cancel_experiment(exp_id: IdPath, request: Request) -> ExperimentView:
     with rt.sessions.begin() as s:
         _visible(request, s, exp_id)
         repo.cancel_experiment(session=s, exp_id=exp_id)
+    with rt.sessions() as s:
+        return _shown(request, service.experiment_view(session=s, exp_id=exp_id))
+
+
+@router.get("/experiments/{exp_id}/files")
+def list_files(exp_id: IdPath, request: Request) -> dict[str, Any]:
+    """The experiment's files (CSV results, series, plots, traces, logs): paths relative to its folder, sizes."""
+    with _rt(request).sessions() as s:
+        exp = _visible(request, s, exp_id)
+    return {"id": exp_id, "files": artefacts.list_files(Path(exp.out_dir))}
+
+
+@router.get("/experiments/{exp_id}/files/{path:path}", response_class=Response,
+            responses={200: {"content": {"application/octet-stream": {}}, "description": "the file"},
+                       206: {"content": {"application/octet-stream": {}}, "description": "the requested range"}})
+def get_file(exp_id: IdPath, path: str, request: Request) -> Response:
+    """One file of the experiment (a path from ``.../files``), with HTTP range requests; confined to its folder."""
+    with _rt(request).sessions() as s:
+        exp = _visible(request, s, exp_id)
+    p = artefacts.resolve_file(Path(exp.out_dir), path)
+    return FileResponse(p, filename=p.name)
+
+
+@router.get("/experiments/{exp_id}/archive", response_class=Response,
+            responses={200: {"content": {"application/zip": {}}, "description": "the experiment's folder, zipped"}})
+def get_archive(exp_id: IdPath, request: Request) -> Response:
+    """The experiment's whole folder as a zip (entries under ``<id>/``)."""
+    with _rt(request).sessions() as s:
+        exp = _visible(request, s, exp_id)
+    tmp = artefacts.zip_folder(Path(exp.out_dir), exp_id)
+    return FileResponse(tmp, media_type="application/zip", filename=f"{exp_id}.zip",
+                        background=BackgroundTask(tmp.unlink, missing_ok=True))
+
+
+@router.post("/experiments/{exp_id}/retry", status_code=202, response_model=ExperimentView)
+def retry_experiment(exp_id: IdPath, request: Request) -> ExperimentView:
+    """Resume the experiment's failed runs at their frontier (the windows they committed stay); 409 when none
+    failed. For a run that failed because a service stayed unreachable past the outage budget, or any other reason
+    that has since been fixed."""
+    rt = _rt(request)
+    with rt.sessions.begin() as s:
+        _visible(request, s, exp_id)
+        ids = repo.retry_experiment(session=s, exp_id=exp_id)
+    if not ids:
+        raise Conflict(f"experiment {exp_id} has no failed run to retry", field="id", code="nothing_to_retry")
+    rt.dispatcher.submit_experiment(exp_id)
     with rt.sessions() as s:
         return _shown(request, service.experiment_view(session=s, exp_id=exp_id))
 

@@ -85,6 +85,9 @@ class ScenarioRun(Base):
     result_row: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
     enqueued_at: Mapped[datetime | None] = mapped_column(sa.DateTime)  # last handed to the queue (cluster mode)
     deliveries: Mapped[int] = mapped_column(sa.Integer, default=0)  # times a task for this run started
+    # set while the run waits out an outage of a service it needs (cleared when it tries again)
+    waiting_reason: Mapped[str | None] = mapped_column(sa.Text)
+    waiting_since: Mapped[datetime | None] = mapped_column(sa.DateTime)
 
     experiment: Mapped[Experiment] = relationship(back_populates="runs")
 

@@ -242,8 +242,8 @@ class Pipeline:
             if status in {"succeeded", "done", "finished"} or ("experts" in r and status is None):
                 result: dict[str, Any] = r.get("placement") or r.get("result") or r
                 return result
-            if status in {"failed", "error"}:
-                raise UpstreamError(f"placement: MILP job {job_id} failed: {r.get('error')}")
+            if status in {"failed", "error", "cancelled"}:
+                raise UpstreamError(f"placement: MILP job {job_id} {status}: {r.get('error')}")
             if time.monotonic() > deadline:
                 raise UpstreamError(f"placement: MILP job {job_id} still {status} after {self.milp_timeout_s:.0f} s")
             time.sleep(self.milp_poll_s)

@@ -302,6 +302,43 @@ def release_lease(*, sessions: sessionmaker[Session], run_id: str, owner: str) -
                   .execution_options(synchronize_session=False))
 
 
+def set_waiting(*, sessions: sessionmaker[Session], run_id: str, owner: str, reason: str | None,
+                lease_s: float) -> bool:
+    """Record (``reason``) or clear (None) the outage the run waits out, renewing its lease (fenced on it: False when
+    the run is no longer ours, e.g. cancelled while it waited)."""
+    R = ScenarioRun
+    now = utcnow()
+    values: dict[str, Any] = {"lease_expires_at": now + timedelta(seconds=lease_s), "waiting_reason": reason}
+    if reason is None:
+        values["waiting_since"] = None
+    with sessions.begin() as s:
+        res = s.execute(sa.update(R).where(R.id == run_id, R.lease_owner == owner, R.status == RunStatus.running)
+                        .values(**values).execution_options(synchronize_session=False))
+        if reason is not None:
+            s.execute(sa.update(R).where(R.id == run_id, R.waiting_since.is_(None)).values(waiting_since=now)
+                      .execution_options(synchronize_session=False))
+        return _rowcount(res) == 1
+
+
+def retry_experiment(*, session: Session, exp_id: str) -> list[str]:
+    """Put the experiment's failed runs back in the queue, to resume at their frontier (their committed windows
+    stay): attempts start again, the error is cleared, and the experiment is to be finalised again. The run ids."""
+    R, E = ScenarioRun, Experiment
+    ids = list(session.scalars(sa.select(R.id).where(R.experiment_id == exp_id, R.status == RunStatus.failed)))
+    if not ids:
+        return []
+    session.execute(sa.update(R).where(R.id.in_(ids))
+                    .values(status=RunStatus.queued, attempts=0, error=None, finished_at=None, lease_owner=None,
+                            lease_expires_at=None, waiting_reason=None, waiting_since=None, enqueued_at=None)
+                    .execution_options(synchronize_session=False))
+    session.execute(sa.update(E).where(E.id == exp_id)
+                    .values(finalized_at=None, finalize_lease_until=None, error=None)
+                    .execution_options(synchronize_session=False))
+    session.expire_all()
+    refresh_experiment_status(session=session, exp_id=exp_id)
+    return ids
+
+
 def note_delivery(*, sessions: sessionmaker[Session], run_id: str) -> None:
     """A task for the run started (counted: an undisturbed run is delivered once)."""
     R = ScenarioRun

@@ -27,7 +27,10 @@ UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
 class ExperimentRequest(BaseModel):
     """``POST /v1/experiments``: configs inline (objects) or as names of files under ``configs/``."""
 
-    model_config = ConfigDict(extra="forbid")
+    # the documented example (Swagger UI's "Try it out" body) must succeed as written: the quick workload on the
+    # default chip, baseline against tas (tests/platform/test_docs_browser.py posts it)
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"workload": "workload_quick.yaml", "scenarios": ["baseline", "tas"], "name": "quick look"}]})
 
     arch: ArchConfig | ConfigRef = "arch_8x8_32x32x8.yaml"
     workload: WorkloadConfig | ConfigRef = "workload_mixtral_8x7b.yaml"
@@ -72,6 +75,8 @@ class RunProgress(BaseModel):
     finished_at: UtcDatetime | None
     compute_s: float
     error: str | None
+    waiting: str | None = Field(default=None, description="status 'waiting': the outage the run waits out (a service "
+                                                          "it cannot reach); it resumes at its frontier")
 
 
 class ExperimentView(BaseModel):
@@ -106,7 +111,9 @@ class SweepRequest(BaseModel):
 
     Keys start with ``arch.``, ``workload.``, ``tas.`` or are ``seed``; every combination is one experiment."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"base": {"workload": "workload_quick.yaml", "scenarios": ["baseline"]},
+         "grid": {"tas.tacs.thresholds.Thot": [75, 85]}, "name": "Thot sweep"}]})
 
     base: ExperimentRequest = Field(default_factory=ExperimentRequest)
     grid: dict[str, list[Any]] = Field(min_length=1)

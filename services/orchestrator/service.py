@@ -156,9 +156,11 @@ def _progress(run: ScenarioRun) -> RunProgress:
         text = f"window {n} of {n}"
     else:
         text = f"window {run.next_window} of {n if n is not None else '?'}"
-    return RunProgress(scenario=run.scenario, run_id=run.id, status=run.status.value, window=run.next_window,
-                       n_windows=n, progress=text, attempts=run.attempts, started_at=run.started_at,
-                       finished_at=run.finished_at, compute_s=round(run.compute_s, 3), error=run.error)
+    waiting = run.waiting_reason if run.status == RunStatus.running else None
+    return RunProgress(scenario=run.scenario, run_id=run.id, status="waiting" if waiting else run.status.value,
+                       window=run.next_window, n_windows=n, progress=text, attempts=run.attempts,
+                       started_at=run.started_at, finished_at=run.finished_at, compute_s=round(run.compute_s, 3),
+                       error=run.error, waiting=waiting)
 
 
 def experiment_view(*, session: Session, exp_id: str) -> ExperimentView:

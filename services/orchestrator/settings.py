@@ -19,6 +19,12 @@ class OrchestratorSettings(Settings):
         default=256, ge=1, le=10**6,
         description="queued + running runs one principal may have; more is a 429 with Retry-After (a sweep counts "
                     "points x scenarios)")
+    outage_budget_s: float = Field(
+        default=600.0, ge=0, le=7 * 86400.0,
+        description="how long a run waits out an unreachable compute service (status waiting, retried with capped "
+                    "backoff, then resumed at its frontier) before it fails; 0: fail at once")
+    outage_backoff_max_s: float = Field(default=30.0, gt=0, le=3600.0,
+                                        description="the longest pause between two tries during an outage")
     max_attempts: int = Field(default=3, ge=1, le=100, description="claims of one run before it is failed")
     pool_workers: int = Field(default=2, ge=1, le=64,
                               description="embedded mode: runs executed at once (about the number of cores)")

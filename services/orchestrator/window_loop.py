@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,6 +38,7 @@ from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, Raw
 from services.orchestrator.run_files import RunFiles, power_json_path, result_csv_path, run_dir_for
 from services.orchestrator.run_log import RunLog, run_log
 from services.orchestrator.schemas import ExperimentSpec
+from services.orchestrator.settings import orchestrator_settings
 from shared.chip import core_domains
 from shared.client import ServiceClients
 from shared.configs import ArchConfig
@@ -45,6 +46,7 @@ from shared.contracts.events import PhysicalState, WindowTiming
 from shared.contracts.metrics import WindowMetrics
 from shared.contracts.placement import Placement, ReplicaEntry, ReplicaState, Telemetry
 from shared.contracts.thermal import ThermalSnapshot
+from shared.errors import ServiceUnavailable
 from shared.logging import bind_run_id
 
 log = logging.getLogger(__name__)
@@ -250,17 +252,76 @@ def run_scenario(run_id: str, clients: ServiceClients, sessions: sessionmaker[Se
         return RunOutcome(run_id, claim.outcome)
     spec, scenario, out_dir = load_spec(sessions=sessions, run_id=run_id)
     files = RunFiles(run_dir_for(out_dir, scenario), traces=spec.traces)
+    osettings = orchestrator_settings(clients.settings)
+    outage: _Outage | None = None
     with bind_run_id(run_id), run_log(files.run_dir / "run.log", run_id=run_id) as rlog:
-        try:
-            return _run(run_id=run_id, claim=claim, owner=owner, lease_s=lease_s, spec=spec, scenario=scenario,
-                        out_dir=out_dir, files=files, clients=clients, sessions=sessions, on_window=on_window,
-                        stop=stop, rlog=rlog)
-        except Exception as exc:  # any failure ends the run cleanly, with its reason
-            msg = f"{type(exc).__name__}: {exc}"
-            log.exception("run %s failed: %s", run_id, msg)
-            repo.finish_run(sessions=sessions, run_id=run_id, owner=owner, status=RunStatus.failed,
-                            error=msg[:4000])
-            return RunOutcome(run_id, "failed", error=msg)
+        while True:
+            try:
+                return _run(run_id=run_id, claim=claim, owner=owner, lease_s=lease_s, spec=spec, scenario=scenario,
+                            out_dir=out_dir, files=files, clients=clients, sessions=sessions, on_window=on_window,
+                            stop=stop, rlog=rlog)
+            except ServiceUnavailable as exc:  # an outage: wait it out, then resume at the frontier
+                frontier = _next_window(sessions, run_id)
+                if outage is None or frontier > outage.at_window:  # progress since the last one: a new outage
+                    outage = _Outage(time.monotonic(), frontier)
+                waited = time.monotonic() - outage.t0
+                if waited >= osettings.outage_budget_s:
+                    return _fail(run_id, sessions, owner, f"{exc} (waited {waited:.0f} s for it, the outage budget "
+                                 f"TASMOE_OUTAGE_BUDGET_S is {osettings.outage_budget_s:g} s; POST "
+                                 ".../retry resumes the run at its frontier)")
+                outage.tries += 1
+                pause = min(osettings.outage_backoff_max_s, 0.5 * 2 ** (outage.tries - 1),
+                            osettings.outage_budget_s - waited)
+                rlog.info(f"waiting: {exc}; trying again in {pause:.1f} s (window {frontier}, outage "
+                          f"{waited:.0f} s of {osettings.outage_budget_s:g} s)")
+                end = _wait_out(run_id, sessions, owner, lease_s, str(exc), pause, stop)
+                if end is not None:
+                    return end
+                claim = replace(claim, next_window=_next_window(sessions, run_id))
+            except Exception as exc:  # any other failure ends the run cleanly, with its reason
+                return _fail(run_id, sessions, owner, f"{type(exc).__name__}: {exc}")
+
+
+@dataclass
+class _Outage:
+    t0: float  # time.monotonic() when it began
+    at_window: int  # the run's frontier then
+    tries: int = 0
+
+
+def _next_window(sessions: sessionmaker[Session], run_id: str) -> int:
+    with sessions() as s:
+        run = repo.get_run(session=s, run_id=run_id)
+        return run.next_window if run is not None else 0
+
+
+def _fail(run_id: str, sessions: sessionmaker[Session], owner: str, msg: str) -> RunOutcome:
+    log.exception("run %s failed: %s", run_id, msg)
+    repo.finish_run(sessions=sessions, run_id=run_id, owner=owner, status=RunStatus.failed, error=msg[:4000])
+    return RunOutcome(run_id, "failed", error=msg)
+
+
+def _wait_out(run_id: str, sessions: sessionmaker[Session], owner: str, lease_s: float, reason: str,
+              pause_s: float, stop: StopFlag | None) -> RunOutcome | None:
+    """The run shows ``waiting`` (its reason) for ``pause_s``, its lease renewed; then it tries again (the waiting
+    mark cleared). An outcome instead when it was cancelled (or lost its lease) or the worker stops meanwhile."""
+    end = time.monotonic() + pause_s
+    tick = max(0.05, min(1.0, lease_s / 4))
+    while True:
+        if not repo.set_waiting(sessions=sessions, run_id=run_id, owner=owner, reason=reason, lease_s=lease_s):
+            with sessions() as s:
+                run = repo.get_run(session=s, run_id=run_id)
+                cancelled = run is not None and run.status == RunStatus.cancelled
+            return RunOutcome(run_id, "cancelled" if cancelled else "lost_lease")
+        if stop is not None and stop.is_set():
+            repo.release_lease(sessions=sessions, run_id=run_id, owner=owner)
+            return RunOutcome(run_id, "stopped")
+        left = end - time.monotonic()
+        if left <= 0:
+            break
+        time.sleep(min(tick, left))
+    repo.set_waiting(sessions=sessions, run_id=run_id, owner=owner, reason=None, lease_s=lease_s)
+    return None
 
 
 def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: ExperimentSpec, scenario: str,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from services.placement import jobs
@@ -17,26 +17,46 @@ from services.placement.schemas import (
 )
 from services.placement.service import balance_for, placement_for, tacs_for
 from shared.contracts.placement import Placement
-from shared.service_app import JsonBodyRoute, create_service_app
+from shared.service_app import JsonBodyRoute, create_service_app, principal_of
 from shared.settings import Settings, get_settings
 
 router = APIRouter(tags=["placement"], route_class=JsonBodyRoute)
 
 
+def _owner(request: Request) -> str | None:
+    """Whose jobs the caller sees: its own, or every one for an admin (None)."""
+    who = principal_of(request)
+    return None if who.admin else who.name
+
+
 @router.post("/placements", response_model=Placement, responses={202: {"model": JobAccepted}})
-def create_placement(req: PlacementRequest) -> Placement | JSONResponse:
-    """Default mapping or TAPS. ``method=milp`` answers 202 with a job id (poll ``/placement-jobs/{id}``)."""
+def create_placement(req: PlacementRequest, request: Request) -> Placement | JSONResponse:
+    """Default mapping or TAPS. ``method=milp`` answers 202 with a job id (poll ``/placement-jobs/{id}``); a
+    principal's queued and running MILP jobs are capped (TASMOE_QUOTA_MILP_JOBS: 429 with Retry-After) and so is the
+    HiGHS time limit (TASMOE_MILP_TIME_LIMIT_MAX_S)."""
     if req.method == "milp":
-        job_id = jobs.submit(req)
+        settings: Settings = request.app.state.settings
+        job_id = jobs.submit(req, owner=principal_of(request).name, max_active=settings.quota_milp_jobs,
+                             time_limit_max_s=settings.milp_time_limit_max_s)
         return JSONResponse(status_code=202, content=JobAccepted(job_id=job_id, status="queued").model_dump())
     return placement_for(req)
 
 
-@router.get("/placement-jobs/{job_id}", response_model=JobStatus)
-def get_placement_job(job_id: str) -> JobStatus:
-    job = jobs.get(job_id)
+def _status(job_id: str, job: jobs._Job) -> JobStatus:
     result = Placement.model_validate(job.result) if job.result is not None else None
     return JobStatus(job_id=job_id, status=job.status, result=result, error=job.error)
+
+
+@router.get("/placement-jobs/{job_id}", response_model=JobStatus)
+def get_placement_job(job_id: str, request: Request) -> JobStatus:
+    return _status(job_id, jobs.get(job_id, _owner(request)))
+
+
+@router.delete("/placement-jobs/{job_id}", response_model=JobStatus)
+def cancel_placement_job(job_id: str, request: Request) -> JobStatus:
+    """Cancel a MILP job: a queued one never starts; a running one's answer is dropped (HiGHS stops at the latest at
+    its capped time limit, then the slot frees)."""
+    return _status(job_id, jobs.cancel(job_id, _owner(request)))
 
 
 @router.post("/tacs/step", response_model=TacsStepResponse)

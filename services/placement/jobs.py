@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ import numpy as np
 
 from services.placement.schemas import PlacementRequest
 from services.placement.service import placement_for
-from shared.errors import NotFound, TasmoeError
+from shared.errors import NotFound, QuotaExceeded, TasmoeError
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +34,12 @@ def run_placement_job(payload: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class _Job:
+    owner: str = "local"
     status: str = "queued"
     result: dict[str, Any] | None = None
     error: dict[str, str | None] | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    future: Future[None] | None = None
 
 
 _JOBS: dict[str, _Job] = {}
@@ -46,20 +48,31 @@ _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="milp")  # at most 
 MAX_JOBS = 256  # oldest finished jobs are forgotten beyond this
 
 
-def job_id_of(req: PlacementRequest) -> str:
-    """Content hash of the request: a replayed request (same Idempotency-Key or not) finds the same job."""
+def job_id_of(req: PlacementRequest, owner: str = "local") -> str:
+    """Content hash of the request and its principal: a replayed request (same Idempotency-Key or not) finds the
+    same job; another principal's same request is another job (jobs are read by their owner only)."""
     canon = json.dumps(req.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return "milp-" + hashlib.sha256(canon.encode()).hexdigest()[:20]
+    return "milp-" + hashlib.sha256(f"{owner}\n{canon}".encode()).hexdigest()[:20]
 
 
-def submit(req: PlacementRequest) -> str:
-    """Start (or find) the MILP job of this request; returns its id."""
-    job_id = job_id_of(req)
+def submit(req: PlacementRequest, *, owner: str = "local", max_active: int | None = None,
+           time_limit_max_s: float | None = None) -> str:
+    """Start (or find) the MILP job of this request; returns its id. ``max_active``: the principal's queued and
+    running jobs beyond which a new one is refused (429); ``time_limit_max_s`` caps the request's HiGHS time limit."""
+    job_id = job_id_of(req, owner)
+    if time_limit_max_s is not None and req.tas.taps.milp_time_limit_s > time_limit_max_s:
+        taps = req.tas.taps.model_copy(update={"milp_time_limit_s": time_limit_max_s})
+        req = req.model_copy(update={"tas": req.tas.model_copy(update={"taps": taps})})
     with _LOCK:
         old = _JOBS.get(job_id)
-        if old is not None and old.status != "failed":
+        if old is not None and old.status not in ("failed", "cancelled"):
             return job_id
-        job = _Job()
+        active = sum(1 for j in _JOBS.values() if j.owner == owner and not j.done.is_set())
+        if max_active is not None and active >= max_active:
+            raise QuotaExceeded(f"{owner} has {active} MILP placement jobs queued or running; at most {max_active} "
+                                "(TASMOE_QUOTA_MILP_JOBS): retry when one finished, or cancel one",
+                                field="method", retry_after_s=30)
+        job = _Job(owner=owner)
         _JOBS[job_id] = job
         finished = [k for k, j in _JOBS.items() if j.done.is_set()]
         for k in finished[: max(0, len(_JOBS) - MAX_JOBS)]:
@@ -67,10 +80,13 @@ def submit(req: PlacementRequest) -> str:
     payload = req.model_dump(mode="json")
 
     def _run() -> None:
+        if job.status == "cancelled":
+            return
         job.status = "running"
         try:
-            job.result = run_placement_job(payload)
-            job.status = "done"
+            result = run_placement_job(payload)
+            if job.status != "cancelled":  # cancelled while HiGHS ran: the answer is dropped
+                job.result, job.status = result, "done"
         except TasmoeError as exc:
             job.error = {"code": exc.code, "message": exc.message, "field": exc.field}
             job.status = "failed"
@@ -84,15 +100,29 @@ def submit(req: PlacementRequest) -> str:
         finally:
             job.done.set()
 
-    _POOL.submit(_run)
+    job.future = _POOL.submit(_run)
     return job_id
 
 
-def get(job_id: str) -> _Job:
+def get(job_id: str, owner: str | None = None) -> _Job:
+    """The job; ``owner``: only that principal's (another's is a 404, as if it did not exist)."""
     with _LOCK:
         job = _JOBS.get(job_id)
-    if job is None:
+    if job is None or (owner is not None and job.owner != owner):
         raise NotFound(f"no placement job {job_id}", field="job_id")
+    return job
+
+
+def cancel(job_id: str, owner: str | None = None) -> _Job:
+    """Cancel a job: a queued one never starts; a running one's answer is dropped and its slot frees when HiGHS
+    stops (at the latest at the capped time limit: scipy's HiGHS cannot be interrupted mid-solve)."""
+    job = get(job_id, owner)
+    with _LOCK:
+        if not job.done.is_set() and job.status in ("queued", "running"):
+            if job.future is not None and job.future.cancel():
+                job.done.set()
+            job.status = "cancelled"
+            job.error = {"code": "cancelled", "message": "cancelled by its owner", "field": None}
     return job
 
 

@@ -30,14 +30,17 @@ class PlacementRequest(BaseModel):
     H: list[list[float]] | None = Field(default=None, description="cores x cores influence matrix, K/W")
 
 
+JobState = Literal["queued", "running", "done", "failed", "cancelled"]
+
+
 class JobAccepted(BaseModel):
     job_id: str
-    status: Literal["queued", "running", "done", "failed"]
+    status: JobState
 
 
 class JobStatus(BaseModel):
     job_id: str
-    status: Literal["queued", "running", "done", "failed"]
+    status: JobState
     result: Placement | None = None
     error: dict[str, str | None] | None = None
 

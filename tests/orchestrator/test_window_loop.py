@@ -125,9 +125,14 @@ def test_lost_lease_stops_the_old_worker(db: Db, settings: Settings, clients: Se
 
 
 def test_upstream_failure_fails_the_run_with_its_reason(db: Db, settings: Settings, tmp_path: Path) -> None:
+    """With no outage budget (TASMOE_OUTAGE_BUDGET_S=0) an unreachable service fails the run at once, naming it
+    (the waiting with a budget: tests/orchestrator/test_outage.py)."""
+    from services.orchestrator.settings import OrchestratorSettings
+
     apps: dict[str, FastAPI] = dict(fakes.build_apps(settings))
     del apps["thermal"]  # thermal is "down": the client targets a closed port
-    s2 = settings.model_copy(update={"thermal_url": "http://127.0.0.1:9", "http_retries": 1, "http_backoff_s": 0.01})
+    s2 = OrchestratorSettings(**{**settings.model_dump(), "thermal_url": "http://127.0.0.1:9", "http_retries": 1,
+                                 "http_backoff_s": 0.01, "outage_budget_s": 0.0})
     clients = ServiceClients(s2, asgi_apps=apps)
     exp_id = _experiment(db, settings, tmp_path / "out", scenarios=["baseline"])
     out = run_scenario(repo.run_id_for(exp_id, "baseline"), clients, db.sessions)

@@ -154,3 +154,60 @@ def test_milp_job_is_idempotent_and_celery_shaped(client: TestClient) -> None:
     assert a == b
     out = run_placement_job(body)  # the plain JSON-in/JSON-out function a Celery task wraps
     assert set(out["experts"]) == {"L0E0", "L0E1", "L0E2"} and out["meta"]["method"] == "milp"
+
+
+def test_milp_jobs_are_capped_per_principal_cancellable_and_time_limited(tmp_path: Any) -> None:
+    """Issue 17: a principal's queued + running MILP jobs are capped (429 + Retry-After), a queued job can be
+    cancelled (it never runs), another principal's job is a 404, and the HiGHS time limit is capped by settings."""
+    import threading
+
+    from services.placement import jobs
+    from services.placement.app import create_app
+    from shared.auth import KeyStore
+    from shared.settings import Settings
+
+    store = KeyStore(tmp_path / "keys.json")
+    alice, bob = store.create("alice", "submit"), store.create("bob", "submit")
+    settings = Settings(results_dir=tmp_path, auth="keys", keys_file=tmp_path / "keys.json", quota_milp_jobs=2,
+                        milp_time_limit_max_s=5.0)
+    gate = threading.Event()
+    seen_limits: list[float] = []
+    real = jobs.run_placement_job
+
+    def slow(payload: dict[str, Any]) -> dict[str, Any]:
+        seen_limits.append(payload["tas"]["taps"]["milp_time_limit_s"])
+        gate.wait(30)
+        return real(payload)
+
+    jobs.run_placement_job = slow
+    try:
+        with TestClient(create_app(settings)) as c:
+            def submit(who: str, seed: int) -> Any:
+                body = {"method": "milp", "arch": SMALL_ARCH, "expert_load": zipf_loads(2, 4), "expert_bytes": 1 << 20,
+                        "H": synthetic_diffusion_kernel(3, 3).tolist(),
+                        "tas": {"taps": {"milp_time_limit_s": 60 + seed}}}
+                return c.post("/v1/placements", json=body, headers={"Authorization": f"Bearer {who}"})
+
+            first, second = submit(alice, 1), submit(alice, 2)
+            assert first.status_code == second.status_code == 202
+            third = submit(alice, 3)
+            assert third.status_code == 429 and int(third.headers["Retry-After"]) > 0
+            assert submit(bob, 1).status_code == 202  # per principal
+            jid = second.json()["job_id"]
+            assert c.get(f"/v1/placement-jobs/{jid}", headers={"Authorization": f"Bearer {bob}"}).status_code == 404
+            r = c.delete(f"/v1/placement-jobs/{jid}", headers={"Authorization": f"Bearer {alice}"})
+            assert r.status_code == 200 and r.json()["status"] == "cancelled"
+            gate.set()
+            for _ in range(400):
+                st = c.get(f"/v1/placement-jobs/{first.json()['job_id']}",
+                           headers={"Authorization": f"Bearer {alice}"}).json()
+                if st["status"] in {"done", "failed"}:
+                    break
+                time.sleep(0.05)
+            assert st["status"] == "done", st
+            assert c.get(f"/v1/placement-jobs/{jid}", headers={"Authorization": f"Bearer {alice}"}
+                         ).json()["status"] == "cancelled"
+    finally:
+        gate.set()
+        jobs.run_placement_job = real
+    assert seen_limits and all(v == 5.0 for v in seen_limits)  # 60+ s asked, 5 s allowed

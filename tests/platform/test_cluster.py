@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -184,6 +185,16 @@ def test_cluster_up_serves_all_six_and_the_worker_then_down_stops_them(
     status = _run("status", "--state-dir", str(state), env=cluster_env)
     assert status.returncode == 0
     assert status.stdout.count("healthy") == len(SERVICES) and "answers ping" in status.stdout
+
+    # one process restarted (issue 17): a new pid that answers, and `down` below stops it too
+    res = _run("restart", "thermal", "--state-dir", str(state), env=cluster_env)
+    assert res.returncode == 0, res.stderr + res.stdout
+    new_pid = int((state / "thermal.pid").read_text().strip())
+    assert new_pid != pids["thermal"] and not cluster.group_members(pids["thermal"])
+    assert json.loads((state / "cluster.json").read_text())["processes"]["thermal"]["pid"] == new_pid
+    assert cluster._health(f"http://127.0.0.1:{base + 4}") is not None
+    pids["thermal"] = new_pid
+    assert stat.S_IMODE((state / "config.json").stat().st_mode) == 0o600  # it holds the database URL
 
     # a second `up` on the same state dir is refused while this one runs
     again = _run("up", "--base-port", str(base), "--state-dir", str(state), "--timeout", "5", env=cluster_env)
