@@ -323,3 +323,16 @@ def build_apps(settings: Settings) -> dict[str, FastAPI]:
     return {"workload": workload_app(settings), "thermal": thermal_app(settings),
             "placement": placement_app(settings), "lowering": lowering_app(settings),
             "metrics": metrics_app(settings)}
+
+
+class RecordingDispatcher:
+    """A dispatcher that records the experiments it is handed and runs nothing (tests of the API layer)."""
+
+    def __init__(self) -> None:
+        self.submitted: list[str] = []
+
+    def submit_experiment(self, exp_id: str) -> None:
+        self.submitted.append(exp_id)
+
+    def shutdown(self) -> None:
+        return None

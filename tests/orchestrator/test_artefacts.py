@@ -17,20 +17,13 @@ from services.orchestrator.app import create_app
 from shared.errors import BadInput, NotFound
 from shared.settings import Settings
 from tests.conftest import CONFIGS
-
-
-class Recording:
-    def submit_experiment(self, exp_id: str) -> None:
-        return None
-
-    def shutdown(self) -> None:
-        return None
+from tests.orchestrator.fakes import RecordingDispatcher
 
 
 @pytest.fixture()
 def exp(tmp_path: Path) -> Iterator[tuple[TestClient, str, Path]]:
     settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS)
-    with TestClient(create_app(settings, dispatcher=Recording())) as c:
+    with TestClient(create_app(settings, dispatcher=RecordingDispatcher())) as c:
         exp_id = c.post("/v1/experiments", json={"workload": "workload_quick.yaml", "scenarios": ["baseline"]}
                         ).json()["id"]
         with c.app.state.rt.sessions() as s:  # type: ignore[attr-defined]

@@ -24,17 +24,7 @@ from hypothesis import strategies as st
 from services.orchestrator.app import create_app
 from shared.settings import Settings
 from tests.conftest import CONFIGS
-
-
-class RecordingDispatcher:
-    def __init__(self) -> None:
-        self.submitted: list[str] = []
-
-    def submit_experiment(self, exp_id: str) -> None:
-        self.submitted.append(exp_id)
-
-    def shutdown(self) -> None:
-        return None
+from tests.orchestrator.fakes import RecordingDispatcher
 
 
 @pytest.fixture(scope="module")

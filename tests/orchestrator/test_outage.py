@@ -66,15 +66,21 @@ def _reference(sqlite: Db, settings: Settings, tmp_path: Path) -> dict[str, byte
     return _tree(tmp_path / "ref")
 
 
+def _disturbed(sqlite: Db, settings: Settings, tmp_path: Path, *, budget_s: float,
+               down_s: float) -> tuple[FlakyApp, ServiceClients, str, str]:
+    """An experiment whose thermal service goes down for ``down_s`` at window 10, with an outage budget."""
+    osettings = _settings(settings, budget_s=budget_s)
+    apps = fakes.build_apps(osettings)
+    flaky = FlakyApp(apps["thermal"], after=_mid_run(), down_s=down_s)
+    clients = ServiceClients(osettings, asgi_apps={**apps, "thermal": flaky})
+    exp_id, _ = create_experiment(sessions=sqlite.sessions, spec=_spec(), settings=settings, out_dir=tmp_path / "x")
+    return flaky, clients, exp_id, repo.run_id_for(exp_id, "tas")
+
+
 def test_an_outage_mid_run_is_waited_out_and_the_results_are_identical(sqlite: Db, settings: Settings,
                                                                        tmp_path: Path) -> None:
     ref = _reference(sqlite, settings, tmp_path)
-    osettings = _settings(settings, budget_s=60)
-    apps = fakes.build_apps(osettings)
-    flaky = FlakyApp(apps["thermal"], after=_mid_run(), down_s=2.0)
-    clients = ServiceClients(osettings, asgi_apps={**apps, "thermal": flaky})
-    exp_id, _ = create_experiment(sessions=sqlite.sessions, spec=_spec(), settings=settings, out_dir=tmp_path / "x")
-    run_id = repo.run_id_for(exp_id, "tas")
+    flaky, clients, exp_id, run_id = _disturbed(sqlite, settings, tmp_path, budget_s=60, down_s=2.0)
     seen: list[tuple[str, str | None]] = []
     done = threading.Event()
 
@@ -107,12 +113,7 @@ def test_an_outage_mid_run_is_waited_out_and_the_results_are_identical(sqlite: D
 def test_an_outage_past_the_budget_fails_and_retry_resumes_it(sqlite: Db, settings: Settings,
                                                               tmp_path: Path) -> None:
     ref = _reference(sqlite, settings, tmp_path)
-    osettings = _settings(settings, budget_s=0.5)
-    apps = fakes.build_apps(osettings)
-    flaky = FlakyApp(apps["thermal"], after=_mid_run(), down_s=3600.0)
-    clients = ServiceClients(osettings, asgi_apps={**apps, "thermal": flaky})
-    exp_id, _ = create_experiment(sessions=sqlite.sessions, spec=_spec(), settings=settings, out_dir=tmp_path / "x")
-    run_id = repo.run_id_for(exp_id, "tas")
+    flaky, clients, exp_id, run_id = _disturbed(sqlite, settings, tmp_path, budget_s=0.5, down_s=3600.0)
     out = run_scenario(run_id, clients, sqlite.sessions, lease_s=1.0)
     assert out.status == "failed" and "TASMOE_OUTAGE_BUDGET_S" in (out.error or "") and "retry" in (out.error or "")
     with sqlite.sessions() as s:
@@ -137,17 +138,7 @@ def test_the_retry_endpoint(tmp_path: Path) -> None:
     from services.orchestrator.app import create_app
     from tests.conftest import CONFIGS
 
-    class Recording:
-        def __init__(self) -> None:
-            self.submitted: list[str] = []
-
-        def submit_experiment(self, exp_id: str) -> None:
-            self.submitted.append(exp_id)
-
-        def shutdown(self) -> None:
-            return None
-
-    disp = Recording()
+    disp = fakes.RecordingDispatcher()
     settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS)
     with TestClient(create_app(settings, dispatcher=disp)) as c:
         exp = c.post("/v1/experiments", json={"workload": "workload_quick.yaml", "scenarios": ["baseline", "tas"]}

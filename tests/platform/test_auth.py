@@ -19,17 +19,7 @@ from shared.client import ServiceClients
 from shared.errors import BadInput
 from shared.settings import Settings
 from tests.conftest import CONFIGS
-
-
-class RecordingDispatcher:
-    def __init__(self) -> None:
-        self.submitted: list[str] = []
-
-    def submit_experiment(self, exp_id: str) -> None:
-        self.submitted.append(exp_id)
-
-    def shutdown(self) -> None:
-        return None
+from tests.orchestrator.fakes import RecordingDispatcher
 
 
 def _keyed(tmp_path: Path, **extra: Any) -> tuple[Settings, KeyStore]:

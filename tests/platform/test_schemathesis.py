@@ -26,22 +26,13 @@ from schemathesis import checks as c
 from shared import SERVICES
 from shared.settings import Settings
 from tests.conftest import CONFIGS
+from tests.orchestrator.fakes import RecordingDispatcher
 
 EXAMPLES = int(os.environ.get("TASMOE_SCHEMATHESIS_EXAMPLES", "25"))
 SEED = 17
 CHECKS = [c.not_a_server_error, c.status_code_conformance, c.content_type_conformance,
           c.response_schema_conformance, c.response_headers_conformance]
 
-
-class RecordingDispatcher:
-    def __init__(self) -> None:
-        self.submitted: list[str] = []
-
-    def submit_experiment(self, exp_id: str) -> None:
-        self.submitted.append(exp_id)
-
-    def shutdown(self) -> None:
-        return None
 
 
 def _app(service: str, tmp: Path) -> FastAPI:
