@@ -27,6 +27,7 @@ from services.orchestrator.schemas import (
     ExperimentAccepted,
     ExperimentPage,
     ExperimentRequest,
+    ExperimentSpec,
     ExperimentView,
     Scenario,
     SweepRequest,
@@ -35,7 +36,7 @@ from services.orchestrator.schemas import (
 from services.orchestrator.settings import orchestrator_settings
 from shared.auth import redact_paths
 from shared.client import ServiceClients
-from shared.errors import Conflict, NotFound, QuotaExceeded, UpstreamError
+from shared.errors import BadInput, Conflict, NotFound, QuotaExceeded, UpstreamError
 from shared.service_app import JsonBodyRoute, create_service_app, principal_of
 from shared.settings import Settings, get_settings
 
@@ -102,6 +103,40 @@ def _check_model(request: Request, name: str) -> None:
         log.warning("workload.model %r not checked at submission: %s", name, exc)
 
 
+FIRST_TOKEN_CHECK_S = 5.0  # wall time the submission may spend finding the first token's window (else unchecked)
+
+
+def _check_windows(request: Request, spec: ExperimentSpec) -> None:
+    """A run of ``windows`` windows that ends before any token can complete is refused (422 naming ``windows`` with
+    the minimum): the first micro-batch alone on the idle chip (``capacity.first_token_window``, the cycle model)
+    must finish inside it. Unchecked (accepted) when the services cannot be reached or the answer takes longer than
+    FIRST_TOKEN_CHECK_S; the run itself then says why no token completed."""
+    if spec.windows is None:
+        return
+    from services.orchestrator.capacity import first_token_window
+
+    rt = _rt(request)
+    clients = rt.clients if rt.clients is not None else getattr(request.app.state, "check_clients", None)
+    if clients is None:
+        clients = ServiceClients(rt.settings.model_copy(update={"http_retries": 0}))
+        request.app.state.check_clients = clients
+    try:
+        first = first_token_window(Pipeline(clients, run_key="submit-check"), spec, max_windows=spec.windows,
+                                   deadline_s=FIRST_TOKEN_CHECK_S)
+    except UpstreamError as exc:
+        log.warning("windows not checked at submission: %s", exc)
+        return
+    if first is not None:
+        return
+    ms = spec.tas.tacs.window_ms
+    longer = first_token_window(Pipeline(clients, run_key="submit-check"), spec, max_windows=100 * spec.windows,
+                                deadline_s=FIRST_TOKEN_CHECK_S) if spec.windows < 1000 else None
+    need = f"at least {longer}" if longer is not None else f"more than {spec.windows}"
+    raise BadInput(f"windows: {spec.windows} windows of {ms:g} ms end before any token can complete (the first "
+                   f"micro-batch alone on the chip needs {need} windows); ask for {need} windows, or leave windows "
+                   "out for the whole trace", field="windows")
+
+
 @router.post("/experiments", status_code=202, response_model=ExperimentAccepted)
 def create_experiment(body: ExperimentRequest, request: Request, response: Response,
                       idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
@@ -110,6 +145,7 @@ def create_experiment(body: ExperimentRequest, request: Request, response: Respo
     rt = _rt(request)
     spec = service.resolve_spec(body, configs_dir=rt.settings.configs_dir)
     _check_model(request, spec.workload.model)  # 422 now, not a failed run later
+    _check_windows(request, spec)
     who = principal_of(request)
     if idempotency_key is None:  # a replayed key creates nothing: no quota to check
         _check_quota(request, len(spec.scenarios))

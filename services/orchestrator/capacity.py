@@ -15,13 +15,15 @@ step_interval_ms``; a run is sustainable when ``offered / capacity < 1``.
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RawJson
 from services.orchestrator.schemas import ExperimentSpec
 from services.orchestrator.window_loop import initial_freqs, initial_replicas
-from shared.contracts.events import PhysicalState
+from shared.contracts.events import PhysicalState, WindowTiming
 
 MAX_MAKESPAN_S = 60.0  # simulated: a micro-batch that has not finished by then is reported as such
 
@@ -44,12 +46,29 @@ class Capacity:
                 f"{self.open_limit} at once); offered {self.offered_tok_s:.1f} tok/s = {100 * self.load:.0f} % of it")
 
 
-def estimate_capacity(pipe: Pipeline, spec: ExperimentSpec) -> Capacity:
-    """Physicalize one micro-batch of ``spec.workload`` alone (see the module docstring)."""
+def first_token_window(pipe: Pipeline, spec: ExperimentSpec, *, max_windows: int,
+                       deadline_s: float) -> int | None:
+    """The window (1-based count) in which the first micro-batch, alone on the idle chip, completes: no token of a
+    run can complete before it (the first micro-batch is the first to arrive, and alone it is at its fastest). None
+    when it is not found within ``max_windows`` windows or ``deadline_s`` seconds of wall time (not known)."""
+    t_end = time.monotonic() + deadline_s
+    for k, timing in _one_micro_batch(pipe, spec):
+        if _completed(timing, spec.workload.sequence.micro_batch):
+            return k + 1
+        if k + 1 >= max_windows or time.monotonic() > t_end:
+            return None
+    return None
+
+
+def _completed(timing: WindowTiming, micro_batch: int) -> bool:
+    return bool(timing.latencies_ms) and timing.tokens_completed >= micro_batch
+
+
+def _one_micro_batch(pipe: Pipeline, spec: ExperimentSpec) -> Iterator[tuple[int, WindowTiming]]:
+    """Window by window, the timing of one micro-batch of ``spec.workload`` alone on the idle chip (two steps
+    MAX_MAKESPAN_S apart: the trace has windows for the first one's whole makespan, the second arrives after it)."""
     arch, wl = spec.arch, spec.workload
     window_ms = spec.tas.tacs.window_ms
-    # two steps MAX_MAKESPAN_S apart: the trace has windows for the first one's whole makespan, and the second
-    # arrives after it
     one = wl.model_copy(update={"sequence": wl.sequence.model_copy(
         update={"steps": 2, "step_interval_ms": MAX_MAKESPAN_S * 1e3})})
     trace = pipe.create_trace(one, window_ms)
@@ -59,15 +78,22 @@ def estimate_capacity(pipe: Pipeline, spec: ExperimentSpec) -> Capacity:
     arch_j, plc_j = RawJson.of(arch), RawJson.of(plc)
     state: dict[str, Any] = PhysicalState(replicas=initial_replicas(plc)).model_dump(mode="json")
     freqs = initial_freqs(arch)
-    makespan = math.inf
     for k in range(trace.n_windows):
         L = pipe.logical_window(trace, k, workload=one, window_ms=window_ms)
         P = pipe.physicalize(window=k, logical=L.raw, placement=plc_j, overlays=EMPTY_OVERLAYS, state=state,
                              arch=arch_j, freq_ghz=freqs, window_ms=window_ms, bw_eff_factor=1.0,
                              n_layers=trace.n_layers, tag="capacity")
         state = P.state
-        if P.timing.latencies_ms and P.timing.tokens_completed >= wl.sequence.micro_batch:
-            makespan = max(P.timing.latencies_ms)
+        yield k, P.timing
+
+
+def estimate_capacity(pipe: Pipeline, spec: ExperimentSpec) -> Capacity:
+    """Physicalize one micro-batch of ``spec.workload`` alone (see the module docstring)."""
+    arch, wl = spec.arch, spec.workload
+    makespan = math.inf
+    for _, timing in _one_micro_batch(pipe, spec):
+        if _completed(timing, wl.sequence.micro_batch):
+            makespan = max(timing.latencies_ms)
             break
     open_limit = arch.schedule.open_limit(arch.mesh.n_cores)
     mb = wl.sequence.micro_batch

@@ -161,7 +161,8 @@ def test_cluster_up_serves_all_six_and_the_worker_then_down_stops_them(
     # the science may still fail mid-development, the wiring may not
     orch = ServiceClient("orchestrator", settings.service_url("orchestrator"), settings)
     try:
-        accepted = orch.post_json("/v1/experiments", {"windows": 1, "scenarios": ["baseline"], "traces": False})
+        # 100 windows: one micro-batch of the default workload needs 75 (a shorter run is refused at submission)
+        accepted = orch.post_json("/v1/experiments", {"windows": 100, "scenarios": ["baseline"], "traces": False})
         deadline = time.monotonic() + 60
         view = orch.get_json(f"/v1/experiments/{accepted['id']}")
         while time.monotonic() < deadline and not any(r["attempts"] >= 1 for r in view["runs"]):
