@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -120,17 +121,18 @@ def _check_windows(request: Request, spec: ExperimentSpec) -> None:
     if clients is None:
         clients = ServiceClients(rt.settings.model_copy(update={"http_retries": 0}))
         request.app.state.check_clients = clients
+    pipe = Pipeline(clients, run_key=f"submit-check-{uuid.uuid4().hex[:12]}")  # its own keys: nothing is reused
     try:
-        first = first_token_window(Pipeline(clients, run_key="submit-check"), spec, max_windows=spec.windows,
-                                   deadline_s=FIRST_TOKEN_CHECK_S)
+        first = first_token_window(pipe, spec, max_windows=spec.windows, deadline_s=FIRST_TOKEN_CHECK_S)
+        if first is not None:
+            return
+        # too short: how long would do, for the message (a hundred times as long at most, within the time left)
+        longer = first_token_window(pipe, spec, max_windows=100 * spec.windows,
+                                    deadline_s=FIRST_TOKEN_CHECK_S) if spec.windows < 1000 else None
     except UpstreamError as exc:
         log.warning("windows not checked at submission: %s", exc)
         return
-    if first is not None:
-        return
     ms = spec.tas.tacs.window_ms
-    longer = first_token_window(Pipeline(clients, run_key="submit-check"), spec, max_windows=100 * spec.windows,
-                                deadline_s=FIRST_TOKEN_CHECK_S) if spec.windows < 1000 else None
     need = f"at least {longer}" if longer is not None else f"more than {spec.windows}"
     raise BadInput(f"windows: {spec.windows} windows of {ms:g} ms end before any token can complete (the first "
                    f"micro-batch alone on the chip needs {need} windows); ask for {need} windows, or leave windows "
@@ -144,11 +146,11 @@ def create_experiment(body: ExperimentRequest, request: Request, response: Respo
     """Start an experiment (one run per scenario). The same Idempotency-Key returns the same experiment."""
     rt = _rt(request)
     spec = service.resolve_spec(body, configs_dir=rt.settings.configs_dir)
+    who = principal_of(request)
+    if idempotency_key is None:  # a replayed key creates nothing: no quota to check (and it is cheap: first)
+        _check_quota(request, len(spec.scenarios))
     _check_model(request, spec.workload.model)  # 422 now, not a failed run later
     _check_windows(request, spec)
-    who = principal_of(request)
-    if idempotency_key is None:  # a replayed key creates nothing: no quota to check
-        _check_quota(request, len(spec.scenarios))
     exp_id, created = service.create_experiment(sessions=rt.sessions, spec=spec, settings=rt.settings,
                                                 idempotency_key=idempotency_key, owner=who.name)
     if created:

@@ -91,7 +91,14 @@ def after_run(*, sessions: sessionmaker[Session], clients: ServiceClients, run_i
 def finalize_once(*, sessions: sessionmaker[Session], clients: ServiceClients, exp_id: str) -> bool:
     if not repo.claim_finalize(sessions=sessions, exp_id=exp_id, lease_s=FINALIZE_LEASE_S):
         return False
-    finalize_experiment(sessions=sessions, clients=clients, exp_id=exp_id)
+    try:
+        finalize_experiment(sessions=sessions, clients=clients, exp_id=exp_id)
+    except Exception as exc:  # a finalisation that cannot succeed must not leave the experiment "running" forever
+        log.exception("finalizing %s failed", exp_id)
+        repo.finish_finalize(sessions=sessions, exp_id=exp_id,
+                             error=f"finalisation failed (summary, comparison or plots may be missing): "
+                                   f"{type(exc).__name__}: {exc}"[:4000])
+        return True
     repo.finish_finalize(sessions=sessions, exp_id=exp_id)
     return True
 

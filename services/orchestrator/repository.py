@@ -390,14 +390,19 @@ def claim_finalize(*, sessions: sessionmaker[Session], exp_id: str, lease_s: flo
         return _rowcount(res) == 1
 
 
-def finish_finalize(*, sessions: sessionmaker[Session], exp_id: str) -> None:
-    """The experiment's files are written: record it (and only now may its status become "succeeded")."""
+def finish_finalize(*, sessions: sessionmaker[Session], exp_id: str, error: str | None = None) -> None:
+    """The experiment's files are written (or, with ``error``, could not be: shown on the experiment): record it,
+    and only now may its status become "succeeded"."""
     E = Experiment
     with sessions.begin() as s:
         s.execute(sa.update(E).where(E.id == exp_id)
                   .values(finalized_at=utcnow(), finalize_lease_until=None, finalizations=E.finalizations + 1)
                   .execution_options(synchronize_session=False))
         refresh_experiment_status(session=s, exp_id=exp_id)
+        if error is not None:
+            exp = s.get(E, exp_id)
+            if exp is not None:
+                exp.error = error
 
 
 def unfinalized_experiments(*, session: Session, now: datetime | None = None) -> list[str]:

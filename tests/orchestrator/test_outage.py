@@ -157,3 +157,31 @@ def test_the_retry_endpoint(tmp_path: Path) -> None:
         tas = next(x for x in r.json()["runs"] if x["scenario"] == "tas")
         assert (tas["status"], tas["window"], tas["attempts"], tas["error"]) == ("queued", 7, 0, None)
         assert disp.submitted == [exp, exp]
+
+
+def test_a_finalisation_that_fails_ends_visibly_and_once(sqlite: Db, settings: Settings, tmp_path: Path,
+                                                         monkeypatch: Any) -> None:
+    """Files that cannot be written must not leave an experiment "running" forever: it ends with the reason shown,
+    and nobody finalises it again."""
+    from services.orchestrator import jobs
+    from services.orchestrator.models import Experiment
+
+    exp_id, _ = create_experiment(sessions=sqlite.sessions, spec=_spec(), settings=settings, out_dir=tmp_path / "x")
+    with sqlite.sessions.begin() as s:
+        run = s.get(ScenarioRun, repo.run_id_for(exp_id, "tas"))
+        assert run is not None
+        run.status = RunStatus.succeeded
+        repo.refresh_experiment_status(session=s, exp_id=exp_id)
+    with sqlite.sessions() as s:
+        assert service.experiment_view(session=s, exp_id=exp_id).status == "running"  # files not written yet
+
+    def broken(**_: Any) -> None:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(jobs, "finalize_experiment", broken)
+    assert jobs.finalize_once(sessions=sqlite.sessions, clients=None, exp_id=exp_id)  # type: ignore[arg-type]
+    assert not jobs.finalize_once(sessions=sqlite.sessions, clients=None, exp_id=exp_id)  # type: ignore[arg-type]
+    with sqlite.sessions() as s:
+        exp = s.get(Experiment, exp_id)
+        assert exp is not None and exp.status == RunStatus.succeeded and exp.finalizations == 1
+        assert "finalisation failed" in (exp.error or "") and "disk full" in (exp.error or "")
