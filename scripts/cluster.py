@@ -418,17 +418,7 @@ def down(state_dir: Path, *, grace_s: float = 10.0, out: TextIO | None = None) -
     if not targets:
         print(f"no cluster processes running (state dir {state_dir})", file=out)
         return 0
-    _signal_groups(targets, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(group_members(p) for p in targets.values()):
-        time.sleep(0.1)
-    stubborn = {n: p for n, p in targets.items() if group_members(p)}
-    if stubborn:
-        print(f"SIGKILL after {grace_s:.0f} s: {', '.join(stubborn)}", file=out)
-        _signal_groups(stubborn, signal.SIGKILL)
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and any(group_members(p) for p in stubborn.values()):
-            time.sleep(0.05)
+    _stop_groups(targets, grace_s, out)
     for name, pid in targets.items():
         print(f"stopped {name} (pid {pid})", file=out)
         _pid_file(state_dir, name).unlink(missing_ok=True)
@@ -467,15 +457,7 @@ def restart(state_dir: Path, name: str, *, grace_s: float = 10.0, out: TextIO | 
     pid = _read_pid(state_dir, name)
     starts = _recorded_starts(state_dir)
     if pid is not None and group_members(pid) and (not is_alive(pid) or _ours(pid, name, starts)):
-        _signal_groups({name: pid}, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and group_members(pid):
-            time.sleep(0.1)
-        if group_members(pid):
-            _signal_groups({name: pid}, signal.SIGKILL)
-            deadline = time.monotonic() + 5.0
-            while time.monotonic() < deadline and group_members(pid):
-                time.sleep(0.05)
+        _stop_groups({name: pid}, grace_s, out)
         print(f"stopped {name} (pid {pid})", file=out)
     if name != WORKER:
         deadline = time.monotonic() + 10.0  # the port leaves TIME_WAIT-free at once (SO_REUSEADDR); the socket may lag
@@ -492,6 +474,21 @@ def restart(state_dir: Path, name: str, *, grace_s: float = 10.0, out: TextIO | 
     _wait_ready(cfg, {name: proc}, out)
     print(f"restarted {name} (pid {proc.pid})", file=out)
     return 0
+
+
+def _stop_groups(targets: dict[str, int], grace_s: float, out: TextIO) -> None:
+    """SIGTERM to each process group, SIGKILL to those still there after ``grace_s`` seconds (said on ``out``)."""
+    _signal_groups(targets, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(group_members(p) for p in targets.values()):
+        time.sleep(0.1)
+    stubborn = {n: p for n, p in targets.items() if group_members(p)}
+    if stubborn:
+        print(f"SIGKILL after {grace_s:.0f} s: {', '.join(stubborn)}", file=out)
+        _signal_groups(stubborn, signal.SIGKILL)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and any(group_members(p) for p in stubborn.values()):
+            time.sleep(0.05)
 
 
 def _signal_groups(targets: dict[str, int], sig: signal.Signals) -> None:

@@ -85,6 +85,19 @@ def _check_quota(request: Request, new_runs: int) -> None:
                             field="scenarios", retry_after_s=max(30, int(osettings.lease_s)))
 
 
+def _check_clients(request: Request) -> ServiceClients:
+    """The clients a submission's checks use: the runtime's in-process ones (embedded), else clients over the
+    TASMOE_<SERVICE>_URLs without retries, built once (cluster: a service that is down skips the check)."""
+    rt = _rt(request)
+    if rt.clients is not None:
+        return rt.clients
+    clients: ServiceClients | None = getattr(request.app.state, "check_clients", None)
+    if clients is None:
+        clients = ServiceClients(rt.settings.model_copy(update={"http_retries": 0}))
+        request.app.state.check_clients = clients
+    return clients
+
+
 def _check_model(request: Request, name: str) -> None:
     """Ask the workload service whether it knows the model (422 naming ``workload.model`` if not). Embedded: the
     runtime's in-process clients. Cluster (runs go to Celery workers): clients over ``TASMOE_WORKLOAD_URL`` built once,
@@ -94,12 +107,8 @@ def _check_model(request: Request, name: str) -> None:
     if rt.clients is not None:
         Pipeline(rt.clients).check_model(name)
         return
-    clients: ServiceClients | None = getattr(request.app.state, "check_clients", None)
-    if clients is None:
-        clients = ServiceClients(rt.settings.model_copy(update={"http_retries": 0}))
-        request.app.state.check_clients = clients
     try:
-        Pipeline(clients).check_model(name)
+        Pipeline(_check_clients(request)).check_model(name)
     except UpstreamError as exc:
         log.warning("workload.model %r not checked at submission: %s", name, exc)
 
@@ -116,12 +125,8 @@ def _check_windows(request: Request, spec: ExperimentSpec) -> None:
         return
     from services.orchestrator.capacity import first_token_window
 
-    rt = _rt(request)
-    clients = rt.clients if rt.clients is not None else getattr(request.app.state, "check_clients", None)
-    if clients is None:
-        clients = ServiceClients(rt.settings.model_copy(update={"http_retries": 0}))
-        request.app.state.check_clients = clients
-    pipe = Pipeline(clients, run_key=f"submit-check-{uuid.uuid4().hex[:12]}")  # its own keys: nothing is reused
+    # its own idempotency keys: nothing of another submission's check is reused
+    pipe = Pipeline(_check_clients(request), run_key=f"submit-check-{uuid.uuid4().hex[:12]}")
     try:
         first = first_token_window(pipe, spec, max_windows=spec.windows, deadline_s=FIRST_TOKEN_CHECK_S)
         if first is not None:
