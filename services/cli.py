@@ -86,6 +86,7 @@ _CONFIG_KINDS = ("arch", "tas", "workload")
 def _config_check(args: argparse.Namespace) -> int:
     from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
     from shared.configs.base import StrictModel
+    from shared.configs.loader import inline_model_file
 
     kinds: dict[str, type[StrictModel]] = {"arch": ArchConfig, "workload": WorkloadConfig, "tas": TasParams}
     model = kinds[args.kind]
@@ -95,7 +96,7 @@ def _config_check(args: argparse.Namespace) -> int:
         # the model must exist (the zoo shipped with the workload service; `tasmoe run` and POST /v1/experiments
         # ask the workload service itself, which also knows models registered at run time)
         try:
-            zoo.get_model_config(cfg.model)
+            zoo.resolve_model(inline_model_file(cfg, Path(args.file).parent).model)
         except NotFound as exc:
             raise BadInput(f"{args.file}: model: {exc.message}", field="model") from None
     if args.json:

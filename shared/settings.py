@@ -48,6 +48,10 @@ class Settings(BaseSettings):
     cache_size: int = Field(default=32, ge=1, description="LRU entries for content-hashed models/traces per service")
     blas_threads: int = Field(default=1, ge=0, description="BLAS threads per process; 0 keeps the library's default")
     configs_dir: Path = Path("configs")
+    traces_dir: Path | None = Field(default=None, description="recorded routing traces a workload's routing.trace "
+                                                               "may name; default <configs_dir>/traces")
+    models_dir: Path | None = Field(default=None, description="registered models (POST /v1/models), one JSON file "
+                                                               "each; default <results_dir>/models")
 
     auth: Literal["off", "keys"] = Field(
         default="off",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 REFERENCE = Path(os.environ.get("TASMOE_REFERENCE_DIR", REPO.parent / "shared" / "reference"))
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CONFIGS = REPO / "configs"
+
+# Registered models (POST /v1/models) persist in a folder: the test session gets its own, never ./results/models.
+os.environ.setdefault("TASMOE_MODELS_DIR", tempfile.mkdtemp(prefix="tasmoe-models-"))
 
 PG_URL = os.environ.get("TASMOE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TASMOE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")

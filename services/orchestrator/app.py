@@ -37,6 +37,7 @@ from services.orchestrator.schemas import (
 from services.orchestrator.settings import orchestrator_settings
 from shared.auth import redact_paths
 from shared.client import ServiceClients
+from shared.configs.workload import InlineModel
 from shared.errors import BadInput, Conflict, NotFound, QuotaExceeded, UpstreamError
 from shared.service_app import JsonBodyRoute, create_service_app, principal_of
 from shared.settings import Settings, get_settings
@@ -98,7 +99,7 @@ def _check_clients(request: Request) -> ServiceClients:
     return clients
 
 
-def _check_model(request: Request, name: str) -> None:
+def _check_model(request: Request, name: str | InlineModel) -> None:
     """Ask the workload service whether it knows the model (422 naming ``workload.model`` if not). Embedded: the
     runtime's in-process clients. Cluster (runs go to Celery workers): clients over ``TASMOE_WORKLOAD_URL`` built once,
     without retries; when the workload service cannot be reached the check is skipped with a warning (the run

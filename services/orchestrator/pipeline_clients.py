@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from shared import json_codec
 from shared.client import ServiceClients
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
+from shared.configs.workload import InlineModel
 from shared.contracts.events import WindowTiming
 from shared.contracts.metrics import WindowMetrics
 from shared.contracts.placement import Overlays, Placement, Telemetry
@@ -135,11 +136,20 @@ class Pipeline:
     def _key(self, *parts: object) -> str:
         return ":".join(str(p) for p in (self.run_key, *parts))
 
-    def check_model(self, name: str) -> None:
-        """The workload service knows the model (its zoo or a registered one); otherwise a `BadInput` naming
-        ``workload.model`` with the workload service's message (which lists the known models)."""
+    def check_model(self, model: str | InlineModel) -> None:
+        """The workload service knows the model (its zoo or a registered one), or builds the inline config.json;
+        otherwise a `BadInput` naming ``workload.model`` (``workload.model.config.<key>`` for an inline config) with
+        the workload service's message (which lists the known models, or names the config key)."""
+        if not isinstance(model, str):
+            body = {"model": model.label, "config": model.config, "generic": model.generic}
+            try:
+                self.clients["workload"].post_json("/v1/ir", body)
+            except BadInput as exc:
+                field = f"workload.model.config.{exc.field}" if exc.field else "workload.model.config"
+                raise BadInput(f"workload.model: {exc.message}", field=field) from None
+            return
         try:
-            self.clients["workload"].get_json(f"/v1/models/{quote(name, safe='')}")
+            self.clients["workload"].get_json(f"/v1/models/{quote(model, safe='')}")
         except NotFound as exc:
             raise BadInput(f"workload.model: {exc.message}", field="workload.model") from None
 

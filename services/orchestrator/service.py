@@ -30,6 +30,8 @@ from services.orchestrator.schemas import (
 from shared.auth import LOCAL
 from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
 from shared.configs.base import StrictModel
+from shared.configs.loader import inline_model_file
+from shared.configs.workload import InlineModel
 from shared.contracts.metrics import RESULT_COLUMNS
 from shared.contracts.thermal import ThermalState
 from shared.errors import BadInput, Conflict, NotFound, first_validation_error
@@ -55,8 +57,15 @@ def resolve_spec(req: ExperimentRequest, *, configs_dir: Path) -> ExperimentSpec
     routing seed) is written into ``workload.routing.seed`` so the stored spec alone determines the run."""
     arch = req.arch if isinstance(req.arch, ArchConfig) else _load_named(req.arch, ArchConfig,
                                                                           configs_dir=configs_dir, field="arch")
-    wl = req.workload if isinstance(req.workload, WorkloadConfig) else _load_named(
-        req.workload, WorkloadConfig, configs_dir=configs_dir, field="workload")
+    if isinstance(req.workload, WorkloadConfig):
+        wl = req.workload
+        if not isinstance(wl.model, str) and isinstance(wl.model.config, str):
+            raise BadInput("workload.model.config: a file path is read only from configs on the server; send the "
+                           "config.json object itself (or register it: POST /v1/models)",
+                           field="workload.model.config")
+    else:
+        wl = inline_model_file(_load_named(req.workload, WorkloadConfig, configs_dir=configs_dir, field="workload"),
+                               configs_dir)
     tas = req.tas if isinstance(req.tas, TasParams) else _load_named(req.tas, TasParams, configs_dir=configs_dir,
                                                                       field="tas")
     seed = wl.routing.seed if req.seed is None else req.seed
@@ -296,7 +305,7 @@ def dump(model: BaseModel) -> dict[str, Any]:
 
 
 def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings: Settings,
-                 check_model: Callable[[str], None] | None = None, owner: str = LOCAL,
+                 check_model: Callable[[str | InlineModel], None] | None = None, owner: str = LOCAL,
                  before_create: Callable[[int], None] | None = None) -> tuple[str, list[str]]:
     """One experiment per grid point (sharing the sweep id); the sweep itself is a job row. Every point is checked
     (cross-field checks; ``check_model`` on each model) before any experiment is created."""

@@ -27,13 +27,13 @@ class WorkloadInputs:
 
 def workload_inputs(wl: WorkloadConfig, *, exact: bool = False) -> WorkloadInputs:
     try:
-        from services.workload.routing import zipf_probabilities
+        from services.workload.routing import RoutingStream, zipf_probabilities
         from services.workload.traces import FC, expert_load, make_plan
     except ImportError as exc:  # pragma: no cover - the workload service ships with the project
         raise ConfigError(f"the workload service's functions are not available: {exc}") from None
     plan = make_plan(wl)
     if not plan.E:
-        raise ConfigError(f"workload.model: {wl.model} has no routed experts: nothing to place", field="model")
+        raise ConfigError(f"workload.model: {wl.model_name} has no routed experts: nothing to place", field="model")
     if exact:
         layers, load = expert_load(wl)
         loads = load.tolist()
@@ -41,8 +41,12 @@ def workload_inputs(wl: WorkloadConfig, *, exact: bool = False) -> WorkloadInput
     else:
         stream = plan.routing_stream()
         layers = list(plan.moe_layers)
-        loads = [zipf_probabilities(plan.E, wl.routing.zipf_s, perm).tolist() for perm in stream.perms]
-        source = "zipf-expectation"
+        if isinstance(stream, RoutingStream):
+            loads = [zipf_probabilities(plan.E, wl.routing.zipf_s, perm).tolist() for perm in stream.perms]
+            source = "zipf-expectation"
+        else:  # a replayed trace: its empirical shares over the whole file
+            loads = stream.probabilities().tolist()
+            source = "recorded-trace"
     return WorkloadInputs(moe_layers=list(layers), loads=loads, expert_flops_per_token=float(plan.costs.flops[FC]),
                           expert_bytes=int(plan.costs.expert_bytes), load_source=source)
 

@@ -24,14 +24,14 @@ def _n_experts_of(req: PlacementRequest) -> int:
     if req.n_experts is not None:
         return req.n_experts
     try:  # the model zoo is deterministic data shipped with the project
-        from services.workload.zoo import get_model_config
+        from services.workload.zoo import resolve_model
 
-        mc = get_model_config(req.workload.model)
+        mc = resolve_model(req.workload.model)
     except (ImportError, TasmoeError):
         raise BadInput("n_experts is required with method=default and no expert_load (unknown model "
-                       f"{req.workload.model!r})", field="n_experts") from None
+                       f"{req.workload.model_name!r})", field="n_experts") from None
     if mc.moe is None:
-        raise BadInput(f"workload.model {req.workload.model!r} has no routed experts", field="workload.model")
+        raise BadInput(f"workload.model {req.workload.model_name!r} has no routed experts", field="workload.model")
     return int(mc.moe.num_routed_experts)
 
 

@@ -28,6 +28,18 @@ class IrRequest(BaseModel):
     batch: Dim = 1
     seq_len: Dim = Field(default=2048, description="prompt length (prefill) or context length (decode)")
     config: dict[str, Any] | None = Field(default=None, description="inline HuggingFace-style config.json")
+    generic: bool = Field(default=False, description="read an unsupported model_type with the generic key mapping")
+
+
+class ModelRegistration(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "name": "my-moe", "config": {"model_type": "mixtral", "hidden_size": 1024, "intermediate_size": 2816,
+                                     "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 4,
+                                     "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000}}]})
+
+    name: str = Field(min_length=1, max_length=64, description="the name workloads use (lower-case, dashes)")
+    config: dict[str, Any] = Field(description="the checkpoint's HuggingFace config.json")
+    generic: bool = Field(default=False, description="read an unsupported model_type with the generic key mapping")
 
 
 class TraceRequest(BaseModel):
@@ -47,6 +59,17 @@ def list_models() -> dict[str, list[dict[str, Any]]]:
     return {"models": service.list_models()}
 
 
+@router.post("/models", status_code=201, responses={200: {"description": "already registered with this config"},
+                                                      409: {"description": "the name is taken by another config"}})
+def register_model(body: ModelRegistration, response: Response) -> dict[str, Any]:
+    """Register a model from its config.json: validated (422 naming the config.json key), content-hashed and
+    persisted, so every replica and a restarted cluster know it; workloads then name it."""
+    summary, created = service.register(body.name, body.config, generic=body.generic)
+    if not created:
+        response.status_code = 200
+    return summary
+
+
 @router.get("/models/{name}")
 def get_model(name: str) -> dict[str, Any]:
     return service.describe_model(name)
@@ -55,7 +78,7 @@ def get_model(name: str) -> dict[str, Any]:
 @router.post("/ir")
 def workload_ir(body: IrRequest) -> dict[str, Any]:
     return service.ir_report(model=body.model, phase=body.phase, batch=body.batch, seq_len=body.seq_len,
-                             config=body.config)
+                             config=body.config, generic=body.generic)
 
 
 @router.post("/traces")

@@ -18,6 +18,7 @@ from shared.settings import Settings
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 MIXTRAL = CONFIGS / "workload_mixtral_8x7b.yaml"
+REPLAY = CONFIGS / "workload_mixtral_8x7b_replay.yaml"  # the same workload, routing replayed from the sample
 
 
 def _with_steps(cfg: WorkloadConfig, steps: int) -> WorkloadConfig:
@@ -68,6 +69,22 @@ async def _http_window(cfg: WorkloadConfig, n: int) -> tuple[float, float, int]:
         await client.aclose()
 
 
+async def _http_ir(model: str, n: int) -> tuple[float, int]:
+    """(median of n, response bytes) of POST /v1/ir for a zoo model over httpx.ASGITransport."""
+    settings = Settings()
+    client = async_asgi_client("workload", create_app(settings), settings)
+    try:
+        samples, size = [], 0
+        for _ in range(n + 1):
+            t0 = time.perf_counter()
+            r = await client.request("POST", "/v1/ir", json={"model": model})
+            samples.append(time.perf_counter() - t0)
+            size = len(r.content)
+        return statistics.median(samples[1:]), size
+    finally:
+        await client.aclose()
+
+
 def bench() -> list[BenchRow]:
     cfg = load_workload(MIXTRAL)
     rows: list[BenchRow] = []
@@ -82,6 +99,16 @@ def bench() -> list[BenchRow]:
     rows.append(BenchRow("one window over HTTP (ASGI), GET /v1/traces/{id}/windows/{k}",
                          f"{fmt_s(one)} median of 50", "< 20 ms", one < 0.020,
                          f"{size / 1e3:.0f} kB JSON; first window incl. routing {fmt_s(first)}"))
+    replay = load_workload(REPLAY)
+    zipf_s, _ = time_call(lambda: sum(len(w.compute) for w in iter_windows(cfg, 3.0)), repeat=3, warmup=1)
+    rep_s, _ = time_call(lambda: sum(len(w.compute) for w in iter_windows(replay, 3.0)), repeat=3, warmup=1)
+    rows.append(BenchRow("routing replayed from a recorded trace vs drawn (Zipf), every window of the default run",
+                         f"{fmt_s(rep_s)} vs {fmt_s(zipf_s)} (ratio {rep_s / zipf_s:.2f})", "ratio <= 1",
+                         rep_s <= zipf_s, "iter_windows over the 9901 windows of 3 ms, median of 3 each; "
+                                          "configs/workload_mixtral_8x7b_replay.yaml"))
+    ir_s, ir_size = asyncio.run(_http_ir("deepseek-v3", 10))
+    rows.append(BenchRow("POST /v1/ir, DeepSeek-V3 (61 layers, MLA, 256 experts), over HTTP (ASGI)",
+                         f"{fmt_s(ir_s)} median of 10", "< 100 ms", ir_s < 0.100, f"{ir_size / 1e3:.0f} kB JSON"))
     p100 = _stream_peak(_with_steps(cfg, 100))
     p500 = _stream_peak(_with_steps(cfg, 500))
     rows.append(BenchRow("streaming peak memory (tracemalloc), 100 vs 500 steps",

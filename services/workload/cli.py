@@ -5,12 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from services.commands import command_help
+from services.workload.ir.hf_config import from_hf_config
 from services.workload.service import ir_to_dict
-from services.workload.traces import DEFAULT_WINDOW_MS, generate_logical_traces, make_plan, trace_id_of
-from services.workload.zoo import get_model_config, register_model_file
+from services.workload.traces import (
+    DEFAULT_WINDOW_MS,
+    generate_logical_traces,
+    make_plan,
+    routing_summary,
+    trace_id_of,
+)
+from services.workload.zoo import get_model_config, read_config_file
 from shared.configs import load_workload
 from shared.errors import BadInput
 
@@ -38,7 +46,13 @@ def _positive_float(text: str) -> float:
 def _ir(args: argparse.Namespace) -> int:
     from services.workload.ir import build_ir
 
-    mc = register_model_file(args.config, args.model) if args.config else get_model_config(args.model)
+    if args.config:
+        path = Path(args.config)
+        mc = from_hf_config(read_config_file(path), name=args.model or path.stem, generic=args.generic)
+    elif args.model:
+        mc = get_model_config(args.model)
+    else:
+        raise BadInput("give --model (a zoo or registered model) or --config (a config.json)", field="model")
     report: dict[str, Any] = ir_to_dict(build_ir(mc, phase=args.phase, batch=args.batch, seq_len=args.seq_len))
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
@@ -65,15 +79,27 @@ def _trace(args: argparse.Namespace) -> int:
     plan = make_plan(cfg)
     print(cpath)
     print(mpath)
-    print(f"trace {trace_id_of(cfg, args.window_ms)}: {cfg.model}, {plan.steps} micro-batches x {plan.T} tokens, "
+    print(f"trace {trace_id_of(cfg, args.window_ms)}: {cfg.model_name}, {plan.steps} micro-batches x {plan.T} tokens, "
           f"{len(plan.window_bounds(args.window_ms)) - 1} windows of {args.window_ms} ms, written in {dt:.2f} s")
+    stats = routing_summary(plan)
+    if stats is not None:
+        src = f"replayed from {cfg.routing.trace}" if cfg.routing.trace else f"Zipf s={cfg.routing.zipf_s:g}"
+        print(f"routing ({src}; first {stats.tokens} tokens), per MoE layer min / mean / max: "
+              f"skew (max/mean tokens per expert) {_mmm(stats.skew)}; expert reuse by the next token "
+              f"{_mmm(stats.reuse_next)}, by the same sequence's next token {_mmm(stats.reuse_sequence)}")
     return 0
+
+
+def _mmm(xs: list[float]) -> str:
+    return f"{min(xs):.2f} / {sum(xs) / len(xs):.2f} / {max(xs):.2f}"
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("ir", help=command_help("ir"))
-    p.add_argument("--model", required=True, help="zoo model (mixtral-8x7b, deepseek-v3, llama-3-8b, ...)")
-    p.add_argument("--config", default=None, help="a HuggingFace-style config.json to register as --model")
+    p.add_argument("--model", default=None, help="zoo or registered model (mixtral-8x7b, deepseek-v3, ...); with "
+                                                  "--config its name (default: the file's stem)")
+    p.add_argument("--config", default=None, help="a checkpoint's HuggingFace config.json")
+    p.add_argument("--generic", action="store_true", help="read an unsupported model_type with the generic mapping")
     p.add_argument("--phase", choices=["decode", "prefill"], default="decode", help="default: %(default)s")
     p.add_argument("--batch", type=_positive_int, default=1, help="sequences per forward pass (default: 1)")
     p.add_argument("--seq-len", type=_positive_int, default=2048, help="context (decode) or prompt (prefill) length")

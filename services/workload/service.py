@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from services.workload.ir import ModelConfig, TransformerModel, build_ir
-from services.workload.ir.model_config import from_hf_config
+from services.workload.ir.hf_config import from_hf_config
 from services.workload.routing import IntArray
 from services.workload.traces import (
     FC,
@@ -23,11 +23,19 @@ from services.workload.traces import (
     expert_load_from_counts,
     make_plan,
     route_counts,
+    routing_summary,
     trace_id_of,
 )
-from services.workload.zoo import get_model_config, known_models
+from services.workload.zoo import (
+    get_model_config,
+    known_models,
+    model_hash,
+    read_config_file,
+    register_model,
+    registered_models,
+)
 from shared.configs import WorkloadConfig
-from shared.contracts.workload import ExpertLoad, LogicalWindow, TraceSummary
+from shared.contracts.workload import ExpertLoad, LogicalWindow, RoutingStats, TraceSummary
 from shared.errors import NotFound, TasmoeError
 
 Phase = Literal["prefill", "decode"]
@@ -37,18 +45,32 @@ Phase = Literal["prefill", "decode"]
 def model_summary(mc: ModelConfig) -> dict[str, Any]:
     ir = build_ir(mc, phase="decode", batch=1, seq_len=1)
     moe = mc.moe
+    mixers: dict[str, int] = {}
+    for m in mc.layer_mixers:
+        mixers[m] = mixers.get(m, 0) + 1
+    sha = model_hash(mc.name)
     return {
         "name": mc.name, "family": mc.family, "attention": mc.attention_kind,
         "num_layers": mc.num_hidden_layers, "hidden_size": mc.hidden_size,
         "num_routed_experts": moe.num_routed_experts if moe else 0,
         "num_activated_experts": moe.num_activated_experts if moe else 0,
         "num_shared_experts": moe.num_shared_experts if moe else 0,
-        "moe_layers": mc.moe_layers, "params_total": ir.params_total, "params_active": ir.params_active,
+        "moe_layers": mc.moe_layers, "mixers": mixers,
+        "params_total": ir.params_total, "params_active": ir.params_active,
+        "registered": sha is not None, "sha256": sha,
     }
 
 
 def list_models() -> list[dict[str, Any]]:
     return [model_summary(get_model_config(n)) for n in known_models()]
+
+
+def register(name: str, config: dict[str, Any] | str, *, generic: bool = False) -> tuple[dict[str, Any], bool]:
+    """Register (persist) a config.json under ``name``: (summary, created). Same content again: not created."""
+    raw = read_config_file(config) if isinstance(config, str) else config
+    created = name.strip().lower().replace("_", "-") not in registered_models()
+    mc = register_model(name, raw, generic=generic)
+    return model_summary(mc), created
 
 
 def describe_model(name: str) -> dict[str, Any]:
@@ -57,11 +79,11 @@ def describe_model(name: str) -> dict[str, Any]:
 
 
 def ir_report(*, model: str, phase: Phase = "decode", batch: int = 1, seq_len: int = 2048,
-              config: dict[str, Any] | None = None) -> dict[str, Any]:
+              config: dict[str, Any] | None = None, generic: bool = False) -> dict[str, Any]:
     """The WorkloadIR summary of one forward pass: parameters, FLOPs and bytes per token, per-layer rows and the
     per-expert FLOPs per token placement needs. ``config``: an inline HuggingFace ``config.json`` instead of a zoo
     model (named ``model``)."""
-    mc = from_hf_config(config, name=model) if config is not None else get_model_config(model)
+    mc = from_hf_config(config, name=model, generic=generic) if config is not None else get_model_config(model)
     ir = build_ir(mc, phase=phase, batch=batch, seq_len=seq_len)
     return ir_to_dict(ir)
 
@@ -98,10 +120,11 @@ def ir_to_dict(ir: TransformerModel) -> dict[str, Any]:
         "vector_ops_per_token": bd.vector_ops / T, "bytes_per_token": total_rw / T,
         "weight_bytes": fp.weight_bytes, "active_weight_bytes": fp.active_weight_bytes,
         "kv_cache_bytes": fp.kv_cache_bytes, "kv_bytes_per_token_layer": mc.kv_bytes_per_token_layer(),
+        "mixers": list(mc.layer_mixers), "mlps": list(mc.layer_mlps),
         "moe_layers": mc.moe_layers, "num_routed_experts": meta.num_routed_experts, "topk": k,
         # FLOPs one token costs one activated routed expert in one MoE layer (placement's heat per token)
         "expert_flops_per_token": expert / (T * k * n_moe) if n_moe else 0.0,
-        "expert_bytes": 3 * mc.hidden_size * mc.moe.moe_intermediate_size * mc.dtype_bytes if mc.moe else 0,
+        "expert_bytes": mc.expert_bytes,
         "ops_by_type": bd.by_op_type, "layers": layers,
     }
 
@@ -115,7 +138,15 @@ class TraceEntry:
     plan: TracePlan
     counts: IntArray | None = None  # (steps, n_moe, E) routing counts, computed on first use
     mb_event0: IntArray | None = None  # id of the first event of each micro-batch
+    stats: RoutingStats | None = None  # routing skew and locality, computed on first use
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def routing_stats(self) -> RoutingStats | None:
+        """The routing's per-layer skew and locality (computed once per entry)."""
+        with self.lock:
+            if self.stats is None and self.plan.E:
+                self.stats = routing_summary(self.plan)
+            return self.stats
 
     def ensure_routing(self) -> tuple[IntArray, IntArray]:
         with self.lock:
@@ -189,7 +220,9 @@ def trace_summary(entry: TraceEntry) -> TraceSummary:
         steps=plan.steps, micro_batch=plan.T, tokens_total=plan.steps * plan.T,
         flops_per_token_expert=float(plan.costs.flops[FC]) if plan.E else 0.0,
         expert_bytes=plan.costs.expert_bytes, shard_bytes=list(plan.shard_bytes),
-        t_end_ns=n_windows * round(entry.window_ms * 1e6))
+        t_end_ns=n_windows * round(entry.window_ms * 1e6),
+        routing_source=f"trace:{entry.cfg.routing.trace}" if entry.cfg.routing.trace else "zipf",
+        routing_stats=entry.routing_stats())
 
 
 def get_window(entry: TraceEntry, k: int, window_ms: float | None = None) -> LogicalWindow:

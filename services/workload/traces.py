@@ -36,11 +36,13 @@ import numpy as np
 import numpy.typing as npt
 
 from services.workload.ir import ModelConfig, TransformerModel, build_ir
-from services.workload.routing import IntArray, RoutingStream, expert_counts
-from services.workload.zoo import get_model_config
+from services.workload.recorded import RecordedRouting, ReplayStream, check_against_model, routing_stats
+from services.workload.recorded_files import load_recorded, recorded_hash
+from services.workload.routing import MAX_DRAWS_PER_CHUNK, IntArray, RoutingStream, expert_counts
+from services.workload.zoo import resolve_model
 from shared.configs import WorkloadConfig
 from shared.contracts.ids import expert_id, weight_tensor_id
-from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWindow
+from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWindow, RoutingStats
 from shared.errors import BadInput
 
 OP_NAMES = ("attn", "router", "shared", "fc", "dense", "head")
@@ -89,45 +91,65 @@ def resolve_routing(cfg: WorkloadConfig, mc: ModelConfig) -> tuple[int | None, i
 
 @dataclass(frozen=True)
 class PerToken:
-    """Per-token costs of each logical op, from the WorkloadIR (or the config's overrides)."""
+    """Per-token costs of each logical op, from the WorkloadIR (or the config's overrides), layer by layer: layers
+    differ in their mixer (full/sliding/chunked attention, MLA, Mamba) and MLP (dense width, MoE, shared experts)."""
 
-    flops: dict[int, float]  # op code -> ops per token (fc: per token per routed expert)
-    kv_bytes: int  # KV bytes one token adds to one layer
+    flops: dict[int, float]  # op code -> ops per token at the first layer that has the op (fc: per routed expert)
+    layer_flops: dict[tuple[int, int], float]  # (layer, op code) -> ops per token (fc: per token per routed expert)
+    kv_read: dict[int, int]  # layer -> KV (or Mamba state) bytes one token reads at that layer
+    kv_write: dict[int, int]  # layer -> KV bytes one token adds (Mamba: the state it writes back)
+    kv_bytes: int  # KV bytes one token adds to one attention layer (the first one)
     act_bytes: int  # hidden-state bytes of one token (h · dtype)
     expert_bytes: int  # weights of one routed expert
 
 
+_ROLE_OP = {"attn": ATTN, "router": ROUTER, "shared": SHARED, "expert": FC, "dense": DENSE, "head": HEAD}
+
+
 def per_token_costs(cfg: WorkloadConfig, model: TransformerModel) -> PerToken:
-    mc, T = model.config, model.shape.tokens
-    sums: dict[str, int] = {}
-    seen: set[str] = set()
-    for la in model.layers:  # one layer of each kind is representative: all blocks of a kind are identical
-        kind = "moe" if la.op_type == "moe" else ("ffn" if la.op_type == "ffn" else la.op_type)
-        if kind in seen:
-            continue
-        seen.add(kind)
-        for op in la.ops:
-            role = str(op.attrs.get("role"))
-            sums[role] = sums.get(role, 0) + op.compute.total
+    """Ops per token of every (layer, logical op) from the IR (``expert`` ops divided by top-k: per routed expert),
+    and the KV bytes each layer reads and writes per token: a ``ctx``-token context reads ``keys_per_query ·
+    kv_bytes`` (the whole context, its window or its chunk) and writes ``kv_bytes``; a Mamba layer reads and writes
+    its sequence's state."""
+    mc, T, ctx = model.config, model.shape.tokens, model.shape.ctx
     k_model = mc.moe.num_activated_experts if mc.moe else 1
-    flops = {
-        ATTN: sums.get("attn", 0) / T,
-        ROUTER: sums.get("router", 0) / T,
-        SHARED: sums.get("shared", 0) / T,
-        FC: sums.get("expert", 0) / (T * k_model),
-        DENSE: sums.get("dense", 0) / T,
-        HEAD: sums.get("head", 0) / T,
-    }
+    layer_flops: dict[tuple[int, int], float] = {}
+    for la in model.layers:
+        li = la.index if la.op_type != "embedding" else None
+        if li is None:
+            continue
+        for op in la.ops:
+            code = _ROLE_OP.get(str(op.attrs.get("role")))
+            if code is None:
+                continue
+            layer_flops[(li, code)] = layer_flops.get((li, code), 0.0) + op.compute.total
+    for key, v in layer_flops.items():
+        layer_flops[key] = v / (T * k_model) if key[1] == FC else v / T
     ops = cfg.operators
-    if ops.fc.flop_per_token is not None:
-        flops[FC] = float(ops.fc.flop_per_token)
-    if ops.attn.flop_per_token is not None:
-        flops[ATTN] = float(ops.attn.flop_per_token)
-    kv = mc.kv_bytes_per_token_layer()
-    if ops.attn.kv_bytes_per_token is not None:
-        kv = round(ops.attn.kv_bytes_per_token)
-    expert_bytes = 3 * mc.hidden_size * mc.moe.moe_intermediate_size * mc.dtype_bytes if mc.moe else 0
-    return PerToken(flops=flops, kv_bytes=kv, act_bytes=mc.hidden_size * mc.dtype_bytes, expert_bytes=expert_bytes)
+    for key in layer_flops:
+        if key[1] == FC and ops.fc.flop_per_token is not None:
+            layer_flops[key] = float(ops.fc.flop_per_token)
+        if key[1] == ATTN and ops.attn.flop_per_token is not None:
+            layer_flops[key] = float(ops.attn.flop_per_token)
+    flops: dict[int, float] = {}
+    for (_, code), v in sorted(layer_flops.items()):
+        flops.setdefault(code, v)
+    for code in range(len(OP_NAMES)):
+        flops.setdefault(code, 0.0)
+    kv_read: dict[int, int] = {}
+    kv_write: dict[int, int] = {}
+    for li, mixer in enumerate(mc.layer_mixers):
+        if mixer == "mamba":
+            kv_read[li] = kv_write[li] = mc.state_bytes_per_sequence(li)
+            continue
+        kvb = mc.kv_bytes_per_token_layer(li)
+        if ops.attn.kv_bytes_per_token is not None:
+            kvb = round(ops.attn.kv_bytes_per_token)
+        kv_read[li], kv_write[li] = mc.keys_per_query(li, ctx) * kvb, kvb
+    first_attn = next((li for li, m in enumerate(mc.layer_mixers) if m != "mamba"), 0)
+    return PerToken(flops=flops, layer_flops=layer_flops, kv_read=kv_read, kv_write=kv_write,
+                    kv_bytes=kv_write.get(first_attn, 0), act_bytes=mc.hidden_size * mc.dtype_bytes,
+                    expert_bytes=mc.expert_bytes)
 
 
 @dataclass
@@ -163,7 +185,7 @@ class TracePlan:
 
     def __post_init__(self) -> None:
         cfg = self.cfg
-        self.mc = mc = get_model_config(cfg.model)
+        self.mc = mc = resolve_model(cfg.model)
         self.n_group, self.topk_group = resolve_routing(cfg, mc)
         seq = cfg.sequence
         self.T = seq.micro_batch
@@ -172,6 +194,12 @@ class TracePlan:
         self.topk = cfg.routing.topk if mc.moe else 0
         self.E = mc.moe.num_routed_experts if mc.moe else 0
         self.moe_layers: list[int] = mc.moe_layers
+        self.recorded: RecordedRouting | None = None
+        if cfg.routing.trace is not None:
+            if not self.E:
+                raise BadInput(f"routing.trace: {mc.name} has no routed experts to replay", field="routing.trace")
+            self.recorded = load_recorded(cfg.routing.trace, cfg.routing.trace_format)
+            check_against_model(self.recorded, moe_layers=self.moe_layers, n_experts=self.E, topk=self.topk)
         ir = build_ir(mc, phase=cfg.phase, batch=self.T, seq_len=seq.tokens)
         if cfg.phase == "prefill":  # per-token costs of a micro_batch-token chunk of a `tokens`-long prompt
             ir = build_ir(mc, phase="prefill", batch=1, seq_len=seq.tokens)
@@ -184,7 +212,7 @@ class TracePlan:
     # --- slots: the fixed list of possible events of one micro-batch ------------------------------------------
     def _build_slots(self) -> None:
         mc = self.mc
-        ns = mc.moe.num_shared_experts if mc.moe else 0
+        ns = mc.moe.shared_width if mc.moe else 0
         rows: list[tuple[int, int, int]] = []  # (layer, op, expert)
         fc_slots: list[int] = []
         for li in range(mc.num_hidden_layers):
@@ -203,7 +231,9 @@ class TracePlan:
         layer, op = table[:, 0], table[:, 1]
         self.slot_layer, self.slot_op, self.slot_expert = layer, op, table[:, 2]
         self.fc_slots = np.asarray(fc_slots, dtype=np.int64)
-        self.slot_flops = np.asarray([self.costs.flops[o] for o in op.tolist()], dtype=np.float64)
+        lf = self.costs.layer_flops
+        self.slot_flops = np.asarray([lf.get((li, o), 0.0) for li, o in zip(layer.tolist(), op.tolist(), strict=True)],
+                                     dtype=np.float64)
         self.n_fixed_events = int(np.count_nonzero(self.slot_op != FC))
         self._build_memory_templates()
 
@@ -232,8 +262,8 @@ class TracePlan:
             start.append(len(prefix))
             act = f"ACT_L{li}_MB"
             if o == ATTN:
-                row(f"KV_L{li}_MB", True, "read", 0, self.ctx * c.kv_bytes, "kv")
-                row(f"KV_L{li}_MB", True, "write", 0, c.kv_bytes, "kv")
+                row(f"KV_L{li}_MB", True, "read", 0, c.kv_read[li], "kv")
+                row(f"KV_L{li}_MB", True, "write", 0, c.kv_write[li], "kv")
             elif o in (ROUTER, HEAD):
                 row(act, True, "read", 0, c.act_bytes, "act")
             elif o in (SHARED, DENSE):
@@ -283,8 +313,12 @@ class TracePlan:
         bounds: IntArray = np.searchsorted(self.mb_t_ns, edges, side="left").astype(np.int64)
         return bounds
 
-    def routing_stream(self) -> RoutingStream:
+    def routing_stream(self) -> RoutingStream | ReplayStream:
+        """The run's expert choices: replayed from ``routing.trace`` when the config names one, else drawn."""
         r = self.cfg.routing
+        if self.recorded is not None:
+            return ReplayStream(self.recorded, moe_layers=self.moe_layers, n_experts=self.E, topk=self.topk,
+                                tokens=self.T)
         return RoutingStream(seed=r.seed, n_layers=len(self.moe_layers), n_experts=max(self.E, 1),
                              topk=max(self.topk, 1), tokens=self.T, zipf_s=r.zipf_s, locality=r.locality,
                              n_group=self.n_group, topk_group=self.topk_group)
@@ -418,11 +452,29 @@ def route_counts(plan: TracePlan) -> IntArray:
     L, E = len(plan.moe_layers), max(plan.E, 1)
     dtype = np.int16 if plan.T < 2**15 else np.int32
     out = np.zeros((plan.steps, L, E), dtype=dtype)
-    step = max(1, stream._chunk_size())
+    step = max(1, MAX_DRAWS_PER_CHUNK // max(1, L * plan.T * (1 + E)))  # bounded memory per chunk
     for a in range(0, plan.steps, step):
         b = min(plan.steps, a + step)
         out[a:b] = expert_counts(stream.take(b - a), E)
     return out
+
+
+STATS_DRAWS = 1 << 22  # doubles a routing summary may draw (tokens x MoE layers x (experts + 1))
+
+
+def routing_summary(plan: TracePlan) -> RoutingStats | None:
+    """Per-layer load skew and temporal locality of the run's routing (drawn or replayed), measured over its first
+    ``min(steps·T, max(T, 2²² / (layers·(E+1))))`` tokens (a fresh stream: the trace's own choices)."""
+    L, E, T = len(plan.moe_layers), plan.E, plan.T
+    if not L or not E:
+        return None
+    n_mb = min(plan.steps, max(1, STATS_DRAWS // max(1, L * (E + 1) * T)))
+    picks = plan.routing_stream().take(n_mb)  # (n_mb, L, T, k)
+    flat = np.ascontiguousarray(picks.transpose(0, 2, 1, 3)).reshape(n_mb * T, L, picks.shape[-1])
+    nxt = routing_stats(flat, E, lag=1)
+    seq = routing_stats(flat, E, lag=T)
+    return RoutingStats(layers=list(plan.moe_layers), skew=nxt["skew"], cv=nxt["cv"], reuse_next=nxt["reuse"],
+                        reuse_sequence=seq["reuse"], tokens=n_mb * T)
 
 
 def expert_load_from_counts(plan: TracePlan, counts: IntArray) -> tuple[list[int], FloatArray]:
@@ -443,4 +495,6 @@ def trace_id_of(cfg: WorkloadConfig, window_ms: float) -> str:
     import hashlib
 
     text = cfg.canonical_json() + f"|window_ms={float(window_ms)!r}"
+    if cfg.routing.trace is not None:  # the replayed file's content, not only its name
+        text += f"|routing_trace={recorded_hash(cfg.routing.trace)}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -52,7 +53,29 @@ def load_arch(path: str | Path) -> ArchConfig:
 
 
 def load_workload(path: str | Path) -> WorkloadConfig:
-    return load_config(path, WorkloadConfig)
+    """A workload config file; ``model: {config: <path>}`` is read (relative to this file) and inlined, so what
+    reaches a service is the config.json object itself."""
+    cfg = load_config(path, WorkloadConfig)
+    return inline_model_file(cfg, Path(path).parent)
+
+
+def inline_model_file(cfg: WorkloadConfig, base: Path) -> WorkloadConfig:
+    """Replace ``model.config: <path>`` by the file's JSON object (relative paths from ``base``)."""
+    model = cfg.model
+    if isinstance(model, str) or not isinstance(model.config, str):
+        return cfg
+    p = Path(model.config)
+    p = p if p.is_absolute() else base / p
+    if not p.is_file():
+        raise ConfigError(f"model.config: {p}: file not found", field="model.config")
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"model.config: {p}: malformed JSON: {exc}", field="model.config") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"model.config: {p}: config.json must be a JSON object", field="model.config")
+    name = model.name or p.stem
+    return cfg.model_copy(update={"model": model.model_copy(update={"config": raw, "name": name})})
 
 
 def load_tas(path: str | Path) -> TasParams:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import hashlib
+import json
+from typing import Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from shared.configs.base import StrictModel
 
@@ -16,6 +18,11 @@ class RoutingConfig(StrictModel):
     locality: float = Field(default=0.0, ge=0, le=1)  # P(token repeats its previous expert choice)
     n_group: PositiveInt | None = None  # DeepSeek group-limited routing: expert groups ...
     topk_group: PositiveInt | None = None  # ... of which a token may use this many
+    # Replay recorded expert selections instead of drawing them (zipf_s, locality, groups then unused): a file name
+    # in TASMOE_TRACES_DIR (default <configs_dir>/traces) or the shipped samples (services/workload/samples);
+    # format by suffix (.csv, .jsonl, .parquet; .json = per-token ids) unless trace_format says
+    trace: str | None = Field(default=None, min_length=1, max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+    trace_format: Literal["csv", "jsonl", "parquet", "ids-json", "topk-parquet"] | None = None
 
     @model_validator(mode="after")
     def _groups(self) -> RoutingConfig:
@@ -52,8 +59,27 @@ class TensorsConfig(StrictModel):
     weight_shard_mb: float = Field(default=64.0, ge=1 / 64, le=1 << 16)  # 16 KiB .. 64 GiB (shards per expert)
 
 
+class InlineModel(StrictModel):
+    """A model given by its HuggingFace config.json instead of a zoo/registered name. ``config``: the JSON object, or
+    (in a config file read by the CLI) a path to the file, relative to that config file; services accept only the
+    object. ``name`` labels it (default ``user-<first 12 hex of the config's SHA-256>``)."""
+
+    config: dict[str, Any] | str
+    name: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+    generic: bool = False  # opt into the generic key mapping for a model_type tasmoe does not know
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name.lower().replace("_", "-")
+        if isinstance(self.config, str):
+            return self.config.rsplit("/", 1)[-1].removesuffix(".json").lower().replace("_", "-") or "user-model"
+        text = json.dumps(self.config, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return "user-" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 class WorkloadConfig(StrictModel):
-    model: str = "mixtral-8x7b"
+    model: str | InlineModel = "mixtral-8x7b"  # a zoo or registered model name, or {config: ...}
     name: str | None = None  # label in results/<scenario>/<name>.csv; defaults to `model`
     phase: Literal["decode", "prefill"] = "decode"
     routing: RoutingConfig = RoutingConfig()
@@ -61,6 +87,18 @@ class WorkloadConfig(StrictModel):
     operators: OperatorsConfig = OperatorsConfig()
     tensors: TensorsConfig = TensorsConfig()
 
+    @field_validator("model")
+    @classmethod
+    def _model_name(cls, v: str | InlineModel) -> str | InlineModel:
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("must name a model")
+        return v
+
+    @property
+    def model_name(self) -> str:
+        """The model's name: the zoo/registered name, or the inline model's label."""
+        return self.model if isinstance(self.model, str) else self.model.label
+
     @property
     def label(self) -> str:
-        return self.name or self.model
+        return self.name or self.model_name

@@ -41,6 +41,21 @@ class LogicalWindow(BaseModel):
     tokens_generated: int = 0  # new tokens whose micro-batch arrived in this window
 
 
+class RoutingStats(BaseModel):
+    """Load skew and temporal locality of a trace's routing, per MoE layer (``services.workload.recorded``):
+    ``skew`` = max / mean tokens per expert, ``cv`` = their coefficient of variation, ``reuse_next`` = mean fraction
+    of a token's k experts that the next token in arrival order uses too, ``reuse_sequence`` = the same ``micro_batch``
+    tokens later (the same slot of the next micro-batch: the same sequence's next token in decode). Measured over
+    the first ``tokens`` tokens of the run."""
+
+    layers: list[int]
+    skew: list[float]
+    cv: list[float]
+    reuse_next: list[float]
+    reuse_sequence: list[float]
+    tokens: int
+
+
 class TraceSummary(BaseModel):
     """``POST /v1/traces`` / ``GET /v1/traces/{id}``: what a caller needs to walk a trace window by window."""
 
@@ -59,6 +74,8 @@ class TraceSummary(BaseModel):
     expert_bytes: int  # weight bytes of one routed expert
     shard_bytes: list[int] = Field(default_factory=list)  # sizes of its W_L{l}E{e}_{k} shards
     t_end_ns: int = 0  # end of the last window
+    routing_source: str = "zipf"  # "zipf" (drawn) or "trace:<file>" (replayed recorded selections)
+    routing_stats: RoutingStats | None = None  # per-layer load skew and temporal locality of the routing
 
 
 class ExpertLoad(BaseModel):

@@ -49,8 +49,8 @@ def test_ir(client: TestClient) -> None:
 
 
 def test_ir_inline_config_and_errors(client: TestClient) -> None:
-    cfg = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-           "vocab_size": 100}
+    cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "vocab_size": 100}
     r = client.post("/v1/ir", json={"model": "tiny", "config": cfg, "seq_len": 16})
     assert r.status_code == 200 and r.json()["model"] == "tiny" and r.json()["attention"] == "mha"
     for body, field in [({"model": "mixtral-8x7b", "batch": 0}, "batch"),

@@ -10,7 +10,7 @@ import yaml
 
 from services.cli import main
 from services.workload.ir import build_ir
-from services.workload.zoo import get_model_config, unregister_model
+from services.workload.zoo import get_model_config, known_models
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -27,15 +27,14 @@ def test_ir_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_ir_from_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    cfg.write_text(json.dumps({"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128,
+                               "num_hidden_layers": 2,
                                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
                                "num_local_experts": 4, "num_experts_per_tok": 2}))
-    try:
-        assert main(["ir", "--model", "my-moe", "--config", str(cfg), "--json"]) == 0
-    finally:
-        unregister_model("my-moe")
+    assert main(["ir", "--model", "my-moe", "--config", str(cfg), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["model"] == "my-moe" and out["num_routed_experts"] == 4
+    assert "my-moe" not in known_models()  # --config describes the file; it registers nothing
 
 
 def test_ir_errors(capsys: pytest.CaptureFixture[str]) -> None:

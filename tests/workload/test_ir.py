@@ -212,7 +212,9 @@ def test_hf_config_key_names() -> None:
 def test_hf_config_from_deepseek_short_names(reference_dir: Path) -> None:
     """DeepSeek's inference-config names (dim, n_layers, n_dense_layers, n_expert_groups...) build the same model."""
     entry = _ref(reference_dir)["DeepSeek-V2 (236B)"]
-    mc = from_hf_config(entry, name="deepseek-v2-ref")
+    with pytest.raises(BadInput, match="model_type"):  # no model_type: the generic mapping is an explicit choice
+        from_hf_config(entry, name="deepseek-v2-ref")
+    mc = from_hf_config(entry, name="deepseek-v2-ref", generic=True)
     assert mc.moe is not None and mc.mla is not None
     assert mc.moe.first_k_dense_replace == 1 and mc.moe.n_group == 8 and mc.moe.topk_group == 3
     assert build_ir(mc).params_total == build_ir(get_model_config("deepseek-v2")).params_total
@@ -244,12 +246,13 @@ def test_register_model_from_config_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("patch", "field"), [
     ({"hidden_size": None}, "hidden_size"),
-    ({"num_experts_per_tok": 9}, "moe"),
-    ({"num_attention_heads": 5}, None),
+    ({"num_experts_per_tok": 9}, "num_experts_per_tok"),
+    ({"num_attention_heads": 5}, "num_key_value_heads"),
 ])
 def test_hf_config_errors_name_the_field(patch: dict[str, Any], field: str | None) -> None:
-    base: dict[str, Any] = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                            "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 8,
+    base: dict[str, Any] = {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128,
+                            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                            "num_local_experts": 8,
                             "num_experts_per_tok": 2, "vocab_size": 100}
     base.update(patch)
     with pytest.raises(BadInput) as exc:

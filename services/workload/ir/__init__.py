@@ -2,15 +2,17 @@
 
 from services.workload.ir.breakdown import CommPattern, MemoryFootprint, OpsBreakdown
 from services.workload.ir.graph import WorkloadGraph
+from services.workload.ir.hf_config import SUPPORTED, from_hf_config
 from services.workload.ir.ir import DeepSeekModel, LlamaModel, TransformerModel, WorkloadIR, build_ir
 from services.workload.ir.layer import Layer
 from services.workload.ir.metadata import ModelMetadata
-from services.workload.ir.model_config import MLAConfig, ModelConfig, MoEConfig, from_hf_config
+from services.workload.ir.model_config import MambaConfig, MLAConfig, ModelConfig, MoEConfig
 from services.workload.ir.op import Op
 from services.workload.ir.specs import CommSpec, ComputeSpec, MemorySpec
 from services.workload.ir.tensor import TensorDesc
 
 __all__ = [
+    "SUPPORTED",
     "CommPattern",
     "CommSpec",
     "ComputeSpec",
@@ -18,6 +20,7 @@ __all__ = [
     "Layer",
     "LlamaModel",
     "MLAConfig",
+    "MambaConfig",
     "MemoryFootprint",
     "MemorySpec",
     "MoEConfig",

@@ -1,9 +1,10 @@
 """The WorkloadIR protocol and its implementation for decoder-only transformers (seed 003 ``ir.py``, ``models/llm``).
 
-``LlamaModel`` covers LLaMA-2/3 (MHA/GQA + SwiGLU) and Mixtral (GQA + top-k MoE without shared experts);
-``DeepSeekModel`` covers DeepSeek-V2/V3 (MLA + dense-first layers + MoE with shared experts and group-limited
-routing). Both take a ``ModelConfig`` through ``from_model_config`` and a forward-pass shape (phase, batch, seq_len).
-The layer list is: embedding, then per block the attention half and the FFN/MoE half, then the LM head.
+Every layer is built from the ``ModelConfig``'s per-layer structure: its mixer (full/sliding/chunked attention, MLA
+in its prefill or absorbed decode form, Mamba) and its MLP (dense SwiGLU or MoE with optional shared experts).
+``LlamaModel`` and ``DeepSeekModel`` are the same builder under the seed's names. Both take a ``ModelConfig``
+through ``from_model_config`` and a forward-pass shape (phase, batch, seq_len). The layer list is: embedding, then
+per block the mixer and the MLP, then the LM head.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from services.workload.ir.layers import (
     embedding_layer,
     ffn_layer,
     lm_head_layer,
+    mamba_layer,
     mla_absorb_layer,
     mla_layer,
     moe_layer,
@@ -53,6 +55,14 @@ class TransformerModel:
         return cls(mc, phase=phase, batch=batch, seq_len=seq_len)
 
     def attention(self, i: int) -> Layer:
+        """The layer's mixer: attention (full, sliding, chunked), MLA or Mamba."""
+        mixer = self.config.layer_mixers[i]
+        if mixer == "mamba":
+            return mamba_layer(self.config, self.shape, i)
+        if mixer == "mla":
+            if self.shape.phase == "decode":
+                return mla_absorb_layer(self.config, self.shape, i)
+            return mla_layer(self.config, self.shape, i)
         return attention_layer(self.config, self.shape, i)
 
     def ffn(self, i: int) -> Layer:
@@ -87,7 +97,9 @@ class TransformerModel:
     def get_memory_footprint(self) -> MemoryFootprint:
         mc, s = self.config, self.shape
         b = mc.dtype_bytes
-        kv = s.batch * s.seq_len * mc.num_hidden_layers * mc.kv_bytes_per_token_layer()
+        # per layer: the keys it keeps (context, window or chunk) x bytes per key, or a Mamba layer's state
+        kv = s.batch * sum(mc.keys_per_query(i, s.seq_len) * mc.kv_bytes_per_token_layer(i)
+                           + mc.state_bytes_per_sequence(i) for i in range(mc.num_hidden_layers))
         act_peak = max((op.memory.activation_bytes + op.memory.write_bytes for la in self.layers for op in la.ops),
                        default=0)
         return MemoryFootprint(weight_bytes=self.params_total * b, active_weight_bytes=self.params_active * b,
@@ -137,11 +149,6 @@ class LlamaModel(TransformerModel):
 
 class DeepSeekModel(TransformerModel):
     """DeepSeek-V2/V3: MLA (prefill form; absorbed form in decode), dense-first layers, MoE with shared experts."""
-
-    def attention(self, i: int) -> Layer:
-        if self.shape.phase == "decode":
-            return mla_absorb_layer(self.config, self.shape, i)
-        return mla_layer(self.config, self.shape, i)
 
 
 def build_ir(mc: ModelConfig, *, phase: Phase = "decode", batch: int = 1, seq_len: int = 2048) -> TransformerModel:

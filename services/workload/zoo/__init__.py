@@ -1,27 +1,54 @@
-"""The model zoo: HuggingFace-style ``config.json`` files shipped with the package (``<name>.json`` beside this
-module, copied from ``../shared/reference/models/model_configs.json``), plus models registered at run time.
+"""The model zoo: HuggingFace ``config.json`` files shipped with the package (``<name>.json`` beside this module,
+copied from ``../shared/reference/models/model_configs.json``), plus the models users register.
 
-Names are lower-case with dashes (``mixtral-8x7b``); lookups normalise case and underscores.
+Registered models are **persisted**: ``<models_dir>/<name>.json`` (``TASMOE_MODELS_DIR``, default
+``<results_dir>/models``) holds the config.json, its content hash (SHA-256 of the canonical JSON: sorted keys, no
+spaces) and whether the generic mapping was asked for. Every process (each replica, a restarted cluster) reads that
+folder, so a model registered through one replica is seen by all that share the folder (a volume in compose/k8s).
+A name is bound to one content: registering the same config again is a no-op, a different config under a taken name
+(or a shipped model's name) is a conflict. Files are written atomically (temporary file + rename).
+
+Names are lower-case with dashes (``mixtral-8x7b``); lookups normalise case and underscores. A workload may also
+carry its config inline (``model: {config: {...}}``): ``resolve_model`` builds it, named ``user-<hash12>`` unless the
+inline entry names it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
+import tempfile
+import threading
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from services.workload.ir.model_config import ModelConfig, from_hf_config
-from shared.errors import BadInput, NotFound
+from services.workload.ir.hf_config import from_hf_config
+from services.workload.ir.model_config import ModelConfig
+from shared.configs.workload import InlineModel
+from shared.errors import BadInput, Conflict, NotFound
+from shared.settings import get_settings
 
 ZOO_DIR = Path(__file__).resolve().parent
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{0,63}$")
+MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB; 1 MiB bounds what a registration stores
 
-_registered: dict[str, ModelConfig] = {}
+_lock = threading.Lock()
+_registered: dict[str, tuple[str, ModelConfig]] = {}  # name -> (sha256, config): this process's view
+_inline: dict[str, ModelConfig] = {}  # sha256:generic -> config of inline workload models (bounded below)
 
 
 def normalize_name(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def config_hash(raw: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a config.json mapping (sorted keys, compact separators)."""
+    text = json.dumps(raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @cache
@@ -32,40 +59,159 @@ def _shipped() -> dict[str, ModelConfig]:
     return out
 
 
+def models_dir() -> Path:
+    s = get_settings()
+    return s.models_dir if s.models_dir is not None else s.results_dir / "models"
+
+
+def _load_file(path: Path) -> tuple[str, ModelConfig] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        name = str(doc["name"])
+        return str(doc["sha256"]), from_hf_config(doc["config"], name=name, generic=bool(doc.get("generic")))
+    except (OSError, ValueError, KeyError, TypeError, BadInput):
+        return None  # a half-written or foreign file is not a model
+
+
+def _persisted(name: str) -> tuple[str, ModelConfig] | None:
+    """The registered model ``name`` from the models folder (re-read when its content hash changed)."""
+    path = models_dir() / f"{name}.json"
+    if not path.is_file():
+        return None
+    loaded = _load_file(path)
+    if loaded is not None:
+        with _lock:
+            _registered[name] = loaded
+    return loaded
+
+
+def _persisted_names() -> list[str]:
+    d = models_dir()
+    if not d.is_dir():
+        return []
+    return sorted(p.stem for p in d.glob("*.json") if NAME_RE.match(p.stem))
+
+
 def known_models() -> list[str]:
-    return sorted({*_shipped(), *_registered})
+    return sorted({*_shipped(), *_registered, *_persisted_names()})
+
+
+def registered_models() -> list[str]:
+    return sorted({*_registered, *_persisted_names()} - set(_shipped()))
+
+
+def model_hash(name: str) -> str | None:
+    """Content hash of a registered model (None for a shipped one)."""
+    key = normalize_name(name)
+    found = _registered.get(key) or _persisted(key)
+    return found[0] if found else None
 
 
 def get_model_config(name: str) -> ModelConfig:
-    """The zoo model ``name``; ``NotFound`` (404) listing the known names otherwise."""
+    """The zoo or registered model ``name``; ``NotFound`` (404) listing the known names otherwise."""
     key = normalize_name(name)
-    mc = _registered.get(key) or _shipped().get(key)
-    if mc is None:
+    shipped = _shipped().get(key)
+    if shipped is not None:
+        return shipped
+    found = _registered.get(key) or _persisted(key)
+    if found is None:
         raise NotFound(f"unknown model {name!r}; known models: {', '.join(known_models())}", field="model",
                        code="unknown_model")
+    return found[1]
+
+
+def resolve_model(model: str | InlineModel) -> ModelConfig:
+    """A workload's model: a zoo/registered name, or an inline config.json (built once per content)."""
+    if isinstance(model, str):
+        return get_model_config(model)
+    if not isinstance(model.config, Mapping):
+        raise BadInput("model.config: a path must be read into the config before it reaches a service (tasmoe "
+                       "inlines files it loads); send the config.json object itself", field="model.config")
+    key = f"{config_hash(model.config)}:{int(model.generic)}"
+    mc = _inline.get(key)
+    if mc is None:
+        mc = from_hf_config(model.config, name=model.label, generic=model.generic)
+        with _lock:
+            if len(_inline) >= get_settings().cache_size:
+                _inline.pop(next(iter(_inline)))
+            _inline[key] = mc
     return mc
 
 
-def register_model(name: str, hf_config: Mapping[str, Any]) -> ModelConfig:
-    """Add (or replace) a model built from a HuggingFace-style ``config.json`` mapping for this process."""
+def register_model(name: str, hf_config: Mapping[str, Any], *, generic: bool = False,
+                   persist: bool = True) -> ModelConfig:
+    """Register a model built from a HuggingFace ``config.json`` mapping: validated first (nothing is stored for
+    a config that does not build), then persisted atomically unless ``persist`` is False (this process only).
+    Same name and content again: a no-op; another content under a taken or shipped name: ``Conflict`` (409)."""
     key = normalize_name(name)
-    if not key:
-        raise BadInput("model name must not be empty", field="name")
-    mc = from_hf_config(hf_config, name=key)
-    _registered[key] = mc
+    if not NAME_RE.match(key):
+        raise BadInput(f"model name {name!r} must be 1-64 characters of letters, digits, '.', '-' or '_' "
+                       "(starting with a letter or digit)", field="name")
+    if key in _shipped():
+        raise Conflict(f"model name {key!r} is a shipped model; choose another name", field="name")
+    if not isinstance(hf_config, Mapping):
+        raise BadInput("config.json must be a JSON object", field="config")
+    try:
+        sha = config_hash(hf_config)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"config.json is not plain JSON: {exc}", field="config") from None
+    mc = from_hf_config(hf_config, name=key, generic=generic)
+    existing = _registered.get(key) or (_persisted(key) if persist else None)
+    if existing is not None and existing[0] != sha:
+        raise Conflict(f"model {key!r} is already registered with another config.json (sha256 "
+                       f"{existing[0][:12]}); register this one under another name", field="name")
+    if persist and existing is None:
+        _write_atomic(models_dir() / f"{key}.json",
+                      {"name": key, "sha256": sha, "generic": generic, "config": dict(hf_config)})
+    with _lock:
+        _registered[key] = (sha, mc)
     return mc
 
 
-def register_model_file(path: str | Path, name: str | None = None) -> ModelConfig:
+def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    if len(text) > MAX_CONFIG_BYTES:
+        raise BadInput(f"config.json is {len(text)} bytes; at most {MAX_CONFIG_BYTES}", field="config")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A config.json file as a mapping; ``BadInput`` naming the file for a missing or malformed one."""
     p = Path(path)
     if not p.is_file():
         raise BadInput(f"{p}: file not found", field="config")
     try:
         raw = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{p}: malformed JSON: {exc.msg} (line {exc.lineno})", field="config") from None
-    return register_model(name or p.stem, raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f" (line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
+        raise BadInput(f"{p}: malformed JSON{where}: {exc}", field="config") from None
+    if not isinstance(raw, dict):
+        raise BadInput(f"{p}: config.json must be a JSON object", field="config")
+    return raw
 
 
-def unregister_model(name: str) -> None:
-    _registered.pop(normalize_name(name), None)
+def register_model_file(path: str | Path, name: str | None = None, *, generic: bool = False,
+                        persist: bool = False) -> ModelConfig:
+    """Register ``path`` (named after the file unless ``name``); by default for this process only (the CLI's
+    ``--config``); ``persist`` stores it like ``POST /v1/models``."""
+    p = Path(path)
+    return register_model(name or p.stem, read_config_file(p), generic=generic, persist=persist)
+
+
+def unregister_model(name: str, *, delete: bool = False) -> None:
+    """Forget a registered model in this process (and delete its persisted file when ``delete``)."""
+    key = normalize_name(name)
+    with _lock:
+        _registered.pop(key, None)
+    if delete:
+        (models_dir() / f"{key}.json").unlink(missing_ok=True)

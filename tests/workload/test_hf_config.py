@@ -1,0 +1,232 @@
+"""config.json per family (issue 18): per-layer structure, validation that names the config.json key, models
+registered through POST /v1/models and persisted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from services.cli import main
+from services.workload import zoo
+from services.workload.app import create_app
+from services.workload.ir import SUPPORTED, build_ir, from_hf_config
+from shared.errors import BadInput, Conflict
+from shared.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+TINY: dict[str, dict[str, Any]] = {
+    "qwen2_moe": {"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 4,
+                  "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": 8, "num_experts_per_tok": 2,
+                  "moe_intermediate_size": 32, "shared_expert_intermediate_size": 96, "vocab_size": 100,
+                  "decoder_sparse_step": 1, "mlp_only_layers": []},
+    "qwen3_moe": {"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 6,
+                  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_experts": 8,
+                  "num_experts_per_tok": 2, "moe_intermediate_size": 32, "vocab_size": 100,
+                  "decoder_sparse_step": 2, "mlp_only_layers": [3]},
+    "llama4": {"model_type": "llama4", "text_config": {
+        "model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 32, "intermediate_size_mlp": 128,
+        "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "num_local_experts": 4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "vocab_size": 100,
+        "attention_chunk_size": 64}},
+    "jamba": {"model_type": "jamba", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 8,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2,
+              "attn_layer_period": 4, "attn_layer_offset": 2, "expert_layer_period": 2, "expert_layer_offset": 1,
+              "mamba_d_state": 8, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_dt_rank": "auto", "vocab_size": 100},
+    "dbrx": {"model_type": "dbrx", "d_model": 64, "n_heads": 4, "n_layers": 2, "max_seq_len": 512, "vocab_size": 100,
+             "attn_config": {"kv_n_heads": 2}, "ffn_config": {"ffn_hidden_size": 96, "moe_num_experts": 4,
+                                                             "moe_top_k": 2}},
+    "mistral": {"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "sliding_window": 256},
+    "gpt_oss": {"model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 4,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_local_experts": 4,
+                "num_experts_per_tok": 2, "sliding_window": 128, "vocab_size": 100,
+                "layer_types": ["sliding_attention", "full_attention"] * 2},
+}
+
+
+def _mc(family: str, **patch: Any) -> Any:
+    return from_hf_config({**TINY[family], **patch}, name=f"tiny-{family}")
+
+
+def test_qwen2_moe_counts_its_shared_expert_and_gate() -> None:
+    """The issue's example: shared_expert_intermediate_size 0 and 96 gave the same model."""
+    with_shared, without = build_ir(_mc("qwen2_moe")), build_ir(_mc("qwen2_moe", shared_expert_intermediate_size=0))
+    h, layers = 64, 4
+    assert with_shared.params_total - without.params_total == layers * 3 * h * 96
+    assert with_shared.params_active - without.params_active == layers * 3 * h * 96
+    assert with_shared.flops_by_role()["shared"] > without.flops_by_role()["shared"] > 0  # the gate stays
+
+
+def test_qwen3_moe_layer_pattern() -> None:
+    mc = _mc("qwen3_moe")  # (i+1) % 2 == 0 and i not in [3]
+    assert mc.moe_layers == [1, 5] and mc.layer_mlps.count("dense") == 4
+
+
+def test_llama4_interleaved_moe_dense_widths_and_chunked_attention() -> None:
+    mc = _mc("llama4")
+    assert mc.moe_layers == [1, 3, 5, 7] and mc.intermediate_size == 128
+    assert mc.moe is not None and mc.moe.shared_width == 32 and mc.moe.moe_intermediate_size == 32
+    assert mc.layer_mixers == ("chunked_attention",) * 3 + ("full_attention",) + ("chunked_attention",) * 3 + (
+        "full_attention",)
+    assert mc.keys_per_query(0, 100) == 100 - 64 and mc.keys_per_query(3, 100) == 100
+
+
+def test_jamba_mamba_and_expert_layers() -> None:
+    mc = _mc("jamba")
+    assert [i for i, m in enumerate(mc.layer_mixers) if m != "mamba"] == [2, 6]
+    assert mc.moe_layers == [1, 3, 5, 7]
+    ir = build_ir(mc, batch=2, seq_len=1000)
+    mamba = [la for la in ir.layers if la.op_type == "mamba"]
+    assert len(mamba) == 6
+    di, ds, R = 128, 8, 4  # dt_rank auto = ceil(64 / 16)
+    expected = (64 * 2 * di) + (di * 4 + di) + di * (R + 2 * ds) + (R + 2 * ds) + (R * di + di) + (di * ds + di) + \
+        di * 64 + 64
+    assert mamba[0].params_total == expected
+    # A Mamba layer keeps a fixed state per sequence instead of a KV cache that grows with the context
+    fp = ir.get_memory_footprint()
+    assert fp.kv_cache_bytes == 2 * (2 * 1000 * 2 * 2 * 16 * 2 + 6 * di * (ds + 3) * 2)
+
+
+def test_dbrx_nested_config_is_a_moe() -> None:
+    mc = _mc("dbrx")
+    assert mc.moe is not None and mc.moe.num_routed_experts == 4 and mc.moe.num_activated_experts == 2
+    assert mc.num_key_value_heads == 2 and mc.norm == "layernorm_nobias" and mc.moe_layers == [0, 1]
+    with pytest.raises(BadInput) as exc:
+        _mc("dbrx", ffn_config={"ffn_hidden_size": 96, "moe_num_experts": 4, "moe_top_k": 5})
+    assert exc.value.field == "ffn_config.moe_top_k"
+
+
+def test_sliding_window_bounds_kv_cache_and_attention() -> None:
+    slid, full = _mc("mistral"), _mc("mistral", sliding_window=None)
+    a, b = build_ir(slid, seq_len=4096), build_ir(full, seq_len=4096)
+    assert a.get_memory_footprint().kv_cache_bytes * 16 == b.get_memory_footprint().kv_cache_bytes
+    assert a.flops_by_role()["attn"] < b.flops_by_role()["attn"]
+    assert a.params_total == b.params_total
+    oss = _mc("gpt_oss")
+    assert oss.layer_mixers == ("sliding_attention", "full_attention") * 2 and oss.keys_per_query(0, 4096) == 128
+
+
+def test_every_supported_family_is_listed_in_the_error() -> None:
+    with pytest.raises(BadInput) as exc:
+        from_hf_config({**TINY["mistral"], "model_type": "falcon_mamba"}, name="x")
+    assert exc.value.field == "model_type"
+    assert all(f in exc.value.message for f in SUPPORTED) and "generic" in exc.value.message
+    mc = from_hf_config({**TINY["mistral"], "model_type": "falcon_mamba"}, name="x", generic=True)
+    assert mc.family == "generic"
+
+
+BAD: list[tuple[str, dict[str, Any], str, str]] = [
+    ("mixtral-negative-experts", {"model_type": "mixtral", "num_local_experts": -8}, "num_local_experts", ">= 1"),
+    ("qwen3-negative-experts", {"model_type": "qwen3_moe", "num_experts": -8}, "num_experts", ">= 0"),
+    ("string-int", {"hidden_size": "abc"}, "hidden_size", "integer"),
+    ("fractional", {"hidden_size": 2048.7}, "hidden_size", "integer"),
+    ("bool-int", {"num_hidden_layers": True}, "num_hidden_layers", "integer"),
+    ("string-bool", {"tie_word_embeddings": "false"}, "tie_word_embeddings", "true or false"),
+    ("topk", {"num_experts_per_tok": 9}, "num_experts_per_tok", "<= num_local_experts"),
+    ("heads", {"num_attention_heads": 5}, "num_key_value_heads", "multiple"),
+    ("zero-heads", {"num_key_value_heads": 0}, "num_key_value_heads", ">= 1"),
+    ("pattern", {"model_type": "qwen3_moe", "num_experts": 8, "mlp_only_layers": [7]}, "mlp_only_layers",
+     "outside"),
+    ("layer-types", {"layer_types": ["full_attention"]}, "layer_types", "lists 1 layers"),
+    ("layer-type-name", {"layer_types": ["full_attention", "linear"]}, "layer_types", "linear"),
+    ("jamba-offset", {"model_type": "jamba", "num_experts": 4, "attn_layer_period": 2, "attn_layer_offset": 2},
+     "attn_layer_offset", "< attn_layer_period"),
+    ("nested-text", {"model_type": "llama4", "text_config": "x"}, "text_config", "JSON object"),
+]
+
+
+@pytest.mark.parametrize(("patch", "field", "words"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_validation_names_the_config_key(patch: dict[str, Any], field: str, words: str) -> None:
+    base = {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32, "vocab_size": 100}
+    with pytest.raises(BadInput) as exc:
+        from_hf_config({**base, **patch}, name="bad")
+    assert exc.value.field == field, exc.value.message
+    assert field in exc.value.message and words in exc.value.message
+
+
+def test_integral_floats_are_integers() -> None:
+    mc = from_hf_config({**TINY["mistral"], "hidden_size": 64.0}, name="f")
+    assert mc.hidden_size == 64 and isinstance(mc.hidden_size, int)
+
+
+def test_cli_bad_config_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({**TINY["mistral"], "hidden_size": "abc"}))
+    assert main(["ir", "--config", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "hidden_size" in err and "Traceback" not in err
+
+
+# --- POST /v1/models -------------------------------------------------------------------------------------------
+@pytest.fixture()
+def models_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    models = tmp_path / "models"
+    monkeypatch.setenv("TASMOE_MODELS_DIR", str(models))
+    from shared.settings import get_settings
+
+    get_settings.cache_clear()
+    zoo._registered.clear()
+    try:
+        with TestClient(create_app(Settings(results_dir=tmp_path / "results"))) as c:
+            yield c, models
+    finally:
+        zoo._registered.clear()
+        get_settings.cache_clear()
+
+
+def test_register_list_use_and_conflicts(models_client: Any) -> None:
+    client, models = models_client
+    body = {"name": "My_Jamba", "config": TINY["jamba"]}
+    r = client.post("/v1/models", json=body)
+    assert r.status_code == 201, r.text
+    s = r.json()
+    assert s["name"] == "my-jamba" and s["registered"] and len(s["sha256"]) == 64
+    assert s["mixers"] == {"mamba": 6, "full_attention": 2}
+    assert client.post("/v1/models", json=body).status_code == 200  # same content: a no-op
+    r = client.post("/v1/models", json={"name": "my-jamba", "config": {**TINY["jamba"], "num_experts": 8}})
+    assert r.status_code == 409 and r.json()["error"]["field"] == "name"
+    assert client.post("/v1/models", json={"name": "mixtral-8x7b", "config": TINY["mistral"]}).status_code == 409
+    names = [m["name"] for m in client.get("/v1/models").json()["models"]]
+    assert "my-jamba" in names and "mixtral-8x7b" in names
+    assert (models / "my-jamba.json").is_file()
+    # the workload service builds a trace for it, like a zoo model
+    wl = {"model": "my-jamba", "routing": {"topk": 2}, "sequence": {"tokens": 64, "micro_batch": 2, "steps": 2}}
+    r = client.post("/v1/traces", json={"workload": wl, "window_ms": 3})
+    assert r.status_code == 200 and r.json()["moe_layers"] == [1, 3, 5, 7]
+
+
+def test_bad_registration_stores_nothing(models_client: Any) -> None:
+    client, models = models_client
+    r = client.post("/v1/models", json={"name": "broken", "config": {**TINY["qwen3_moe"], "num_experts": -8}})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "num_experts"
+    r = client.post("/v1/models", json={"name": "../etc", "config": TINY["mistral"]})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "name"
+    assert not models.exists() or not any(models.iterdir())
+    assert "broken" not in zoo.known_models()
+
+
+def test_a_registered_model_survives_a_restart_and_is_seen_by_another_process(models_client: Any) -> None:
+    client, models = models_client
+    assert client.post("/v1/models", json={"name": "shared-moe", "config": TINY["dbrx"]}).status_code == 201
+    zoo._registered.clear()  # a restarted process: nothing in memory
+    assert zoo.get_model_config("shared-moe").moe is not None
+    code = "from services.workload.zoo import get_model_config as g; print(g('shared-moe').moe.num_routed_experts)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                         env={**os.environ, "TASMOE_MODELS_DIR": str(models)})
+    assert out.stdout.strip() == "4"
+
+
+def test_register_model_refuses_another_config_under_a_taken_name(models_client: Any) -> None:
+    zoo.register_model("x-moe", TINY["dbrx"])
+    with pytest.raises(Conflict):
+        zoo.register_model("x-moe", {**TINY["dbrx"], "vocab_size": 101})
