@@ -60,7 +60,8 @@ def list_models() -> dict[str, list[dict[str, Any]]]:
 
 
 @router.post("/models", status_code=201, responses={200: {"description": "already registered with this config"},
-                                                      409: {"description": "the name is taken by another config"}})
+                                                      409: {"description": "the name is taken by another config"},
+                                                      429: {"description": "the registry is full"}})
 def register_model(body: ModelRegistration, response: Response) -> dict[str, Any]:
     """Register a model from its config.json: validated (422 naming the config.json key), content-hashed and
     persisted, so every replica and a restarted cluster know it; workloads then name it."""

@@ -154,6 +154,17 @@ def test_validation_names_the_config_key(patch: dict[str, Any], field: str, word
     assert field in exc.value.message and words in exc.value.message
 
 
+@pytest.mark.parametrize(("patch", "field"), [({}, "num_experts_per_tok"),
+                                              ({"num_experts_per_tok": 8}, "num_experts_per_tok"),
+                                              ({"hidden_size": "x"}, "hidden_size")])
+def test_the_generic_mapping_names_the_key_too(patch: dict[str, Any], field: str) -> None:
+    base = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10,
+            "intermediate_size": 8, "num_local_experts": 4}
+    with pytest.raises(BadInput) as exc:
+        from_hf_config({**base, **patch}, name="g", generic=True)
+    assert exc.value.field == field, exc.value.message
+
+
 def test_integral_floats_are_integers() -> None:
     mc = from_hf_config({**TINY["mistral"], "hidden_size": 64.0}, name="f")
     assert mc.hidden_size == 64 and isinstance(mc.hidden_size, int)
@@ -230,3 +241,17 @@ def test_register_model_refuses_another_config_under_a_taken_name(models_client:
     zoo.register_model("x-moe", TINY["dbrx"])
     with pytest.raises(Conflict):
         zoo.register_model("x-moe", {**TINY["dbrx"], "vocab_size": 101})
+
+
+def test_a_registration_race_is_decided_by_the_file_that_won(models_client: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two replicas register one name at once: the second's link fails and the winner's content decides."""
+    _, models = models_client
+    zoo.register_model("raced", TINY["dbrx"])
+    zoo._registered.clear()
+    monkeypatch.setattr(zoo, "_persisted", lambda name: None)  # this replica checked before the other one wrote
+    zoo.register_model("raced", TINY["dbrx"])  # same content: fine
+    with pytest.raises(Conflict):
+        zoo.register_model("raced", {**TINY["dbrx"], "vocab_size": 101})
+    assert json.loads((models / "raced.json").read_text())["config"]["vocab_size"] == 100
+    assert not list(models.glob(".*.tmp"))  # no temporary file left behind

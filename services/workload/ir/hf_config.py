@@ -253,16 +253,18 @@ def _qwen2(r: Raw, name: str, family: str = "qwen2") -> dict[str, Any]:
     return data
 
 
-def _qwen2_moe(r: Raw, name: str) -> dict[str, Any]:
-    data = _qwen2(r, name, "qwen2_moe")
+def _qwen_moe(r: Raw, data: dict[str, Any], *, shared: bool) -> dict[str, Any]:
+    """A Qwen2/3 dense config plus its MoE layers (``_qwen_moe_mlps``); Qwen2-MoE adds a gated shared expert."""
     n = data["num_hidden_layers"]
     ek = _experts_key(r)
     experts = r.integer(ek, 0, ge=0, le=MAX_EXPERTS)
     data["mlps"] = mlps = _qwen_moe_mlps(r, n, experts)
     if "moe" in mlps:
-        data["moe"] = _moe(experts, _topk(r, experts, experts_key=ek), r.integer("moe_intermediate_size"),
-                           shared_intermediate_size=r.integer("shared_expert_intermediate_size", 0, ge=0),
-                           shared_expert_gate=True)
+        extra: dict[str, Any] = {}
+        if shared:
+            extra = {"shared_intermediate_size": r.integer("shared_expert_intermediate_size", 0, ge=0),
+                     "shared_expert_gate": True}
+        data["moe"] = _moe(experts, _topk(r, experts, experts_key=ek), r.integer("moe_intermediate_size"), **extra)
     return data
 
 
@@ -272,17 +274,6 @@ def _qwen3(r: Raw, name: str, family: str = "qwen3") -> dict[str, Any]:
     bias = r.flag("attention_bias", False)
     data.update(attention_bias=bias, o_proj_bias=bias, qk_norm="head")
     _qwen_mixers(r, data)
-    return data
-
-
-def _qwen3_moe(r: Raw, name: str) -> dict[str, Any]:
-    data = _qwen3(r, name, "qwen3_moe")
-    n = data["num_hidden_layers"]
-    ek = _experts_key(r)
-    experts = r.integer(ek, 0, ge=0, le=MAX_EXPERTS)
-    data["mlps"] = mlps = _qwen_moe_mlps(r, n, experts)
-    if "moe" in mlps:
-        data["moe"] = _moe(experts, _topk(r, experts, experts_key=ek), r.integer("moe_intermediate_size"))
     return data
 
 
@@ -462,8 +453,9 @@ def _granitemoe(r: Raw, name: str) -> dict[str, Any]:
 
 
 FAMILIES: dict[str, Callable[[Raw, str], dict[str, Any]]] = {
-    "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen2_moe": _qwen2_moe,
-    "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
+    "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2,
+    "qwen2_moe": lambda r, n: _qwen_moe(r, _qwen2(r, n, "qwen2_moe"), shared=True),
+    "qwen3": _qwen3, "qwen3_moe": lambda r, n: _qwen_moe(r, _qwen3(r, n, "qwen3_moe"), shared=False),
     "deepseek_v2": lambda r, n: _deepseek(r, n, "deepseek_v2"),
     "deepseek_v3": lambda r, n: _deepseek(r, n, "deepseek_v3"),
     "olmoe": _olmoe, "phimoe": _phimoe, "gpt_oss": _gpt_oss, "dbrx": _dbrx, "jamba": _jamba,
@@ -541,6 +533,12 @@ def _generic(r: Raw, name: str) -> dict[str, Any]:
         if data["mla"]["v_head_dim"] is not None:
             data["head_dim"] = data["mla"]["v_head_dim"]
     if is_moe:
+        if _alias(r, "num_activated_experts") is None:
+            raise BadInput("config.json has no " + " / ".join(_ALIASES["num_activated_experts"]) + " (experts per "
+                           "token)", field="num_experts_per_tok")
+        k_key = next(a for a in _ALIASES["num_activated_experts"] if r.has(a))
+        if _alias(r, "num_activated_experts") > n_experts:
+            raise r.bad(k_key, f"must be <= the {n_experts} routed experts, got {_alias(r, 'num_activated_experts')}")
         moe: dict[str, Any] = {
             "num_routed_experts": n_experts,
             "num_activated_experts": _alias(r, "num_activated_experts"),

@@ -29,12 +29,13 @@ from typing import Any
 from services.workload.ir.hf_config import from_hf_config
 from services.workload.ir.model_config import ModelConfig
 from shared.configs.workload import InlineModel
-from shared.errors import BadInput, Conflict, NotFound
+from shared.errors import BadInput, Conflict, NotFound, QuotaExceeded
 from shared.settings import get_settings
 
 ZOO_DIR = Path(__file__).resolve().parent
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{0,63}$")
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB; 1 MiB bounds what a registration stores
+MAX_REGISTERED = 1024  # registered models in the folder (429 beyond): bounds the folder at 1 GiB
 
 _lock = threading.Lock()
 _registered: dict[str, tuple[str, ModelConfig]] = {}  # name -> (sha256, config): this process's view
@@ -161,14 +162,19 @@ def register_model(name: str, hf_config: Mapping[str, Any], *, generic: bool = F
         raise Conflict(f"model {key!r} is already registered with another config.json (sha256 "
                        f"{existing[0][:12]}); register this one under another name", field="name")
     if persist and existing is None:
-        _write_atomic(models_dir() / f"{key}.json",
-                      {"name": key, "sha256": sha, "generic": generic, "config": dict(hf_config)})
+        if len(_persisted_names()) >= MAX_REGISTERED:
+            raise QuotaExceeded(f"{MAX_REGISTERED} models are registered; no more can be", field="name")
+        _write_exclusive(models_dir() / f"{key}.json",
+                         {"name": key, "sha256": sha, "generic": generic, "config": dict(hf_config)})
     with _lock:
         _registered[key] = (sha, mc)
     return mc
 
 
-def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
+def _write_exclusive(path: Path, doc: dict[str, Any]) -> None:
+    """Write ``path`` whole or not at all, and only if no one else has: the content goes to a temporary file that is
+    hard-linked to the final name (``link`` fails when the name exists, also when another replica won the race; the
+    winner's content then decides: the same hash is fine, another is a ``Conflict``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(doc, indent=1, sort_keys=True)
     if len(text) > MAX_CONFIG_BYTES:
@@ -179,10 +185,15 @@ def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            other = _load_file(path)
+            if other is None or other[0] != doc["sha256"]:
+                raise Conflict(f"model {doc['name']!r} was just registered with another config.json; register "
+                               "this one under another name", field="name") from None
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
