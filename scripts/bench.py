@@ -1,20 +1,28 @@
-"""`make bench`: run every service's benchmarks (``services/<name>/bench.py: bench()``) and write BENCHMARKS.md."""
+"""`make bench`: run every service's benchmarks (``services/<name>/bench.py: bench()``) and write BENCHMARKS.md.
+
+A benchmark that needs another service's answers takes the services as ``bench(clients)``: they run in this process,
+wired to each other, and are reached over HTTP as in a run (no service imports another)."""
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import platform
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 from services import optional_module
+from services.root_app import embedded
 from shared import SERVICES
 from shared.bench import BenchRow
 from shared.blas import limit_blas_threads
-from shared.settings import load_settings
+from shared.client import ServiceClients
+from shared.settings import Settings, load_settings
 
 
 def _table(rows: list[BenchRow]) -> list[str]:
@@ -49,25 +57,43 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     failed: list[str] = []
-    for name in args.only or SERVICES:
-        mod = optional_module(name, "bench")
-        if mod is None:
-            continue
-        print(f"bench: {name} ...", file=sys.stderr, flush=True)
-        t0 = time.perf_counter()
-        try:
-            rows: list[BenchRow] = mod.bench()
-        except Exception as exc:  # one service's failure must not lose the others' rows (written at the end)
-            traceback.print_exc()
-            failed.append(name)
-            rows = [BenchRow(f"{name}: the benchmark failed", f"{type(exc).__name__}: {exc}"[:300])]
-        lines += [f"## {name}", "", *_table(rows), "", f"({time.perf_counter() - t0:.1f} s)", ""]
+    with ExitStack() as stack:
+        clients: ServiceClients | None = None
+
+        def services() -> ServiceClients:
+            """The services in process, wired to each other: for benchmarks that ask another service (as a run
+            does) instead of importing it."""
+            nonlocal clients
+            if clients is None:
+                clients = stack.enter_context(embedded(Settings())).clients
+            return clients
+
+        failed += _run_all(args.only or list(SERVICES), lines, services)
     history = Path(__file__).resolve().parents[1] / "docs" / "bench_history.md"
     if history.is_file():
         lines += [history.read_text(encoding="utf-8").rstrip(), ""]
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {args.out}" + (f"; FAILED: {', '.join(failed)}" if failed else ""), file=sys.stderr)
     return 1 if failed else 0
+
+
+def _run_all(names: list[str], lines: list[str], services: Callable[[], ServiceClients]) -> list[str]:
+    failed: list[str] = []
+    for name in names:
+        mod = optional_module(name, "bench")
+        if mod is None:
+            continue
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        try:
+            wants_services = bool(inspect.signature(mod.bench).parameters)
+            rows: list[BenchRow] = mod.bench(services()) if wants_services else mod.bench()
+        except Exception as exc:  # one service's failure must not lose the others' rows (written at the end)
+            traceback.print_exc()
+            failed.append(name)
+            rows = [BenchRow(f"{name}: the benchmark failed", f"{type(exc).__name__}: {exc}"[:300])]
+        lines += [f"## {name}", "", *_table(rows), "", f"({time.perf_counter() - t0:.1f} s)", ""]
+    return failed
 
 
 if __name__ == "__main__":

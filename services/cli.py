@@ -9,15 +9,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from services import optional_module
 from services.commands import COMMANDS
 from shared import DEFAULT_PORTS, SERVICES
 from shared.errors import BadInput, NotFound, TasmoeError
 from shared.logging import setup_logging
+
+if TYPE_CHECKING:  # httpx only for the commands that call services
+    from shared.client import ServiceClients
 
 EXIT_USAGE = 2
 
@@ -185,6 +189,17 @@ def build_parser(only: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     return parser
 
 
+@contextmanager
+def _local_services() -> Iterator[ServiceClients]:
+    """The services in this process, wired to one another, for a command that needs another service's answers
+    (``tasmoe place`` asks the workload and thermal services): the same HTTP path as a run, no server started."""
+    from services.root_app import embedded
+    from shared.settings import load_settings
+
+    with embedded(load_settings()) as emb:
+        yield emb.clients
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `tasmoe hotspot ...` imports the thermal service's CLI only, `tasmoe serve thermal` and `tasmoe --help` none.
@@ -199,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             settings = load_settings()
             setup_logging(args.log_level or settings.log_level, json_lines=settings.log_json)
+        args.local_services = _local_services
         rc = args.func(args)
     except TasmoeError as exc:
         print(f"tasmoe {args.command}: error: {exc}", file=sys.stderr)

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from shared import SERVICES
 from shared.client import ServiceClients
+from shared.peers import wire_peers
 from shared.settings import Settings
 
 
@@ -30,13 +31,18 @@ def create_root_app(settings: Settings) -> FastAPI:
     """All six services mounted under ``/<service>`` on one app; the root lifespan enters each sub-app's lifespan
     (Starlette does not run the lifespans of mounted apps)."""
     apps = {name: create_service(name, settings) for name in SERVICES}
+    peers = ServiceClients(settings, asgi_apps=apps)  # one process: the services reach each other in process
+    wire_peers(apps, peers)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             for sub in apps.values():
                 await stack.enter_async_context(sub.router.lifespan_context(sub))
-            yield
+            try:
+                yield
+            finally:
+                peers.close()
 
     root = FastAPI(title="tasmoe (all services)", lifespan=lifespan)
     root.state.apps = apps
@@ -65,6 +71,7 @@ class EmbeddedApps:
         self.settings = settings
         self.apps = {name: create_service(name, settings) for name in SERVICES}
         self.clients = ServiceClients(settings, asgi_apps=self.apps)
+        wire_peers(self.apps, self.clients)
 
 
 @contextmanager

@@ -33,3 +33,11 @@ MAX_STAGES = 65536
 
 Experts = Annotated[int, Field(ge=1, le=MAX_EXPERTS)]
 Layers = Annotated[int, Field(ge=1, le=MAX_LAYERS)]
+
+
+def cache_size() -> int:
+    """``TASMOE_CACHE_SIZE``: entries of a service's in-process caches (models, solvers, traces). Settings are read
+    on first use (``shared.settings``), so a module that keeps a cache does not load pydantic-settings at import."""
+    from shared.settings import get_settings
+
+    return get_settings().cache_size

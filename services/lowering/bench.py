@@ -11,6 +11,7 @@ from services.lowering.costmodel import gemm_cost
 from services.lowering.physical import physicalize_window
 from services.lowering.synthetic import default_placement, synthetic_window
 from shared.bench import BenchRow, fmt_s, time_call
+from shared.client import ServiceClients
 from shared.configs.arch import ArchConfig
 from shared.contracts.events import PhysicalState
 from shared.contracts.workload import LogicalWindow
@@ -29,7 +30,9 @@ def _scalesim_wall_s(run: str) -> float | None:
     return None
 
 
-def bench() -> list[BenchRow]:
+def bench(clients: ServiceClients | None = None) -> list[BenchRow]:
+    """``clients``: the services (``make bench`` runs them in process); the Mixtral windows come from the workload
+    service through them."""
     rows: list[BenchRow] = []
     med, _ = time_call(lambda: gemm_cost(1, 4096, 14336, array=(128, 128), dataflow="ws"), repeat=50)
     ref = _scalesim_wall_s("decode_m1_128x128_ws_CALC")
@@ -38,7 +41,7 @@ def bench() -> list[BenchRow]:
                          med < 10e-3, note))
     arch = ArchConfig()
     plc = default_placement(arch)
-    windows, source = _mixtral_windows(12)
+    windows, source = _mixtral_windows(12, clients)
     freq = [2.0] * arch.mesh.n_cores
     lw = windows[0]
     med, _ = time_call(lambda: physicalize_window(0, lw, plc, None, PhysicalState(), arch, freq, 3.0, 1.0),
@@ -62,17 +65,19 @@ def bench() -> list[BenchRow]:
     return rows
 
 
-def _mixtral_windows(n: int) -> tuple[list[LogicalWindow], str]:
-    """The first windows of the shipped Mixtral workload (the workload service's traces), else synthetic ones."""
-    cfg = Path(__file__).resolve().parents[2] / "configs" / "workload_mixtral_8x7b.yaml"
-    try:
-        from services.workload.traces import iter_windows
-        from shared.configs import load_workload
-
-        it = iter_windows(load_workload(cfg), 3.0)
-        return [next(it) for _ in range(n)], "configs/workload_mixtral_8x7b.yaml via the workload service"
-    except (ImportError, OSError, StopIteration):
+def _mixtral_windows(n: int, clients: ServiceClients | None) -> tuple[list[LogicalWindow], str]:
+    """The first windows of the shipped Mixtral workload from the workload service (over HTTP), else synthetic ones
+    (``clients`` None: the benchmark run alone)."""
+    if clients is None:
         return [synthetic_window(k) for k in range(n)], "synthetic window"
+    from shared.configs import load_workload
+
+    cfg = load_workload(Path(__file__).resolve().parents[2] / "configs" / "workload_mixtral_8x7b.yaml")
+    tid = clients["workload"].post_json("/v1/traces", {"workload": cfg.model_dump(mode="json"),
+                                                       "window_ms": 3.0})["trace_id"]
+    windows = [LogicalWindow.model_validate(clients["workload"].get_json(f"/v1/traces/{tid}/windows/{k}"))
+               for k in range(n)]
+    return windows, "configs/workload_mixtral_8x7b.yaml via the workload service"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,14 +18,11 @@ window commit is fenced on the lease owner.
 from __future__ import annotations
 
 import logging
-import threading
-from typing import Any
 
 from celery import Celery
-from celery.signals import worker_ready, worker_shutdown
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.orchestrator.settings import OrchestratorSettings, orchestrator_settings
+from services.orchestrator.settings import orchestrator_settings
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -79,30 +76,3 @@ class CeleryDispatcher:
 
     def shutdown(self) -> None:
         self.app.close()
-
-
-_reaper_stop = threading.Event()
-
-
-@worker_ready.connect
-def _start_reaper(sender: Any = None, **_: Any) -> None:
-    """Every worker re-enqueues runs whose lease expired (their worker died), at start-up and periodically."""
-    from services.orchestrator.tasks import reap_once
-
-    s = OrchestratorSettings()
-
-    def loop() -> None:
-        while True:
-            try:
-                reap_once(s, celery_app)
-            except Exception:
-                log.exception("reaper pass failed")
-            if _reaper_stop.wait(max(s.lease_s / 2, 1.0)):
-                return
-
-    threading.Thread(target=loop, name="tasmoe-reaper", daemon=True).start()
-
-
-@worker_shutdown.connect
-def _stop_reaper(**_: Any) -> None:
-    _reaper_stop.set()

@@ -18,7 +18,6 @@ ever sees uncommitted state.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import multiprocessing
 import signal
@@ -34,6 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.orchestrator import repository as repo
+from services.orchestrator.apps import build_apps, enter_lifespans, preload
 from services.orchestrator.finalize import finalize_experiment
 from services.orchestrator.models import TERMINAL, Experiment, RunStatus, ScenarioRun, utcnow
 from services.orchestrator.settings import OrchestratorSettings
@@ -249,7 +249,6 @@ def _init_worker(database_url: str, schema: str | None, settings: OrchestratorSe
     them) and its own compute services, in-process, with their lifespans entered for the life of the process."""
     global _worker
     from services.orchestrator.db import make_engine, session_factory
-    from services.orchestrator.worker import build_apps, enter_lifespans
 
     # Ctrl-C reaches the whole process group: the parent answers it by setting ``stop``, and the runs in flight give
     # their lease back at the next window boundary, as on the thread pool (instead of dying mid-window)
@@ -279,18 +278,6 @@ def _run_in_worker(run_id: str, lease_s: float) -> RunOutcome:
         raise RuntimeError("ProcessRunner worker not initialised")
     return execute_run(run_id, clients=w.clients, sessions=w.sessions, owner=f"{default_owner()}:{run_id}",
                        lease_s=lease_s, stop=w.stop)
-
-
-def _preload(apps: str | None) -> None:
-    """Import the modules the workers build their services from, so that forked workers share them instead of each
-    importing them again."""
-    if apps:
-        importlib.import_module(apps.partition(":")[0])
-        return
-    from services.orchestrator.runtime import COMPUTE_SERVICES
-
-    for name in COMPUTE_SERVICES:
-        importlib.import_module(f"services.{name}.app")
 
 
 def start_method() -> str:
@@ -325,7 +312,7 @@ class ProcessRunner(_PoolRunner):
         self.restarts = 0
         self.start_method = start_method()
         if self.start_method == "fork":
-            _preload(apps)
+            preload(apps)
         self._stops: list[StopEvent] = []
         pool = self._new_pool()
         super().__init__(sessions=sessions, lease_s=lease_s, stop=self._stops[0], pool=pool)

@@ -22,8 +22,11 @@ from shared.configs.workload import InlineModel
 from shared.contracts.events import WindowTiming
 from shared.contracts.metrics import WindowMetrics
 from shared.contracts.placement import Overlays, Placement, Telemetry
+from shared.contracts.placement_api import JobAccepted, JobStatus, PlacementRequest
 from shared.contracts.thermal import ThermalSnapshot
+from shared.contracts.workload import ExpertLoad, TraceSummary
 from shared.errors import BadInput, NotFound, UpstreamError
+from shared.peers import thermal_influence, thermal_model
 
 PlacementMethod = Literal["default", "heuristic", "milp"]
 Columns = dict[str, list[Any]]  # a columnar batch as plain JSON (one list per field)
@@ -156,12 +159,11 @@ class Pipeline:
     # ----------------------------------------------------------------------------------------------- workload
     def create_trace(self, workload: WorkloadConfig, window_ms: float) -> TraceInfo:
         body = {"workload": workload.model_dump(mode="json"), "window_ms": window_ms}
-        r = self.clients["workload"].post_json("/v1/traces", body, idempotency_key=self._key("trace"))
-        return TraceInfo(trace_id=str(r["trace_id"]), n_windows=int(r["n_windows"]), n_layers=int(r["n_layers"]),
-                         n_experts=int(r["n_experts"]), moe_layers=[int(x) for x in r["moe_layers"]],
-                         tokens_total=int(r["tokens_total"]),
-                         flops_per_token_expert=float(r["flops_per_token_expert"]),
-                         expert_bytes=float(r["expert_bytes"]))
+        r = TraceSummary.model_validate(self.clients["workload"].post_json("/v1/traces", body,
+                                                                           idempotency_key=self._key("trace")))
+        return TraceInfo(trace_id=r.trace_id, n_windows=r.n_windows, n_layers=r.n_layers, n_experts=r.n_experts,
+                         moe_layers=list(r.moe_layers), tokens_total=r.tokens_total,
+                         flops_per_token_expert=r.flops_per_token_expert, expert_bytes=float(r.expert_bytes))
 
     def logical_window(self, trace: TraceInfo, k: int, *, workload: WorkloadConfig, window_ms: float) -> WindowData:
         """Window k of the trace; if the service forgot the trace (restart, LRU), re-create it and retry once."""
@@ -186,28 +188,15 @@ class Pipeline:
         except NotFound:
             self.create_trace(workload, window_ms)
             r = self.clients["workload"].get_json(path)
-        return [[float(x) for x in row] for row in r["load"]]
+        return ExpertLoad.model_validate(r).load
 
     # ------------------------------------------------------------------------------------------------ thermal
     def thermal_model(self, arch: ArchConfig) -> str:
-        r = self.clients["thermal"].post_json("/v1/models", {"arch": arch.model_dump(mode="json")},
-                                              idempotency_key=self._key("thermal-model"))
-        return str(r["model"])
+        return thermal_model(self.clients, arch, idempotency_key=self._key("thermal-model"))
 
     def influence(self, model_hash: str, arch: ArchConfig) -> list[list[float]]:
         """The cores × cores influence matrix H (K/W); rebuilds the model if the service forgot it."""
-        path = f"/v1/models/{model_hash}/influence"
-        try:
-            r = self.clients["thermal"].get_json(path)
-        except NotFound:
-            self.thermal_model(arch)
-            r = self.clients["thermal"].get_json(path)
-        for key in ("H", "matrix", "influence", "h"):
-            if isinstance(r, dict) and key in r:
-                return [[float(x) for x in row] for row in r[key]]
-        if isinstance(r, list):
-            return [[float(x) for x in row] for row in r]
-        raise UpstreamError(f"thermal: influence response has no matrix field (keys: {sorted(r)})")
+        return thermal_influence(self.clients, arch, model_hash, idempotency_key=self._key("thermal-model")).H
 
     def thermal_step(self, *, arch: RawJson, window: int, window_ms: float, state: dict[str, Any] | None,
                      compute: Columns, memory: Columns, tag: str = "") -> tuple[dict[str, Any], ThermalSnapshot]:
@@ -230,32 +219,27 @@ class Pipeline:
     def placement(self, *, arch: ArchConfig, workload: WorkloadConfig, tas: TasParams, method: PlacementMethod,
                   trace: TraceInfo, expert_load: list[list[float]],
                   H: list[list[float]] | None) -> Placement:
-        body: dict[str, Any] = {
-            "arch": arch.model_dump(mode="json"), "workload": workload.model_dump(mode="json"),
-            "tas": tas.model_dump(mode="json"), "method": method, "expert_load": expert_load,
-            "moe_layers": trace.moe_layers, "expert_flops_per_token": trace.flops_per_token_expert,
-            "expert_bytes": trace.expert_bytes}
-        if H is not None:
-            body["H"] = H
-        client = self.clients["placement"]
-        resp = client.request("POST", "/v1/placements", json=body, idempotency_key=self._key("placement", method))
-        data = json_codec.loads(resp.content)
+        req = PlacementRequest(arch=arch, workload=workload, tas=tas, method=method, expert_load=expert_load,
+                               moe_layers=trace.moe_layers, expert_flops_per_token=trace.flops_per_token_expert,
+                               expert_bytes=trace.expert_bytes, H=H)
+        resp = self.clients["placement"].request("POST", "/v1/placements",
+                                                 content=json_codec.dumps(req.model_dump(mode="json")),
+                                                 idempotency_key=self._key("placement", method))
         if resp.status_code == 202:
-            data = self._poll_placement_job(str(data["job_id"]))
-        return Placement.model_validate(data)
+            return self._poll_placement_job(JobAccepted.model_validate(json_codec.loads(resp.content)).job_id)
+        return Placement.model_validate(json_codec.loads(resp.content))
 
-    def _poll_placement_job(self, job_id: str) -> dict[str, Any]:
+    def _poll_placement_job(self, job_id: str) -> Placement:
         deadline = time.monotonic() + self.milp_timeout_s
         while True:
-            r = self.clients["placement"].get_json(f"/v1/placement-jobs/{job_id}")
-            status = r.get("status")
-            if status in {"succeeded", "done", "finished"} or ("experts" in r and status is None):
-                result: dict[str, Any] = r.get("placement") or r.get("result") or r
-                return result
-            if status in {"failed", "error", "cancelled"}:
-                raise UpstreamError(f"placement: MILP job {job_id} {status}: {r.get('error')}")
+            job = JobStatus.model_validate(self.clients["placement"].get_json(f"/v1/placement-jobs/{job_id}"))
+            if job.status == "done" and job.result is not None:
+                return job.result
+            if job.status in ("failed", "cancelled"):
+                raise UpstreamError(f"placement: MILP job {job_id} {job.status}: {job.error}")
             if time.monotonic() > deadline:
-                raise UpstreamError(f"placement: MILP job {job_id} still {status} after {self.milp_timeout_s:.0f} s")
+                raise UpstreamError(f"placement: MILP job {job_id} still {job.status} after "
+                                    f"{self.milp_timeout_s:.0f} s")
             time.sleep(self.milp_poll_s)
 
     def tacs_step(self, *, telemetry: Telemetry, placement: RawJson, state: dict[str, Any], params: RawJson,

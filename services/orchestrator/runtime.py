@@ -15,16 +15,13 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.orchestrator import repository as repo
+from services.orchestrator.apps import build_apps
 from services.orchestrator.db import open_database
 from services.orchestrator.jobs import Dispatcher, EmbeddedRunner
 from services.orchestrator.settings import orchestrator_settings
-from shared import SERVICES
 from shared.client import ServiceClients
 from shared.logging import bind_run_id
 from shared.settings import Settings
-
-COMPUTE_SERVICES: tuple[str, ...] = tuple(s for s in SERVICES if s != "orchestrator")
-
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +66,7 @@ async def runtime(settings: Settings, *, clients: ServiceClients | None = None,
             dispatcher = CeleryDispatcher(settings, sessions)
         if dispatcher is None:
             if clients is None:
-                from services.root_app import create_service
-
-                apps = {name: create_service(name, settings) for name in COMPUTE_SERVICES}
+                apps = build_apps(settings)
                 for app in apps.values():
                     await stack.enter_async_context(app.router.lifespan_context(app))
                 clients = ServiceClients(settings, asgi_apps=apps)

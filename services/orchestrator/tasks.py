@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery, Task
+from celery.signals import worker_ready, worker_shutdown
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.orchestrator import repository as repo
@@ -52,7 +53,7 @@ def _clients(s: OrchestratorSettings) -> ServiceClients:
     """Service clients of a worker process: over URLs, or over in-process apps (``worker_services``)."""
     if s.worker_services == "urls":
         return ServiceClients(s)
-    from services.orchestrator.worker import build_apps, enter_lifespans
+    from services.orchestrator.apps import build_apps, enter_lifespans
 
     apps = build_apps(s, None if s.worker_services == "embedded" else s.worker_services)
     enter_lifespans(apps)
@@ -92,3 +93,30 @@ def reap_once(settings: OrchestratorSettings, app: Celery) -> list[str]:
         if finalize_once(sessions=res.sessions, clients=res.clients, exp_id=exp_id):
             log.info("reaper finalised %s (its finalising process had died)", exp_id)
     return picked
+
+
+# The reaper lives with the tasks (the worker imports this module through the app's ``include``), so the Celery app
+# module does not import its tasks back.
+_reaper_stop = threading.Event()
+
+
+@worker_ready.connect
+def _start_reaper(sender: Any = None, **_: Any) -> None:
+    """Every worker re-enqueues runs whose lease expired (their worker died), at start-up and periodically."""
+    s = OrchestratorSettings()
+
+    def loop() -> None:
+        while True:
+            try:
+                reap_once(s, celery_app)
+            except Exception:
+                log.exception("reaper pass failed")
+            if _reaper_stop.wait(max(s.lease_s / 2, 1.0)):
+                return
+
+    threading.Thread(target=loop, name="tasmoe-reaper", daemon=True).start()
+
+
+@worker_shutdown.connect
+def _stop_reaper(**_: Any) -> None:
+    _reaper_stop.set()

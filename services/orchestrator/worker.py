@@ -11,15 +11,14 @@ Several workers (or a worker and the API's own pool) may share one database: cla
 from __future__ import annotations
 
 import argparse
-import asyncio
-import importlib
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from typing import Any
 
+from services.orchestrator.apps import build_apps
 from services.orchestrator.db import make_engine, session_factory, upgrade
 from services.orchestrator.jobs import EmbeddedRunner
 from services.orchestrator.models import RunStatus, ScenarioRun
@@ -27,37 +26,6 @@ from services.orchestrator.settings import OrchestratorSettings, orchestrator_se
 from shared.client import ServiceClients
 from shared.logging import setup_logging
 from shared.settings import Settings
-
-
-def build_apps(settings: OrchestratorSettings, factory: str | None) -> dict[str, Any]:
-    """The compute services as ASGI apps: the real ones, or those of ``module:factory(settings)``."""
-    if factory:
-        mod, _, fn = factory.partition(":")
-        make: Callable[[Any], dict[str, Any]] = getattr(importlib.import_module(mod), fn)
-        return make(settings)
-    from services.orchestrator.runtime import COMPUTE_SERVICES
-    from services.root_app import create_service
-
-    return {name: create_service(name, settings) for name in COMPUTE_SERVICES}
-
-
-_lifespan_loops: list[asyncio.AbstractEventLoop] = []
-
-
-def enter_lifespans(apps: dict[str, Any]) -> None:
-    """Enter the apps' lifespans on an event loop in a daemon thread that lives as long as the process (Celery
-    worker children: nothing to tear down, and a daemon thread never holds up the process's exit)."""
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, name="tasmoe-lifespans", daemon=True).start()
-    _lifespan_loops.append(loop)
-    stack = AsyncExitStack()
-
-    async def enter() -> None:
-        await stack.__aenter__()
-        for app in apps.values():
-            await stack.enter_async_context(app.router.lifespan_context(app))
-
-    asyncio.run_coroutine_threadsafe(enter(), loop).result()
 
 
 @contextmanager

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from services.placement import jobs
-from services.placement.schemas import (
+from services.placement.service import balance_for, placement_for, tacs_for, with_thermal_h
+from shared.contracts.placement import Placement
+from shared.contracts.placement_api import (
     BalanceRequest,
     BalanceResponse,
     JobAccepted,
@@ -15,8 +20,7 @@ from services.placement.schemas import (
     TacsStepRequest,
     TacsStepResponse,
 )
-from services.placement.service import balance_for, placement_for, tacs_for
-from shared.contracts.placement import Placement
+from shared.peers import peers_of
 from shared.service_app import JsonBodyRoute, create_service_app, principal_of
 from shared.settings import Settings, get_settings
 
@@ -34,12 +38,19 @@ def create_placement(req: PlacementRequest, request: Request) -> Placement | JSO
     """Default mapping or TAPS. ``method=milp`` answers 202 with a job id (poll ``/placement-jobs/{id}``); a
     principal's queued and running MILP jobs are capped (TASMOE_QUOTA_MILP_JOBS: 429 with Retry-After) and so is the
     HiGHS time limit (TASMOE_MILP_TIME_LIMIT_MAX_S)."""
+    peers = peers_of(request.app)
     if req.method == "milp":
         settings: Settings = request.app.state.settings
-        job_id = jobs.submit(req, owner=principal_of(request).name, max_active=settings.quota_milp_jobs,
-                             time_limit_max_s=settings.milp_time_limit_max_s)
+        req = with_thermal_h(req, peers)  # the job carries its H: it runs without the request
+        job_id = _jobs(request).submit(req, owner=principal_of(request).name, max_active=settings.quota_milp_jobs,
+                                       time_limit_max_s=settings.milp_time_limit_max_s)
         return JSONResponse(status_code=202, content=JobAccepted(job_id=job_id, status="queued").model_dump())
-    return placement_for(req)
+    return placement_for(req, peers)
+
+
+def _jobs(request: Request) -> jobs.MilpJobs:
+    milp: jobs.MilpJobs = request.app.state.milp_jobs
+    return milp
 
 
 def _status(job_id: str, job: jobs._Job) -> JobStatus:
@@ -49,20 +60,20 @@ def _status(job_id: str, job: jobs._Job) -> JobStatus:
 
 @router.get("/placement-jobs/{job_id}", response_model=JobStatus)
 def get_placement_job(job_id: str, request: Request) -> JobStatus:
-    return _status(job_id, jobs.get(job_id, _owner(request)))
+    return _status(job_id, _jobs(request).get(job_id, _owner(request)))
 
 
 @router.delete("/placement-jobs/{job_id}", response_model=JobStatus)
 def cancel_placement_job(job_id: str, request: Request) -> JobStatus:
     """Cancel a MILP job: a queued one never starts; a running one's answer is dropped (HiGHS stops at the latest at
     its capped time limit, then the slot frees)."""
-    return _status(job_id, jobs.cancel(job_id, _owner(request)))
+    return _status(job_id, _jobs(request).cancel(job_id, _owner(request)))
 
 
 @router.post("/tacs/step", response_model=TacsStepResponse)
-def tacs_step_endpoint(req: TacsStepRequest) -> TacsStepResponse:
+def tacs_step_endpoint(req: TacsStepRequest, request: Request) -> TacsStepResponse:
     """One TACS decision: overlays for the next window, the updated replica state and the smoothed temperatures."""
-    return tacs_for(req)
+    return tacs_for(req, peers_of(request.app))
 
 
 @router.post("/balance", response_model=BalanceResponse)
@@ -71,5 +82,15 @@ def balance_endpoint(req: BalanceRequest) -> BalanceResponse:
     return balance_for(req)
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The MILP job pool lives as long as the app (no thread is started at import)."""
+    app.state.milp_jobs = jobs.MilpJobs()
+    try:
+        yield
+    finally:
+        app.state.milp_jobs.close()
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
-    return create_service_app("placement", settings or get_settings(), [router])
+    return create_service_app("placement", settings or get_settings(), [router], lifespan=_lifespan)

@@ -1,8 +1,8 @@
 """Placement benchmarks (``make bench``): TAPS heuristic speed (Mixtral, DeepSeek-V2), heuristic vs MILP optimum on
 small instances, one ``tacs_step``.
 
-Thermal kernel: the thermal service's influence matrix when ``services.thermal.influence`` exists, else the analytic
-fallback (``geometry.analytic_influence``); H is computed once, outside the timed calls (TAPS receives it)."""
+Thermal kernel: the thermal service's influence matrix (over HTTP, the services in process); H is computed once,
+outside the timed calls (TAPS receives it). The workload's facts come from the workload service."""
 
 from __future__ import annotations
 
@@ -12,26 +12,30 @@ from pathlib import Path
 import numpy as np
 
 from services.placement.default import default_placement
-from services.placement.geometry import influence_for, synthetic_diffusion_kernel
+from services.placement.geometry import synthetic_diffusion_kernel
 from services.placement.inputs import workload_inputs, zipf_loads
 from services.placement.milp import solve_peak_milp
+from services.placement.placer import build_placement
 from services.placement.tacs import tacs_step
-from services.placement.taps import build_placement, build_problem, greedy, heuristic_assign, local_search
+from services.placement.taps import build_problem, greedy, heuristic_assign, local_search
 from shared.bench import BenchRow, fmt_s, time_call
+from shared.client import ServiceClients
 from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_arch, load_tas, load_workload
 from shared.configs.arch import DramConfig, GeometryConfig, MeshConfig, StackLayer
 from shared.contracts.placement import ReplicaState, Telemetry
 from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWindow
 from shared.errors import BadInput
+from shared.peers import influence_array, thermal_influence
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 
-def _taps_speed(arch: ArchConfig, tas: TasParams, H: np.ndarray, src: str) -> list[BenchRow]:
+def _taps_speed(arch: ArchConfig, tas: TasParams, H: np.ndarray, src: str,
+                clients: ServiceClients) -> list[BenchRow]:
     rows = []
     mix = load_workload(CONFIGS / "workload_mixtral_8x7b.yaml")
-    inp = workload_inputs(mix)
+    inp = workload_inputs(mix, clients)
 
     def run_mix() -> object:
         return build_placement(arch, mix, tas.taps, inp.loads, inp.expert_flops_per_token, H,
@@ -56,7 +60,7 @@ def _taps_speed(arch: ArchConfig, tas: TasParams, H: np.ndarray, src: str) -> li
                          f"H: {src}"))
 
     ds = load_workload(CONFIGS / "workload_deepseek_v2.yaml")
-    ds_inp = workload_inputs(ds)
+    ds_inp = workload_inputs(ds, clients)
     loads60 = zipf_loads(60, 160, ds.routing.zipf_s, ds.routing.seed)
     # DeepSeek-V2's 9660 expert copies (424.5 GiB, a bank each) fit neither the calibrated chip (2048 banks) nor the
     # seed's (8192): TAPS refuses them with the numbers (Science III). The heuristic's speed at this size is measured
@@ -69,7 +73,7 @@ def _taps_speed(arch: ArchConfig, tas: TasParams, H: np.ndarray, src: str) -> li
         refused = f"refused on the default chip ({exc.message.split(':')[0]})"
     seed0 = load_arch(CONFIGS / "arch_seed.yaml")
     seed = ArchConfig.model_validate({**seed0.model_dump(), "dram": {**seed0.dram.model_dump(), "banks": [48, 48, 8]}})
-    H_seed, src_seed = influence_for(seed)
+    H_seed, src_seed = influence_array(thermal_influence(clients, seed)), "thermal"
 
     def run_ds() -> object:
         return build_placement(seed, ds, tas.taps, loads60, ds_inp.expert_flops_per_token, H_seed,
@@ -129,9 +133,9 @@ def _heuristic_vs_milp(tas: TasParams) -> list[BenchRow]:
     return rows
 
 
-def _tacs(arch: ArchConfig, tas: TasParams, H: np.ndarray, src: str) -> BenchRow:
+def _tacs(arch: ArchConfig, tas: TasParams, H: np.ndarray, src: str, clients: ServiceClients) -> BenchRow:
     mix = load_workload(CONFIGS / "workload_mixtral_8x7b.yaml")
-    inp = workload_inputs(mix)
+    inp = workload_inputs(mix, clients)
     plc = default_placement(arch, inp.moe_layers, 8, 64, inp.expert_bytes)
     rng = np.random.default_rng(0)
     T = 50 + 15 * rng.random(64)
@@ -172,13 +176,14 @@ def _tacs(arch: ArchConfig, tas: TasParams, H: np.ndarray, src: str) -> BenchRow
                     f"{len(ov.migrate)} migrate rows, {len(ov.reroute)} reroute rows; H: {src}")
 
 
-def bench() -> list[BenchRow]:
+def bench(clients: ServiceClients) -> list[BenchRow]:
+    """``clients``: the services (``make bench`` runs them in process): TAPS's inputs come from the workload service
+    and H from the thermal service, as in a run."""
     arch = load_arch(CONFIGS / "arch_8x8_32x32x8.yaml")
     tas = load_tas(CONFIGS / "tas_params.yaml")
-    H, src = influence_for(arch)
-    return [*_taps_speed(arch, tas, H, src), *_heuristic_vs_milp(tas), _tacs(arch, tas, H, src)]
+    H, src = influence_array(thermal_influence(clients, arch)), "thermal"
+    return [*_taps_speed(arch, tas, H, src, clients), *_heuristic_vs_milp(tas), _tacs(arch, tas, H, src, clients)]
 
 
 if __name__ == "__main__":  # pragma: no cover
-    for row in bench():
-        print(f"{row.name}: {row.value} (goal {row.target or '-'}, met {row.met}) {row.note}")
+    print("placement's benchmarks ask the workload and thermal services: python -m scripts.bench --only placement")

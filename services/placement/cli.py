@@ -11,10 +11,11 @@ from services.commands import command_help
 from services.placement.balance import balance, read_loads_file
 from services.placement.default import default_placement
 from services.placement.inputs import workload_inputs
-from services.placement.taps import build_placement
+from services.placement.placer import build_placement
 from shared.configs import load_arch, load_tas, load_workload
 from shared.contracts.placement import Placement
 from shared.errors import BadInput
+from shared.peers import influence_array, thermal_influence
 
 
 def _place(args: argparse.Namespace) -> int:
@@ -24,13 +25,18 @@ def _place(args: argparse.Namespace) -> int:
     arch = load_arch(args.arch)
     wl = load_workload(args.workload)
     tas = load_tas(args.tas)
-    inp = workload_inputs(wl, exact=args.exact_load)
-    plc: Placement
-    if args.method == "default":
-        plc = default_placement(arch, inp.moe_layers, len(inp.loads[0]), wl.tensors.weight_shard_mb, inp.expert_bytes)
-    else:
-        plc = build_placement(arch, wl, tas.taps, inp.loads, inp.expert_flops_per_token, None,
-                              moe_layers=inp.moe_layers, expert_bytes=inp.expert_bytes, method=args.method)
+    # the workload's facts and the chip's influence matrix come from the workload and thermal services (in process
+    # here: `tasmoe` wires them), as they do for a run
+    with args.local_services() as clients:
+        inp = workload_inputs(wl, clients, exact=args.exact_load)
+        plc: Placement
+        if args.method == "default":
+            plc = default_placement(arch, inp.moe_layers, len(inp.loads[0]), wl.tensors.weight_shard_mb,
+                                    inp.expert_bytes)
+        else:
+            H = influence_array(thermal_influence(clients, arch))
+            plc = build_placement(arch, wl, tas.taps, inp.loads, inp.expert_flops_per_token, H,
+                                  moe_layers=inp.moe_layers, expert_bytes=inp.expert_bytes, method=args.method)
     plc.meta.notes.append(f"expert loads: {inp.load_source}")
     body = plc.model_dump(mode="json", exclude_none=True)
     if args.out:

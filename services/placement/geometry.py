@@ -12,7 +12,6 @@ different dies and different positions (spreading their heat and bandwidth).
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -169,18 +168,6 @@ def analytic_influence(arch: ArchConfig) -> np.ndarray:
     G[c, c] += g_v
     H = np.linalg.inv(G) + r_pkg
     return np.asarray(0.5 * (H + H.T))
-
-
-def influence_for(arch: ArchConfig) -> tuple[np.ndarray, str]:
-    """H from the thermal service's ``services.thermal.influence.influence_matrix(arch)`` when that module exists,
-    else the analytic fallback. Returns (H, source) with source ``"thermal"`` or ``"analytic"``."""
-    try:
-        mod = importlib.import_module("services.thermal.influence")
-        fn = mod.influence_matrix
-    except (ImportError, AttributeError):
-        return analytic_influence(arch), "analytic"
-    H = np.asarray(fn(arch), dtype=float)
-    return H, "thermal"
 
 
 def check_h(H: np.ndarray, n_cores: int, field: str = "H") -> np.ndarray:

@@ -1,9 +1,10 @@
 """What TAPS needs from a workload config when the caller gives only configs (CLI, benchmarks): MoE layer indices,
-per-expert loads, FLOPs per token per expert and expert weight bytes — taken from the workload service's functions.
+per-expert loads, FLOPs per token per expert and expert weight bytes, asked of the workload service over HTTP
+(``POST /v1/traces``, ``GET /v1/traces/{id}/expert-load``), never from its modules.
 
-Loads: by default the Zipf *expectation* over the workload's own seeded per-layer permutations
-(``services.workload.routing``: expert ``perm_j[r]`` has share ``∝ (r+1)^-zipf_s``), which costs nothing; with
-``exact=True`` the token shares of the actual trace (``services.workload.traces.expert_load``, seconds for big models).
+Loads: by default the routing law's *expectation* (``?expected=true``: the Zipf shares over the workload's own seeded
+per-layer permutations, or a replayed file's shares), which costs nothing; with ``exact=True`` the token shares of
+the actual trace (seconds for big models).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shared.client import ServiceClients
 from shared.configs import WorkloadConfig
+from shared.contracts.workload import ExpertLoad, TraceSummary
 from shared.errors import ConfigError
 
 
@@ -25,30 +28,17 @@ class WorkloadInputs:
     load_source: str
 
 
-def workload_inputs(wl: WorkloadConfig, *, exact: bool = False) -> WorkloadInputs:
-    try:
-        from services.workload.routing import RoutingStream, zipf_probabilities
-        from services.workload.traces import FC, expert_load, make_plan
-    except ImportError as exc:  # pragma: no cover - the workload service ships with the project
-        raise ConfigError(f"the workload service's functions are not available: {exc}") from None
-    plan = make_plan(wl)
-    if not plan.E:
+def workload_inputs(wl: WorkloadConfig, clients: ServiceClients, *, exact: bool = False) -> WorkloadInputs:
+    summary = TraceSummary.model_validate(clients["workload"].post_json(
+        "/v1/traces", {"workload": wl.model_dump(mode="json")}))
+    if not summary.n_experts:
         raise ConfigError(f"workload.model: {wl.model_name} has no routed experts: nothing to place", field="model")
-    if exact:
-        layers, load = expert_load(wl)
-        loads = load.tolist()
-        source = "trace"
-    else:
-        stream = plan.routing_stream()
-        layers = list(plan.moe_layers)
-        if isinstance(stream, RoutingStream):
-            loads = [zipf_probabilities(plan.E, wl.routing.zipf_s, perm).tolist() for perm in stream.perms]
-            source = "zipf-expectation"
-        else:  # a replayed trace: its empirical shares over the whole file
-            loads = stream.probabilities().tolist()
-            source = "recorded-trace"
-    return WorkloadInputs(moe_layers=list(layers), loads=loads, expert_flops_per_token=float(plan.costs.flops[FC]),
-                          expert_bytes=int(plan.costs.expert_bytes), load_source=source)
+    load = ExpertLoad.model_validate(clients["workload"].get_json(
+        f"/v1/traces/{summary.trace_id}/expert-load", params={"expected": str(not exact).lower()}))
+    source = "trace" if exact else ("recorded-trace" if wl.routing.trace else "zipf-expectation")
+    return WorkloadInputs(moe_layers=list(load.layers), loads=load.load,
+                          expert_flops_per_token=summary.flops_per_token_expert,
+                          expert_bytes=int(summary.expert_bytes), load_source=source)
 
 
 def zipf_loads(n_layers: int, n_experts: int, s: float = 1.2, seed: int = 42) -> list[list[float]]:

@@ -1,4 +1,8 @@
-"""Plain functions behind the placement endpoints (HTTP-free; tests call them directly)."""
+"""Plain functions behind the placement endpoints (tests call them directly).
+
+What placement needs from other services it asks them over HTTP (``shared.peers``: the same path embedded and in the
+cluster): the thermal service's influence matrix H when a request has none, the workload service's expert count of
+a model. ``peers`` None: a request must carry those facts itself (a 422 names the missing field)."""
 
 from __future__ import annotations
 
@@ -6,33 +10,48 @@ import numpy as np
 
 from services.placement.balance import balance
 from services.placement.default import default_placement
-from services.placement.geometry import influence_for
-from services.placement.schemas import (
+from services.placement.placer import build_placement
+from services.placement.tacs import tacs_step
+from services.placement.taps import validate_loads
+from shared.client import ServiceClients
+from shared.contracts.placement import Placement
+from shared.contracts.placement_api import (
     BalanceRequest,
     BalanceResponse,
     PlacementRequest,
     TacsStepRequest,
     TacsStepResponse,
 )
-from services.placement.tacs import tacs_step
-from services.placement.taps import build_placement, validate_loads
-from shared.contracts.placement import Placement
-from shared.errors import BadInput, TasmoeError
+from shared.errors import BadInput, TasmoeError, UpstreamError
+from shared.peers import influence_array, routed_experts, thermal_influence
 
 
-def _n_experts_of(req: PlacementRequest) -> int:
+def _n_experts_of(req: PlacementRequest, peers: ServiceClients | None) -> int:
+    """The request's ``n_experts``, else the workload service's count for the workload's model."""
     if req.n_experts is not None:
         return req.n_experts
-    try:  # the model zoo is deterministic data shipped with the project
-        from services.workload.zoo import resolve_model
+    n = 0
+    if peers is not None:
+        try:
+            n = routed_experts(peers, req.workload.model)
+        except (UpstreamError, TasmoeError):
+            n = -1
+    if n <= 0:
+        what = "has no routed experts" if n == 0 and peers is not None else "is unknown to the workload service"
+        raise BadInput(f"n_experts is required with method=default and no expert_load (workload.model "
+                       f"{req.workload.model_name!r} {what})", field="n_experts")
+    return n
 
-        mc = resolve_model(req.workload.model)
-    except (ImportError, TasmoeError):
-        raise BadInput("n_experts is required with method=default and no expert_load (unknown model "
-                       f"{req.workload.model_name!r})", field="n_experts") from None
-    if mc.moe is None:
-        raise BadInput(f"workload.model {req.workload.model_name!r} has no routed experts", field="workload.model")
-    return int(mc.moe.num_routed_experts)
+
+def with_thermal_h(req: PlacementRequest, peers: ServiceClients | None) -> PlacementRequest:
+    """The request with H: its own, else the thermal service's for its arch (TAPS needs one; the default mapping
+    does not). Without peers a TAPS request must carry H (422)."""
+    if req.H is not None or req.method == "default":
+        return req
+    if peers is None:
+        raise BadInput(f"H (cores x cores influence matrix, K/W) is required with method={req.method} here; the "
+                       "thermal service's: GET /v1/models/{hash}/influence", field="H")
+    return req.model_copy(update={"H": thermal_influence(peers, req.arch).H})
 
 
 MAX_CORES = 4096  # the placer works with dense cores x cores matrices
@@ -44,7 +63,7 @@ def _check_mesh(n_cores: int) -> None:
                        field="arch.mesh.cores")
 
 
-def placement_for(req: PlacementRequest) -> Placement:
+def placement_for(req: PlacementRequest, peers: ServiceClients | None = None) -> Placement:
     """Default mapping or TAPS (heuristic / milp) for one request."""
     _check_mesh(req.arch.mesh.n_cores)
     if req.method == "default":
@@ -54,22 +73,30 @@ def placement_for(req: PlacementRequest) -> Placement:
         else:
             if req.moe_layers is None:
                 raise BadInput("moe_layers (or expert_load) is required", field="moe_layers")
-            n_layers, n_e = len(req.moe_layers), _n_experts_of(req)
+            n_layers, n_e = len(req.moe_layers), _n_experts_of(req, peers)
         layers = req.moe_layers if req.moe_layers is not None else list(range(n_layers))
         if len(layers) != n_layers:
             raise BadInput(f"moe_layers lists {len(layers)} layers but expert_load has {n_layers}",
                            field="moe_layers")
         return default_placement(req.arch, layers, n_e, req.workload.tensors.weight_shard_mb, int(req.expert_bytes))
-    if req.expert_load is None:
+    expert_load = req.expert_load
+    if expert_load is None:
         raise BadInput(f"expert_load is required with method={req.method}", field="expert_load")
+    req = with_thermal_h(req, peers)
     H = None if req.H is None else np.asarray(req.H, dtype=float)
-    return build_placement(req.arch, req.workload, req.tas.taps, req.expert_load, req.expert_flops_per_token, H,
+    return build_placement(req.arch, req.workload, req.tas.taps, expert_load, req.expert_flops_per_token, H,
                            moe_layers=req.moe_layers, expert_bytes=int(req.expert_bytes), method=req.method)
 
 
-def tacs_for(req: TacsStepRequest) -> TacsStepResponse:
+def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None) -> TacsStepResponse:
     _check_mesh(req.arch.mesh.n_cores)
-    H = influence_for(req.arch)[0] if req.H is None else np.asarray(req.H, dtype=float)
+    if req.H is not None:
+        H = np.asarray(req.H, dtype=float)
+    elif peers is not None:
+        H = influence_array(thermal_influence(peers, req.arch))
+    else:
+        raise BadInput("H (cores x cores influence matrix, K/W) is required here; the thermal service's: "
+                       "GET /v1/models/{hash}/influence", field="H")
     overlays, state, smoothed = tacs_step(req.telemetry, req.placement, req.state, req.params, req.arch, H,
                                           req.pending, req.smoothed, req.now_ns, bank_bw_gbps=req.bank_bw_gbps)
     return TacsStepResponse(overlays=overlays, state=state, smoothed=smoothed)

@@ -20,9 +20,9 @@ two replicas of one expert never share a core; weight shards in the vault of the
 nearest vault with room, each bank within ``bank_capacity_mb`` and ``bank_bw_gbps`` where possible.
 
 Replication where it helps: in every MoE layer the ``replicate_hot_k`` most loaded experts are candidates for a second
-replica (traffic split evenly); `build_placement` solves with and without them and keeps the replicas only when the
-predicted objective is lower (a replica halves its expert's compute on each core but streams a second copy of the
-weights: in decode, where the stream dominates, replication heats the chip and is dropped). The choice is noted.
+replica (traffic split evenly); `placer.build_placement` solves with and without them and keeps the replicas only
+when the predicted objective is lower (a replica halves its expert's compute on each core but streams a second copy of
+the weights: in decode, where the stream dominates, replication heats the chip and is dropped). The choice is noted.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.placement.geometry import MIB, ChipGeometry, adjacent_pairs, check_h, hops_matrix, influence_for
+from services.placement.geometry import MIB, ChipGeometry, adjacent_pairs, analytic_influence, check_h, hops_matrix
 from services.placement.shards import BankBook, shard_sizes
 from shared.configs import ArchConfig, WorkloadConfig
 from shared.configs.tas import TapsParams
@@ -192,10 +192,9 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     geom = ChipGeometry.of(arch)
     n = geom.n_cores
     notes: list[str] = []
-    if H is None:
-        H, source = influence_for(arch)
-        if source == "analytic":
-            notes.append("H: analytic single-layer resistor kernel (thermal influence_matrix not available)")
+    if H is None:  # library use without the thermal service's H (the placement service always passes it)
+        H, source = analytic_influence(arch), "analytic"
+        notes.append("H: analytic single-layer resistor kernel (no influence matrix given)")
     else:
         source = "given"
     H = check_h(H, n)
@@ -588,47 +587,3 @@ def heuristic_assign(pb: Problem, iters: int, seed: int = 0) -> tuple[np.ndarray
     if pb.m <= ILS_MAX_INSTANCES and _feasible(pb, assign):
         assign = iterated_local_search(pb, assign, iters, ILS_ROUNDS, seed)
     return assign, notes
-
-
-def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams,
-                    expert_load: Sequence[Sequence[float]], expert_flops_per_token: float,
-                    H: np.ndarray | None = None, *, moe_layers: Sequence[int] | None = None, expert_bytes: int = 0,
-                    method: str | None = None) -> Placement:
-    """TAPS placement (``method``: ``heuristic`` (default from ``taps.method``) or ``milp``).
-
-    ``expert_load[l][e]``: load profile of MoE layer ``moe_layers[l]`` (default ``0..L-1``), any non-negative scale;
-    ``expert_flops_per_token``: FLOPs one token costs in one expert; ``expert_bytes``: weight bytes of one expert
-    (split into ``workload.tensors.weight_shard_mb`` shards); H: cores × cores K/W (None: from the thermal service,
-    or the analytic fallback, noted in ``meta.notes``).
-    """
-    method = method or taps.method
-    if method not in ("heuristic", "milp"):
-        raise BadInput(f"unknown method {method!r} (heuristic | milp)", field="method")
-
-    def solve(k_hot: int) -> tuple[Problem, Placement]:
-        pb = build_problem(arch, workload, taps, expert_load, expert_flops_per_token, H, moe_layers=moe_layers,
-                           expert_bytes=float(expert_bytes), critical_path_tol=CRITICAL_PATH_TOL,
-                           replicate_hot_k=k_hot)
-        if method == "heuristic":
-            assign, notes = heuristic_assign(pb, taps.local_search_iters, workload.routing.seed)
-            return pb, assemble(pb, assign, arch=arch, expert_bytes=expert_bytes,
-                                weight_shard_mb=workload.tensors.weight_shard_mb,
-                                bank_bw_gbps=taps.capacity.bank_bw_gbps, method="heuristic", extra_notes=notes)
-        from services.placement.milp import solve_milp
-
-        return pb, solve_milp(pb, taps, arch=arch, expert_bytes=expert_bytes,
-                              weight_shard_mb=workload.tensors.weight_shard_mb, seed=workload.routing.seed)
-
-    pb, plc = solve(taps.replicate_hot_k)
-    if pb.m == pb.expert_layer.shape[0]:  # nothing replicated (k = 0, or a one-core chip)
-        return plc
-    # replication where it helps (Science III): a replica halves its expert's compute per core but streams a second
-    # copy of the weights (decode reads every weight of an expert it routes to), so it is kept only when the
-    # placement with it has the lower predicted objective than the placement without it
-    _, plain = solve(0)
-    a, b = plc.meta.objective["objective"], plain.meta.objective["objective"]
-    keep = a < b
-    note = (f"replication of the {taps.replicate_hot_k} most loaded expert(s) per layer: predicted objective "
-            f"{a:.6g} with, {b:.6g} without: {'kept' if keep else 'dropped'}")
-    chosen = plc if keep else plain
-    return chosen.model_copy(update={"meta": chosen.meta.model_copy(update={"notes": [*chosen.meta.notes, note]})})

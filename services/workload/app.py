@@ -3,50 +3,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from services.workload import service
-from services.workload.traces import DEFAULT_WINDOW_MS
-from shared.configs import WorkloadConfig
 from shared.contracts.workload import ExpertLoad, LogicalWindow, TraceSummary
-from shared.limits import Dim
+from shared.contracts.workload_api import IrRequest, ModelRegistration, TraceRequest
 from shared.service_app import JsonBodyRoute, create_service_app
 from shared.settings import Settings, get_settings
 
 router = APIRouter(tags=["workload"], route_class=JsonBodyRoute)
-
-
-class IrRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    model: str = Field(description="zoo model name (GET /v1/models), or the name of the inline `config`")
-    phase: Literal["prefill", "decode"] = "decode"
-    batch: Dim = 1
-    seq_len: Dim = Field(default=2048, description="prompt length (prefill) or context length (decode)")
-    config: dict[str, Any] | None = Field(default=None, description="inline HuggingFace-style config.json")
-    generic: bool = Field(default=False, description="read an unsupported model_type with the generic key mapping")
-
-
-class ModelRegistration(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
-        "name": "my-moe", "config": {"model_type": "mixtral", "hidden_size": 1024, "intermediate_size": 2816,
-                                     "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 4,
-                                     "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000}}]})
-
-    name: str = Field(min_length=1, max_length=64, description="the name workloads use (lower-case, dashes)")
-    config: dict[str, Any] = Field(description="the checkpoint's HuggingFace config.json")
-    generic: bool = Field(default=False, description="read an unsupported model_type with the generic key mapping")
-
-
-class TraceRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    workload: WorkloadConfig
-    window_ms: float = Field(default=DEFAULT_WINDOW_MS, ge=1e-6, le=1e6, allow_inf_nan=False)  # 1 ns .. 1000 s
 
 
 def _cache(request: Request) -> service.TraceCache:
@@ -100,8 +68,12 @@ def get_window(trace_id: str, k: Annotated[int, Path(ge=0)], request: Request,
 
 
 @router.get("/traces/{trace_id}/expert-load")
-def get_expert_load(trace_id: str, request: Request) -> ExpertLoad:
-    return service.get_expert_load(_cache(request).get(trace_id))
+def get_expert_load(trace_id: str, request: Request,
+                    expected: Annotated[bool, Query(description="the routing law's expected shares (no routing "
+                                                                "generated) instead of the trace's own")] = False
+                    ) -> ExpertLoad:
+    """Per (MoE layer, expert) share of the token→expert assignments; each row sums to 1."""
+    return service.get_expert_load(_cache(request).get(trace_id), expected=expected)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -12,7 +12,6 @@ from services.commands import command_help
 from services.workload.ir.hf_config import from_hf_config
 from services.workload.service import ir_to_dict
 from services.workload.traces import (
-    DEFAULT_WINDOW_MS,
     generate_logical_traces,
     make_plan,
     routing_summary,
@@ -20,6 +19,7 @@ from services.workload.traces import (
 )
 from services.workload.zoo import get_model_config, read_config_file
 from shared.configs import load_workload
+from shared.contracts.workload_api import DEFAULT_WINDOW_MS
 from shared.errors import BadInput
 
 

@@ -67,7 +67,8 @@ class RoutingStream:
         return out
 
     def _chunk_size(self) -> int:
-        per_mb = max(1, self.n_layers * self.T * (1 + self.E))
+        """Micro-batches per chunk: one layer's race of a chunk holds at most ``MAX_DRAWS_PER_CHUNK`` doubles."""
+        per_mb = max(1, self.T * (1 + self.E))
         return max(1, MAX_DRAWS_PER_CHUNK // per_mb)
 
     def take(self, n_mb: int) -> IntArray:
@@ -80,41 +81,39 @@ class RoutingStream:
         return out
 
     def _take_chunk(self, n: int) -> IntArray:
+        """``n`` micro-batches, one layer at a time (peak memory: one layer's race, ``n·T·E`` doubles)."""
         L, T, E, k = self.n_layers, self.T, self.E, self.k
-        if L == 0:
-            self.position += n
-            return np.empty((n, 0, T, k), dtype=np.int64)
-        u_loc = np.empty((n, L, T), dtype=np.float64)
-        race = np.empty((n, L, T, E), dtype=np.float64)
+        picks = np.empty((n, L, T, k), dtype=np.int64)
         for j, rng in enumerate(self._rngs):
             u = rng.random((n, T * (1 + E)))
-            u_loc[:, j] = u[:, :T]
-            race[:, j] = u[:, T:].reshape(n, T, E)
-        with np.errstate(divide="ignore"):
-            np.log(race, out=race)
-        race *= -self._inv_p[None, :, None, :]  # x_e = -ln(u) / p_e (u = 0 -> +inf: never chosen)
-        if self.n_group is not None and self.topk_group is not None and self.topk_group < self.n_group:
-            G = self.n_group
-            grouped = race.reshape(n, L, T, G, E // G)
-            score = grouped.min(axis=-1)  # (n, L, T, G)
-            keep = np.argpartition(score, self.topk_group - 1, axis=-1)[..., : self.topk_group]
-            mask = np.ones(score.shape, dtype=bool)
-            np.put_along_axis(mask, keep, False, axis=-1)
-            grouped[mask] = np.inf
-        if k < E:
-            picks = np.argpartition(race, k - 1, axis=-1)[..., :k]
-        else:
-            picks = np.broadcast_to(np.arange(E), (*race.shape[:-1], E)).copy()
-        picks.sort(axis=-1)
-        picks = picks.astype(np.int64, copy=False)
-        if self.locality > 0.0:
-            repeat = u_loc < self.locality
-            prev = self._prev
-            for m in range(n):
-                if prev is not None:
-                    picks[m] = np.where(repeat[m][..., None], prev, picks[m])
-                prev = picks[m]
-        self._prev = picks[-1].copy()
+            u_loc = u[:, :T]
+            race = u[:, T:].reshape(n, T, E)
+            with np.errstate(divide="ignore"):
+                np.log(race, out=race)
+            race *= -self._inv_p[j][None, None, :]  # x_e = -ln(u) / p_e (u = 0 -> +inf: never chosen)
+            if self.n_group is not None and self.topk_group is not None and self.topk_group < self.n_group:
+                G = self.n_group
+                grouped = race.reshape(n, T, G, E // G)
+                score = grouped.min(axis=-1)  # (n, T, G)
+                keep = np.argpartition(score, self.topk_group - 1, axis=-1)[..., : self.topk_group]
+                mask = np.ones(score.shape, dtype=bool)
+                np.put_along_axis(mask, keep, False, axis=-1)
+                grouped[mask] = np.inf
+            if k < E:
+                pj = np.argpartition(race, k - 1, axis=-1)[..., :k]
+            else:
+                pj = np.broadcast_to(np.arange(E), (*race.shape[:-1], E)).copy()
+            pj.sort(axis=-1)
+            if self.locality > 0.0:
+                repeat = u_loc < self.locality
+                prev = None if self._prev is None else self._prev[j]
+                for m in range(n):
+                    if prev is not None:
+                        pj[m] = np.where(repeat[m][..., None], prev, pj[m])
+                    prev = pj[m]
+            picks[:, j] = pj
+        if L:
+            self._prev = picks[-1].copy()
         self.position += n
         return picks
 

@@ -20,6 +20,7 @@ from services.workload.routing import IntArray
 from services.workload.traces import (
     FC,
     TracePlan,
+    expected_expert_load,
     expert_load_from_counts,
     make_plan,
     route_counts,
@@ -239,7 +240,13 @@ def get_window(entry: TraceEntry, k: int, window_ms: float | None = None) -> Log
     return entry.plan.to_window(entry.trace_id, k, k * w_ns, (k + 1) * w_ns, block)
 
 
-def get_expert_load(entry: TraceEntry) -> ExpertLoad:
+def get_expert_load(entry: TraceEntry, *, expected: bool = False) -> ExpertLoad:
+    """Per (MoE layer, expert) share of the token→expert assignments: the trace's own (routing drawn or replayed
+    for every micro-batch), or ``expected`` (no routing generated: the Zipf law's shares over the trace's seeded
+    per-layer permutations, or a replayed file's shares over the whole file)."""
+    if expected:
+        layers, load = expected_expert_load(entry.plan)
+        return ExpertLoad(trace_id=entry.trace_id, layers=layers, load=load.tolist())
     counts, _ = entry.ensure_routing()
     layers, load = expert_load_from_counts(entry.plan, counts)
     return ExpertLoad(trace_id=entry.trace_id, layers=layers, load=load.tolist())

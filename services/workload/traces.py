@@ -38,11 +38,18 @@ import numpy.typing as npt
 from services.workload.ir import ModelConfig, TransformerModel, build_ir
 from services.workload.recorded import RecordedRouting, ReplayStream, check_against_model, routing_stats
 from services.workload.recorded_files import load_recorded, recorded_hash
-from services.workload.routing import MAX_DRAWS_PER_CHUNK, IntArray, RoutingStream, expert_counts
+from services.workload.routing import (
+    MAX_DRAWS_PER_CHUNK,
+    IntArray,
+    RoutingStream,
+    expert_counts,
+    zipf_probabilities,
+)
 from services.workload.zoo import resolve_model
 from shared.configs import WorkloadConfig
 from shared.contracts.ids import expert_id, weight_tensor_id
 from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWindow, RoutingStats
+from shared.contracts.workload_api import DEFAULT_WINDOW_MS
 from shared.errors import BadInput
 
 OP_NAMES = ("attn", "router", "shared", "fc", "dense", "head")
@@ -52,7 +59,6 @@ COMPUTE_HEADER = "event_id,t_gen_ns,mb_id,token_id,experts_json,flops_json,op_ty
 MEMORY_HEADER = "event_id,tensor_id,access,bytes,locality_hint\n"
 COMPUTE_CSV = "logical_compute.csv"
 MEMORY_CSV = "logical_memory.csv"
-DEFAULT_WINDOW_MS = 3.0
 
 FloatArray = npt.NDArray[np.float64]
 ObjArray = npt.NDArray[np.object_]
@@ -313,14 +319,16 @@ class TracePlan:
         bounds: IntArray = np.searchsorted(self.mb_t_ns, edges, side="left").astype(np.int64)
         return bounds
 
-    def routing_stream(self) -> RoutingStream | ReplayStream:
-        """The run's expert choices: replayed from ``routing.trace`` when the config names one, else drawn."""
+    def routing_stream(self, tokens: int | None = None) -> RoutingStream | ReplayStream:
+        """The run's expert choices: replayed from ``routing.trace`` when the config names one, else drawn.
+        ``tokens``: micro-batches of that many tokens instead of ``sequence.micro_batch`` (statistics)."""
         r = self.cfg.routing
+        T = self.T if tokens is None else tokens
         if self.recorded is not None:
             return ReplayStream(self.recorded, moe_layers=self.moe_layers, n_experts=self.E, topk=self.topk,
-                                tokens=self.T)
+                                tokens=T)
         return RoutingStream(seed=r.seed, n_layers=len(self.moe_layers), n_experts=max(self.E, 1),
-                             topk=max(self.topk, 1), tokens=self.T, zipf_s=r.zipf_s, locality=r.locality,
+                             topk=max(self.topk, 1), tokens=T, zipf_s=r.zipf_s, locality=r.locality,
                              n_group=self.n_group, topk_group=self.topk_group)
 
     def events_per_mb(self, counts: IntArray) -> IntArray:
@@ -464,12 +472,16 @@ STATS_DRAWS = 1 << 22  # doubles a routing summary may draw (tokens x MoE layers
 
 def routing_summary(plan: TracePlan) -> RoutingStats | None:
     """Per-layer load skew and temporal locality of the run's routing (drawn or replayed), measured over its first
-    ``min(steps·T, max(T, 2²² / (layers·(E+1))))`` tokens (a fresh stream: the trace's own choices)."""
-    L, E, T = len(plan.moe_layers), plan.E, plan.T
+    tokens within a budget of 2²² draws (``layers·(E+1)`` per token; a fresh stream: the trace's own choices)."""
+    L, E = len(plan.moe_layers), plan.E
     if not L or not E:
         return None
-    n_mb = min(plan.steps, max(1, STATS_DRAWS // max(1, L * (E + 1) * T)))
-    picks = plan.routing_stream().take(n_mb)  # (n_mb, L, T, k)
+    # a micro-batch too big for the budget is measured on its first T' slots (a stream of T'-token micro-batches:
+    # the same routing law, the same trace tokens in order when replaying)
+    T = min(plan.T, max(1, STATS_DRAWS // (L * (E + 1))))
+    n_mb = min(plan.steps, max(1, STATS_DRAWS // (L * (E + 1) * T)))
+    stream = plan.routing_stream(tokens=T)
+    picks = stream.take(n_mb)  # (n_mb, L, T, k)
     flat = np.ascontiguousarray(picks.transpose(0, 2, 1, 3)).reshape(n_mb * T, L, picks.shape[-1])
     nxt = routing_stats(flat, E, lag=1)
     seq = routing_stats(flat, E, lag=T)
@@ -482,6 +494,19 @@ def expert_load_from_counts(plan: TracePlan, counts: IntArray) -> tuple[list[int
     total = counts.sum(axis=0, dtype=np.int64).astype(np.float64)
     denom = float(plan.steps * plan.T * max(plan.topk, 1))
     return list(plan.moe_layers), (total / denom if len(plan.moe_layers) else total[:, :plan.E])
+
+
+def expected_expert_load(plan: TracePlan) -> tuple[list[int], FloatArray]:
+    """(MoE layer indices, (n_moe, E) expected shares) without generating the routing: the Zipf law's
+    ``∝ (r+1)^-zipf_s`` over each layer's seeded permutation, or a replayed file's shares over the whole file."""
+    stream = plan.routing_stream()
+    if not plan.E:
+        return list(plan.moe_layers), np.zeros((len(plan.moe_layers), 0))
+    if isinstance(stream, RoutingStream):
+        s = plan.cfg.routing.zipf_s
+        rows = np.asarray([zipf_probabilities(plan.E, s, perm) for perm in stream.perms], dtype=np.float64)
+        return list(plan.moe_layers), rows.reshape(len(plan.moe_layers), plan.E)
+    return list(plan.moe_layers), stream.probabilities()
 
 
 def expert_load(cfg: WorkloadConfig) -> tuple[list[int], FloatArray]:

@@ -31,8 +31,9 @@ from shared.contracts.placement import (
     ReplicaState,
     Telemetry,
 )
-from shared.contracts.thermal import RefreshReport, ThermalSnapshot, ThermalState
-from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWindow
+from shared.contracts.placement_api import JobAccepted, JobStatus
+from shared.contracts.thermal import InfluenceMatrix, RefreshReport, ThermalSnapshot, ThermalState
+from shared.contracts.workload import ExpertLoad, LogicalCompute, LogicalMemory, LogicalWindow, TraceSummary
 from shared.errors import Conflict, NotFound
 from shared.service_app import create_service_app
 from shared.settings import Settings
@@ -67,10 +68,12 @@ def workload_app(settings: Settings) -> FastAPI:
         window_ms = float(body["window_ms"])
         tid = _hash([wl.model_dump(mode="json"), window_ms])
         traces[tid] = (wl, window_ms)
-        return {"trace_id": tid, "n_windows": n_windows(wl, window_ms), "n_layers": N_LAYERS,
-                "n_experts": N_EXPERTS, "moe_layers": list(range(N_LAYERS)),
-                "tokens_total": wl.sequence.steps * wl.sequence.micro_batch, "flops_per_token_expert": 2.0e8,
-                "expert_bytes": 64e6}
+        return TraceSummary(trace_id=tid, model=wl.model_name, window_ms=window_ms,
+                            n_windows=n_windows(wl, window_ms), n_layers=N_LAYERS, n_experts=N_EXPERTS,
+                            topk=wl.routing.topk, moe_layers=list(range(N_LAYERS)), steps=wl.sequence.steps,
+                            micro_batch=wl.sequence.micro_batch,
+                            tokens_total=wl.sequence.steps * wl.sequence.micro_batch, flops_per_token_expert=2.0e8,
+                            expert_bytes=64_000_000).model_dump(mode="json")
 
     def popularity(wl: WorkloadConfig) -> np.ndarray:
         p = 1.0 / np.arange(1, N_EXPERTS + 1) ** wl.routing.zipf_s
@@ -111,7 +114,8 @@ def workload_app(settings: Settings) -> FastAPI:
         if trace_id not in traces:
             raise NotFound(f"unknown trace {trace_id}", code="unknown_trace")
         wl, _ = traces[trace_id]
-        return {"layers": list(range(N_LAYERS)), "load": [popularity(wl).tolist() for _ in range(N_LAYERS)]}
+        return ExpertLoad(trace_id=trace_id, layers=list(range(N_LAYERS)),
+                          load=[popularity(wl).tolist() for _ in range(N_LAYERS)]).model_dump(mode="json")
 
     app = create_service_app("workload", settings, [router])
     app.state.traces = traces
@@ -143,7 +147,8 @@ def thermal_app(settings: Settings) -> FastAPI:
     def influence(h: str) -> dict[str, Any]:
         if h not in models:
             raise NotFound(f"unknown model {h}")
-        return {"model": h, "H": influence_matrix(models[h]).tolist()}
+        return InfluenceMatrix(model=h, cores=models[h].mesh.n_cores,
+                               H=influence_matrix(models[h]).tolist()).model_dump(mode="json")
 
     @router.post("/step")
     def step(body: dict[str, Any]) -> dict[str, Any]:
@@ -225,8 +230,8 @@ def placement_app(settings: Settings) -> FastAPI:
         plc = build(body)
         if body["method"] == "milp":
             jid = _hash(body)[:12]
-            jobs[jid] = {"status": "succeeded", "placement": plc.model_dump(mode="json")}
-            return JSONResponse({"job_id": jid}, status_code=202)
+            jobs[jid] = JobStatus(job_id=jid, status="done", result=plc).model_dump(mode="json")
+            return JSONResponse(JobAccepted(job_id=jid, status="queued").model_dump(), status_code=202)
         return plc.model_dump(mode="json")
 
     @router.get("/placement-jobs/{jid}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.placement.app import create_app
+from services.root_app import embedded
 from shared.settings import Settings
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
@@ -35,8 +36,11 @@ FIELDS: dict[str, dict[str, Any]] = {
 
 
 @pytest.fixture(scope="module")
-def client() -> TestClient:
-    return TestClient(create_app(Settings()), raise_server_exceptions=False)
+def client() -> Iterator[TestClient]:
+    """The placement service as it runs: lifespan entered (its MILP pool) and its peers wired (the workload and
+    thermal services it asks for expert counts and H), all in process."""
+    with embedded(Settings()) as emb:
+        yield TestClient(emb.apps["placement"], raise_server_exceptions=False)
 
 
 @pytest.mark.parametrize("path", sorted(FIELDS))

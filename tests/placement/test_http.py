@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,8 @@ from fastapi.testclient import TestClient
 from services.placement.app import create_app
 from services.placement.geometry import synthetic_diffusion_kernel
 from services.placement.inputs import zipf_loads
+from services.root_app import embedded
+from shared.errors import BadInput
 from shared.settings import Settings
 from tests.placement.tacs_helpers import placement_from, window
 
@@ -26,8 +29,10 @@ SMALL_ARCH: dict[str, Any] = {
 
 
 @pytest.fixture()
-def client(settings: Settings) -> TestClient:
-    return TestClient(create_app(settings))
+def client(settings: Settings) -> Iterator[TestClient]:
+    """The placement service as it runs: lifespan entered (its MILP pool), peers wired (workload, thermal)."""
+    with embedded(settings) as emb:
+        yield TestClient(emb.apps["placement"])
 
 
 def _err(r: Any) -> dict[str, Any]:
@@ -162,7 +167,6 @@ def test_milp_jobs_are_capped_per_principal_cancellable_and_time_limited(tmp_pat
     import threading
 
     from services.placement import jobs
-    from services.placement.app import create_app
     from shared.auth import KeyStore
     from shared.settings import Settings
 
@@ -211,3 +215,23 @@ def test_milp_jobs_are_capped_per_principal_cancellable_and_time_limited(tmp_pat
         gate.set()
         jobs.run_placement_job = real
     assert seen_limits and all(v == 5.0 for v in seen_limits)  # 60+ s asked, 5 s allowed
+
+
+def test_taps_without_h_asks_the_thermal_service(client: TestClient, settings: Settings) -> None:
+    """Issue 21: H comes from the thermal service over HTTP (its peers), not from importing thermal's code: the
+    placement equals the one made with thermal's H sent explicitly; without peers the request must carry H."""
+    from services.placement.service import placement_for
+    from services.thermal.influence import influence_matrix
+    from shared.configs import ArchConfig
+    from shared.contracts.placement_api import PlacementRequest
+
+    body = {"method": "heuristic", "arch": SMALL_ARCH, "expert_load": zipf_loads(2, 4), "expert_bytes": 1 << 20}
+    r = client.post("/v1/placements", json=body)
+    assert r.status_code == 200, r.text
+    assert not any("analytic" in n for n in r.json()["meta"]["notes"])
+    H = influence_matrix(ArchConfig.model_validate(SMALL_ARCH)).tolist()
+    explicit = client.post("/v1/placements", json={**body, "H": H}).json()
+    assert explicit["experts"] == r.json()["experts"]
+    with pytest.raises(BadInput) as exc:
+        placement_for(PlacementRequest.model_validate(body), None)
+    assert exc.value.field == "H"

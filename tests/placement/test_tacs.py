@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.placement.geometry import ChipGeometry, hops_matrix, influence_for, synthetic_diffusion_kernel
+from services.placement.geometry import ChipGeometry, hops_matrix, synthetic_diffusion_kernel
 from services.placement.tacs import ACT_BYTES_PER_TOKEN, replica_state_from_placement, tacs_step
+from services.thermal.influence import influence_matrix
 from shared.configs import ArchConfig, TasParams
 from shared.configs.tas import TacsParams
 from shared.contracts.placement import Overlays, Placement, ReplicaState, Telemetry
@@ -48,9 +49,9 @@ def test_hot_spot_is_spread_out(arch: ArchConfig, tas: TasParams, kernel64: np.n
 
 
 def test_hot_spot_with_the_chip_influence_matrix(arch: ArchConfig, tas: TasParams) -> None:
-    """Same hot spot with H from ``influence_for(arch)``: the thermal service's matrix when its module is present,
-    else the documented analytic kernel. Powers are scaled so the hot spot starts 60 K above ambient."""
-    H, _ = influence_for(arch)
+    """Same hot spot with the thermal service's influence matrix of the chip. Powers are scaled so the hot spot
+    starts 60 K above ambient."""
+    H = influence_matrix(arch)
     cores = {f"L0E{e}": [27] for e in range(16)}
     watts = {eid: 60.0 / (16 * H[27, 27]) for eid in cores}
     plc = placement_from(arch, cores)

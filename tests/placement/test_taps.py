@@ -11,7 +11,8 @@ import pytest
 from services.placement.geometry import ChipGeometry, synthetic_diffusion_kernel
 from services.placement.inputs import zipf_loads
 from services.placement.milp import solve_peak_milp
-from services.placement.taps import build_placement, build_problem, greedy, local_search
+from services.placement.placer import build_placement
+from services.placement.taps import build_problem, greedy, local_search
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
 from shared.configs.tas import TapsParams
 from shared.contracts.ids import parse_expert_id, weight_tensor_id

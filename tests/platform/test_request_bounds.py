@@ -18,9 +18,10 @@ CASES: list[tuple[str, str, dict[str, Any], str]] = [
     # a decode trace of 500 micro-batches 1000 s apart cut into 3 ms windows: 1.7e8 windows
     ("workload", "/v1/traces", {"workload": {"model": "mixtral-8x7b", "sequence": {
         "steps": 500, "micro_batch": 32, "step_interval_ms": 999999.0}}, "window_ms": 3}, "window_ms"),
-    ("workload", "/v1/ir", {"model": "x", "config": {"hidden_size": 4096, "num_hidden_layers": 10 ** 6,
-                                                     "num_attention_heads": 32, "intermediate_size": 14336,
-                                                     "vocab_size": 32000}}, "num_hidden_layers"),
+    ("workload", "/v1/ir", {"model": "x", "config": {"model_type": "llama", "hidden_size": 4096,
+                                                     "num_hidden_layers": 10 ** 6, "num_attention_heads": 32,
+                                                     "intermediate_size": 14336, "vocab_size": 32000}},
+     "num_hidden_layers"),
     ("workload", "/v1/ir", {"model": "mixtral-8x7b", "seq_len": MAX_DIM + 1}, "seq_len"),
     ("lowering", "/v1/lower/stages", {"blocks": [{"d": 2 ** 63}]}, "blocks[0].d"),
     ("lowering", "/v1/lower/stages", {"blocks": [{"n_experts": 4096, "topk": 4096}] * 3}, "blocks"),

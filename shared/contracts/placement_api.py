@@ -1,5 +1,7 @@
-"""Request/response bodies of the placement service's HTTP API (service-local; the wire contracts they carry —
-Placement, Overlays, ReplicaState, Telemetry, LogicalWindow, configs — live in ``shared``)."""
+"""Request and response bodies of the placement service's HTTP API (issue 21: every contract in ``shared/contracts``,
+so its callers build and read them typed: the orchestrator's pipeline, the CLI, tests).
+
+Owner: placement service. Consumers: orchestrator (``Pipeline.placement``, ``Pipeline.tacs_step``)."""
 
 from __future__ import annotations
 

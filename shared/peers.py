@@ -1,0 +1,78 @@
+"""A service's way to the other services ("peers"): HTTP through `ServiceClients`, the same code path embedded and in
+the cluster (issue 21: services meet only through ``shared/`` contracts and HTTP; no service imports another).
+
+Whoever builds several services in one process (``services.root_app``: all six on one port or embedded; the
+orchestrator's embedded worker wiring) hands them one `ServiceClients` over their ASGI apps with `wire_peers`. A
+service started alone (``tasmoe serve placement``, a cluster pod) has none wired and reaches its peers at their
+``TASMOE_<SERVICE>_URL`` (a client built on first use and kept on the app).
+
+The calls services make of each other are typed here, once, against the ``shared/contracts`` models: the thermal
+service's influence matrix and the workload service's model facts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.client import ServiceClients
+from shared.configs import ArchConfig
+from shared.configs.workload import InlineModel
+from shared.contracts.thermal import InfluenceMatrix
+from shared.errors import NotFound
+
+_lock = threading.Lock()
+
+
+def wire_peers(apps: Mapping[str, Any], clients: ServiceClients) -> None:
+    """Give every app in ``apps`` the clients through which it reaches the others."""
+    for app in apps.values():
+        app.state.peers = clients
+
+
+def peers_of(app: Any) -> ServiceClients:
+    """The app's clients to its peers: the wired ones, else URL clients from its settings (built once)."""
+    with _lock:
+        peers: ServiceClients | None = getattr(app.state, "peers", None)
+        if peers is None:
+            peers = ServiceClients(app.state.settings)
+            app.state.peers = peers
+        return peers
+
+
+def thermal_model(clients: ServiceClients, arch: ArchConfig, **kw: Any) -> str:
+    """``POST /v1/models`` of the thermal service: the content hash of the stack model of ``arch``."""
+    r = clients["thermal"].post_json("/v1/models", {"arch": arch.model_dump(mode="json")}, **kw)
+    return str(r["model"])
+
+
+def thermal_influence(clients: ServiceClients, arch: ArchConfig, model_hash: str | None = None,
+                      **kw: Any) -> InfluenceMatrix:
+    """The thermal service's influence matrix of ``arch`` (its model built first when the service does not know it:
+    a new model hash, a restart, an evicted cache)."""
+    key = model_hash or thermal_model(clients, arch, **kw)
+    try:
+        r = clients["thermal"].get_json(f"/v1/models/{key}/influence")
+    except NotFound:
+        key = thermal_model(clients, arch, **kw)
+        r = clients["thermal"].get_json(f"/v1/models/{key}/influence")
+    return InfluenceMatrix.model_validate(r)
+
+
+def influence_array(m: InfluenceMatrix) -> npt.NDArray[np.float64]:
+    return np.asarray(m.H, dtype=np.float64)
+
+
+def routed_experts(clients: ServiceClients, model: str | InlineModel) -> int:
+    """Routed experts per MoE layer of a workload's model, from the workload service (0: a dense model)."""
+    if isinstance(model, str):
+        r = clients["workload"].get_json(f"/v1/models/{quote(model, safe='')}")
+        return int(r["num_routed_experts"])
+    r = clients["workload"].post_json("/v1/ir", {"model": model.label, "config": model.config,
+                                                 "generic": model.generic, "seq_len": 1})
+    return int(r["num_routed_experts"])
