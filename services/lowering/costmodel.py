@@ -32,6 +32,8 @@ from numpy.typing import NDArray
 from shared.configs.arch import ArchConfig
 from shared.errors import BadInput
 
+RESIDENT_FRACTION = 0.75  # seed 004: a producer whose output fits in 0.75 × SPM stays resident (ComputeRoot)
+
 Dataflow = Literal["os", "ws"]
 
 DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "int8": 1}

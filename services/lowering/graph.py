@@ -28,12 +28,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.lowering.costmodel import dtype_bytes, gemm_cost_for_arch, vector_cost
+from services.lowering.costmodel import RESIDENT_FRACTION, dtype_bytes, gemm_cost_for_arch, vector_cost
 from shared.configs.arch import ArchConfig
 from shared.errors import BadInput
 from shared.limits import MAX_ITEMS, Dim, DimOrZero
 
-RESIDENT_FRACTION = 0.75
 SEQUENTIAL_BYTES = 64 * 1024
 
 

@@ -18,11 +18,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from services.lowering.costmodel import Tiling, choose_tiling, dtype_bytes
+from services.lowering.costmodel import RESIDENT_FRACTION, Tiling, choose_tiling, dtype_bytes
 from services.lowering.isa import Buf, Builder, DeviceProfile, DramTensor, Opcode, acc_elem_bytes
 from shared.errors import BadInput
-
-RESIDENT_FRACTION = 0.75  # seed 004: a producer whose output fits in 0.75 × SPM stays resident (ComputeRoot)
 
 
 @dataclass

@@ -9,6 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from services.orchestrator import boundary_bytes
 from services.orchestrator import repository as repo
 from services.orchestrator.acceptance import check_results, policy_findings
 from services.orchestrator.db import open_database
@@ -78,6 +79,13 @@ def bench() -> list[BenchRow]:
         per = _commit_overhead(tmp)
         rows.append(BenchRow("window commit (fenced update + insert + 260 kB frontier), SQLite", fmt_s(per),
                              "< 10 ms", per < 0.010))
+        tallies, n_win = boundary_bytes.measure(200)
+        total = sum(t.sent + t.received for t in tallies.values()) / n_win
+        detail = ", ".join(f"{name} {(t.sent + t.received) / n_win / 1e3:.0f}" for name, t in tallies.items())
+        rows.append(BenchRow("bytes crossing service boundaries per window (tas, default experiment)",
+                             f"{total / 1e3:.0f} kB", "<= 200 kB", total <= 200e3,
+                             f"kB in + out per service: {detail}; {n_win} windows incl. warm-up "
+                             "(python -m services.orchestrator.boundary_bytes)"))
         settings = Settings(results_dir=tmp / "results", configs_dir=REPO / "configs")
         settings_pool = orchestrator_settings(settings).pool_workers
         t0 = time.perf_counter()

@@ -317,7 +317,8 @@ def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings
             check_cross_fields(spec.arch, spec.tas)
         except BadInput as exc:
             raise BadInput(f"grid point {i} ({points[i]}): {exc.message}", field=exc.field) from None
-    for model in dict.fromkeys(spec.workload.model for spec in specs):
+    distinct = {m if isinstance(m, str) else m.model_dump_json(): m for m in (sp.workload.model for sp in specs)}
+    for model in distinct.values():  # each model once (an inline one by its content)
         if check_model is not None:
             check_model(model)
     if before_create is not None:  # the caller's quota check, on the runs about to be queued

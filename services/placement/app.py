@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -48,9 +49,17 @@ def create_placement(req: PlacementRequest, request: Request) -> Placement | JSO
     return placement_for(req, peers)
 
 
+_jobs_lock = threading.Lock()
+
+
 def _jobs(request: Request) -> jobs.MilpJobs:
-    milp: jobs.MilpJobs = request.app.state.milp_jobs
-    return milp
+    """The app's MILP jobs: made on the first MILP request (no thread before one is needed), shut down by the app's
+    lifespan."""
+    with _jobs_lock:
+        milp: jobs.MilpJobs | None = getattr(request.app.state, "milp_jobs", None)
+        if milp is None:
+            milp = request.app.state.milp_jobs = jobs.MilpJobs()
+        return milp
 
 
 def _status(job_id: str, job: jobs._Job) -> JobStatus:
@@ -84,12 +93,13 @@ def balance_endpoint(req: BalanceRequest) -> BalanceResponse:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The MILP job pool lives as long as the app (no thread is started at import)."""
-    app.state.milp_jobs = jobs.MilpJobs()
+    """The MILP job pool ends with the app (it is made on the first MILP request; nothing starts at import)."""
     try:
         yield
     finally:
-        app.state.milp_jobs.close()
+        milp: jobs.MilpJobs | None = getattr(app.state, "milp_jobs", None)
+        if milp is not None:
+            milp.close()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -82,6 +82,7 @@ def placement_for(req: PlacementRequest, peers: ServiceClients | None = None) ->
     expert_load = req.expert_load
     if expert_load is None:
         raise BadInput(f"expert_load is required with method={req.method}", field="expert_load")
+    validate_loads(expert_load)  # a bad request is refused before another service is asked anything
     req = with_thermal_h(req, peers)
     H = None if req.H is None else np.asarray(req.H, dtype=float)
     return build_placement(req.arch, req.workload, req.tas.taps, expert_load, req.expert_flops_per_token, H,

@@ -64,6 +64,7 @@ FloatArray = npt.NDArray[np.float64]
 ObjArray = npt.NDArray[np.object_]
 
 
+MAX_SLOT_ROWS = 1 << 22  # memory rows of one micro-batch's event table: ~70x DeepSeek-V3's (58 x 256 x 4)
 MAX_TRACE_WINDOWS = 2_000_000  # windows of one trace: 200x the default run's 9901 (README "Security and limits")
 
 
@@ -212,6 +213,13 @@ class TracePlan:
         self.costs = per_token_costs(cfg, ir)
         shard = max(1, round(cfg.tensors.weight_shard_mb * MIB))
         n_sh = max(1, math.ceil(self.costs.expert_bytes / shard)) if self.E else 0
+        # the per-micro-batch event table: every (MoE layer, expert) slot carries its shards' memory rows
+        rows = len(self.moe_layers) * self.E * (n_sh + 2) + 4 * (mc.num_hidden_layers + 1)
+        if rows > MAX_SLOT_ROWS:
+            raise BadInput(f"{mc.name}: {self.E} experts x {len(self.moe_layers)} MoE layers x {n_sh} weight shards "
+                           f"of {cfg.tensors.weight_shard_mb:g} MiB make {rows} memory rows per micro-batch; at most "
+                           f"{MAX_SLOT_ROWS} (a larger tensors.weight_shard_mb, or a smaller model)",
+                           field="tensors.weight_shard_mb")
         self.shard_bytes = [min(shard, self.costs.expert_bytes - s * shard) for s in range(n_sh)]
         self._build_slots()
 

@@ -41,6 +41,11 @@ def _app(service: str, tmp: Path) -> FastAPI:
     if service == "orchestrator":
         app: FastAPI = mod.create_app(settings, dispatcher=RecordingDispatcher())
         return app
+    if service == "placement":  # as it runs: its peers (the thermal and workload services it asks) in process
+        from services.orchestrator.apps import build_apps
+
+        placement: FastAPI = build_apps(settings)["placement"]
+        return placement
     app = mod.create_app(settings)
     return app
 

@@ -255,3 +255,20 @@ def test_a_registration_race_is_decided_by_the_file_that_won(models_client: Any,
         zoo.register_model("raced", {**TINY["dbrx"], "vocab_size": 101})
     assert json.loads((models / "raced.json").read_text())["config"]["vocab_size"] == 100
     assert not list(models.glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_a_hostile_users_model_is_bounded_before_anything_is_built() -> None:
+    """A registered or inline config may have any size the config keys allow: a trace of one whose event table
+    would not fit is refused naming the knob (it used to be unreachable: only zoo models made traces)."""
+    from services.workload.traces import make_plan
+    from shared.configs import WorkloadConfig
+
+    big = {"model_type": "mixtral", "hidden_size": 1 << 20, "intermediate_size": 1 << 20, "num_hidden_layers": 1024,
+           "num_attention_heads": 8, "num_key_value_heads": 8, "num_local_experts": 4096, "num_experts_per_tok": 2,
+           "vocab_size": 100}
+    with pytest.raises(BadInput) as exc:
+        make_plan(WorkloadConfig.model_validate({"model": {"config": big}, "routing": {"topk": 2}}))
+    assert exc.value.field == "tensors.weight_shard_mb" and "memory rows per micro-batch" in exc.value.message
+    with pytest.raises(BadInput) as exc:  # a per-layer list longer than any model
+        from_hf_config({**TINY["qwen3_moe"], "mlp_only_layers": list(range(5000))}, name="x")
+    assert exc.value.field == "mlp_only_layers"

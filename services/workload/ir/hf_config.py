@@ -109,12 +109,16 @@ class Raw:
             return None
         if not isinstance(v, list):
             raise self.bad(k, f"must be a list of integers, got {_show(v)}")
+        if len(v) > MAX_LAYERS:  # a per-layer list: at most one entry per layer
+            raise self.bad(k, f"lists {len(v)} entries; at most {MAX_LAYERS}")
         return [self._as_int(k, x, ge=ge, le=le, what="must be a list of integers") for x in v]
 
     def str_list(self, k: str) -> list[str] | None:
         v = self.raw.get(k)
         if v is None:
             return None
+        if isinstance(v, list) and len(v) > MAX_LAYERS:
+            raise self.bad(k, f"lists {len(v)} entries; at most {MAX_LAYERS}")
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             raise self.bad(k, f"must be a list of strings, got {_show(v)}")
         return list(v)
@@ -240,8 +244,8 @@ def _experts_key(r: Raw) -> str:
 def _qwen_moe_mlps(r: Raw, n: int, experts: int) -> tuple[Mlp, ...]:
     """Qwen2-MoE/Qwen3-MoE: layer i is MoE iff i ∉ mlp_only_layers, experts > 0 and (i+1) % decoder_sparse_step = 0."""
     step = r.integer("decoder_sparse_step", 1, le=MAX_LAYERS)
-    only = r.int_list("mlp_only_layers") or []
-    _check_layers(r, "mlp_only_layers", only, n)
+    only = set(r.int_list("mlp_only_layers") or [])
+    _check_layers(r, "mlp_only_layers", sorted(only), n)
     return tuple("moe" if (i not in only and experts > 0 and (i + 1) % step == 0) else "dense" for i in range(n))
 
 
@@ -421,7 +425,8 @@ def _llama4(r: Raw, name: str) -> dict[str, Any]:
     if moe_layers is None:
         moe_layers = list(range(step - 1, n, step))
     _check_layers(r, "moe_layers", moe_layers, n)
-    data["mlps"] = tuple("moe" if i in set(moe_layers) else "dense" for i in range(n))
+    moe_set = set(moe_layers)
+    data["mlps"] = tuple("moe" if i in moe_set else "dense" for i in range(n))
     experts = r.integer("num_local_experts", le=MAX_EXPERTS)
     if "moe" in data["mlps"]:
         data["moe"] = _moe(experts, _topk(r, experts), inter, shared_intermediate_size=inter)
