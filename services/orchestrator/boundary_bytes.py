@@ -12,15 +12,13 @@ from __future__ import annotations
 import argparse
 import tempfile
 from collections.abc import Awaitable, Callable, MutableMapping
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.orchestrator.apps import build_apps
 from services.orchestrator.local import run_local
 from services.orchestrator.schemas import Scenario
-from shared.client import ServiceClients
+from services.orchestrator.worker import compute_clients
 from shared.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,29 +65,20 @@ class Counting:
 def measure(windows: int = 200, scenario: Scenario = "tas") -> tuple[dict[str, Tally], int]:
     """({service: tally}, windows stepped incl. the warm-up) of the first ``windows`` windows of one scenario of the
     default experiment."""
-    from anyio.from_thread import start_blocking_portal
-
     tmp = Path(tempfile.mkdtemp(prefix="tasmoe-bytes-"))
     settings = Settings(results_dir=tmp / "results", configs_dir=REPO / "configs")
-    apps = build_apps(settings)
-    wrapped = {name: Counting(app) for name, app in apps.items()}
-    with start_blocking_portal() as portal:
-        stack = AsyncExitStack()
-        portal.call(stack.__aenter__)
-        try:
-            for app in apps.values():
-                portal.call(stack.enter_async_context, app.router.lifespan_context(app))
-            clients = ServiceClients(settings, asgi_apps=wrapped)
-            try:
-                res = run_local(arch=REPO / "configs/arch_8x8_32x32x8.yaml",
-                                workload=REPO / "configs/workload_mixtral_8x7b.yaml",
-                                tas=REPO / "configs/tas_params.yaml", out=tmp / "out", scenarios=[scenario],
-                                windows=windows, settings=settings, clients=clients, traces=False,
-                                database_url=f"sqlite:///{tmp / 'db.sqlite3'}")
-            finally:
-                clients.close()
-        finally:
-            portal.call(stack.__aexit__, None, None, None)
+    wrapped: dict[str, Counting] = {}
+
+    def count(name: str, app: Any) -> Counting:
+        wrapped[name] = Counting(app)
+        return wrapped[name]
+
+    with compute_clients(settings, wrap=count) as clients:
+        res = run_local(arch=REPO / "configs/arch_8x8_32x32x8.yaml",
+                        workload=REPO / "configs/workload_mixtral_8x7b.yaml", tas=REPO / "configs/tas_params.yaml",
+                        out=tmp / "out", scenarios=[scenario], windows=windows,
+                        settings=settings, clients=clients, traces=False,
+                        database_url=f"sqlite:///{tmp / 'db.sqlite3'}")
     stepped = wrapped["thermal"].tally.calls  # about one /v1/step per window, warm-up included
     return {name: w.tally for name, w in wrapped.items()}, max(stepped, sum(res.windows.values()))
 

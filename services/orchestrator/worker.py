@@ -14,7 +14,7 @@ import argparse
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from typing import Any
 
@@ -29,9 +29,11 @@ from shared.settings import Settings
 
 
 @contextmanager
-def compute_clients(settings: Settings, factory: str | None = None) -> Iterator[ServiceClients]:
+def compute_clients(settings: Settings, factory: str | None = None,
+                    wrap: Callable[[str, Any], Any] | None = None) -> Iterator[ServiceClients]:
     """Clients over the five compute services running in this process (their lifespans entered on a portal thread
-    for the duration of the block). The orchestrator app is not started: its runtime would recover runs itself."""
+    for the duration of the block). The orchestrator app is not started: its runtime would recover runs itself.
+    ``wrap(name, app)``: the ASGI app the clients call instead of ``app`` (a measuring wrapper)."""
     from anyio.from_thread import start_blocking_portal
 
     apps = build_apps(orchestrator_settings(settings), factory)
@@ -41,7 +43,8 @@ def compute_clients(settings: Settings, factory: str | None = None) -> Iterator[
         try:
             for app in apps.values():
                 portal.call(stack.enter_async_context, app.router.lifespan_context(app))
-            clients = ServiceClients(settings, asgi_apps=apps)
+            called = apps if wrap is None else {name: wrap(name, app) for name, app in apps.items()}
+            clients = ServiceClients(settings, asgi_apps=called)
             try:
                 yield clients
             finally:
