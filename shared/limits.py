@@ -41,3 +41,11 @@ def cache_size() -> int:
     from shared.settings import get_settings
 
     return get_settings().cache_size
+
+
+def thermal_cache_size() -> int:
+    """``TASMOE_THERMAL_CACHE_SIZE``: stack models, spectral solvers and influence matrices a thermal process keeps
+    (each model can hold hundreds of MB, so this is smaller than ``cache_size``). Read on first use."""
+    from shared.settings import get_settings
+
+    return get_settings().thermal_cache_size

@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     max_body_mb: float = Field(default=32.0, gt=0, le=4096,
                                description="largest request body a service reads (MiB); larger ones get 413")
     cache_size: int = Field(default=32, ge=1, description="LRU entries for content-hashed models/traces per service")
+    thermal_cache_size: int = Field(default=8, ge=1, le=1024,
+                                    description="stack models (and their solvers and influence matrices) a thermal "
+                                                "process keeps; each can hold hundreds of MB")
     blas_threads: int = Field(default=1, ge=0, description="BLAS threads per process; 0 keeps the library's default")
     configs_dir: Path = Path("configs")
     traces_dir: Path | None = Field(default=None, description="recorded routing traces a workload's routing.trace "

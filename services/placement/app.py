@@ -80,9 +80,11 @@ def cancel_placement_job(job_id: str, request: Request) -> JobStatus:
 
 
 @router.post("/tacs/step", response_model=TacsStepResponse)
-def tacs_step_endpoint(req: TacsStepRequest, request: Request) -> TacsStepResponse:
-    """One TACS decision: overlays for the next window, the updated replica state and the smoothed temperatures."""
-    return tacs_for(req, peers_of(request.app))
+def tacs_step_endpoint(req: TacsStepRequest) -> TacsStepResponse:
+    """One TACS decision: overlays for the next window, the updated replica state and the smoothed temperatures.
+    The request carries H (the thermal service's ``GET /v1/models/{hash}/influence``): this per-window call stays on
+    the fast JSON route, which takes the body alone (a request without H is a 422 naming it)."""
+    return tacs_for(req)
 
 
 @router.post("/balance", response_model=BalanceResponse)

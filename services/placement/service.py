@@ -10,8 +10,9 @@ import numpy as np
 
 from services.placement.balance import balance
 from services.placement.default import default_placement
+from services.placement.geometry import ChipGeometry
 from services.placement.placer import build_placement
-from services.placement.tacs import tacs_step
+from services.placement.tacs import tacs_step, validate_inputs
 from services.placement.taps import validate_loads
 from shared.client import ServiceClients
 from shared.contracts.placement import Placement
@@ -91,6 +92,8 @@ def placement_for(req: PlacementRequest, peers: ServiceClients | None = None) ->
 
 def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None) -> TacsStepResponse:
     _check_mesh(req.arch.mesh.n_cores)
+    # the request's own fields first: a bad one is named before a missing H is
+    validate_inputs(req.telemetry, req.placement, req.state, ChipGeometry.of(req.arch), req.smoothed)
     if req.H is not None:
         H = np.asarray(req.H, dtype=float)
     elif peers is not None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from services.thermal.model import StackModel, get_model
 from shared.configs import ArchConfig
-from shared.limits import cache_size
+from shared.limits import thermal_cache_size
 
 H_DECIMALS = 9
 _H: dict[str, np.ndarray] = {}
@@ -39,7 +39,7 @@ def influence_for_model(model: StackModel) -> np.ndarray:
     H = np.round(np.stack([model.core_temps(T[:, j]) for j in range(n)], axis=1), H_DECIMALS)
     with _LOCK:
         _H[model.key] = H
-        while len(_H) > 2 * cache_size():  # H and H_vault per model: TASMOE_CACHE_SIZE models
+        while len(_H) > 2 * thermal_cache_size():  # H and H_vault of TASMOE_THERMAL_CACHE_SIZE models
             _H.pop(next(iter(_H)))
     return H.copy()
 
@@ -64,7 +64,7 @@ def vault_influence_for_model(model: StackModel) -> np.ndarray:
     H = np.round(np.stack([model.core_temps(T[:, j]) for j in range(n)], axis=1), H_DECIMALS)
     with _LOCK:
         _H[key] = H
-        while len(_H) > 2 * cache_size():  # H and H_vault per model: TASMOE_CACHE_SIZE models
+        while len(_H) > 2 * thermal_cache_size():  # H and H_vault of TASMOE_THERMAL_CACHE_SIZE models
             _H.pop(next(iter(_H)))
     return H.copy()
 

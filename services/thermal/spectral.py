@@ -30,7 +30,7 @@ import numpy as np
 
 from services.thermal.network import N_RING, RCNetwork
 from services.thermal.rational import exp_poles
-from shared.limits import cache_size
+from shared.limits import thermal_cache_size
 
 MAX_FACTORS = 24  # cached shifts per solver: 0 (steady), 1/(d·h) (TR-BDF2), z_k/dt (the exponential step's poles)
 
@@ -540,13 +540,14 @@ _CACHE_LOCK = threading.Lock()
 
 
 def make_solver(net: RCNetwork) -> SpectralSolver:
-    """The spectral solver of ``net``, cached by the network spec's content hash (LRU of ``TASMOE_CACHE_SIZE``)."""
+    """The spectral solver of ``net``, cached by the network spec's content hash (LRU of
+    ``TASMOE_THERMAL_CACHE_SIZE``)."""
     key = net.spec.content_hash()
     with _CACHE_LOCK:
         s = _CACHE.pop(key, None)
         if s is None:
             s = SpectralSolver(net)
         _CACHE[key] = s
-        while len(_CACHE) > 1 and len(_CACHE) > cache_size():
+        while len(_CACHE) > 1 and len(_CACHE) > thermal_cache_size():
             _CACHE.pop(next(iter(_CACHE)))
         return s
