@@ -28,9 +28,30 @@ from numpy.typing import NDArray
 from shared.chip import Chip
 from shared.configs.arch import ArchConfig
 from shared.contracts.events import NOC_ONLY_QOS
+from shared.errors import BadInput
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
+
+DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "int8": 1}
+ACC_BYTES = 4  # fp32 / int32 accumulators in the SPM
+SPM_ACCESS_BYTES = 8  # the anchor row prices a 64-bit SRAM access
+
+
+def dtype_bytes(dtype: str, field: str = "dtype") -> int:
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise BadInput(f"unknown dtype {dtype!r}; known: {', '.join(sorted(DTYPE_BYTES))}", field=field) from None
+
+
+def spm_accesses(macs: F64, nbytes: F64, rows: int, cols: int, elem_bytes: int) -> F64:
+    """64-bit scratchpad accesses of a piece of work on an ``rows × cols`` systolic array: the DMA fill and drain of
+    its ``nbytes`` (each byte written once and read once), operand streaming (one A element per ``rows`` MACs and one
+    B element per ``cols`` MACs, ``elem_bytes`` each) and fp32 partial sums (one per ``rows`` MACs).
+    The physicalizer prices every compute piece with it; TAPS and TACS price an expert's work with it."""
+    out: F64 = (2 * nbytes + macs * (elem_bytes / rows + elem_bytes / cols + ACC_BYTES / rows)) / SPM_ACCESS_BYTES
+    return out
 
 
 

@@ -49,3 +49,14 @@ def thermal_cache_size() -> int:
     from shared.settings import get_settings
 
     return get_settings().thermal_cache_size
+
+
+THERMAL_CACHE_NODES = 2**22  # grid nodes of the stack models (and their solvers) a thermal process keeps at once
+
+
+def over_thermal_budget(n_entries: int, nodes: int) -> bool:
+    """Whether a thermal cache holding ``n_entries`` entries of ``nodes`` grid nodes in all must evict its oldest:
+    more entries than ``TASMOE_THERMAL_CACHE_SIZE``, or more nodes than ``THERMAL_CACHE_NODES`` (a model of 2^20
+    nodes with its solver's factors takes GBs: eight of them filled a 24 GiB machine); the newest entry always
+    stays."""
+    return n_entries > 1 and (n_entries > thermal_cache_size() or nodes > THERMAL_CACHE_NODES)

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from shared.client import ServiceClients
 from shared.configs import ArchConfig
 from shared.configs.workload import InlineModel
-from shared.contracts.thermal import InfluenceMatrix
+from shared.contracts.thermal import InfluenceMatrix, PulseResponse
 from shared.errors import NotFound
 
 _lock = threading.Lock()
@@ -62,6 +62,16 @@ def thermal_influence(clients: ServiceClients, arch: ArchConfig, model_hash: str
         key = thermal_model(clients, arch, **kw)
         r = clients["thermal"].get_json(f"/v1/models/{key}/influence")
     return InfluenceMatrix.model_validate(r)
+
+
+def thermal_pulse_response(clients: ServiceClients, arch: ArchConfig, slot_ms: float, lags: int,
+                           **kw: Any) -> PulseResponse:
+    """The thermal service's short-time responses of ``arch`` (``GET /v1/models/{hash}/pulse-response``), its model
+    built (or found) first."""
+    key = thermal_model(clients, arch, **kw)
+    r = clients["thermal"].get_json(f"/v1/models/{key}/pulse-response",
+                                    params={"slot_ms": repr(float(slot_ms)), "lags": str(int(lags))})
+    return PulseResponse.model_validate(r)
 
 
 def influence_array(m: InfluenceMatrix) -> npt.NDArray[np.float64]:

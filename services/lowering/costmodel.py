@@ -30,14 +30,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shared.configs.arch import ArchConfig
+from shared.energy import ACC_BYTES, DTYPE_BYTES, SPM_ACCESS_BYTES, dtype_bytes
 from shared.errors import BadInput
+
+__all__ = ["ACC_BYTES", "DTYPE_BYTES", "SPM_ACCESS_BYTES", "dtype_bytes"]  # owned by shared.energy
 
 RESIDENT_FRACTION = 0.75  # seed 004: a producer whose output fits in 0.75 × SPM stays resident (ComputeRoot)
 
 Dataflow = Literal["os", "ws"]
 
-DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "int8": 1}
-ACC_BYTES = 4  # fp32 / int32 accumulators in the SPM
 
 # energy_anchors.csv (Horowitz ISSCC 2014, 45 nm): MAC = mult + add of the precision.
 MAC_PJ_ANCHOR: dict[str, float] = {
@@ -46,14 +47,6 @@ MAC_PJ_ANCHOR: dict[str, float] = {
     "fp32": 3.7 + 0.9,  # fp mult 32b + fp add 32b
     "int8": 0.2 + 0.03,  # int mult 8b + int add 8b
 }
-SPM_ACCESS_BYTES = 8  # the anchor row prices a 64-bit SRAM access
-
-
-def dtype_bytes(dtype: str, field: str = "dtype") -> int:
-    try:
-        return DTYPE_BYTES[dtype]
-    except KeyError:
-        raise BadInput(f"unknown dtype {dtype!r}; known: {', '.join(sorted(DTYPE_BYTES))}", field=field) from None
 
 
 def fold_cycles(M: Any, K: Any, N: Any, R: int, C: int, dataflow: Dataflow) -> Any:

@@ -11,11 +11,11 @@ from services.commands import command_help
 from services.placement.balance import balance, read_loads_file
 from services.placement.default import default_placement
 from services.placement.inputs import workload_inputs
-from services.placement.placer import build_placement
+from services.placement.service import placement_for
 from shared.configs import load_arch, load_tas, load_workload
 from shared.contracts.placement import Placement
+from shared.contracts.placement_api import PlacementRequest
 from shared.errors import BadInput
-from shared.peers import influence_array, thermal_influence
 
 
 def _place(args: argparse.Namespace) -> int:
@@ -33,10 +33,11 @@ def _place(args: argparse.Namespace) -> int:
         if args.method == "default":
             plc = default_placement(arch, inp.moe_layers, len(inp.loads[0]), wl.tensors.weight_shard_mb,
                                     inp.expert_bytes)
-        else:
-            H = influence_array(thermal_influence(clients, arch))
-            plc = build_placement(arch, wl, tas.taps, inp.loads, inp.expert_flops_per_token, H,
-                                  moe_layers=inp.moe_layers, expert_bytes=inp.expert_bytes, method=args.method)
+        else:  # the service's own function: H, the vault matrix and the pulse responses from the thermal service
+            plc = placement_for(PlacementRequest(
+                arch=arch, workload=wl, tas=tas, method=args.method, expert_load=inp.loads,
+                moe_layers=inp.moe_layers, expert_flops_per_token=inp.expert_flops_per_token,
+                expert_bytes=inp.expert_bytes), clients)
     plc.meta.notes.append(f"expert loads: {inp.load_source}")
     body = plc.model_dump(mode="json", exclude_none=True)
     if args.out:

@@ -4,28 +4,66 @@ above both solvers so that neither imports the other (``milp`` builds on ``taps`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from services.placement.default import default_placement
 from services.placement.milp import solve_milp
-from services.placement.taps import CRITICAL_PATH_TOL, Problem, assemble, build_problem, heuristic_assign
+from services.placement.slots import (
+    PULSE_LAGS,
+    PULSE_MAX_CORES,
+    SlotModel,
+    objective_terms,
+    periodic_response,
+    refine,
+    slot_count,
+)
+from services.placement.taps import CRITICAL_PATH_TOL, Problem, _feasible, assemble, build_problem, heuristic_assign
 from shared.configs import ArchConfig, WorkloadConfig
 from shared.configs.tas import TapsParams
 from shared.contracts.placement import Placement
 from shared.errors import BadInput
 
+# (slot seconds, lags) -> (Dc, Dv) pulse responses (lags, cores, cores) K/W from the thermal service, or None
+PulseFn = Callable[[float, int], tuple[np.ndarray, np.ndarray] | None]
+
+
+def slot_model(pb: Problem, pulse: PulseFn, H_vault: np.ndarray) -> SlotModel | None:
+    """The slot model of a problem (``slots.py``): the period of one micro-batch step cut into slots of the layers'
+    critical path, the thermal service's pulse responses made periodic. None when the problem has no timing or
+    energy split, or the mesh is too large for the pulse responses."""
+    if pb.inst_time is None or pb.inst_e_logic is None or pb.inst_e_vault is None or pb.n > PULSE_MAX_CORES:
+        return None
+    period = 1.0 / pb.steps_per_s
+    n_layers = int(pb.expert_layer.max()) + 1
+    S = slot_count(period, float(pb.inst_time.max()), n_layers)
+    slot_s = period / S
+    got = pulse(slot_s, PULSE_LAGS)
+    if got is None:
+        return None
+    Dc, Dv = got
+    inst_slot = pb.expert_layer[pb.inst_expert].astype(np.int64) % S
+    return SlotModel(S=S, slot_s=slot_s, Rc=periodic_response(Dc, pb.H, S), Rv=periodic_response(Dv, H_vault, S),
+                     inst_slot=inst_slot, inst_pc=pb.inst_e_logic / slot_s, inst_pv=pb.inst_e_vault / slot_s)
+
 
 def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams,
                     expert_load: Sequence[Sequence[float]], expert_flops_per_token: float,
                     H: np.ndarray | None = None, *, moe_layers: Sequence[int] | None = None, expert_bytes: int = 0,
-                    method: str | None = None) -> Placement:
+                    method: str | None = None, H_vault: np.ndarray | None = None,
+                    pulse: PulseFn | None = None) -> Placement:
     """TAPS placement (``method``: ``heuristic`` (default from ``taps.method``) or ``milp``).
 
     ``expert_load[l][e]``: load profile of MoE layer ``moe_layers[l]`` (default ``0..L-1``), any non-negative scale;
     ``expert_flops_per_token``: FLOPs one token costs in one expert; ``expert_bytes``: weight bytes of one expert
     (split into ``workload.tensors.weight_shard_mb`` shards); H: cores × cores K/W (the thermal service's; None:
     the analytic single-layer kernel, noted in ``meta.notes``: the placement service always passes thermal's H).
+
+    ``pulse`` and ``H_vault`` (the thermal service's pulse responses and vault influence matrix; the placement
+    service passes both): the heuristic's answer is refined on the slot model (``slots.py``), and so is the default
+    mapping; the lower slot objective wins, and when nothing beats the default mapping itself, TAPS keeps it
+    (returned as the default mapping, shards included, with a note). Without them: the steady model alone.
     """
     method = method or taps.method
     if method not in ("heuristic", "milp"):
@@ -37,11 +75,50 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
                            replicate_hot_k=k_hot)
         if method == "heuristic":
             assign, notes = heuristic_assign(pb, taps.local_search_iters, workload.routing.seed)
+            sm = None if pulse is None or H_vault is None else slot_model(pb, pulse, H_vault)
+            if sm is not None:
+                return pb, _on_slots(pb, sm, assign, notes, k_hot)
+            if pulse is not None:
+                notes = [*notes, "slot model not available for this chip (no timing, more than "
+                         f"{PULSE_MAX_CORES} cores, or a stack too large for the pulse responses): steady model only"]
             return pb, assemble(pb, assign, arch=arch, expert_bytes=expert_bytes,
                                 weight_shard_mb=workload.tensors.weight_shard_mb,
                                 bank_bw_gbps=taps.capacity.bank_bw_gbps, method="heuristic", extra_notes=notes)
         return pb, solve_milp(pb, taps, arch=arch, expert_bytes=expert_bytes,
                               weight_shard_mb=workload.tensors.weight_shard_mb, seed=workload.routing.seed)
+
+    def _on_slots(pb: Problem, sm: SlotModel, assign: np.ndarray, notes: list[str], k_hot: int) -> Placement:
+        """The heuristic's answer and the default mapping, each refined on the slot model; the lower wins, and the
+        default mapping itself when nothing beats it."""
+        iters = taps.local_search_iters
+        tried = [("heuristic", refine(pb, sm, assign, iters))]
+        default = np.arange(pb.m, dtype=np.int64) % pb.n
+        plain = k_hot == 0 or pb.m == pb.expert_layer.shape[0]
+        if plain and _feasible(pb, default):  # the default mapping is an assignment of this very problem
+            tried = [("default", default), *tried, ("default refined", refine(pb, sm, default, iters))]
+        scored = [(objective_terms(pb, sm.temps(pb, a)), name, a) for name, a in tried]
+        terms, name, best = min(scored, key=lambda t: t[0]["objective"])
+        summary = "; ".join(f"{n}: {t['objective']:.6g} (peak {t['peak_c']:.3f} °C)" for t, n, _ in scored)
+        note = (f"slot model ({sm.S} slots of {sm.slot_s * 1e3:.3g} ms per micro-batch period, the bursts of the "
+                f"weight streams): {summary}; kept: {name}")
+        if name == "default":
+            plc = default_placement(arch, [int(x) for x in pb.expert_layer[::max(1, int(pb.expert_e.max()) + 1)]],
+                                    int(pb.expert_e.max()) + 1, workload.tensors.weight_shard_mb, expert_bytes)
+            T = sm.temps(pb, best).mean(axis=0)
+            meta = plc.meta.model_copy(update={
+                "method": "heuristic", "objective": terms, "predicted_peak_c": round(terms["peak_c"], 4),
+                "predicted_core_temps_c": [round(float(t), 4) for t in T],
+                "notes": [*pb.notes, *notes, note, "TAPS kept the default mapping: no placement it found has a "
+                          "lower predicted objective"]})
+            return plc.model_copy(update={"meta": meta})
+        plc = assemble(pb, best, arch=arch, expert_bytes=expert_bytes,
+                       weight_shard_mb=workload.tensors.weight_shard_mb, bank_bw_gbps=taps.capacity.bank_bw_gbps,
+                       method="heuristic", extra_notes=[*notes, note])
+        T = sm.temps(pb, best).mean(axis=0)
+        meta = plc.meta.model_copy(update={"objective": {**plc.meta.objective, **terms},
+                                           "predicted_peak_c": round(terms["peak_c"], 4),
+                                           "predicted_core_temps_c": [round(float(t), 4) for t in T]})
+        return plc.model_copy(update={"meta": meta})
 
     pb, plc = solve(taps.replicate_hot_k)
     if pb.m == pb.expert_layer.shape[0]:  # nothing replicated (k = 0, or a one-core chip)

@@ -11,7 +11,7 @@ import numpy as np
 from services.placement.balance import balance
 from services.placement.default import default_placement
 from services.placement.geometry import ChipGeometry
-from services.placement.placer import build_placement
+from services.placement.placer import PulseFn, build_placement
 from services.placement.tacs import tacs_step, validate_inputs
 from services.placement.taps import validate_loads
 from shared.client import ServiceClients
@@ -24,7 +24,7 @@ from shared.contracts.placement_api import (
     TacsStepResponse,
 )
 from shared.errors import BadInput, TasmoeError, UpstreamError
-from shared.peers import influence_array, routed_experts, thermal_influence
+from shared.peers import influence_array, routed_experts, thermal_influence, thermal_pulse_response
 
 
 def _n_experts_of(req: PlacementRequest, peers: ServiceClients | None) -> int:
@@ -84,10 +84,33 @@ def placement_for(req: PlacementRequest, peers: ServiceClients | None = None) ->
     if expert_load is None:
         raise BadInput(f"expert_load is required with method={req.method}", field="expert_load")
     validate_loads(expert_load)  # a bad request is refused before another service is asked anything
+    H_vault, pulse = None, None
+    if peers is not None and req.method == "heuristic":
+        infl = thermal_influence(peers, req.arch)
+        H_thermal = influence_array(infl)
+        if req.H is None or np.array_equal(np.asarray(req.H, dtype=float), H_thermal):
+            # the thermal service's own H: its vault matrix and pulse responses belong with it (the slot model)
+            req = req.model_copy(update={"H": infl.H})
+            H_vault = np.asarray(infl.H_vault, dtype=float) if infl.H_vault else None
+            pulse = _pulse_fn(req, peers)
     req = with_thermal_h(req, peers)
     H = None if req.H is None else np.asarray(req.H, dtype=float)
     return build_placement(req.arch, req.workload, req.tas.taps, expert_load, req.expert_flops_per_token, H,
-                           moe_layers=req.moe_layers, expert_bytes=int(req.expert_bytes), method=req.method)
+                           moe_layers=req.moe_layers, expert_bytes=int(req.expert_bytes), method=req.method,
+                           H_vault=H_vault, pulse=pulse)
+
+
+def _pulse_fn(req: PlacementRequest, peers: ServiceClients) -> PulseFn:
+    """The thermal service's pulse responses of the request's arch, as the placer asks for them."""
+    def pulse(slot_s: float, lags: int) -> tuple[np.ndarray, np.ndarray] | None:
+        try:
+            r = thermal_pulse_response(peers, req.arch, slot_s * 1e3, lags)
+        except BadInput:  # a stack too large for the pulse responses: the steady model alone (placer notes it)
+            return None
+        Dc = np.asarray(r.core, dtype=float)
+        Dv = np.asarray(r.vault, dtype=float) if r.vault else np.zeros_like(Dc)
+        return Dc, Dv
+    return pulse
 
 
 def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None) -> TacsStepResponse:

@@ -4,12 +4,13 @@ Model (SI inside):
 - routed token rate of one MoE layer ``R = micro_batch·topk / step_interval`` (tokens/s; prefill multiplies by the
   sequence length); expert ``e`` of layer ``l`` gets the share ``load[l][e] / Σ_e load[l][e]`` of it (the load
   profile may be counts or probabilities: only its shape per layer matters);
-- FLOP rate of an instance ``f = share·R·flops_per_token / replicas`` (FLOP/s), power
-  ``p̂ = f · E_flop + B · steps/s · E_dram`` with ``E_flop = mac_pj/2 · 1e-12`` J (one MAC = 2 FLOPs), ``B`` the
-  bytes of its copy of the weights (streamed once per micro-batch) and ``E_dram`` the DRAM access energy per byte
-  (shared/energy.py, the simulator's model); every core also leaks ``logic_leak_w_per_core``;
+- FLOP rate of an instance ``f = share·R·flops_per_token / replicas`` (FLOP/s), power ``p̂ = E · steps/s`` with
+  ``E`` its energy per step as the physicalizer prices it (``instance_energy``: MACs, scratchpad accesses and the
+  stream of its copy of the weights, shared/energy.py); every core also leaks ``logic_leak_w_per_core``;
 - temperatures ``T̂ = H·p̂ + T_amb`` (°C; H in K/W, cores × cores);
-- objective ``w_peak·max(T̂) + w_var·var(T̂) + w_smooth·Σ_(i,j) adjacent (T̂_i − T̂_j)²``.
+- objective ``w_peak·max(T̂) + w_var·var(T̂) + w_smooth·Σ_(i,j) adjacent (T̂_i − T̂_j)²``; with the thermal service's
+  pulse responses, ``placer`` refines the answer on the slot model (``slots.py``: the peak over a micro-batch period,
+  where the bursts of the weight streams are, not only of the mean).
 When the demand exceeds the chip (``Σ f > n_cores·core_flops_tps``) the chip saturates: every rate (and so power and
 bank traffic) is scaled to the sustainable throughput, a mean utilisation of ``1/CAPACITY_HEADROOM`` (noted).
 Constraints: per-core FLOP rate ≤ ``core_flops_tps``; per-layer critical path (Science III): the instances of one layer
@@ -40,7 +41,7 @@ from shared.configs import ArchConfig, WorkloadConfig
 from shared.configs.tas import TapsParams
 from shared.contracts.ids import expert_id, weight_tensor_id
 from shared.contracts.placement import ExpertPlacement, Placement, PlacementMeta, TensorPlacement
-from shared.energy import EnergyModel
+from shared.energy import EnergyModel, dtype_bytes, spm_accesses
 from shared.errors import BadInput
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,9 @@ class Problem:
     # hard vault capacity: the banks each instance's copy of the weights takes and the banks of one core's vault
     inst_bytes: np.ndarray | None = None  # (m,)
     vault_cap: float = math.inf
+    # energy per micro-batch step of each instance (J): in its core and in its vault (``instance_energy``)
+    inst_e_logic: np.ndarray | None = None  # (m,)
+    inst_e_vault: np.ndarray | None = None  # (m,)
     # derived (filled by __post_init__)
     adj_i: np.ndarray = field(init=False)
     adj_j: np.ndarray = field(init=False)
@@ -212,12 +216,8 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     inst_expert = np.repeat(np.arange(n_layers * n_e), reps)
     tok_step = (share.ravel() * routed_tokens_per_step(wl) / reps)[inst_expert]
     flops = tok_step * steps_per_s * expert_flops_per_token
-    em = EnergyModel.from_arch(arch)
-    e_flop = em.mac_j / 2  # J per FLOP (one MAC = 2 FLOPs; shared/energy.py)
-    # + streaming the instance's copy of the weights once per micro-batch (decode reads every weight of an expert it
-    # routes tokens to): DRAM access energy in the vault above the core, counted at the core (H is per core)
-    stream = (share.ravel()[inst_expert] > 0) * float(expert_bytes) * steps_per_s * em.dram_j_per_byte
-    power = flops * e_flop + stream
+    e_logic, e_vault = instance_energy(arch, tok_step, expert_flops_per_token, float(expert_bytes))
+    power = (e_logic + e_vault) * steps_per_s  # W, mean (the steady model counts all of it at the core: H is per core)
     total = float(flops.sum())
     cap = taps.capacity.core_flops_tps
     if total > cap * n:
@@ -262,7 +262,26 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
                    inst_expert=inst_expert, inst_power=power, inst_flops=flops, inst_tokens_step=tok_step,
                    expert_layer=expert_layer, expert_e=expert_e, cap_flops=cap, steps_per_s=steps_per_s,
                    t_amb=t_amb, notes=notes, h_source=source, inst_time=inst_time, inst_budget=inst_budget,
-                   inst_bytes=inst_bytes, vault_cap=vault_cap)
+                   inst_bytes=inst_bytes, vault_cap=vault_cap, inst_e_logic=e_logic, inst_e_vault=e_vault)
+
+
+def instance_energy(arch: ArchConfig, tok_step: np.ndarray, expert_flops_per_token: float,
+                    expert_bytes: float) -> tuple[np.ndarray, np.ndarray]:
+    """(logic J, vault J) per micro-batch step of each instance, priced as the physicalizer prices its pieces
+    (shared/energy.py): ``macs = tokens·flops_per_token/2`` at ``mac_pj``; the scratchpad accesses of those MACs and
+    of the weight stream (``spm_accesses``); the stream itself, ``P(active)·expert_bytes`` at the DRAM access energy
+    (decode reads every weight of an expert it routes a token to; ``P(active) = 1 − e^(−tokens)``, Poisson arrivals
+    of the expected ``tokens`` per step), split by ``dram.energy_split``: the controller share on the logic core,
+    the array and TSV/IO shares in the vault."""
+    em = EnergyModel.from_arch(arch)
+    R, C = arch.core.array
+    macs = tok_step * expert_flops_per_token / 2
+    stream = -np.expm1(-tok_step) * expert_bytes
+    spm = spm_accesses(macs, stream, R, C, dtype_bytes(arch.core.dtype, "arch.core.dtype"))
+    dram = stream * em.dram_j_per_byte
+    e_logic = macs * em.mac_j + spm * em.spm_j_per_access + em.split_controller * dram
+    e_vault = (em.split_array + em.split_tsv_io) * dram
+    return np.asarray(e_logic, dtype=float), np.asarray(e_vault, dtype=float)
 
 
 def layer_budgets(arch: ArchConfig, taps: TapsParams, flops_step: np.ndarray, expert_bytes: float,

@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Query
 
 from services.thermal import hotspot_files, service
-from services.thermal.influence import influence_for_model, vault_influence_for_model
+from services.thermal.influence import (
+    PULSE_MAX_WORK,
+    influence_for_model,
+    pulse_response,
+    pulse_work,
+    vault_influence_for_model,
+)
 from services.thermal.model import lookup_model
 from shared.contracts.thermal import (
     HotspotExportRequest,
@@ -15,6 +21,7 @@ from shared.contracts.thermal import (
     InfluenceMatrix,
     ModelInfo,
     ModelRequest,
+    PulseResponse,
     SolveRequest,
     SolveResult,
     StepRequest,
@@ -22,7 +29,7 @@ from shared.contracts.thermal import (
     ThermalState,
     WarmStartRequest,
 )
-from shared.errors import NotFound
+from shared.errors import BadInput, NotFound
 from shared.service_app import ERROR_RESPONSES, JsonBodyRoute, create_service_app
 from shared.settings import Settings, get_settings
 
@@ -65,6 +72,24 @@ def influence(model_hash: str) -> InfluenceMatrix:
     H = influence_for_model(model)
     return InfluenceMatrix(model=model.key, cores=model.n_cores, H=H.tolist(),
                            H_vault=vault_influence_for_model(model).tolist())
+
+
+@router.get("/models/{model_hash}/pulse-response", response_model=PulseResponse)
+def pulse(model_hash: str, slot_ms: float = Query(gt=0, le=1e4, allow_inf_nan=False),
+          lags: int = Query(ge=1, le=64)) -> PulseResponse:
+    """Short-time responses of a model built earlier (404 when unknown): the rise of every core at the end of each
+    of ``lags`` slots of ``slot_ms`` after a 1 W pulse in one core (or its vault) during the first slot (TAPS's slot
+    model). ``2 · cores · lags`` transient steps, at most 8192 (422 beyond: ask fewer lags)."""
+    model = lookup_model(model_hash)
+    if model is None:
+        raise NotFound(f"unknown model {model_hash}: POST /v1/models with its arch config first", field="model_hash")
+    work = pulse_work(model, lags)
+    if work > PULSE_MAX_WORK:
+        raise BadInput(f"lags: {lags} lags on a {model.n_cores}-core stack of {model.net.n_nodes} nodes take "
+                       f"{work:.3g} step-nodes, more than {PULSE_MAX_WORK:.3g}: ask fewer lags", field="lags")
+    Dc, Dv = pulse_response(model, slot_ms * 1e-3, lags)
+    return PulseResponse(model=model.key, cores=model.n_cores, slot_ms=slot_ms, lags=lags, core=Dc.tolist(),
+                         vault=Dv.tolist() if model.dram_layers else [])
 
 
 @router.post("/hotspot/export", response_model=HotspotFiles)

@@ -20,14 +20,27 @@ import numpy as np
 
 from services.thermal.model import StackModel, get_model
 from shared.configs import ArchConfig
+from shared.errors import BadInput
 from shared.limits import thermal_cache_size
 
 H_DECIMALS = 9
+INFLUENCE_MAX_CELLS = 2**25  # cores × grid nodes of one influence matrix: its power and field columns (256 MB each)
 _H: dict[str, np.ndarray] = {}
 _LOCK = threading.Lock()
 
 
+def check_influence_size(model: StackModel) -> None:
+    """An influence matrix solves one steady field per core: refused (422 naming ``arch``) when ``cores × nodes``
+    exceeds ``INFLUENCE_MAX_CELLS`` (a 64 × 64 mesh on a 512 × 512 grid would need tens of GB)."""
+    cells = model.n_cores * model.net.n_nodes
+    if cells > INFLUENCE_MAX_CELLS:
+        raise BadInput(f"arch: an influence matrix of {model.n_cores} cores on a stack of {model.net.n_nodes} grid "
+                       f"nodes needs {cells} node values per column set, more than {INFLUENCE_MAX_CELLS}: use fewer "
+                       "cores or a coarser thermal.grid", field="arch")
+
+
 def influence_for_model(model: StackModel) -> np.ndarray:
+    check_influence_size(model)
     with _LOCK:
         H = _H.get(model.key)
     if H is not None:
@@ -45,6 +58,7 @@ def influence_for_model(model: StackModel) -> np.ndarray:
 
 
 def vault_influence_for_model(model: StackModel) -> np.ndarray:
+    check_influence_size(model)
     key = model.key + ":vault"
     with _LOCK:
         H = _H.get(key)
@@ -77,3 +91,113 @@ def influence_vault_matrix(arch: ArchConfig) -> np.ndarray:
 def influence_matrix(arch: ArchConfig) -> np.ndarray:
     """(cores × cores) K/W: steady rise at core i per W at core j."""
     return influence_for_model(get_model(arch))
+
+
+# ------------------------------------------------------------------------------------------------ pulse responses
+
+PULSE_MAX_WORK = 2e8  # transient steps × grid nodes per answer (the default stack: 2 · 10 orbits · 12 · 49164 = 1.2e7)
+_PULSES: dict[tuple[str, float, int], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def pulse_work(model: StackModel, lags: int) -> float:
+    """Transient steps × grid nodes ``pulse_response`` takes: ``lags`` steps per core source and per vault source,
+    one source per orbit of the mesh symmetries."""
+    rep, _ = orbit_representatives(mesh_symmetries(model), model.n_cores)
+    return 2.0 * np.unique(rep).size * lags * model.net.n_nodes
+
+
+def pulse_response(model: StackModel, slot_s: float, lags: int) -> tuple[np.ndarray, np.ndarray]:
+    """Short-time responses for placement (TAPS's slot model, services/placement/slots.py).
+
+    ``Dc[j, i, c]`` (K/W): rise of core i (mean over its cells) at the end of slot ``j`` (``j = 0`` is the end of the
+    pulse itself) after 1 W dissipated uniformly in core c's area of the logic layer during slot 0 only (slots of
+    ``slot_s`` seconds), the stack at ambient before it. ``Dv[j, i, c]``: the same for 1 W spread evenly over the banks
+    of vault c (all DRAM dies), the memory side. Linear superposition: any schedule of slot-long power pulses
+    gives ``ΔT(end of slot s) = Σ_(c, s' ≤ s) Dc[s − s', :, c]·P_c(s') + Dv[...]·Pv_c(s')``, and ``Σ_j Dc[j]`` tends
+    to H (the steady influence matrix) as ``lags`` grows (the pulse's energy, sampled once per slot).
+
+    ``2 · cores · lags`` transient steps of the model's own integrator (``StackModel.step``), cached per (model,
+    slot, lags); rounded to ``H_DECIMALS`` like H."""
+    key = (model.key, round(float(slot_s), 12), int(lags))
+    with _LOCK:
+        hit = _PULSES.get(key)
+    if hit is not None:
+        return hit[0].copy(), hit[1].copy()
+    n = model.n_cores
+    nd, nb = len(model.dram_layers), model.n_banks_per_layer
+    amb = float(model.net.ambient)
+    T0 = np.full(model.net.n_nodes, amb)
+    zc, zb = np.zeros(n), np.zeros((nd, nb))
+    vault = model.vault_of_bank
+    counts = np.bincount(vault, minlength=n)
+    group = mesh_symmetries(model)
+    rep, to_c = orbit_representatives(group, n)
+    out = []
+    for side in ("core", "vault"):
+        D = np.zeros((lags, n, n))
+        if side == "vault" and not nd:
+            out.append(D)
+            continue  # no DRAM: no vault source
+        for c in np.unique(rep):
+            core_w, bank_w = zc.copy(), zb.copy()
+            if side == "core":
+                core_w[c] = 1.0
+            else:
+                bank_w[:, vault == c] = 1.0 / (nd * counts[c])
+            T = model.step(T0, core_w, bank_w, slot_s)
+            D[0, :, c] = model.core_temps(T) - amb
+            for j in range(1, lags):
+                T = model.step(T, zc, zb, slot_s)
+                D[j, :, c] = model.core_temps(T) - amb
+        for c in range(n):  # the other sources of each orbit: D[:, p, p[r]] = D[:, :, r]
+            r, p = int(rep[c]), group[to_c[c]]
+            if r != c:
+                D[:, p, c] = D[:, :, r]
+        out.append(np.round(D, H_DECIMALS))
+    Dc, Dv = out[0], out[1]
+    with _LOCK:
+        _PULSES[key] = (Dc, Dv)
+        while len(_PULSES) > thermal_cache_size():
+            _PULSES.pop(next(iter(_PULSES)))
+    return Dc.copy(), Dv.copy()
+
+
+def mesh_symmetries(model: StackModel) -> list[np.ndarray]:
+    """The mesh symmetries (mirror x, mirror y, transpose on a square mesh, and their products) under which the stack
+    is invariant, as core permutations ``p`` (core i goes to ``p[i]``); the identity first. A candidate counts only
+    when both steady influence matrices are invariant under it (``H[p][:, p] = H`` to 1e-9 relative): a stack with
+    an asymmetric floorplan, package or DRAM layout keeps the identity alone."""
+    X, Y = model.arch.mesh.cores
+    c = np.arange(X * Y)
+    x, y = c % X, c // X
+    gens = [y * X + (X - 1 - x), (Y - 1 - y) * X + x] + ([x * X + y] if X == Y else [])
+    H, Hv = influence_for_model(model), vault_influence_for_model(model)
+
+    def invariant(p: np.ndarray) -> bool:
+        return all(np.allclose(M[np.ix_(p, p)], M, rtol=1e-9, atol=1e-12) for M in (H, Hv))
+
+    group = [c]
+    for g in (g for g in gens if invariant(g)):
+        frontier = list(group)
+        while frontier:
+            new = []
+            for h in frontier:
+                q = g[h]
+                if not any(np.array_equal(q, e) for e in group):
+                    group.append(q)
+                    new.append(q)
+            frontier = new
+    return group
+
+
+def orbit_representatives(group: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rep, how): for every core c the smallest core r of its orbit and the index of a group element p with
+    ``p[r] = c``."""
+    rep = np.arange(n)
+    how = np.zeros(n, dtype=np.int64)
+    for c in range(n):
+        for k, p in enumerate(group):
+            r = int(np.flatnonzero(p == c)[0])  # p[r] = c
+            if r < rep[c]:
+                rep[c], how[c] = r, k
+    return rep, how

@@ -27,7 +27,7 @@ from services.thermal.hotspot_io import BlockMap, CellMap, Floorplan, block_map
 from services.thermal.network import LayerSpec, NetworkSpec, PackageSpec, RCNetwork, build_network
 from services.thermal.spectral import SpectralSolver
 from shared.configs import ArchConfig
-from shared.limits import thermal_cache_size
+from shared.limits import over_thermal_budget
 
 KELVIN = 273.15
 HOTSPOT_C_CONVEC = 140.4  # J/K, HotSpot's default convection capacitance (temperature.c), hotspot variant only
@@ -300,7 +300,7 @@ def get_model(arch: ArchConfig) -> StackModel:
     m = build_model(arch)
     with _MODELS_LOCK:
         _MODELS[key] = m
-        while len(_MODELS) > thermal_cache_size():  # TASMOE_THERMAL_CACHE_SIZE
+        while over_thermal_budget(len(_MODELS), sum(x.net.n_nodes for x in _MODELS.values())):
             _MODELS.popitem(last=False)
     return m
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from services.thermal.network import N_RING, RCNetwork
 from services.thermal.rational import exp_poles
-from shared.limits import thermal_cache_size
+from shared.limits import over_thermal_budget
 
 MAX_FACTORS = 24  # cached shifts per solver: 0 (steady), 1/(d·h) (TR-BDF2), z_k/dt (the exponential step's poles)
 
@@ -548,6 +548,6 @@ def make_solver(net: RCNetwork) -> SpectralSolver:
         if s is None:
             s = SpectralSolver(net)
         _CACHE[key] = s
-        while len(_CACHE) > 1 and len(_CACHE) > thermal_cache_size():
+        while over_thermal_budget(len(_CACHE), sum(x.net.n_nodes for x in _CACHE.values())):
             _CACHE.pop(next(iter(_CACHE)))
         return s

@@ -151,6 +151,19 @@ class InfluenceMatrix(BaseModel):
     H_vault: list[list[float]] = Field(default_factory=list)  # [core i][vault j] K/W per W spread over vault j
 
 
+class PulseResponse(BaseModel):
+    """``GET /v1/models/{hash}/pulse-response``: short-time responses for placement (K/W). ``core[j][i][c]``: rise
+    of core i at the end of slot j after 1 W in core c during slot 0 only (slots of ``slot_ms``); ``vault[j][i][c]``:
+    the same for 1 W spread over vault c's banks (empty without DRAM dies)."""
+
+    model: str
+    cores: int
+    slot_ms: float
+    lags: int
+    core: list[list[list[float]]]
+    vault: list[list[list[float]]] = Field(default_factory=list)
+
+
 class HotspotExportRequest(BaseModel):
     """``POST /v1/hotspot/export``: our stack and one power map (W) as HotSpot input files."""
 

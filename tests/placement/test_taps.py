@@ -64,15 +64,21 @@ def test_placement_output_consistent_with_model(arch: ArchConfig, mixtral: Workl
                           expert_bytes=BYTES)
     assert plc.meta.method == "heuristic"
     # recompute the core powers from the placement alone and check T = H p + T_amb
-    R = mixtral.sequence.micro_batch * mixtral.routing.topk * 1e3 / mixtral.sequence.step_interval_ms
+    # each instance's energy per step as the physicalizer prices it (MACs, scratchpad, the weight stream), per second
+    tok = mixtral.sequence.micro_batch * mixtral.routing.topk
+    steps = 1e3 / mixtral.sequence.step_interval_ms
+    rows, cols = arch.core.array
     p = np.full(64, arch.power.logic_leak_w_per_core)
     for eid, ep in plc.experts.items():
         layer, e = parse_expert_id(eid)
-        share = loads[layer][e] / sum(loads[layer])
+        t = loads[layer][e] / sum(loads[layer]) * tok / len(ep.cores)  # tokens per step of this copy
+        macs = t * FLOPS / 2
+        stream = (1 - np.exp(-t)) * BYTES  # decode streams the copy's weights when a token is routed to it
+        spm = (2 * stream + macs * (2 / rows + 2 / cols + 4 / rows)) / 8  # 64-bit accesses (fp16 operands)
+        j = macs * arch.power.mac_pj * 1e-12 + spm * arch.power.spm_pj_per_access * 1e-12 \
+            + stream * arch.dram.pj_per_bit * 8e-12
         for c in ep.cores:
-            p[c] += share * R * FLOPS * arch.power.mac_pj * 0.5e-12 / len(ep.cores)
-            # + streaming its copy of the weights once per micro-batch at the DRAM access energy
-            p[c] += BYTES * 1e3 / mixtral.sequence.step_interval_ms * arch.dram.pj_per_bit * 8e-12
+            p[c] += j * steps
     T = kernel64 @ p + arch.geometry.cooling.ambient_c
     assert plc.meta.predicted_core_temps_c is not None
     np.testing.assert_allclose(np.asarray(plc.meta.predicted_core_temps_c), T, atol=1e-3)

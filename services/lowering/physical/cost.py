@@ -18,12 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from services.lowering.costmodel import ACC_BYTES, SPM_ACCESS_BYTES, cycles_from_macs, dtype_bytes
+from services.lowering.costmodel import cycles_from_macs, dtype_bytes
 from services.lowering.physical.assign import Pieces, Rows
 from services.lowering.physical.memory import Traffic
 from shared.chip import Chip
 from shared.configs.arch import ArchConfig
-from shared.energy import EnergyModel
+from shared.energy import EnergyModel, spm_accesses
 
 F64 = NDArray[np.float64]
 
@@ -60,7 +60,7 @@ def cost(rows: Rows, p: Pieces, exp_traffic: Traffic, exp_idx: NDArray[np.int64]
         dma_ns[exp_idx] = per + hop_max * chip.link_latency_ns
         nbytes[exp_idx] = np.bincount(tr.piece, weights=tr.nbytes, minlength=exp_idx.size)
     dur = np.maximum(comp_ns, dma_ns)
-    spm = (2 * nbytes + macs * (b / R + b / C + ACC_BYTES / R)) / SPM_ACCESS_BYTES
+    spm = spm_accesses(macs, nbytes, R, C, b)
     energy = em.compute_j(macs, spm)
     assert dur.shape == (n_p,)
     return Cost(dur_ns=dur, cycles=dur * freq[p.core], macs=macs, energy_j=energy)
