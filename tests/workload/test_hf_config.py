@@ -333,3 +333,27 @@ def test_a_hostile_users_model_is_bounded_before_anything_is_built() -> None:
     with pytest.raises(BadInput) as exc:  # a per-layer list longer than any model
         from_hf_config({**TINY["qwen3_moe"], "mlp_only_layers": list(range(5000))}, name="x")
     assert exc.value.field == "mlp_only_layers"
+
+
+def test_an_inline_model_in_a_workload_names_its_own_key(models_client: Any) -> None:
+    """POST /v1/traces with model: {config: ...}: a bad config.json key is workload.model.config.<key> (as the
+    orchestrator's submission check names it; it was workload.<key>), a mistake in the inline entry itself is
+    workload.model (it was 'workload.model.str: Input should be a valid string', whatever the mistake)."""
+    client, _ = models_client
+    seq = {"tokens": 64, "micro_batch": 2, "steps": 2}
+
+    def post(model: Any) -> Any:
+        return client.post("/v1/traces", json={"workload": {"model": model, "routing": {"topk": 2}, "sequence": seq},
+                                               "window_ms": 3})
+
+    r = post({"config": {**TINY["qwen2_moe"], "num_experts": "8"}})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "workload.model.config.num_experts", r.text
+    r = post({"config": {**TINY["llama4"], "text_config": {**TINY["llama4"]["text_config"], "num_local_experts": 0}}})
+    assert r.json()["error"]["field"] == "workload.model.config.text_config.num_local_experts", r.text
+    for bad, words in (({"config": TINY["qwen2_moe"], "name": "../x"}, "name: "), ({"conf": TINY["qwen2_moe"]},
+                       "config: required"), (5, "a model name or an object with a config")):
+        r = post(bad)
+        assert r.status_code == 422, r.text
+        err = r.json()["error"]
+        assert err["field"] == "workload.model" and words in err["message"], err
+    assert post({"config": TINY["qwen2_moe"], "name": "mine"}).status_code == 200
