@@ -23,8 +23,10 @@ full rectangle); k is the same on every row. Tokens are renumbered in ascending 
   table with ``token_id``, ``layer_id``, ``topk_ids`` and optional ``topk_probs`` (a ``.parquet`` file without a
   ``token`` column and with ``topk_ids`` columns is read with this importer).
 
-Errors are ``BadInput`` naming the file, the row (1-based data row; the line for CSV/JSONL) and the column. A trace
-holds at most ``MAX_IDS`` expert ids (documented bound: 2·10⁸, 1.6 GB as int64).
+Errors are ``BadInput`` naming the file, the row (1-based data row; the line for CSV/JSONL) and the column (an id
+past the model's experts: the token, the layer and the column). A trace holds at most ``MAX_IDS`` expert ids
+(documented bound: 2·10⁸, 1.6 GB as int64); a token, layer or expert number beyond ``MAX_INT`` (2⁶² − 1), a null inside
+a Parquet list and a row with more cells than the CSV header are refused. A UTF-8 byte-order mark is ignored.
 
 **Replay**: micro-batch ``m`` slot ``i`` uses trace token ``(m·T + i) mod N`` (the trace wraps when the run is longer;
 ``ReplayStream.wraps_after_mb``). **Statistics** (``routing_stats``), per layer over the tokens: tokens per expert
@@ -37,6 +39,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +53,7 @@ from shared.errors import BadInput
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 MAX_IDS = 200_000_000
+MAX_INT = (1 << 62) - 1  # token, layer and expert numbers (int64 with room): a larger one is refused, not wrapped
 FORMATS = ("csv", "jsonl", "parquet", "ids-json", "topk-parquet")
 
 
@@ -133,24 +137,31 @@ def _ragged(src: str, lists: Sequence[Any], column: str, row_label: str, first_r
     """A list of equal-length lists -> (rows, k) array; errors name the row."""
     if not lists:
         return np.empty((0, 0), dtype=np.float64 if as_float else np.int64)
-    k = len(lists[0])
+    k = len(lists[0]) if isinstance(lists[0], (list, tuple)) else -1
     for i, row in enumerate(lists):
-        if not isinstance(row, (list, tuple)) or len(row) != k or k == 0:
+        if isinstance(row, (list, tuple)) and not row:
+            raise _bad(src, f"{row_label} {i + first_row}", f"column {column}: no values (an empty list)")
+        if not isinstance(row, (list, tuple)) or len(row) != k:
+            if k < 0:
+                raise _bad(src, f"{row_label} {i + first_row}", f"column {column}: a list expected, got "
+                                                                f"{type(row).__name__}")
             got = len(row) if isinstance(row, (list, tuple)) else type(row).__name__
             raise _bad(src, f"{row_label} {i + first_row}", f"column {column}: {k} values expected (the first "
                                                             f"row's), got {got}")
         for v in row:
             ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-            if not ok or (not as_float and not float(v).is_integer()):
+            if not ok or (not as_float and not (math.isfinite(v) and float(v).is_integer())):
                 raise _bad(src, f"{row_label} {i + first_row}",
                            f"column {column}: {'numbers' if as_float else 'integers'} expected, got {v!r}")
+            if not as_float and abs(v) > MAX_INT:
+                raise _bad(src, f"{row_label} {i + first_row}", f"column {column}: {v!r} is too large")
     return np.asarray(lists, dtype=np.float64 if as_float else np.int64)
 
 
 # --- canonical readers -----------------------------------------------------------------------------------------
 def _read_csv(p: Path) -> RecordedRouting:
     src = p.name
-    text = p.read_text(encoding="utf-8")
+    text = p.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark is not part of the header
     reader = csv.reader(io.StringIO(text))
     header = next(reader, None)
     if header is None:
@@ -169,8 +180,8 @@ def _read_csv(p: Path) -> RecordedRouting:
         if not row:
             continue
         try:
-            if len(row) < len(header):
-                raise ValueError(f"{len(header)} columns expected, got {len(row)}")
+            if len(row) != len(header):
+                raise ValueError(f"{len(header)} columns expected (the header's), got {len(row)}")
             tok.append(_int(row[it], "token"))
             lay.append(_int(row[il], "layer"))
             exp.append([_int(x, "experts") for x in row[ie].split()])
@@ -187,9 +198,12 @@ def _read_csv(p: Path) -> RecordedRouting:
 
 def _int(text: str, column: str) -> int:
     try:
-        return int(text)
+        v = int(text)
     except ValueError:
         raise ValueError(f"column {column}: integer expected, got {text!r}") from None
+    if abs(v) > MAX_INT:
+        raise ValueError(f"column {column}: {text.strip()} is too large")
+    return v
 
 
 def _float(text: str, column: str) -> float:
@@ -230,6 +244,8 @@ def _read_jsonl(p: Path) -> RecordedRouting:
                 v = obj[col]
                 if not isinstance(v, int) or isinstance(v, bool):
                     raise _bad(src, f"line {line}", f"column {col}: integer expected, got {v!r}")
+                if abs(v) > MAX_INT:
+                    raise _bad(src, f"line {line}", f"column {col}: {v} is too large")
             if has_gates is None:
                 has_gates = "gates" in obj
             if ("gates" in obj) != has_gates:
@@ -271,6 +287,11 @@ def _list_column(src: str, table: Any, name: str, *, as_float: bool) -> npt.NDAr
         raise _bad(src, f"row {int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0]) + 1}",
                    f"column {name}: empty (null)")
     offsets = np.asarray(col.offsets)
+    if values.null_count:  # a null inside a list (pyarrow would hand it over as NaN, then a garbage integer)
+        inner = values.slice(offsets[0], offsets[-1] - offsets[0]).is_null().to_numpy(zero_copy_only=False)
+        first = int(np.flatnonzero(inner)[0]) + int(offsets[0])
+        r = int(np.searchsorted(offsets, first, side="right")) - 1
+        raise _bad(src, f"row {r + 1}", f"column {name}: empty (null) value in the list")
     lengths = np.diff(offsets)
     if len(lengths) and (lengths != lengths[0]).any():
         r = int(np.flatnonzero(lengths != lengths[0])[0])
@@ -280,6 +301,9 @@ def _list_column(src: str, table: Any, name: str, *, as_float: bool) -> npt.NDAr
     if k == 0 and len(lengths):
         raise _bad(src, "row 1", f"column {name}: empty list")
     arr = np.asarray(values.slice(offsets[0], offsets[-1] - offsets[0]).to_numpy(zero_copy_only=False))
+    if not as_float and arr.size and arr.dtype.kind == "u" and int(arr.max()) > MAX_INT:
+        r = int(np.flatnonzero(arr > MAX_INT)[0]) // k
+        raise _bad(src, f"row {r + 1}", f"column {name}: {int(arr.max())} is too large")
     return arr.astype(np.float64 if as_float else np.int64).reshape(len(lengths), k)
 
 
@@ -291,7 +315,10 @@ def _int_column(src: str, table: Any, name: str) -> IntArray:
         raise _bad(src, "file", f"column {name}: integers expected, got {col.type}")
     if col.null_count:
         raise _bad(src, "file", f"column {name}: has empty (null) cells")
-    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+    arr = np.asarray(col.to_numpy(zero_copy_only=False))
+    if arr.size and arr.dtype.kind == "u" and int(arr.max()) > MAX_INT:
+        raise _bad(src, f"row {int(np.argmax(arr)) + 1}", f"column {name}: {int(arr.max())} is too large")
+    return arr.astype(np.int64)
 
 
 def _read_parquet(p: Path) -> RecordedRouting:
@@ -319,10 +346,13 @@ def _import_ids_json(p: Path) -> RecordedRouting:
     tokens = doc["tokens"]
     if not tokens:
         raise _bad(src, "file", "no tokens")
-    L = len(tokens[0]) if isinstance(tokens[0], list) else 0
+    if not isinstance(tokens[0], list):
+        raise _bad(src, "token 0", f"a list of per-layer expert id lists expected, got {type(tokens[0]).__name__}")
+    L = len(tokens[0])
     layers = doc.get("layers", list(range(L)))
-    if not isinstance(layers, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers):
-        raise _bad(src, "layers", "a list of integer layer indices expected")
+    if not isinstance(layers, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_INT
+                                               for x in layers):
+        raise _bad(src, "layers", "a list of layer indices (integers >= 0) expected")
     flat: list[Any] = []
     for t, per_layer in enumerate(tokens):
         if not isinstance(per_layer, list) or len(per_layer) != len(layers):
@@ -360,10 +390,14 @@ def _import_topk_parquet(p: Path) -> RecordedRouting:
         if not suffix.isdigit():
             raise _bad(src, "file", f"column {c}: the suffix must be a layer index")
         layers.append(int(suffix))
-        exps.append(_list_column(src, t, c, as_float=False))
+        e = _list_column(src, t, c, as_float=False)
+        _check_rows(src, c, e, as_float=False)  # here, where the row and the column are known
+        exps.append(e)
         pc = f"topk_probs_{suffix}"
         if pc in names:
-            gts.append(_list_column(src, t, pc, as_float=True))
+            g = _list_column(src, t, pc, as_float=True)
+            _check_rows(src, pc, g, as_float=True)
+            gts.append(g)
     if gts and len(gts) != len(exps):
         raise _bad(src, "file", "topk_probs_<layer> columns are given for some layers only")
     k = exps[0].shape[1]
@@ -378,6 +412,20 @@ def _import_topk_parquet(p: Path) -> RecordedRouting:
     token = np.repeat(np.arange(N, dtype=np.int64), len(layers))
     layer = np.tile(np.asarray(layers, dtype=np.int64), N)
     return _assemble(src, token, layer, experts, gates)
+
+
+def _check_rows(src: str, column: str, a: npt.NDArray[Any], *, as_float: bool) -> None:
+    """Per-row checks of one (rows, k) list column (the wide top-k table: one column per layer)."""
+    bad = ~(np.isfinite(a) & (a >= 0)) if as_float else (a < 0)
+    if bad.any():
+        r = int(np.flatnonzero(bad.any(axis=1))[0])
+        raise _bad(src, f"row {r + 1}", f"column {column}: {'gates must be finite and' if as_float else 'ids must be'}"
+                                        " >= 0")
+    if not as_float and a.shape[1] > 1:
+        srt = np.sort(a, axis=1)
+        dup = np.flatnonzero((np.diff(srt, axis=1) == 0).any(axis=1))
+        if dup.size:
+            raise _bad(src, f"row {int(dup[0]) + 1}", f"column {column}: an expert is selected twice")
 
 
 _READERS = {"csv": _read_csv, "jsonl": _read_jsonl, "parquet": _read_parquet, "ids-json": _import_ids_json,
@@ -454,19 +502,21 @@ def check_against_model(rec: RecordedRouting, *, moe_layers: Sequence[int], n_ex
     have, want = [int(x) for x in rec.layers], [int(x) for x in moe_layers]
     extra = sorted(set(have) - set(want))
     if extra:
-        raise BadInput(f"routing.trace {rec.source}: layer {extra[0]} is not an MoE layer of the model (its MoE "
-                       f"layers: {_short(want)})", field="routing.trace")
+        raise BadInput(f"routing.trace {rec.source}: column layer: layer {extra[0]} is not an MoE layer of the model "
+                       f"(its MoE layers: {_short(want)})", field="routing.trace")
     missing = sorted(set(want) - set(have))
     if missing:
         raise BadInput(f"routing.trace {rec.source}: no selections for MoE layer {missing[0]} (the trace has "
                        f"layers {_short(have)}; the model's MoE layers are {_short(want)})", field="routing.trace")
     if rec.topk != topk:
-        raise BadInput(f"routing.trace {rec.source}: {rec.topk} experts per token, routing.topk is {topk}",
-                       field="routing.trace")
-    top = int(rec.experts.max())
-    if top >= n_experts:
-        raise BadInput(f"routing.trace {rec.source}: expert id {top} >= the model's {n_experts} routed experts",
-                       field="routing.trace")
+        raise BadInput(f"routing.trace {rec.source}: column experts: {rec.topk} experts per token, routing.topk is "
+                       f"{topk}", field="routing.trace")
+    over = rec.experts >= n_experts
+    if over.any():
+        t, j, i = (int(x) for x in np.argwhere(over)[0])
+        raise BadInput(f"routing.trace {rec.source}: token {t} layer {int(rec.layers[j])}: column experts: expert "
+                       f"id {int(rec.experts[t, j, i])} >= the model's {n_experts} routed experts (ids 0.."
+                       f"{n_experts - 1})", field="routing.trace")
 
 
 def _short(xs: Sequence[int]) -> str:

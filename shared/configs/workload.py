@@ -6,9 +6,11 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from shared.configs.base import StrictModel
+from shared.errors import first_validation_error
 
 
 class RoutingConfig(StrictModel):
@@ -86,6 +88,22 @@ class WorkloadConfig(StrictModel):
     sequence: SequenceConfig = SequenceConfig()
     operators: OperatorsConfig = OperatorsConfig()
     tensors: TensorsConfig = TensorsConfig()
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_ref(cls, v: Any) -> Any:
+        """An inline entry is validated here, so its error names its own key (``model: name: ...``); left to the
+        union, every mistake in it was reported as ``model.str: Input should be a valid string``."""
+        if isinstance(v, (str, InlineModel)):
+            return v
+        if isinstance(v, dict):
+            try:
+                return InlineModel.model_validate(v)
+            except ValidationError as exc:
+                field, msg = first_validation_error(exc)
+                raise PydanticCustomError("inline_model", "{field}: {msg}", {"field": field, "msg": msg}) from None
+        raise PydanticCustomError("model_ref", "a model name or an object with a config (config.json) expected, "
+                                               "got {got}", {"got": type(v).__name__})
 
     @field_validator("model")
     @classmethod

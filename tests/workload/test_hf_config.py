@@ -154,15 +154,76 @@ def test_validation_names_the_config_key(patch: dict[str, Any], field: str, word
     assert field in exc.value.message and words in exc.value.message
 
 
+# A missing or out-of-range key must not silently turn a MoE family into a dense model, and a pattern must select
+# layers that exist (each used to load with no MoE layer at all).
+SILENT: list[tuple[str, str, dict[str, Any], str, str]] = [
+    ("qwen3-moe-no-experts", "qwen3_moe", {"num_experts": None}, "num_experts", "is required"),
+    ("qwen2-moe-no-shared-width", "qwen2_moe", {"shared_expert_intermediate_size": None},
+     "shared_expert_intermediate_size", "is required"),
+    ("sparse-step-past-the-layers", "qwen3_moe", {"decoder_sparse_step": 7}, "decoder_sparse_step",
+     "<= num_hidden_layers (6)"),
+    ("llama4-step-past-the-layers", "llama4", {"text_config": {**TINY["llama4"]["text_config"],
+                                                               "interleave_moe_layer_step": 9}},
+     "text_config.interleave_moe_layer_step", "<= text_config.num_hidden_layers (8)"),
+    ("jamba-expert-offset-past-the-layers", "jamba", {"num_hidden_layers": 2, "expert_layer_period": 4,
+                                                      "expert_layer_offset": 3, "attn_layer_offset": 0},
+     "expert_layer_offset", "outside the 2 layers"),
+    ("jamba-attn-offset-past-the-layers", "jamba", {"num_hidden_layers": 2}, "attn_layer_offset",
+     "outside the 2 layers"),  # offset 2 of a 2-layer Jamba: no attention layer at all
+]
+
+
+@pytest.mark.parametrize(("family", "patch", "field", "words"), [c[1:] for c in SILENT], ids=[c[0] for c in SILENT])
+def test_no_silent_dense_model_and_patterns_within_the_layers(family: str, patch: dict[str, Any], field: str,
+                                                              words: str) -> None:
+    with pytest.raises(BadInput) as exc:
+        _mc(family, **patch)
+    assert exc.value.field == field, exc.value.message
+    assert exc.value.message.startswith(f"config.json {field}: ") and words in exc.value.message
+
+
+K2 = {"num_experts_per_tok": 2}
+DEEPSEEK_V3 = json.loads((REPO / "tests" / "fixtures" / "hf_models" / "deepseek-v3.json").read_text())
+
+
+@pytest.mark.parametrize(("patch", "field", "words"), [
+    ({"n_routed_experts": None}, "n_routed_experts", "is required"),  # V3 is a MoE: missing is not "dense"
+    ({"topk_method": "abc"}, "topk_method", "one of greedy"),
+    ({"moe_layer_freq": 62}, "moe_layer_freq", "<= num_hidden_layers (61)"),
+    ({"model_type": 3}, "model_type", "must be a string"),
+])
+def test_deepseek_v3_validation(patch: dict[str, Any], field: str, words: str) -> None:
+    with pytest.raises(BadInput) as exc:
+        from_hf_config({**DEEPSEEK_V3, **patch}, name="v3")
+    assert exc.value.field == field and words in exc.value.message, exc.value.message
+
+
+def test_an_explicit_zero_experts_is_still_transformers_dense_switch() -> None:
+    mc = _mc("qwen2_moe", num_experts=0, shared_expert_intermediate_size=None)
+    assert mc.moe is None and mc.moe_layers == []
+
+
 @pytest.mark.parametrize(("patch", "field"), [({}, "num_experts_per_tok"),
                                               ({"num_experts_per_tok": 8}, "num_experts_per_tok"),
-                                              ({"hidden_size": "x"}, "hidden_size")])
+                                              ({"hidden_size": "x"}, "hidden_size"),
+                                              # these used to surface internal names (moe.*, mla.*) or no field
+                                              ({**K2, "num_key_value_heads": 3}, "num_key_value_heads"),
+                                              ({**K2, "hidden_size": 66}, "num_attention_heads"),
+                                              ({**K2, "first_k_dense_replace": 3}, "first_k_dense_replace"),
+                                              ({**K2, "n_dense_layers": 3}, "n_dense_layers"),
+                                              ({**K2, "moe_layer_freq": 3}, "moe_layer_freq"),
+                                              ({**K2, "n_group": 2}, "topk_group"),
+                                              ({**K2, "n_group": 3, "topk_group": 1}, "n_group"),
+                                              ({**K2, "n_group": 2, "topk_group": 4}, "topk_group"),
+                                              ({**K2, "scoring_func": "relu"}, "scoring_func"),
+                                              ({**K2, "kv_lora_rank": 16}, "qk_nope_head_dim")])
 def test_the_generic_mapping_names_the_key_too(patch: dict[str, Any], field: str) -> None:
     base = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10,
             "intermediate_size": 8, "num_local_experts": 4}
     with pytest.raises(BadInput) as exc:
         from_hf_config({**base, **patch}, name="g", generic=True)
     assert exc.value.field == field, exc.value.message
+    assert exc.value.message.startswith(f"config.json {field}: ") or f"has no {field}" in exc.value.message
 
 
 def test_integral_floats_are_integers() -> None:
@@ -272,3 +333,27 @@ def test_a_hostile_users_model_is_bounded_before_anything_is_built() -> None:
     with pytest.raises(BadInput) as exc:  # a per-layer list longer than any model
         from_hf_config({**TINY["qwen3_moe"], "mlp_only_layers": list(range(5000))}, name="x")
     assert exc.value.field == "mlp_only_layers"
+
+
+def test_an_inline_model_in_a_workload_names_its_own_key(models_client: Any) -> None:
+    """POST /v1/traces with model: {config: ...}: a bad config.json key is workload.model.config.<key> (as the
+    orchestrator's submission check names it; it was workload.<key>), a mistake in the inline entry itself is
+    workload.model (it was 'workload.model.str: Input should be a valid string', whatever the mistake)."""
+    client, _ = models_client
+    seq = {"tokens": 64, "micro_batch": 2, "steps": 2}
+
+    def post(model: Any) -> Any:
+        return client.post("/v1/traces", json={"workload": {"model": model, "routing": {"topk": 2}, "sequence": seq},
+                                               "window_ms": 3})
+
+    r = post({"config": {**TINY["qwen2_moe"], "num_experts": "8"}})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "workload.model.config.num_experts", r.text
+    r = post({"config": {**TINY["llama4"], "text_config": {**TINY["llama4"]["text_config"], "num_local_experts": 0}}})
+    assert r.json()["error"]["field"] == "workload.model.config.text_config.num_local_experts", r.text
+    for bad, words in (({"config": TINY["qwen2_moe"], "name": "../x"}, "name: "), ({"conf": TINY["qwen2_moe"]},
+                       "config: required"), (5, "a model name or an object with a config")):
+        r = post(bad)
+        assert r.status_code == 422, r.text
+        err = r.json()["error"]
+        assert err["field"] == "workload.model" and words in err["message"], err
+    assert post({"config": TINY["qwen2_moe"], "name": "mine"}).status_code == 200

@@ -86,6 +86,14 @@ CSV_BAD: list[tuple[str, str, str]] = [
     ("gates-length", "token,layer,experts,gates\n0,0,1 2,0.5\n", "gates"),
     ("empty", "", "empty"),
     ("header-only", "token,layer,experts\n", "no rows"),
+    # hostile numbers and shapes (each used to crash with OverflowError, pass silently or say something odd)
+    ("huge-token", "token,layer,experts\n99999999999999999999,0,1 2\n", "line 2: column token: 99999999999999999999 "
+                                                                        "is too large"),
+    ("huge-id", "token,layer,experts\n0,0,1 99999999999999999999\n", "line 2: column experts: "),
+    ("extra-cell", "token,layer,experts\n0,0,1 2,oops\n", "line 2: 3 columns expected"),
+    ("no-ids", "token,layer,experts\n0,0,\n", "line 2: column experts: no values"),
+    ("nan-gate", "token,layer,experts,gates\n0,0,1 2,nan 0.5\n", "column gates: must be finite and >= 0"),
+    ("negative-gate", "token,layer,experts,gates\n0,0,1 2,-0.1 0.5\n", "column gates: must be finite and >= 0"),
 ]
 
 
@@ -105,6 +113,10 @@ def test_malformed_csv_names_the_file_and_the_row(tmp_path: Path, text: str, wor
     (['{"token":0,"layer":0,"experts":[1,2],"gates":[0.5,0.5]}', '{"token":1,"layer":0,"experts":[1,2]}'],
      "some rows only"),
     (['{"token":0,"experts":[1,2]}'], "missing column 'layer'"),
+    (['{"token":0,"layer":0,"experts":[1,1e30]}'], "data row 1: column experts: 1e+30 is too large"),
+    (['{"token":123456789012345678901234,"layer":0,"experts":[1,2]}'], "line 1: column token"),
+    (['{"token":0,"layer":0,"experts":"1 2"}'], "column experts: a list expected, got str"),
+    (['{"token":0,"layer":0,"experts":[1,2],"gates":[0.5,NaN]}'], "column gates: must be finite"),
 ])
 def test_malformed_jsonl(tmp_path: Path, lines: list[str], words: str) -> None:
     p = tmp_path / "bad.jsonl"
@@ -119,6 +131,8 @@ def test_malformed_jsonl(tmp_path: Path, lines: list[str], words: str) -> None:
     ({"tokens": [[[1, 2]], [[1, "x"]]]}, "entry 2"),
     ({"layers": [0, 1], "tokens": [[[1, 2]]]}, "token 0"),
     ({"nothing": []}, "expected"),
+    ({"layers": [0, 10 ** 30], "tokens": [[[1, 2], [1, 2]]]}, "layers: a list of layer indices"),
+    ({"tokens": [5]}, "token 0: a list of per-layer expert id lists expected"),
 ])
 def test_malformed_ids_json(tmp_path: Path, doc: Any, words: str) -> None:
     p = tmp_path / "bad.json"
@@ -229,3 +243,44 @@ def test_trace_id_follows_the_file_content(tmp_path: Path, monkeypatch: pytest.M
         assert "mine.csv" in recorded_files.available_traces()
     finally:
         get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(("table", "words"), [
+    # a null inside a list used to become NaN, then a garbage negative id ("ids must be >= 0", wrong row/column)
+    ({"token": [0, 0], "layer": [0, 1], "experts": pa.array([[1, 2], [1, None]], pa.list_(pa.int64()))},
+     "row 2: column experts: empty (null) value"),
+    ({"topk_ids_0": pa.array([[1, 2]], pa.list_(pa.int64())),
+      "topk_ids_1": pa.array([[1, None]], pa.list_(pa.int64()))}, "row 1: column topk_ids_1: empty (null) value"),
+    # the wide shape names its own column and row (it used to say "row 2: column experts")
+    ({"topk_ids_0": pa.array([[1, 2]], pa.list_(pa.int64())), "topk_ids_1": pa.array([[1, 1]], pa.list_(pa.int64()))},
+     "row 1: column topk_ids_1: an expert is selected twice"),
+    ({"topk_ids_0": pa.array([[1, 2]], pa.list_(pa.int64())), "topk_probs_0": pa.array([[0.5, -1.0]], pa.list_(
+        pa.float64()))}, "row 1: column topk_probs_0: gates must be finite and >= 0"),
+    # an unsigned id past int64 used to wrap to a negative number
+    ({"token": [0], "layer": [0], "experts": pa.array([[1, 2 ** 63 + 5]], pa.list_(pa.uint64()))},
+     "row 1: column experts: 9223372036854775813 is too large"),
+])
+def test_malformed_parquet_rows_and_columns(tmp_path: Path, table: dict[str, Any], words: str) -> None:
+    p = tmp_path / "bad.parquet"
+    pq.write_table(pa.table(table), p)
+    with pytest.raises(BadInput) as exc:
+        read_routing(p)
+    assert f"bad.parquet: {words}" in exc.value.message, exc.value.message
+
+
+def test_a_spreadsheets_byte_order_mark_is_not_part_of_the_header(tmp_path: Path) -> None:
+    p = tmp_path / "excel.csv"
+    p.write_text("\ufefftoken,layer,experts\n0,0,1 2\n", encoding="utf-8")
+    assert read_routing(p).experts.tolist() == [[[1, 2]]]
+
+
+def test_an_expert_id_past_the_model_names_the_token_layer_and_column() -> None:
+    rec = RecordedRouting(layers=np.array([0, 1]), experts=np.array([[[0, 1], [1, 2]], [[0, 1], [2, 9]]]), gates=None,
+                          source="mine.csv")
+    with pytest.raises(BadInput) as exc:
+        check_against_model(rec, moe_layers=[0, 1], n_experts=8, topk=2)
+    assert exc.value.field == "routing.trace"
+    assert "mine.csv: token 1 layer 1: column experts: expert id 9 >= the model's 8 routed experts" in \
+        exc.value.message
+    with pytest.raises(BadInput, match=re.escape("mine.csv: column layer: layer 1 is not an MoE layer")):
+        check_against_model(rec, moe_layers=[0], n_experts=16, topk=2)

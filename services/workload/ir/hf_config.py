@@ -183,6 +183,15 @@ def _layer_types(r: Raw, n: int, default: Callable[[int], Mixer]) -> tuple[Mixer
     return tuple(t for t in given if t in allowed)  # type: ignore[misc]
 
 
+def _step(r: Raw, k: str, n: int, default: int = 1) -> int:
+    """A layer step or period (``decoder_sparse_step``, ``interleave_moe_layer_step``, ``moe_layer_freq``): >= 1 and
+    at most the layer count (a larger step selects no layer: the model would silently lose its MoE layers)."""
+    step = r.integer(k, default, le=MAX_LAYERS)
+    if step > n:
+        raise r.bad(k, f"must be <= {r.key('num_hidden_layers')} ({n}), got {step}")
+    return step
+
+
 def _check_layers(r: Raw, k: str, layers: Sequence[int], n: int) -> None:
     for x in layers:
         if x >= n:
@@ -243,7 +252,7 @@ def _experts_key(r: Raw) -> str:
 
 def _qwen_moe_mlps(r: Raw, n: int, experts: int) -> tuple[Mlp, ...]:
     """Qwen2-MoE/Qwen3-MoE: layer i is MoE iff i ∉ mlp_only_layers, experts > 0 and (i+1) % decoder_sparse_step = 0."""
-    step = r.integer("decoder_sparse_step", 1, le=MAX_LAYERS)
+    step = _step(r, "decoder_sparse_step", n)
     only = set(r.int_list("mlp_only_layers") or [])
     _check_layers(r, "mlp_only_layers", sorted(only), n)
     return tuple("moe" if (i not in only and experts > 0 and (i + 1) % step == 0) else "dense" for i in range(n))
@@ -261,12 +270,14 @@ def _qwen_moe(r: Raw, data: dict[str, Any], *, shared: bool) -> dict[str, Any]:
     """A Qwen2/3 dense config plus its MoE layers (``_qwen_moe_mlps``); Qwen2-MoE adds a gated shared expert."""
     n = data["num_hidden_layers"]
     ek = _experts_key(r)
-    experts = r.integer(ek, 0, ge=0, le=MAX_EXPERTS)
+    # required: transformers' default is a MoE (60/128 experts), so a missing count must not make a dense model;
+    # an explicit 0 is transformers' all-dense switch
+    experts = r.integer(ek, ge=0, le=MAX_EXPERTS)
     data["mlps"] = mlps = _qwen_moe_mlps(r, n, experts)
     if "moe" in mlps:
         extra: dict[str, Any] = {}
-        if shared:
-            extra = {"shared_intermediate_size": r.integer("shared_expert_intermediate_size", 0, ge=0),
+        if shared:  # required too: transformers' default is 5632, not "no shared expert"
+            extra = {"shared_intermediate_size": r.integer("shared_expert_intermediate_size", ge=0),
                      "shared_expert_gate": True}
         data["moe"] = _moe(experts, _topk(r, experts, experts_key=ek), r.integer("moe_intermediate_size"), **extra)
     return data
@@ -293,11 +304,12 @@ def _deepseek(r: Raw, name: str, family: str) -> dict[str, Any]:
     bias = r.flag("attention_bias", False)
     data.update(attention_bias=bias, o_proj_bias=bias)
     data["mixers"] = ("mla",) * n
-    experts = r.integer("n_routed_experts", 0, ge=0, le=MAX_EXPERTS)
+    # DeepSeek-V2: no n_routed_experts (null) is transformers' dense model; V3 always has routed experts
+    experts = r.integer("n_routed_experts", 0 if family == "deepseek_v2" else _MISSING, ge=0, le=MAX_EXPERTS)
     first = r.integer("first_k_dense_replace", 0, ge=0, le=MAX_LAYERS)
     if first > n:
         raise r.bad("first_k_dense_replace", f"must be <= num_hidden_layers ({n}), got {first}")
-    freq = r.integer("moe_layer_freq", 1, le=MAX_LAYERS)
+    freq = _step(r, "moe_layer_freq", n)
     if family == "deepseek_v3":  # transformers' DeepseekV3: every layer from first_k_dense_replace on
         mlps: tuple[Mlp, ...] = tuple("moe" if experts and i >= first else "dense" for i in range(n))
     else:  # DeepseekV2: i >= first_k_dense_replace and i % moe_layer_freq == 0
@@ -312,6 +324,9 @@ def _deepseek(r: Raw, name: str, family: str) -> dict[str, Any]:
         if moe["score_func"] not in ("softmax", "sigmoid"):
             raise r.bad("scoring_func", f"must be softmax or sigmoid, got {moe['score_func']!r}")
         method = r.text("topk_method", "group_limited_greedy" if family == "deepseek_v2" else "noaux_tc")
+        methods = ("greedy", "group_limited_greedy", "noaux_tc")
+        if method not in methods:
+            raise r.bad("topk_method", f"must be one of {', '.join(methods)}, got {method!r}")
         n_group, topk_group = r.opt_int("n_group"), r.opt_int("topk_group")
         if method != "greedy" and n_group and topk_group and n_group > 1:
             if experts % n_group:
@@ -394,6 +409,8 @@ def _jamba(r: Raw, name: str) -> dict[str, Any]:
         raise r.bad("attn_layer_offset", f"must be < attn_layer_period ({a_period}), got {a_offset}")
     if e_offset >= e_period:
         raise r.bad("expert_layer_offset", f"must be < expert_layer_period ({e_period}), got {e_offset}")
+    _check_layers(r, "attn_layer_offset", [a_offset], n)  # an offset past the last layer selects none
+    _check_layers(r, "expert_layer_offset", [e_offset], n)
     data["mixers"] = tuple("full_attention" if i % a_period == a_offset else "mamba" for i in range(n))
     experts = r.integer("num_experts", 16, le=MAX_EXPERTS)
     # transformers' Jamba: an expert layer with one expert is a plain MLP
@@ -420,7 +437,7 @@ def _llama4(r: Raw, name: str) -> dict[str, Any]:
     data["intermediate_size"] = r.integer("intermediate_size_mlp")
     bias = r.flag("attention_bias", False)
     data.update(attention_bias=bias, o_proj_bias=bias)
-    step = r.integer("interleave_moe_layer_step", 1, le=MAX_LAYERS)
+    step = _step(r, "interleave_moe_layer_step", n)
     moe_layers = r.int_list("moe_layers")
     if moe_layers is None:
         moe_layers = list(range(step - 1, n, step))
@@ -511,11 +528,27 @@ def _alias(r: Raw, key: str, *, ge: int = 1) -> Any:
     return None
 
 
+def _key(r: Raw, key: str) -> str:
+    """The config.json key that gives ``key`` (the first alias present; the HF name when none is)."""
+    return next((a for a in _ALIASES[key] if r.has(a)), _ALIASES[key][0])
+
+
 def _generic(r: Raw, name: str) -> dict[str, Any]:
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if _alias(r, key) is None:
             raise BadInput(f"config.json has no {' / '.join(_ALIASES[key])}", field=_ALIASES[key][0])
     heads, hidden = _alias(r, "num_attention_heads"), _alias(r, "hidden_size")
+    n = _alias(r, "num_hidden_layers")
+    if n > MAX_LAYERS:
+        raise r.bad(_key(r, "num_hidden_layers"), f"must be <= {MAX_LAYERS}, got {n}")
+    kv = _alias(r, "num_key_value_heads")
+    if kv is not None and heads % kv and _alias(r, "kv_lora_rank") is None:
+        raise r.bad(_key(r, "num_key_value_heads"), f"{_key(r, 'num_attention_heads')} ({heads}) must be a "
+                                                    f"multiple of {_key(r, 'num_key_value_heads')} ({kv})")
+    if _alias(r, "head_dim") is None and _alias(r, "kv_lora_rank") is None and hidden % heads:
+        raise r.bad(_key(r, "num_attention_heads"), f"{_key(r, 'hidden_size')} ({hidden}) must be a multiple of "
+                                                    f"{_key(r, 'num_attention_heads')} ({heads}) when head_dim is "
+                                                    "not given")
     n_experts = _alias(r, "num_routed_experts", ge=0)
     is_moe = bool(n_experts)
     is_mla = _alias(r, "kv_lora_rank") is not None
@@ -533,6 +566,9 @@ def _generic(r: Raw, name: str) -> dict[str, Any]:
     if _alias(r, "max_position_embeddings") is not None:
         data["max_position_embeddings"] = _alias(r, "max_position_embeddings")
     if is_mla:
+        for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):  # MLA needs them all (q_lora_rank: optional)
+            if _alias(r, k) is None:
+                raise r.bad(k, "is required: the config has kv_lora_rank (multi-head latent attention)")
         data["mla"] = {k: _alias(r, k) for k in
                        ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}
         if data["mla"]["v_head_dim"] is not None:
@@ -555,9 +591,26 @@ def _generic(r: Raw, name: str) -> dict[str, Any]:
                 moe[k] = v
         if _alias(r, "score_func") is not None:
             moe["score_func"] = _alias(r, "score_func")
+            if moe["score_func"] not in ("softmax", "sigmoid"):
+                raise r.bad(_key(r, "score_func"), f"must be softmax or sigmoid, got {moe['score_func']!r}")
+        if moe.get("first_k_dense_replace", 0) > n:
+            raise r.bad(_key(r, "first_k_dense_replace"), f"must be <= {_key(r, 'num_hidden_layers')} ({n}), got "
+                                                          f"{moe['first_k_dense_replace']}")
+        if moe.get("moe_layer_freq", 1) > n:
+            raise r.bad(_key(r, "moe_layer_freq"), f"must be <= {_key(r, 'num_hidden_layers')} ({n}), got "
+                                                   f"{moe['moe_layer_freq']}")
         if moe.get("n_group") == 1 and moe.get("topk_group") == 1:
             moe.pop("n_group")  # one group = no group limit
             moe.pop("topk_group")
+        if ("n_group" in moe) != ("topk_group" in moe):
+            given, other = ("n_group", "topk_group") if "n_group" in moe else ("topk_group", "n_group")
+            raise r.bad(_key(r, other), f"is required with {_key(r, given)} (group-limited routing)")
+        if "n_group" in moe:
+            g, tg = moe["n_group"], moe["topk_group"]
+            if n_experts % g:
+                raise r.bad(_key(r, "n_group"), f"must divide the {n_experts} routed experts, got {g}")
+            if tg > g:
+                raise r.bad(_key(r, "topk_group"), f"must be <= {_key(r, 'n_group')} ({g}), got {tg}")
         data["moe"] = moe
     return data
 
@@ -585,6 +638,8 @@ def from_hf_config(raw: Mapping[str, Any], *, name: str, generic: bool = False) 
     if not isinstance(raw, Mapping):
         raise BadInput("config.json must be a JSON object", field="config")
     r = Raw(raw)
+    if raw.get("model_type") is not None and not isinstance(raw.get("model_type"), str):
+        raise r.bad("model_type", f"must be a string, got {_show(raw['model_type'])}")
     mt = model_type_of(raw)
     if generic and (mt is None or mt not in FAMILIES):
         data = _generic(r, name)

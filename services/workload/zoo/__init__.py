@@ -131,7 +131,11 @@ def resolve_model(model: str | InlineModel) -> ModelConfig:
     key = f"{config_hash(model.config)}:{int(model.generic)}"
     mc = _inline.get(key)
     if mc is None:
-        mc = from_hf_config(model.config, name=model.label, generic=model.generic)
+        try:
+            mc = from_hf_config(model.config, name=model.label, generic=model.generic)
+        except BadInput as exc:  # the key inside the workload: model.config.<key> (as the orchestrator names it)
+            field = f"model.config.{exc.field}" if exc.field and exc.field != "config" else "model.config"
+            raise BadInput(f"model.config: {exc.message}", field=field) from None
         with _lock:
             if len(_inline) >= get_settings().cache_size:
                 _inline.pop(next(iter(_inline)))
