@@ -7,7 +7,6 @@ from fastapi import APIRouter, FastAPI
 
 from services.thermal import hotspot_files, service
 from services.thermal.influence import influence_for_model, vault_influence_for_model
-from services.thermal.model import lookup_model
 from shared.contracts.thermal import (
     HotspotExportRequest,
     HotspotFiles,
@@ -22,7 +21,6 @@ from shared.contracts.thermal import (
     ThermalState,
     WarmStartRequest,
 )
-from shared.errors import NotFound
 from shared.service_app import ERROR_RESPONSES, JsonBodyRoute, create_service_app
 from shared.settings import Settings, get_settings
 
@@ -37,16 +35,17 @@ def build_model(req: ModelRequest) -> ModelInfo:
 
 @router.post("/step", response_model=StepResult)
 def step(req: StepRequest) -> StepResult:
-    """One window: power from events, transient step, DVFS for the next window, refresh. Idempotent."""
-    return service.thermal_step(req.arch, req.window, req.window_ms, req.state, req.compute_events,
-                                req.memory_events)
+    """One window: power from events, transient step, DVFS for the next window, refresh. Idempotent. The arch
+    inline or as ``model``, the hash of ``POST /v1/models`` (404 ``unknown_model`` when this replica lacks it)."""
+    return service.thermal_step(service.arch_of(req.arch, req.model), req.window, req.window_ms, req.state,
+                                req.compute_events, req.memory_events)
 
 
 @router.post("/warm_start", response_model=ThermalState)
 def warm_start(req: WarmStartRequest) -> ThermalState:
     """The state window 0 starts from after a warm-up pass (``thermal.init: steady``): the steady state of the
     warm-up's mean power map, from the energy the pass's last state carries."""
-    return service.warm_state(req.arch, req.state)
+    return service.warm_state(service.arch_of(req.arch, req.model), req.state)
 
 
 @router.post("/solve", response_model=SolveResult)
@@ -59,9 +58,7 @@ def solve(req: SolveRequest) -> SolveResult:
 @router.get("/models/{model_hash}/influence", response_model=InfluenceMatrix)
 def influence(model_hash: str) -> InfluenceMatrix:
     """H (cores × cores, K/W) of a model built earlier with ``POST /v1/models`` (404 when unknown)."""
-    model = lookup_model(model_hash)
-    if model is None:
-        raise NotFound(f"unknown model {model_hash}: POST /v1/models with its arch config first", field="model_hash")
+    model = service.model_named(model_hash, field="model_hash")
     H = influence_for_model(model)
     return InfluenceMatrix(model=model.key, cores=model.n_cores, H=H.tolist(),
                            H_vault=vault_influence_for_model(model).tolist())
