@@ -12,10 +12,10 @@ import base64
 import hashlib
 import json
 import math
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Body, FastAPI
 from fastapi.responses import JSONResponse
 
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
@@ -49,13 +49,16 @@ def _hash(obj: Any) -> str:
 def registry(router: APIRouter, kinds: dict[str, str]) -> dict[str, dict[str, Any]]:
     """``POST /registry/<path>`` for each ``{path: kind}`` (the run data of ``shared.content``, as raw JSON)."""
     stores: dict[str, dict[str, Any]] = {kind: {} for kind in kinds.values()}
-    for path, kind in kinds.items():
-        def register(body: Any, kind: str = kind) -> dict[str, Any]:
+
+    def endpoint(kind: str) -> Any:
+        def register(body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
             key = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
             stores[kind][key] = body
             return {"kind": kind, "hash": key, "bytes": 0}
+        return register
 
-        router.post(f"/registry/{path}")(register)
+    for path, kind in kinds.items():
+        router.post(f"/registry/{path}")(endpoint(kind))
     return stores
 
 
