@@ -134,10 +134,11 @@ def _json_content_type(request: Request) -> bool:
 def fast_json_model(route: APIRoute) -> type[BaseModel] | None:
     """The request model of a route that `JsonBodyRoute` can serve on its fast path, else None: exactly one body
     parameter (a pydantic model, not embedded) and nothing else to solve (no path/query/header/cookie parameters, no
-    dependencies, no Request/Response/BackgroundTasks parameters), the default response class and serialisation."""
+    dependencies, no Response/BackgroundTasks parameters; a `Request` parameter is passed as is: the app's state, e.g.
+    its registered run data), the default response class and serialisation."""
     dep = route.dependant
     if (len(dep.body_params) != 1 or dep.path_params or dep.query_params or dep.header_params or dep.cookie_params
-            or dep.dependencies or dep.request_param_name or dep.http_connection_param_name
+            or dep.dependencies or dep.http_connection_param_name
             or dep.response_param_name or dep.background_tasks_param_name or dep.security_scopes_param_name
             or route._embed_body_fields or not isinstance(route.response_class, DefaultPlaceholder)
             or route.response_model_include is not None or route.response_model_exclude is not None
@@ -184,6 +185,7 @@ class JsonBodyRoute(APIRoute):
             return fallback
         endpoint = self.endpoint
         param = self.dependant.body_params[0].name
+        request_param = self.dependant.request_param_name
         is_coroutine = inspect.iscoroutinefunction(endpoint)
         status_code = self.status_code
         response_field = self.response_field
@@ -197,10 +199,13 @@ class JsonBodyRoute(APIRoute):
                 value = model.model_validate_json(raw)
             except ValidationError:
                 return await fallback(request)  # FastAPI's own 422 (field path, standard error body)
+            kwargs_in: dict[str, Any] = {param: value}
+            if request_param:
+                kwargs_in[request_param] = request
             if is_coroutine:
-                result = await endpoint(**{param: value})
+                result = await endpoint(**kwargs_in)
             else:
-                result = await run_in_threadpool(endpoint, **{param: value})
+                result = await run_in_threadpool(endpoint, **kwargs_in)
             if isinstance(result, Response):
                 return result
             kwargs: dict[str, Any] = {} if status_code is None else {"status_code": status_code}

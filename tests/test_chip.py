@@ -70,7 +70,7 @@ def test_one_dvfs_domain_rule_across_the_services(order: str) -> None:
     lw = LogicalWindow(trace_id="t", window=0, t0_ns=0, t1_ns=1, compute=LogicalCompute.empty(),
                        memory=LogicalMemory.empty())
     req = PhysicalizeRequest(window=0, logical=lw, placement=Placement(experts={}), arch=arch, window_ms=1.0)
-    assert default_freqs(req) == want
+    assert req.arch is not None and default_freqs(req.arch) == want
     f, v = freq_volt(np.zeros(64, dtype=int), arch)
     assert f.tolist() == want
     np.testing.assert_allclose(volts_for(f, arch), v)

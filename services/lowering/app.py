@@ -2,23 +2,47 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
 
 from services.lowering import service
 from services.lowering.graph import GraphRequest, GraphResponse, plan_graph
 from services.lowering.ops import LowerOpsRequest, LowerOpsResponse, lower_ops
 from services.lowering.stages import StagesRequest, StagesResult, decompose
+from shared.configs import ArchConfig
 from shared.contracts.events import PhysicalizeRequest, PhysicalizeResponse
+from shared.contracts.placement import Placement
+from shared.contracts.registry import Registered
 from shared.service_app import ERROR_RESPONSES, JsonBodyRoute, create_service_app
 from shared.settings import Settings, get_settings
 
 router = APIRouter(tags=["lowering"], route_class=JsonBodyRoute)
 
 
+def _run_data(request: Request) -> service.RunData:
+    data: service.RunData = request.app.state.run_data
+    return data
+
+
 @router.post("/physicalize", response_model=PhysicalizeResponse, responses=ERROR_RESPONSES)
-def physicalize(req: PhysicalizeRequest) -> PhysicalizeResponse:
-    """Seed 001 §4.4: one logical window + placement + overlays → physical events, new state, timing."""
-    return service.physicalize(req)
+def physicalize(req: PhysicalizeRequest, request: Request) -> PhysicalizeResponse:
+    """Seed 001 §4.4: one logical window + placement + overlays → physical events, new state, timing. The placement
+    and the arch inline or by the hash of their registration (404 ``unknown_placement`` / ``unknown_arch`` when this
+    replica does not know it: register it again)."""
+    return service.physicalize(req, _run_data(request))
+
+
+@router.post("/registry/placements", response_model=Registered, responses=ERROR_RESPONSES)
+def register_placement(placement: Placement, request: Request) -> Registered:
+    """Keep a run's placement (LRU of TASMOE_CACHE_SIZE) and name it by its content hash: ``placement_hash`` of
+    ``/physicalize``."""
+    return service.register_placement(_run_data(request), placement)
+
+
+@router.post("/registry/archs", response_model=Registered, responses=ERROR_RESPONSES)
+def register_arch(arch: ArchConfig, request: Request) -> Registered:
+    """Keep a run's arch config (LRU of TASMOE_CACHE_SIZE) and name it by its content hash: ``arch_hash`` of
+    ``/physicalize``."""
+    return service.register_arch(_run_data(request), arch)
 
 
 @router.post("/lower/ops", response_model=LowerOpsResponse, responses=ERROR_RESPONSES)
@@ -40,4 +64,7 @@ def lower_graph(req: GraphRequest) -> GraphResponse:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    return create_service_app("lowering", settings or get_settings(), [router])
+    s = settings or get_settings()
+    app = create_service_app("lowering", s, [router])
+    app.state.run_data = service.RunData.of(s.cache_size)
+    return app

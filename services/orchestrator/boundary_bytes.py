@@ -2,9 +2,11 @@
 
 The compute services run in process (the embedded wiring), each wrapped in an ASGI counter of the request bodies it
 receives and the response bodies it sends; a ``tas`` run of the default experiment walks ``windows`` windows on them.
-The per-window figure divides by the windows run plus the warm-up pass's windows (both cross the same boundaries).
+The per-window figure divides everything (the run's set-up included: trace, placement, the capacity estimate, the
+run data registered once) by the thermal steps: the windows run plus the warm-up pass's windows (both cross the same
+boundaries).
 
-    python -m services.orchestrator.boundary_bytes [--windows 200]      # also a row of make bench
+    python -m services.orchestrator.boundary_bytes [--windows 200] [--paths]      # also a row of make bench
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ class Tally:
     sent: int = 0  # request bodies into the service
     received: int = 0  # response bodies out of it
     calls: int = 0
+    paths: dict[str, list[int]] = field(default_factory=dict)  # "POST /v1/step": [calls, bytes in + out]
+
+    def add(self, key: str, calls: int = 0, nbytes: int = 0) -> None:
+        row = self.paths.setdefault(key, [0, 0])
+        row[0] += calls
+        row[1] += nbytes
 
 
 @dataclass
@@ -47,19 +55,29 @@ class Counting:
             await self.app(scope, receive, send)
             return
         self.tally.calls += 1
+        key = f"{scope['method']} {_route(scope['path'])}"
+        self.tally.add(key, calls=1)
 
         async def counting_receive() -> Message:
             msg = await receive()
             if msg["type"] == "http.request":
                 self.tally.sent += len(msg.get("body", b""))
+                self.tally.add(key, nbytes=len(msg.get("body", b"")))
             return msg
 
         async def counting_send(msg: Message) -> None:
             if msg["type"] == "http.response.body":
                 self.tally.received += len(msg.get("body", b""))
+                self.tally.add(key, nbytes=len(msg.get("body", b"")))
             await send(msg)
 
         await self.app(scope, counting_receive, counting_send)
+
+
+def _route(path: str) -> str:
+    """The path with its ids folded (``/v1/traces/<id>/windows/<k>``), so a path's calls add up."""
+    parts = path.split("/")
+    return "/".join("<id>" if any(c.isdigit() for c in p) and p not in ("v1",) else p for p in parts)
 
 
 def measure(windows: int = 200, scenario: Scenario = "tas") -> tuple[dict[str, Tally], int]:
@@ -79,13 +97,14 @@ def measure(windows: int = 200, scenario: Scenario = "tas") -> tuple[dict[str, T
                         out=tmp / "out", scenarios=[scenario], windows=windows,
                         settings=settings, clients=clients, traces=False,
                         database_url=f"sqlite:///{tmp / 'db.sqlite3'}")
-    stepped = wrapped["thermal"].tally.calls  # about one /v1/step per window, warm-up included
+    stepped = wrapped["thermal"].tally.paths.get("POST /v1/step", [0, 0])[0]  # one per window, warm-up included
     return {name: w.tally for name, w in wrapped.items()}, max(stepped, sum(res.windows.values()))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--windows", type=int, default=200, help="windows of the tas run (default: %(default)s)")
+    ap.add_argument("--paths", action="store_true", help="also the bytes per window of each endpoint")
     args = ap.parse_args(argv)
     tallies, n = measure(args.windows)
     total = 0
@@ -94,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         total += t.sent + t.received
         print(f"{name:10s} in {t.sent / n / 1e3:8.1f} kB  out {t.received / n / 1e3:8.1f} kB  per window "
               f"({t.calls} calls)  {per / 1e3:.1f} kB")
+        if args.paths:
+            for key, (calls, nbytes) in sorted(t.paths.items(), key=lambda kv: -kv[1][1]):
+                print(f"    {key:40s} {calls:5d} calls  {nbytes / n / 1e3:8.1f} kB per window")
     print(f"all boundaries: {total / n / 1e3:.1f} kB per window over {n} windows")
     return 0
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RawJson
+from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RunData
 from services.orchestrator.schemas import ExperimentSpec
 from services.orchestrator.window_loop import initial_freqs, initial_replicas
 from shared.contracts.events import PhysicalState, WindowTiming
@@ -75,13 +75,14 @@ def _one_micro_batch(pipe: Pipeline, spec: ExperimentSpec) -> Iterator[tuple[int
     load = pipe.expert_load(trace, workload=one, window_ms=window_ms)
     plc = pipe.placement(arch=arch, workload=one, tas=spec.tas, method="default", trace=trace, expert_load=load,
                          H=None)
-    arch_j, plc_j = RawJson.of(arch), RawJson.of(plc)
+    run = RunData.of(arch=arch, placement=plc).lowering
+    pipe.register_all(run.values())
     state: dict[str, Any] = PhysicalState(replicas=initial_replicas(plc)).model_dump(mode="json")
     freqs = initial_freqs(arch)
     for k in range(trace.n_windows):
         L = pipe.logical_window(trace, k, workload=one, window_ms=window_ms)
-        P = pipe.physicalize(window=k, logical=L.raw, placement=plc_j, overlays=EMPTY_OVERLAYS, state=state,
-                             arch=arch_j, freq_ghz=freqs, window_ms=window_ms, bw_eff_factor=1.0,
+        P = pipe.physicalize(window=k, logical=L.raw, run=run, overlays=EMPTY_OVERLAYS, state=state,
+                             freq_ghz=freqs, window_ms=window_ms, bw_eff_factor=1.0,
                              n_layers=trace.n_layers, tag="capacity")
         state = P.state
         yield k, P.timing

@@ -8,7 +8,7 @@ run, the window and the call, so a retried request (or a resumed run replaying t
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
@@ -18,11 +18,13 @@ from pydantic import BaseModel
 from shared import json_codec
 from shared.client import ServiceClients
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
+from shared.configs.tas import TacsParams
 from shared.configs.workload import InlineModel
 from shared.contracts.events import WindowTiming
 from shared.contracts.metrics import WindowMetrics
 from shared.contracts.placement import Overlays, Placement, Telemetry
-from shared.contracts.placement_api import JobAccepted, JobStatus, PlacementRequest
+from shared.contracts.placement_api import InfluenceRegistration, JobAccepted, JobStatus, PlacementRequest
+from shared.contracts.registry import Registered
 from shared.contracts.thermal import ThermalSnapshot
 from shared.contracts.workload import ExpertLoad, TraceSummary
 from shared.errors import BadInput, NotFound, UpstreamError
@@ -33,8 +35,9 @@ Columns = dict[str, list[Any]]  # a columnar batch as plain JSON (one list per f
 
 
 class RawJson:
-    """A JSON value already encoded: spliced into request bodies as is (large objects that stay the same for a whole
-    run — arch, placement, H — or that pass through unchanged — the logical window — are encoded once, not per call)."""
+    """A JSON value already encoded: spliced into request bodies as is (a large object that passes through
+    unchanged — the logical window — is encoded once, not per call; what is fixed for a run is registered once and
+    named by hash: `RunData`)."""
 
     __slots__ = ("text",)
 
@@ -119,6 +122,70 @@ class PhysicalResult:
 EMPTY_OVERLAYS: dict[str, Columns] = Overlays().model_dump(mode="json")
 
 
+def _registered_hash(answer: Any) -> str:
+    return Registered.model_validate(answer).hash
+
+
+def _model_hash(answer: Any) -> str:
+    return str(answer["model"])  # `ModelInfo.model` (as ``shared.peers.thermal_model`` reads it)
+
+
+@dataclass
+class RunObject:
+    """One object fixed for a run (arch, placement, influence matrix, TACS params), registered with one service and
+    named there by the content hash that service answered (``shared.content``); the per-window requests carry the
+    hash. ``code`` is the 404 code of a service that does not know it (a restart, an eviction, another replica):
+    the pipeline registers it again and repeats the request once."""
+
+    service: str
+    path: str  # the registration endpoint
+    body: bytes  # the registration's JSON body, encoded once
+    code: str  # unknown_<kind>
+    read: Callable[[Any], str]  # the hash from the registration's answer
+    key: str = ""  # the hash, once registered
+
+    @classmethod
+    def of(cls, service: str, kind: str, path: str, body: bytes | BaseModel) -> RunObject:
+        data = body.model_dump_json().encode() if isinstance(body, BaseModel) else body
+        return cls(service=service, path=path, body=data, code=f"unknown_{kind}", read=_registered_hash)
+
+
+RunObjects = Mapping[str, RunObject]  # {request field carrying the hash: the object}
+
+
+@dataclass(frozen=True)
+class RunData:
+    """A run's fixed objects per consumer, keyed by the field of the per-window request that names them:
+    lowering ``/v1/physicalize`` (arch_hash, placement_hash), thermal ``/v1/step`` and ``/v1/warm_start`` (model:
+    the hash of ``POST /v1/models``) and placement ``/v1/tacs/step`` (placement_hash, arch_hash, params_hash,
+    H_hash; empty when the run has no TACS)."""
+
+    lowering: dict[str, RunObject]
+    thermal: dict[str, RunObject]
+    tacs: dict[str, RunObject]
+
+    @classmethod
+    def of(cls, *, arch: ArchConfig, placement: Placement, tacs: TacsParams | None = None,
+           H: list[list[float]] | None = None) -> RunData:
+        arch_j, plc_j = arch.model_dump_json().encode(), placement.model_dump_json().encode()
+        lowering = {"arch_hash": RunObject.of("lowering", "arch", "/v1/registry/archs", arch_j),
+                    "placement_hash": RunObject.of("lowering", "placement", "/v1/registry/placements", plc_j)}
+        thermal = {"model": RunObject(service="thermal", path="/v1/models", body=b'{"arch":' + arch_j + b"}",
+                                      code="unknown_model", read=_model_hash)}
+        on: dict[str, RunObject] = {}
+        if tacs is not None:
+            on = {"placement_hash": RunObject.of("placement", "placement", "/v1/registry/placements", plc_j),
+                  "arch_hash": RunObject.of("placement", "arch", "/v1/registry/archs", arch_j),
+                  "params_hash": RunObject.of("placement", "tacs_params", "/v1/registry/tacs-params", tacs)}
+            if H is not None:
+                on["H_hash"] = RunObject.of("placement", "influence", "/v1/registry/influence",
+                                            InfluenceRegistration(H=H))
+        return cls(lowering=lowering, thermal=thermal, tacs=on)
+
+    def objects(self) -> list[RunObject]:
+        return [*self.lowering.values(), *self.thermal.values(), *self.tacs.values()]
+
+
 @dataclass(frozen=True)
 class ReduceResult:
     row: dict[str, Any]
@@ -138,6 +205,47 @@ class Pipeline:
 
     def _key(self, *parts: object) -> str:
         return ":".join(str(p) for p in (self.run_key, *parts))
+
+    # ---------------------------------------------------------------------------------------------- run data
+    def register(self, obj: RunObject) -> str:
+        """Register ``obj`` with its service; its hash (the same on every registration: content-addressed)."""
+        resp = self.clients[obj.service].request("POST", obj.path, content=obj.body,
+                                                 idempotency_key=self._key("register", obj.service, obj.path))
+        key = obj.read(json_codec.loads(resp.content))
+        if obj.key and key != obj.key:
+            raise UpstreamError(f"{obj.service}: {obj.path} named the same object {key} after {obj.key}; run data "
+                                "must be content-addressed")
+        obj.key = key
+        return key
+
+    def register_all(self, objs: Iterable[RunObject]) -> None:
+        for obj in objs:
+            self.register(obj)
+
+    def register_run(self, data: RunData) -> RunData:
+        """Register every object of ``data`` with its service (once per run and attempt)."""
+        self.register_all(data.objects())
+        return data
+
+    def _post_naming(self, service: str, path: str, parts: Mapping[str, Any], run: RunObjects,
+                     idempotency_key: str) -> Any:
+        """POST ``parts`` plus the hashes of ``run`` (by field) and parse the answer. A service that does not know
+        one of them (404 ``unknown_<kind>``: restart, eviction, another replica) gets them registered again, and the
+        request is repeated once (as `logical_window` re-creates a forgotten trace)."""
+        client = self.clients[service]
+
+        def body() -> bytes:
+            return encode_body({**parts, **{field: obj.key for field, obj in run.items()}})
+
+        try:
+            resp = client.request("POST", path, content=body(), idempotency_key=idempotency_key)
+        except NotFound as exc:
+            if exc.code not in {obj.code for obj in run.values()}:
+                raise
+            for obj in run.values():
+                self.register(obj)
+            resp = client.request("POST", path, content=body(), idempotency_key=idempotency_key)
+        return json_codec.loads(resp.content)
 
     def check_model(self, model: str | InlineModel) -> None:
         """The workload service knows the model (its zoo or a registered one), or builds the inline config.json;
@@ -198,22 +306,18 @@ class Pipeline:
         """The cores × cores influence matrix H (K/W); rebuilds the model if the service forgot it."""
         return thermal_influence(self.clients, arch, model_hash, idempotency_key=self._key("thermal-model")).H
 
-    def thermal_step(self, *, arch: RawJson, window: int, window_ms: float, state: dict[str, Any] | None,
+    def thermal_step(self, *, run: RunObjects, window: int, window_ms: float, state: dict[str, Any] | None,
                      compute: Columns, memory: Columns, tag: str = "") -> tuple[dict[str, Any], ThermalSnapshot]:
-        """(new `ThermalState` as JSON, snapshot) of one window. ``tag`` keeps the idempotency keys of a warm-up
-        pass apart from the run's own windows of the same number."""
-        body = encode_body({"arch": arch, "window": window, "window_ms": window_ms, "state": state,
-                            "compute_events": compute, "memory_events": memory})
-        r = json_codec.loads(self.clients["thermal"].request("POST", "/v1/step", content=body,
-                                                             idempotency_key=self._key(tag + "step", window)).content)
+        """(new `ThermalState` as JSON, snapshot) of one window; ``run``: the run's thermal model (`RunData`).
+        ``tag`` keeps the idempotency keys of a warm-up pass apart from the run's own windows of the same number."""
+        r = self._post_naming("thermal", "/v1/step", {"window": window, "window_ms": window_ms, "state": state,
+                                                      "compute_events": compute, "memory_events": memory},
+                              run, self._key(tag + "step", window))
         return dict(r["state"]), ThermalSnapshot.model_validate(r["snapshot"])
 
-    def warm_start(self, *, arch: RawJson, state: dict[str, Any]) -> dict[str, Any]:
+    def warm_start(self, *, run: RunObjects, state: dict[str, Any]) -> dict[str, Any]:
         """The `ThermalState` (JSON) window 0 starts from after a warm-up pass whose last state is ``state``."""
-        body = encode_body({"arch": arch, "state": state})
-        r = json_codec.loads(self.clients["thermal"].request("POST", "/v1/warm_start", content=body,
-                                                             idempotency_key=self._key("warm_start")).content)
-        return dict(r)
+        return dict(self._post_naming("thermal", "/v1/warm_start", {"state": state}, run, self._key("warm_start")))
 
     # ---------------------------------------------------------------------------------------------- placement
     def placement(self, *, arch: ArchConfig, workload: WorkloadConfig, tas: TasParams, method: PlacementMethod,
@@ -242,28 +346,25 @@ class Pipeline:
                                     f"{self.milp_timeout_s:.0f} s")
             time.sleep(self.milp_poll_s)
 
-    def tacs_step(self, *, telemetry: Telemetry, placement: RawJson, state: dict[str, Any], params: RawJson,
-                  arch: RawJson, H: RawJson | None, pending: RawJson | None, smoothed: Any, now_ns: int,
-                  bank_bw_gbps: float, window: int, tag: str = "") -> TacsResult:
-        parts: dict[str, Any] = {"telemetry": telemetry, "placement": placement, "state": state, "params": params,
-                                 "arch": arch, "smoothed": smoothed, "now_ns": now_ns, "bank_bw_gbps": bank_bw_gbps}
-        if H is not None:
-            parts["H"] = H
+    def tacs_step(self, *, telemetry: Telemetry, run: RunObjects, state: dict[str, Any], pending: RawJson | None,
+                  smoothed: Any, now_ns: int, bank_bw_gbps: float, window: int, tag: str = "") -> TacsResult:
+        """One TACS step; ``run``: the run's placement, arch, params and H registered with placement (`RunData`)."""
+        parts: dict[str, Any] = {"telemetry": telemetry, "state": state, "smoothed": smoothed, "now_ns": now_ns,
+                                 "bank_bw_gbps": bank_bw_gbps}
         if pending is not None:
             parts["pending"] = pending
-        r = json_codec.loads(self.clients["placement"].request("POST", "/v1/tacs/step", content=encode_body(parts),
-                                                               idempotency_key=self._key(tag + "tacs", window)).content)
+        r = self._post_naming("placement", "/v1/tacs/step", parts, run, self._key(tag + "tacs", window))
         return TacsResult(overlays=r["overlays"], state=r["state"], smoothed=r.get("smoothed"))
 
     # ----------------------------------------------------------------------------------------------- lowering
-    def physicalize(self, *, window: int, logical: RawJson, placement: RawJson, overlays: dict[str, Columns],
-                    state: dict[str, Any], arch: RawJson, freq_ghz: list[float], window_ms: float,
+    def physicalize(self, *, window: int, logical: RawJson, run: RunObjects, overlays: dict[str, Columns],
+                    state: dict[str, Any], freq_ghz: list[float], window_ms: float,
                     bw_eff_factor: float | list[float], n_layers: int, tag: str = "") -> PhysicalResult:
-        body = encode_body({"window": window, "logical": logical, "placement": placement, "overlays": overlays,
-                            "state": state, "arch": arch, "freq_ghz": freq_ghz, "window_ms": window_ms,
-                            "bw_eff_factor": bw_eff_factor, "n_layers": n_layers})
-        r = json_codec.loads(self.clients["lowering"].request("POST", "/v1/physicalize", content=body,
-                                                              idempotency_key=self._key(tag + "phys", window)).content)
+        """One window's physical events; ``run``: the run's arch and placement registered with lowering."""
+        r = self._post_naming("lowering", "/v1/physicalize",
+                              {"window": window, "logical": logical, "overlays": overlays, "state": state,
+                               "freq_ghz": freq_ghz, "window_ms": window_ms, "bw_eff_factor": bw_eff_factor,
+                               "n_layers": n_layers}, run, self._key(tag + "phys", window))
         return PhysicalResult(compute=r["compute"], memory=r["memory"], state=r["state"],
                               timing=WindowTiming.model_validate(r["timing"]))
 

@@ -2,11 +2,13 @@
 
     trace  = workload.POST /traces                 model/H = thermal.POST /models, GET /influence (TAPS, TACS)
     plc    = placement (default | TAPS, MILP as a polled job), saved once as a job row (reused on resume)
+    run    = arch, plc (+ TACS params, H) registered once with lowering, thermal (POST /models) and placement
+             (POST /registry/...): the windows name them by content hash (re-registered on a 404 unknown_<kind>)
     for k in next_window .. n-1:
         L  = workload.GET /traces/{id}/windows/{k}
-        ov = placement.POST /tacs/step(telemetry of k-1, plc, replicas, pending=L)   (tacs, tas)
-        C, M, phys = lowering.POST /physicalize(k, L, plc, ov, phys, freq of k-1, BW_eff of k-1)
-        state, snap = thermal.POST /step(k, state, C, M)
+        ov = placement.POST /tacs/step(telemetry of k-1, #plc, replicas, pending=L)   (tacs, tas)
+        C, M, phys = lowering.POST /physicalize(k, L, #plc, ov, phys, freq of k-1, BW_eff of k-1)
+        state, snap = thermal.POST /step(k, #model, state, C, M)
         append the window's files, then commit window k (snapshot + metrics + frontier) in ONE fenced transaction
     metrics.POST /reduce(all committed windows, read back from the database) -> <out>/<scenario>/<workload>.csv
 
@@ -34,7 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.orchestrator import repository as repo
 from services.orchestrator.models import RunStatus
-from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RawJson, TraceInfo
+from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RunData, TraceInfo
 from services.orchestrator.run_files import RunFiles, power_json_path, result_csv_path, run_dir_for
 from services.orchestrator.run_log import RunLog, run_log
 from services.orchestrator.schemas import ExperimentSpec
@@ -209,7 +211,7 @@ class _Step:
 
 
 def _warm_up(advance: Callable[[int, Frontier, str], _Step], fr: Frontier, *, n_warm: int, pipe: Pipeline,
-             arch_j: RawJson, rlog: RunLog) -> Frontier:
+             run: RunData, rlog: RunLog) -> Frontier:
     """``thermal.init: steady`` with a warm-up: run windows 0 .. n_warm-1 from ``fr`` (nothing committed, no files),
     carrying frontier state as the run does, then return ``fr`` with the thermal state replaced by the steady state
     of the warm-up's mean power map (the thermal service accumulates the energy in the state it returns).
@@ -224,7 +226,7 @@ def _warm_up(advance: Callable[[int, Frontier, str], _Step], fr: Frontier, *, n_
                        files=cur.files)
     if cur.thermal is None:
         return fr
-    warm = pipe.warm_start(arch=arch_j, state=cur.thermal)
+    warm = pipe.warm_start(run=run.thermal, state=cur.thermal)
     rlog.info(f"warm start: the steady state of the mean power of a {n_warm}-window warm-up pass")
     return Frontier(thermal=warm, physical=fr.physical, smoothed=fr.smoothed, telemetry=fr.telemetry,
                     freq_ghz=fr.freq_ghz, bw_eff_factor=fr.bw_eff_factor, files=fr.files)
@@ -360,12 +362,11 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         files.write_replica_state(fr.physical.get("replicas", {}))  # it may lag the frontier by one window
         rlog.info(f"resuming at window {k0} of {n} (attempt {claim.attempts})")
 
-    freeze_heap()  # the setup's long-lived objects: keep full collections in the loop cheap
-    # encoded once per run, spliced into every request (see pipeline_clients.RawJson)
-    arch_j, plc_j = RawJson.of(arch), RawJson.of(plc)
-    params_j = RawJson.of(tas.tacs)
-    H_j = RawJson.of(H) if H is not None else None
     tacs_on = scenario in TACS_SCENARIOS
+    # registered once per run (attempt) with the services that use them; the windows name them by hash
+    rundata = pipe.register_run(RunData.of(arch=arch, placement=plc, tacs=tas.tacs if tacs_on else None,
+                                       H=H if tacs_on else None))
+    freeze_heap()  # the setup's long-lived objects: keep full collections in the loop cheap
     n_warm = arch.thermal.warmup_windows(window_ms)
     done = 0
     phase = dict.fromkeys(("workload", "tacs", "physicalize", "thermal", "orchestrator"), 0.0)
@@ -376,26 +377,26 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         t1 = time.perf_counter()
         phys = fr.physical
         if tacs_on:
-            tr = pipe.tacs_step(telemetry=fr.telemetry, placement=plc_j, state=phys.get("replicas", {}),
-                                params=params_j, arch=arch_j, H=H_j, pending=L.raw, smoothed=fr.smoothed,
-                                now_ns=L.t0_ns, bank_bw_gbps=tas.taps.capacity.bank_bw_gbps, window=k, tag=tag)
+            tr = pipe.tacs_step(telemetry=fr.telemetry, run=rundata.tacs, state=phys.get("replicas", {}),
+                                pending=L.raw, smoothed=fr.smoothed, now_ns=L.t0_ns,
+                                bank_bw_gbps=tas.taps.capacity.bank_bw_gbps, window=k, tag=tag)
             overlays, smoothed = tr.overlays, tr.smoothed
             phys = {**phys, "replicas": tr.state}
         else:
             overlays, smoothed = EMPTY_OVERLAYS, fr.smoothed
         t2 = time.perf_counter()
-        P = pipe.physicalize(window=k, logical=L.raw, placement=plc_j, overlays=overlays, state=phys, arch=arch_j,
+        P = pipe.physicalize(window=k, logical=L.raw, run=rundata.lowering, overlays=overlays, state=phys,
                              freq_ghz=fr.freq_ghz, window_ms=window_ms, bw_eff_factor=fr.bw_eff_factor,
                              n_layers=trace.n_layers, tag=tag)
         t3 = time.perf_counter()
-        th_state, snap = pipe.thermal_step(arch=arch_j, window=k, window_ms=window_ms, state=fr.thermal,
+        th_state, snap = pipe.thermal_step(run=rundata.thermal, window=k, window_ms=window_ms, state=fr.thermal,
                                            compute=P.compute, memory=P.memory, tag=tag)
         t4 = time.perf_counter()
         return _Step(L=L, overlays=overlays, smoothed=smoothed, P=P, th_state=th_state, snap=snap,
                      times=(t0, t1, t2, t3, t4))
 
     if saved is None and n_warm:
-        fr = _warm_up(advance, fr, n_warm=min(n_warm, n), pipe=pipe, arch_j=arch_j, rlog=rlog)
+        fr = _warm_up(advance, fr, n_warm=min(n_warm, n), pipe=pipe, run=rundata, rlog=rlog)
     for k in range(k0, n):
         if stop is not None and stop.is_set():
             repo.release_lease(sessions=sessions, run_id=run_id, owner=owner)

@@ -10,17 +10,21 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from services.placement import jobs
-from services.placement.service import balance_for, placement_for, tacs_for, with_thermal_h
+from services.placement.service import RunData, balance_for, placement_for, register, tacs_for, with_thermal_h
+from shared.configs import ArchConfig
+from shared.configs.tas import TacsParams
 from shared.contracts.placement import Placement
 from shared.contracts.placement_api import (
     BalanceRequest,
     BalanceResponse,
+    InfluenceRegistration,
     JobAccepted,
     JobStatus,
     PlacementRequest,
     TacsStepRequest,
     TacsStepResponse,
 )
+from shared.contracts.registry import Registered
 from shared.peers import peers_of
 from shared.service_app import JsonBodyRoute, create_service_app, principal_of
 from shared.settings import Settings, get_settings
@@ -79,12 +83,43 @@ def cancel_placement_job(job_id: str, request: Request) -> JobStatus:
     return _status(job_id, _jobs(request).cancel(job_id, _owner(request)))
 
 
+def _run_data(request: Request) -> RunData:
+    data: RunData = request.app.state.run_data
+    return data
+
+
 @router.post("/tacs/step", response_model=TacsStepResponse)
-def tacs_step_endpoint(req: TacsStepRequest) -> TacsStepResponse:
+def tacs_step_endpoint(req: TacsStepRequest, request: Request) -> TacsStepResponse:
     """One TACS decision: overlays for the next window, the updated replica state and the smoothed temperatures.
-    The request carries H (the thermal service's ``GET /v1/models/{hash}/influence``): this per-window call stays on
-    the fast JSON route, which takes the body alone (a request without H is a 422 naming it)."""
-    return tacs_for(req)
+    The request carries H (the thermal service's ``GET /v1/models/{hash}/influence``) or ``H_hash``, its hash from
+    ``POST /v1/registry/influence`` (a request with neither is a 422 naming H); the placement, params and arch inline
+    or by hash likewise (404 ``unknown_<kind>`` when this replica does not know a hash: register it again)."""
+    return tacs_for(req, data=_run_data(request))
+
+
+@router.post("/registry/placements", response_model=Registered)
+def register_placement(placement: Placement, request: Request) -> Registered:
+    """Keep a run's placement (LRU of TASMOE_CACHE_SIZE) under its content hash: ``placement_hash`` of
+    ``/tacs/step``."""
+    return register(_run_data(request).placements, placement)
+
+
+@router.post("/registry/archs", response_model=Registered)
+def register_arch(arch: ArchConfig, request: Request) -> Registered:
+    """Keep a run's arch config under its content hash: ``arch_hash`` of ``/tacs/step``."""
+    return register(_run_data(request).archs, arch)
+
+
+@router.post("/registry/tacs-params", response_model=Registered)
+def register_tacs_params(params: TacsParams, request: Request) -> Registered:
+    """Keep a run's TACS parameters under their content hash: ``params_hash`` of ``/tacs/step``."""
+    return register(_run_data(request).params, params)
+
+
+@router.post("/registry/influence", response_model=Registered)
+def register_influence(body: InfluenceRegistration, request: Request) -> Registered:
+    """Keep a run's influence matrix H (cores x cores, K/W) under its content hash: ``H_hash`` of ``/tacs/step``."""
+    return register(_run_data(request).influence, body)
 
 
 @router.post("/balance", response_model=BalanceResponse)
@@ -105,4 +140,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    return create_service_app("placement", settings or get_settings(), [router], lifespan=_lifespan)
+    s = settings or get_settings()
+    app = create_service_app("placement", s, [router], lifespan=_lifespan)
+    app.state.run_data = RunData.of(s.cache_size)
+    return app

@@ -6,6 +6,8 @@ a model. ``peers`` None: a request must carry those facts itself (a 422 names th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from services.placement.balance import balance
@@ -15,14 +17,19 @@ from services.placement.placer import PulseFn, build_placement
 from services.placement.tacs import tacs_step, validate_inputs
 from services.placement.taps import validate_loads
 from shared.client import ServiceClients
+from shared.configs import ArchConfig
+from shared.configs.tas import TacsParams
+from shared.content import ContentStore, M, object_or_hash
 from shared.contracts.placement import Placement
 from shared.contracts.placement_api import (
     BalanceRequest,
     BalanceResponse,
+    InfluenceRegistration,
     PlacementRequest,
     TacsStepRequest,
     TacsStepResponse,
 )
+from shared.contracts.registry import Registered
 from shared.errors import BadInput, TasmoeError, UpstreamError
 from shared.peers import influence_array, routed_experts, thermal_influence, thermal_pulse_response
 
@@ -113,18 +120,60 @@ def _pulse_fn(req: PlacementRequest, peers: ServiceClients) -> PulseFn:
     return pulse
 
 
-def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None) -> TacsStepResponse:
-    _check_mesh(req.arch.mesh.n_cores)
+@dataclass(frozen=True)
+class RunData:
+    """What callers registered for their runs (``POST /v1/registry/...``), by content hash: LRUs of
+    ``TASMOE_CACHE_SIZE`` entries per kind, kept on the app (``shared.content``)."""
+
+    archs: ContentStore[ArchConfig]
+    placements: ContentStore[Placement]
+    params: ContentStore[TacsParams]
+    influence: ContentStore[InfluenceRegistration]
+
+    @classmethod
+    def of(cls, capacity: int) -> RunData:
+        return cls(archs=ContentStore("arch", capacity, field="arch_hash", path="/v1/registry/archs"),
+                   placements=ContentStore("placement", capacity, field="placement_hash",
+                                           path="/v1/registry/placements"),
+                   params=ContentStore("tacs_params", capacity, field="params_hash", path="/v1/registry/tacs-params"),
+                   influence=ContentStore("influence", capacity, field="H_hash", path="/v1/registry/influence"))
+
+    def clear(self) -> None:
+        for store in (self.archs, self.placements, self.params, self.influence):
+            store.clear()
+
+
+def register(store: ContentStore[M], obj: M) -> Registered:
+    key, size = store.put(obj)
+    return Registered(kind=store.kind, hash=key, bytes=size)
+
+
+DEFAULT_ARCH = ArchConfig()
+DEFAULT_TACS = TacsParams()
+
+
+def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None,
+             data: RunData | None = None) -> TacsStepResponse:
+    """One TACS step; the run's fixed objects inline or by the hashes ``data`` knows (`RunData`)."""
+    data = data or RunData.of(1)
+    arch = object_or_hash(req.arch, req.arch_hash, data.archs, field="arch", default=DEFAULT_ARCH)
+    _check_mesh(arch.mesh.n_cores)
+    placement = object_or_hash(req.placement, req.placement_hash, data.placements, field="placement")
+    params = object_or_hash(req.params, req.params_hash, data.params, field="params", default=DEFAULT_TACS)
     # the request's own fields first: a bad one is named before a missing H is
-    validate_inputs(req.telemetry, req.placement, req.state, ChipGeometry.of(req.arch), req.smoothed)
-    if req.H is not None:
+    validate_inputs(req.telemetry, placement, req.state, ChipGeometry.of(arch), req.smoothed)
+    if req.H is not None and req.H_hash is not None:
+        raise BadInput("H: give H or H_hash, not both", field="H")
+    if req.H_hash is not None:
+        H = np.asarray(data.influence.get(req.H_hash).H, dtype=float)
+    elif req.H is not None:
         H = np.asarray(req.H, dtype=float)
     elif peers is not None:
-        H = influence_array(thermal_influence(peers, req.arch))
+        H = influence_array(thermal_influence(peers, arch))
     else:
-        raise BadInput("H (cores x cores influence matrix, K/W) is required here; the thermal service's: "
-                       "GET /v1/models/{hash}/influence", field="H")
-    overlays, state, smoothed = tacs_step(req.telemetry, req.placement, req.state, req.params, req.arch, H,
+        raise BadInput("H (cores x cores influence matrix, K/W) is required here (or H_hash: its hash from POST "
+                       "/v1/registry/influence); the thermal service's: GET /v1/models/{hash}/influence", field="H")
+    overlays, state, smoothed = tacs_step(req.telemetry, placement, req.state, params, arch, H,
                                           req.pending, req.smoothed, req.now_ns, bank_bw_gbps=req.bank_bw_gbps)
     return TacsStepResponse(overlays=overlays, state=state, smoothed=smoothed)
 

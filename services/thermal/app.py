@@ -13,7 +13,6 @@ from services.thermal.influence import (
     pulse_work,
     vault_influence_for_model,
 )
-from services.thermal.model import lookup_model
 from shared.contracts.thermal import (
     HotspotExportRequest,
     HotspotFiles,
@@ -29,7 +28,7 @@ from shared.contracts.thermal import (
     ThermalState,
     WarmStartRequest,
 )
-from shared.errors import BadInput, NotFound
+from shared.errors import BadInput
 from shared.service_app import ERROR_RESPONSES, JsonBodyRoute, create_service_app
 from shared.settings import Settings, get_settings
 
@@ -44,16 +43,17 @@ def build_model(req: ModelRequest) -> ModelInfo:
 
 @router.post("/step", response_model=StepResult)
 def step(req: StepRequest) -> StepResult:
-    """One window: power from events, transient step, DVFS for the next window, refresh. Idempotent."""
-    return service.thermal_step(req.arch, req.window, req.window_ms, req.state, req.compute_events,
-                                req.memory_events)
+    """One window: power from events, transient step, DVFS for the next window, refresh. Idempotent. The arch
+    inline or as ``model``, the hash of ``POST /v1/models`` (404 ``unknown_model`` when this replica lacks it)."""
+    return service.thermal_step(service.arch_of(req.arch, req.model), req.window, req.window_ms, req.state,
+                                req.compute_events, req.memory_events)
 
 
 @router.post("/warm_start", response_model=ThermalState)
 def warm_start(req: WarmStartRequest) -> ThermalState:
     """The state window 0 starts from after a warm-up pass (``thermal.init: steady``): the steady state of the
     warm-up's mean power map, from the energy the pass's last state carries."""
-    return service.warm_state(req.arch, req.state)
+    return service.warm_state(service.arch_of(req.arch, req.model), req.state)
 
 
 @router.post("/solve", response_model=SolveResult)
@@ -66,9 +66,7 @@ def solve(req: SolveRequest) -> SolveResult:
 @router.get("/models/{model_hash}/influence", response_model=InfluenceMatrix)
 def influence(model_hash: str) -> InfluenceMatrix:
     """H (cores × cores, K/W) of a model built earlier with ``POST /v1/models`` (404 when unknown)."""
-    model = lookup_model(model_hash)
-    if model is None:
-        raise NotFound(f"unknown model {model_hash}: POST /v1/models with its arch config first", field="model_hash")
+    model = service.model_named(model_hash, field="model_hash")
     H = influence_for_model(model)
     return InfluenceMatrix(model=model.key, cores=model.n_cores, H=H.tolist(),
                            H_vault=vault_influence_for_model(model).tolist())
@@ -80,9 +78,7 @@ def pulse(model_hash: str, slot_ms: float = Query(gt=0, le=1e4, allow_inf_nan=Fa
     """Short-time responses of a model built earlier (404 when unknown): the rise of every core at the end of each
     of ``lags`` slots of ``slot_ms`` after a 1 W pulse in one core (or its vault) during the first slot (TAPS's slot
     model). ``2 · cores · lags`` transient steps, at most 8192 (422 beyond: ask fewer lags)."""
-    model = lookup_model(model_hash)
-    if model is None:
-        raise NotFound(f"unknown model {model_hash}: POST /v1/models with its arch config first", field="model_hash")
+    model = service.model_named(model_hash, field="model_hash")
     work = pulse_work(model, lags)
     if work > PULSE_MAX_WORK:
         raise BadInput(f"lags: {lags} lags on a {model.n_cores}-core stack of {model.net.n_nodes} nodes take "

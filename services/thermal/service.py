@@ -25,7 +25,7 @@ from services.thermal.dvfs import (
     refresh_multiplier,
     trefi_us,
 )
-from services.thermal.model import KELVIN, StackModel, get_model
+from services.thermal.model import KELVIN, StackModel, get_model, lookup_model
 from services.thermal.power import WindowPower, compute_power_from_events
 from shared.configs import ArchConfig
 from shared.contracts.events import ComputeEvents, MemoryEvents
@@ -38,11 +38,32 @@ from shared.contracts.thermal import (
     ThermalSnapshot,
     ThermalState,
 )
-from shared.errors import BadInput, Conflict
+from shared.errors import BadInput, Conflict, NotFound
 
 
 def model_info(arch: ArchConfig) -> ModelInfo:
     return ModelInfo.model_validate(get_model(arch).summary())
+
+
+def model_named(model_hash: str, *, field: str = "model") -> StackModel:
+    """The cached model of ``POST /v1/models``; 404 ``unknown_model`` when this process does not have it (a restart,
+    the LRU of TASMOE_THERMAL_CACHE_SIZE, another replica): the caller posts its arch again."""
+    model = lookup_model(model_hash)
+    if model is None:
+        raise NotFound(f"unknown model {model_hash!r} (not in this replica's cache): POST /v1/models with its arch "
+                       "config again", field=field, code="unknown_model")
+    return model
+
+
+def arch_of(arch: ArchConfig | None, model_hash: str | None) -> ArchConfig:
+    """The request's arch: inline, or that of its ``model`` hash (exactly one; a 422 naming ``arch`` otherwise)."""
+    if arch is not None and model_hash is not None:
+        raise BadInput("arch: give arch or model (its hash from POST /v1/models), not both", field="arch")
+    if model_hash is not None:
+        return model_named(model_hash).arch
+    if arch is None:
+        raise BadInput("arch: required (the arch config, or model: its hash from POST /v1/models)", field="arch")
+    return arch
 
 
 def encode_field(T: np.ndarray) -> str:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from shared.configs.arch import ArchConfig
 from shared.contracts.columnar import Columnar
 from shared.contracts.placement import Overlays, Placement, ReplicaState
+from shared.contracts.registry import ContentHash
 from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWindow
 
 
@@ -157,14 +158,20 @@ class PhysicalState(BaseModel):
 
 
 class PhysicalizeRequest(BaseModel):
-    """``POST /v1/physicalize`` (lowering): one window's logical events plus everything needed to place them."""
+    """``POST /v1/physicalize`` (lowering): one window's logical events plus everything needed to place them.
+
+    The placement and the arch, fixed for a run, are given inline or by the hash their ``POST /v1/registry/placements``
+    / ``POST /v1/registry/archs`` answered (exactly one of ``placement`` / ``placement_hash``; at most one of ``arch``
+    / ``arch_hash``, neither = the default arch); an unknown hash is a 404 ``unknown_placement`` / ``unknown_arch``."""
 
     window: int = Field(ge=0)
     logical: LogicalWindow
-    placement: Placement
+    placement: Placement | None = None
+    placement_hash: ContentHash | None = None
     overlays: Overlays = Field(default_factory=Overlays)
     state: PhysicalState = Field(default_factory=PhysicalState)
-    arch: ArchConfig = Field(default_factory=ArchConfig)
+    arch: ArchConfig | None = None
+    arch_hash: ContentHash | None = None
     freq_ghz: list[float] | None = None  # per core; None = every core at its DVFS domain's top step
     window_ms: float = Field(gt=0, le=1e6, allow_inf_nan=False)  # up to 1000 s of simulated time in one window
     bw_eff_factor: float | list[float] = 1.0  # DRAM bandwidth left after refresh: one value or one per vault

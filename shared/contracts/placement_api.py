@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
 from shared.configs.tas import TacsParams
 from shared.contracts.placement import Overlays, Placement, ReplicaState, Telemetry
+from shared.contracts.registry import ContentHash
 from shared.contracts.workload import LogicalWindow
 
 
@@ -48,18 +49,36 @@ class JobStatus(BaseModel):
 
 
 class TacsStepRequest(BaseModel):
+    """``POST /v1/tacs/step``. What is fixed for a run (placement, params, arch, H) is given inline or by the hash
+    its ``POST /v1/registry/...`` answered: exactly one of ``placement`` / ``placement_hash`` and of ``H`` /
+    ``H_hash``; at most one of ``params`` / ``params_hash`` and of ``arch`` / ``arch_hash`` (neither: the
+    defaults). An unknown hash is a 404 ``unknown_<kind>`` (register it again)."""
+
     model_config = ConfigDict(extra="forbid")
 
     telemetry: Telemetry
-    placement: Placement
+    placement: Placement | None = None
+    placement_hash: ContentHash | None = None
     state: ReplicaState = ReplicaState()
-    params: TacsParams = TacsParams()
-    arch: ArchConfig = ArchConfig()
+    params: TacsParams | None = None
+    params_hash: ContentHash | None = None
+    arch: ArchConfig | None = None
+    arch_hash: ContentHash | None = None
     H: list[list[float]] | None = None
+    H_hash: ContentHash | None = None
     pending: LogicalWindow | None = None
     smoothed: list[float] | None = None
     now_ns: int = Field(default=0, ge=0)
     bank_bw_gbps: float = Field(default=25.0, gt=0)
+
+
+class InfluenceRegistration(BaseModel):
+    """``POST /v1/registry/influence``: a run's cores x cores influence matrix H (K/W), named by its hash
+    (``H_hash`` of ``/v1/tacs/step``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    H: list[list[float]] = Field(min_length=1)
 
 
 class TacsStepResponse(BaseModel):

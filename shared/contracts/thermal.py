@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.configs.arch import ArchConfig
 from shared.contracts.events import ComputeEvents, MemoryEvents
+from shared.contracts.registry import ContentHash
 
 
 class ThermalState(BaseModel):
@@ -107,21 +108,26 @@ class ModelRequest(BaseModel):
 
 class WarmStartRequest(BaseModel):
     """``POST /v1/warm_start``: the state after the warm-up pass's last window (it carries the warm-up's energy);
-    the answer is the state window 0 starts from: the steady state of the warm-up's mean power map."""
+    the answer is the state window 0 starts from: the steady state of the warm-up's mean power map. The arch inline
+    or its ``model`` (the hash ``POST /v1/models`` answered): exactly one."""
 
     model_config = ConfigDict(extra="forbid")
 
-    arch: ArchConfig
+    arch: ArchConfig | None = None
+    model: ContentHash | None = None
     state: ThermalState
 
 
 class StepRequest(BaseModel):
     """``POST /v1/step``: one window. ``state`` is the previous answer's state (None = ambient, all cores at the top
-    DVFS step); its ``window`` must be ``window - 1`` (409 otherwise)."""
+    DVFS step); its ``window`` must be ``window - 1`` (409 otherwise). The arch inline or its ``model`` (the hash
+    ``POST /v1/models`` answered; 404 ``unknown_model`` when this replica does not have it: post the arch again):
+    exactly one."""
 
     model_config = ConfigDict(extra="forbid")
 
-    arch: ArchConfig
+    arch: ArchConfig | None = None
+    model: ContentHash | None = None
     window: int = Field(ge=0)
     window_ms: float = Field(gt=0, le=1e6, allow_inf_nan=False)  # up to 1000 s of simulated time in one step
     state: ThermalState | None = None

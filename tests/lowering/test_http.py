@@ -92,3 +92,46 @@ def test_lower_bad_input_is_422_with_field(settings: Settings) -> None:
     assert r.status_code == 422 and r.json()["error"]["field"].startswith("blocks[0]")
     r = c.post("/v1/lower/graph", json={"ops": [{"kind": "Bogus"}]})
     assert r.status_code == 422 and r.json()["error"]["field"].startswith("ops[0].kind")
+
+
+def test_physicalize_by_hash_is_the_inline_answer(settings: Settings) -> None:
+    """The placement and the arch registered once (``POST /v1/registry/...``) and named by hash give the very bytes
+    of the inline request; a hash this replica does not know is a 404 ``unknown_<kind>``."""
+    app = create_app(settings)
+    c = TestClient(app)
+    body = _body()
+    inline = c.post("/v1/physicalize", json={**body, "arch": ArchConfig().model_dump(mode="json")})
+    assert inline.status_code == 200, inline.text
+    reg = c.post("/v1/registry/placements", json=body["placement"]).json()
+    assert reg["kind"] == "placement" and len(reg["hash"]) == 64 and reg["bytes"] > 0
+    arch = c.post("/v1/registry/archs", json=ArchConfig().model_dump(mode="json")).json()
+    assert arch["hash"] == ArchConfig().content_hash(64)
+    assert c.post("/v1/registry/placements", json=body["placement"]).json() == reg  # content-addressed: same name
+    named = {**{k: v for k, v in body.items() if k != "placement"}, "placement_hash": reg["hash"],
+             "arch_hash": arch["hash"]}
+    by_hash = c.post("/v1/physicalize", json=named)
+    assert by_hash.status_code == 200, by_hash.text
+    assert by_hash.content == inline.content
+    app.state.run_data.placements.clear()  # an eviction, a restart, another replica
+    r = c.post("/v1/physicalize", json=named)
+    assert r.status_code == 404
+    assert r.json()["error"]["code"] == "unknown_placement" and r.json()["error"]["field"] == "placement_hash"
+    app.state.run_data.clear()
+    r = c.post("/v1/physicalize", json={**body, "arch_hash": arch["hash"]})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_arch"
+
+
+def test_physicalize_wants_the_placement_or_its_hash(settings: Settings) -> None:
+    c = _client(settings)
+    body = _body()
+    placement = body.pop("placement")
+    r = c.post("/v1/physicalize", json=body)  # neither
+    assert r.status_code == 422 and r.json()["error"]["field"] == "placement"
+    key = c.post("/v1/registry/placements", json=placement).json()["hash"]
+    r = c.post("/v1/physicalize", json={**body, "placement": placement, "placement_hash": key})  # both
+    assert r.status_code == 422 and r.json()["error"]["field"] == "placement"
+    assert "placement_hash" in r.json()["error"]["message"]
+    r = c.post("/v1/physicalize", json={**body, "placement_hash": "not-a-hash"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "placement_hash"
+    r = c.post("/v1/physicalize", json={**body, "placement": placement, "arch": {}, "arch_hash": "0" * 64})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "arch"

@@ -12,10 +12,10 @@ import base64
 import hashlib
 import json
 import math
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Body, FastAPI
 from fastapi.responses import JSONResponse
 
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
@@ -44,6 +44,32 @@ N_EXPERTS = 8
 
 def _hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def registry(router: APIRouter, kinds: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """``POST /registry/<path>`` for each ``{path: kind}`` (the run data of ``shared.content``, as raw JSON)."""
+    stores: dict[str, dict[str, Any]] = {kind: {} for kind in kinds.values()}
+
+    def endpoint(kind: str) -> Any:
+        def register(body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
+            key = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+            stores[kind][key] = body
+            return {"kind": kind, "hash": key, "bytes": 0}
+        return register
+
+    for path, kind in kinds.items():
+        router.post(f"/registry/{path}")(endpoint(kind))
+    return stores
+
+
+def inline_or_hash(body: dict[str, Any], field: str, stores: dict[str, dict[str, Any]], kind: str) -> Any:
+    """``body[field]``, or the registered object ``body[field + "_hash"]`` names (404 ``unknown_<kind>``)."""
+    key = body.get(f"{field}_hash")
+    if key is None:
+        return body[field]
+    if key not in stores[kind]:
+        raise NotFound(f"unknown {kind} {key}", code=f"unknown_{kind}")
+    return stores[kind][key]
 
 
 # ------------------------------------------------------------------------------------------------------ workload
@@ -152,7 +178,12 @@ def thermal_app(settings: Settings) -> FastAPI:
 
     @router.post("/step")
     def step(body: dict[str, Any]) -> dict[str, Any]:
-        arch = ArchConfig.model_validate(body["arch"])
+        if body.get("model") is not None:
+            if body["model"] not in models:
+                raise NotFound(f"unknown model {body['model']}", code="unknown_model")
+            arch = models[body["model"]]
+        else:
+            arch = ArchConfig.model_validate(body["arch"])
         k, dt_ms = int(body["window"]), float(body["window_ms"])
         state = ThermalState.model_validate(body["state"]) if body.get("state") else ThermalState()
         if state.window != k - 1:
@@ -194,7 +225,9 @@ def thermal_app(settings: Settings) -> FastAPI:
         state = ThermalState.model_validate(body["state"])
         return ThermalState(field_b64=state.field_b64, window=-1).model_dump(mode="json")
 
-    return create_service_app("thermal", settings, [router])
+    app = create_service_app("thermal", settings, [router])
+    app.state.models = models
+    return app
 
 
 # ----------------------------------------------------------------------------------------------------- placement
@@ -203,6 +236,8 @@ def thermal_app(settings: Settings) -> FastAPI:
 def placement_app(settings: Settings) -> FastAPI:
     router = APIRouter(tags=["placement"])
     jobs: dict[str, dict[str, Any]] = {}
+    stores = registry(router, {"placements": "placement", "archs": "arch", "tacs-params": "tacs_params",
+                               "influence": "influence"})
 
     def build(body: dict[str, Any]) -> Placement:
         arch = ArchConfig.model_validate(body["arch"])
@@ -244,7 +279,7 @@ def placement_app(settings: Settings) -> FastAPI:
     def tacs(body: dict[str, Any]) -> dict[str, Any]:
         tele = Telemetry.model_validate(body["telemetry"])
         state = ReplicaState.model_validate(body["state"])
-        params = TasParams.model_validate({"tacs": body["params"]}).tacs
+        params = TasParams.model_validate({"tacs": inline_or_hash(body, "params", stores, "tacs_params")}).tacs
         t = np.asarray(tele.temps_core)
         prev = body.get("smoothed")
         sm = t if prev is None else params.smoothing_alpha * t + (1 - params.smoothing_alpha) * np.asarray(prev)
@@ -269,7 +304,9 @@ def placement_app(settings: Settings) -> FastAPI:
         return {"overlays": Overlays(reroute=reroute, migrate=migrate).model_dump(mode="json"),
                 "state": state.model_dump(mode="json"), "smoothed": [float(x) for x in sm]}
 
-    return create_service_app("placement", settings, [router])
+    app = create_service_app("placement", settings, [router])
+    app.state.run_data = stores
+    return app
 
 
 # ------------------------------------------------------------------------------------------------------ lowering
@@ -277,10 +314,11 @@ def placement_app(settings: Settings) -> FastAPI:
 
 def lowering_app(settings: Settings) -> FastAPI:
     router = APIRouter(tags=["lowering"])
+    stores = registry(router, {"placements": "placement", "archs": "arch"})
 
     @router.post("/physicalize")
     def physicalize(body: dict[str, Any]) -> dict[str, Any]:
-        arch = ArchConfig.model_validate(body["arch"])
+        arch = ArchConfig.model_validate(inline_or_hash(body, "arch", stores, "arch"))
         n = arch.mesh.n_cores
         lw = LogicalWindow.model_validate(body["logical"])
         state = PhysicalState.model_validate(body["state"])
@@ -318,7 +356,9 @@ def lowering_app(settings: Settings) -> FastAPI:
         return {"compute": ComputeEvents(**comp).model_dump(mode="json"), "memory": memv.model_dump(mode="json"),
                 "state": new.model_dump(mode="json"), "timing": timing.model_dump(mode="json")}
 
-    return create_service_app("lowering", settings, [router])
+    app = create_service_app("lowering", settings, [router])
+    app.state.run_data = stores
+    return app
 
 
 def build_apps(settings: Settings) -> dict[str, FastAPI]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from services.orchestrator.capacity import estimate_capacity
-from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RawJson
+from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RunData
 from services.orchestrator.schemas import ExperimentRequest
 from services.orchestrator.service import resolve_spec
 from services.orchestrator.window_loop import initial_freqs, initial_replicas
@@ -38,13 +38,14 @@ def test_default_load_is_below_capacity_and_the_backlog_stays_bounded(settings: 
         load = pipe.expert_load(trace, workload=wl, window_ms=window_ms)
         plc = pipe.placement(arch=arch, workload=wl, tas=spec.tas, method="default", trace=trace, expert_load=load,
                              H=None)
-        arch_j, plc_j = RawJson.of(arch), RawJson.of(plc)
+        run = RunData.of(arch=arch, placement=plc).lowering
+        pipe.register_all(run.values())
         state = PhysicalState(replicas=initial_replicas(plc)).model_dump(mode="json")
         completed, latencies = 0, []
         for k in range(math.ceil(SIMULATED_MS / window_ms)):
             L = pipe.logical_window(trace, k, workload=wl, window_ms=window_ms)
-            P = pipe.physicalize(window=k, logical=L.raw, placement=plc_j, overlays=EMPTY_OVERLAYS, state=state,
-                                 arch=arch_j, freq_ghz=initial_freqs(arch), window_ms=window_ms, bw_eff_factor=1.0,
+            P = pipe.physicalize(window=k, logical=L.raw, run=run, overlays=EMPTY_OVERLAYS, state=state,
+                                 freq_ghz=initial_freqs(arch), window_ms=window_ms, bw_eff_factor=1.0,
                                  n_layers=trace.n_layers)
             state = P.state
             t = P.timing

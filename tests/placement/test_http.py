@@ -124,6 +124,42 @@ def test_tacs_step_round_trip(client: TestClient) -> None:
     assert ChipGeometry.of(arch).n_cores == 64
 
 
+def test_tacs_step_by_hash_is_the_inline_answer(client: TestClient) -> None:
+    """Placement, params, arch and H registered once and named by hash: the very bytes of the inline request; an
+    unknown hash is a 404 ``unknown_<kind>`` naming its field; an object and its hash together a 422."""
+    from shared.configs import ArchConfig
+    from shared.configs.tas import TacsParams
+
+    arch = ArchConfig()
+    cores = {f"L0E{e}": [27] for e in range(8)}
+    plc = placement_from(arch, cores).model_dump(mode="json")
+    H = synthetic_diffusion_kernel(8, 8)
+    p = np.zeros(64)
+    p[27] = 24.0
+    params = TacsParams.model_validate({"q_target": 0.6}).model_dump(mode="json")
+    window_part = {"telemetry": {"temps_core": (H @ p + 45.0).tolist(), "util_core": [0.5] * 64, "noc_load": 0.1},
+                   "pending": window(6, {eid: 3.0 for eid in cores}).model_dump(mode="json"), "now_ns": 18_000_000}
+    inline = client.post("/v1/tacs/step", json={**window_part, "placement": plc, "H": H.tolist(), "params": params,
+                                                "arch": arch.model_dump(mode="json")})
+    assert inline.status_code == 200, inline.text
+    keys = {field: client.post(f"/v1/registry/{path}", json=body).json()["hash"]
+            for field, path, body in (("placement_hash", "placements", plc), ("H_hash", "influence", {"H": H.tolist()}),
+                                      ("params_hash", "tacs-params", params),
+                                      ("arch_hash", "archs", arch.model_dump(mode="json")))}
+    by_hash = client.post("/v1/tacs/step", json={**window_part, **keys})
+    assert by_hash.status_code == 200, by_hash.text
+    assert by_hash.content == inline.content
+    data = client.app.state.run_data  # type: ignore[attr-defined]
+    for store, field in ((data.influence, "H_hash"), (data.params, "params_hash"), (data.placements, "placement_hash")):
+        store.clear()
+        r = client.post("/v1/tacs/step", json={**window_part, **keys})
+        assert r.status_code == 404 and _err(r)["code"] == f"unknown_{store.kind}" and _err(r)["field"] == field
+    r = client.post("/v1/tacs/step", json={**window_part, "placement": plc, "H": H.tolist(), "H_hash": keys["H_hash"]})
+    assert r.status_code == 422 and _err(r)["field"] == "H"
+    r = client.post("/v1/registry/influence", json={"H": []})
+    assert r.status_code == 422 and _err(r)["field"] == "H"
+
+
 def test_tacs_step_bad_core_is_422(client: TestClient) -> None:
     from shared.configs import ArchConfig
 

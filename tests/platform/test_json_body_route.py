@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import pytest
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,6 +56,10 @@ def _routers() -> tuple[APIRouter, APIRouter]:
         @router.post("/items/{k}")
         def with_path_param(k: int, body: _Body) -> dict[str, int]:
             return {"k": k, "windows": body.windows}
+
+        @router.post("/with-request", response_model=_Out)
+        def with_request(body: _Body, request: Request) -> _Out:
+            return _Out(total=sum(body.inner.cores), label=str(request.app.state.probe), scale=1.0)
 
     return plain, fast
 
@@ -152,6 +156,17 @@ def test_eligibility() -> None:
     assert fast_json_model(routes["/sum"]) is _Body
     assert fast_json_model(routes["/sum-async"]) is _Body
     assert fast_json_model(routes["/items/{k}"]) is None
+    assert fast_json_model(routes["/with-request"]) is _Body  # a Request parameter is handed over as is
+
+
+def test_the_fast_path_hands_the_request_over() -> None:
+    """Endpoints that read the app's state (the run data registered by hash) stay on the fast path."""
+    client = _fast_client()
+    client.app.state.probe = "registered"  # type: ignore[attr-defined]
+    before = _Body.parsed_json
+    r = client.post("/v1/with-request", json={"inner": {"cores": [1, 2]}, "windows": 1})
+    assert r.status_code == 200 and r.json() == {"total": 3, "label": "registered", "scale": 1.0}
+    assert _Body.parsed_json == before + 1
 
 
 def test_openapi_is_the_same_as_fastapis() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,35 @@ def test_http_models_step_influence(client: TestClient, arch_small: ArchConfig) 
     assert client.get("/v1/models/0123456789abcdef/influence").status_code == 404
     r = client.post("/v1/solve", json={"arch": arch_small.model_dump(mode="json"), "core_w": [1.0] * 16})
     assert r.status_code == 200 and len(r.json()["temps_core_c"]) == 16
+
+
+def test_http_step_and_warm_start_by_model_hash(client: TestClient, arch_small: ArchConfig) -> None:
+    """``model`` (the hash of ``POST /v1/models``) instead of the arch: the same answer; a model this replica does
+    not have is a 404 ``unknown_model`` (post the arch again); arch and model together, or neither, a 422."""
+    from services.thermal import model as model_cache
+
+    key = client.post("/v1/models", json={"arch": arch_small.model_dump(mode="json")}).json()["model"]
+    inline = client.post("/v1/step", json=_step_body(arch_small, 0, None))
+    named = {**_step_body(arch_small, 0, None), "model": key}
+    del named["arch"]
+    by_hash = client.post("/v1/step", json=named)
+    assert by_hash.status_code == 200, by_hash.text
+    assert by_hash.content == inline.content
+    n = get_model(arch_small).n_cores + int(np.prod(arch_small.dram.banks))
+    energy = base64.b64encode(np.full(n, 1e-3, dtype="<f8").tobytes()).decode()
+    state = {**by_hash.json()["state"], "warm_energy_b64": energy, "warm_s": 0.003}
+    warm = client.post("/v1/warm_start", json={"model": key, "state": state})
+    assert warm.status_code == 200 and warm.content == client.post(
+        "/v1/warm_start", json={"arch": arch_small.model_dump(mode="json"), "state": state}).content
+    r = client.post("/v1/step", json={**named, "arch": arch_small.model_dump(mode="json")})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "arch"
+    r = client.post("/v1/warm_start", json={"state": state})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "arch"
+    with model_cache._MODELS_LOCK:
+        model_cache._MODELS.pop(key)  # evicted (or another replica, a restart)
+    r = client.post("/v1/step", json=named)
+    assert r.status_code == 404
+    assert r.json()["error"]["code"] == "unknown_model" and r.json()["error"]["field"] == "model"
 
 
 def test_http_bad_input_names_field(client: TestClient, arch_small: ArchConfig) -> None:

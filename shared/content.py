@@ -1,0 +1,103 @@
+"""Run data named by its content (issue 21, item 3): an object fixed for a whole run (arch, placement, influence
+matrix, TACS parameters) is registered once with the service that uses it and named by the SHA-256 of its canonical
+JSON; the per-window requests carry that name instead of the object.
+
+A service keeps what was registered in a `ContentStore`: an LRU bounded by ``TASMOE_CACHE_SIZE`` (entries), held on
+the app (``app.state``), so the service stays stateless in ARCHITECTURE's sense: a name the service does not know (a
+restart, an eviction, another replica) is a 404 with the code ``unknown_<kind>``, and the caller registers the object
+again and retries (``services.orchestrator.pipeline_clients.Pipeline``). Objects are kept validated (pydantic),
+so a window never re-validates unchanged run data; they are shared by every request naming them and never mutated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel
+
+from shared.errors import BadInput, NotFound
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def canonical_json(obj: BaseModel) -> str:
+    """Sorted-key compact JSON of the model with defaults filled in (the rule of ``StrictModel.canonical_json``)."""
+    return json.dumps(obj.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
+def content_hash(obj: BaseModel) -> str:
+    """Hex SHA-256 (64 digits) of `canonical_json`: for a config, ``cfg.content_hash(64)``."""
+    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()
+
+
+class ContentStore(Generic[M]):
+    """LRU of validated objects of one kind by content hash (thread-safe: sync endpoints run in a thread pool).
+
+    ``kind`` names the errors: an unknown hash is ``NotFound`` with code ``unknown_<kind>`` and field
+    ``<field>`` (the request field that carried it); ``path`` is where the object is registered (in the message)."""
+
+    def __init__(self, kind: str, capacity: int, *, field: str, path: str) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.kind = kind
+        self.capacity = capacity
+        self.field = field
+        self.path = path
+        self._items: OrderedDict[str, M] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def code(self) -> str:
+        return f"unknown_{self.kind}"
+
+    def put(self, obj: M) -> tuple[str, int]:
+        """(hash, canonical JSON bytes) of ``obj``, kept (an object already known keeps its first copy)."""
+        text = canonical_json(obj)
+        key = hashlib.sha256(text.encode()).hexdigest()
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+            else:
+                self._items[key] = obj
+                while len(self._items) > self.capacity:
+                    self._items.popitem(last=False)
+        return key, len(text)
+
+    def get(self, key: str) -> M:
+        with self._lock:
+            obj = self._items.get(key)
+            if obj is None:
+                raise NotFound(f"unknown {self.kind} {key!r} (not in this replica's cache): POST {self.path} with "
+                               "it again", field=self.field, code=self.code)
+            self._items.move_to_end(key)
+            return obj
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+
+def object_or_hash(obj: M | None, key: str | None, store: ContentStore[M], *, field: str,
+                   default: M | None = None) -> M:
+    """The request's object: given inline (``field``) or by its hash (``store.field``), exactly one of the two
+    (``default`` when neither is given and the field has one). A 422 naming ``field`` otherwise."""
+    if obj is not None and key is not None:
+        raise BadInput(f"{field}: give {field} or {store.field}, not both", field=field)
+    if key is not None:
+        return store.get(key)
+    if obj is not None:
+        return obj
+    if default is not None:
+        return default
+    raise BadInput(f"{field}: required (the object, or {store.field}: its hash from POST {store.path})",
+                   field=field)
