@@ -73,17 +73,20 @@ class _PlacementIndex:
     used: np.ndarray  # (n_cores, vault_banks) bytes
 
 
-_INDEX_CACHE: OrderedDict[int, tuple[Placement, _PlacementIndex]] = OrderedDict()
+_INDEX_CACHE: OrderedDict[tuple[int, tuple[int, ...]], tuple[Placement, _PlacementIndex]] = OrderedDict()
 _INDEX_LOCK = threading.Lock()
 
 
 def _index(placement: Placement, geom: ChipGeometry) -> _PlacementIndex:
-    """Bank occupancy of a placement, parsed once per placement object (LRU of 8; the object is held so its id stays
-    valid). One regex pass over all bank ids, then vectorised index arithmetic."""
+    """Bank occupancy of a placement, parsed once per placement object and chip layout (LRU of 8; the object is held
+    so its id stays valid; a registered placement is one object shared by every window's request, so the layout is in
+    the key: the same placement on another chip is parsed again). One regex pass over all bank ids, then vectorised
+    index arithmetic."""
+    key = (id(placement), (geom.mesh_x, geom.mesh_y, geom.banks_x, geom.banks_y, geom.n_dram_layers))
     with _INDEX_LOCK:
-        hit = _INDEX_CACHE.get(id(placement))
-        if hit is not None and hit[0] is placement and hit[1].used.shape == (geom.n_cores, geom.vault_banks):
-            _INDEX_CACHE.move_to_end(id(placement))
+        hit = _INDEX_CACHE.get(key)
+        if hit is not None and hit[0] is placement:
+            _INDEX_CACHE.move_to_end(key)
             return hit[1]
     banks: list[str] = []
     sizes: list[int] = []
@@ -111,7 +114,7 @@ def _index(placement: Placement, geom: ChipGeometry) -> _PlacementIndex:
     np.add.at(used, (core, slot), np.asarray(sizes, dtype=float))
     idx = _PlacementIndex(used=used)
     with _INDEX_LOCK:
-        _INDEX_CACHE[id(placement)] = (placement, idx)
+        _INDEX_CACHE[key] = (placement, idx)
         while len(_INDEX_CACHE) > 8:
             _INDEX_CACHE.popitem(last=False)
     return idx

@@ -401,3 +401,22 @@ def test_a_busy_cool_chip_and_a_move_not_worth_its_heat_do_nothing(tas: TasParam
     ov, _, _ = tacs_step(Telemetry(temps_core=hot, util_core=[0.5] * 16), small, ReplicaState(), tas.tacs, ARCH4,
                          H4, late, None, late.t0_ns)
     assert ov.migrate.obj_type.count("expert") == 1
+
+
+def test_the_bank_index_of_one_placement_object_follows_the_chip() -> None:
+    """A registered placement is one object shared by every window's request: its parsed bank occupancy is cached,
+    keyed by the chip layout too, so the same object on a chip with the same counts but another vault shape is
+    parsed for that chip (not served the first chip's index)."""
+    from services.placement import tacs as tacs_mod
+    from shared.contracts.placement import ExpertPlacement, TensorPlacement
+
+    plc = Placement(experts={"L0E0": ExpertPlacement(cores=[0])},
+                    tensors={"W_L0E0_0": TensorPlacement(dram_bank="B(0,1,0)", size_bytes=1000)})
+    square, flat = small_arch(4, 4, (8, 8, 2)), small_arch(4, 4, (16, 4, 2))  # vaults 2x2x2 and 4x1x2: 8 banks each
+    ga, gb = ChipGeometry.of(square), ChipGeometry.of(flat)
+    assert (ga.n_cores, ga.vault_banks) == (gb.n_cores, gb.vault_banks)
+    first = tacs_mod._index(plc, ga).used.copy()
+    second = tacs_mod._index(plc, gb).used.copy()
+    tacs_mod._INDEX_CACHE.clear()
+    assert np.array_equal(second, tacs_mod._index(plc, gb).used)
+    assert not np.array_equal(first, second)  # the two layouts put the bank in different vaults
