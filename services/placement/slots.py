@@ -110,14 +110,16 @@ def _objectives(pb: Problem, T: np.ndarray, delta: np.ndarray) -> np.ndarray:
 
 
 REFINE_MAX_ITERS = 400  # applied changes per refinement (each is one improving move or swap)
+SWAP_MAX = 256  # swap partners scored per mover ((partners, slots, cores) temperatures each)
 
 
 def refine(pb: Problem, sm: SlotModel, assign: np.ndarray, iters: int, movers: int = 8) -> np.ndarray:
     """Local search on the slot objective: at the hottest (core, slot), the ``movers`` instances that heat it most,
     in that order, are tried on every other core (a move) and against the instances of the coolest quarter of the
-    cores (a swap); the best strictly improving feasible change of the first instance that has one is applied.
-    Stops after ``min(iters, REFINE_MAX_ITERS)`` changes or when none improves. Constraints as the steady
-    heuristic's (capacity, critical path, vault banks, replica separation: ``taps._feasible``)."""
+    cores (a swap; the ``SWAP_MAX`` least powerful of them); the best strictly improving feasible change of the first
+    instance that has one is applied. Stops after ``min(iters, REFINE_MAX_ITERS)`` changes or when none improves.
+    Constraints as the steady heuristic's (capacity, critical path, vault banks, replica separation:
+    ``taps._feasible``)."""
     assign = assign.copy()
     T = sm.temps(pb, assign)
     cur = objective_terms(pb, T)["objective"]
@@ -141,6 +143,8 @@ def refine(pb: Problem, sm: SlotModel, assign: np.ndarray, iters: int, movers: i
             moves[:, i] = np.arange(pb.n)
             options.append((objs, delta, moves))
             js = np.flatnonzero(cool[assign] & (assign != a))
+            if js.size > SWAP_MAX:  # a large model: the least powerful partners (bounded work per candidate)
+                js = js[np.argsort(sm.inst_pc[js] + sm.inst_pv[js], kind="stable")[:SWAP_MAX]]
             if js.size:
                 bj = assign[js]
                 sd = np.moveaxis(K[:, :, bj] - K[:, :, a:a + 1], 2, 0) \
