@@ -19,6 +19,8 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel
 
+from shared.configs.arch import ArchConfig
+from shared.contracts.placement import Placement
 from shared.errors import BadInput, NotFound
 
 M = TypeVar("M", bound=BaseModel)
@@ -101,3 +103,13 @@ def object_or_hash(obj: M | None, key: str | None, store: ContentStore[M], *, fi
         return default
     raise BadInput(f"{field}: required (the object, or {store.field}: its hash from POST {store.path})",
                    field=field)
+
+
+def arch_store(capacity: int) -> ContentStore[ArchConfig]:
+    """The registered arch configs of a service (``POST /v1/registry/archs``; requests name one by ``arch_hash``)."""
+    return ContentStore("arch", capacity, field="arch_hash", path="/v1/registry/archs")
+
+
+def placement_store(capacity: int) -> ContentStore[Placement]:
+    """The registered placements of a service (``POST /v1/registry/placements``; ``placement_hash``)."""
+    return ContentStore("placement", capacity, field="placement_hash", path="/v1/registry/placements")

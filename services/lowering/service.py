@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from services.lowering.physical import physicalize_window
 from shared.chip import Chip
 from shared.configs import ArchConfig
-from shared.content import ContentStore, object_or_hash
+from shared.content import ContentStore, arch_store, object_or_hash, placement_store
 from shared.contracts.events import PhysicalizeRequest, PhysicalizeResponse
 from shared.contracts.placement import Placement
 from shared.contracts.registry import Registered
@@ -25,9 +25,7 @@ class RunData:
 
     @classmethod
     def of(cls, capacity: int) -> RunData:
-        return cls(archs=ContentStore("arch", capacity, field="arch_hash", path="/v1/registry/archs"),
-                   placements=ContentStore("placement", capacity, field="placement_hash",
-                                           path="/v1/registry/placements"))
+        return cls(archs=arch_store(capacity), placements=placement_store(capacity))
 
     def clear(self) -> None:
         self.archs.clear()

@@ -19,7 +19,7 @@ from services.placement.taps import validate_loads
 from shared.client import ServiceClients
 from shared.configs import ArchConfig
 from shared.configs.tas import TacsParams
-from shared.content import ContentStore, M, object_or_hash
+from shared.content import ContentStore, M, arch_store, object_or_hash, placement_store
 from shared.contracts.placement import Placement
 from shared.contracts.placement_api import (
     BalanceRequest,
@@ -132,9 +132,7 @@ class RunData:
 
     @classmethod
     def of(cls, capacity: int) -> RunData:
-        return cls(archs=ContentStore("arch", capacity, field="arch_hash", path="/v1/registry/archs"),
-                   placements=ContentStore("placement", capacity, field="placement_hash",
-                                           path="/v1/registry/placements"),
+        return cls(archs=arch_store(capacity), placements=placement_store(capacity),
                    params=ContentStore("tacs_params", capacity, field="params_hash", path="/v1/registry/tacs-params"),
                    influence=ContentStore("influence", capacity, field="H_hash", path="/v1/registry/influence"))
 
