@@ -15,7 +15,7 @@ from services.placement.default import default_placement
 from services.placement.geometry import ChipGeometry
 from services.placement.placer import PulseFn, build_placement
 from services.placement.tacs import tacs_step, validate_inputs
-from services.placement.taps import validate_loads
+from services.placement.taps import check_size, validate_loads
 from shared.client import ServiceClients
 from shared.configs import ArchConfig
 from shared.configs.tas import TacsParams
@@ -90,7 +90,8 @@ def placement_for(req: PlacementRequest, peers: ServiceClients | None = None) ->
     expert_load = req.expert_load
     if expert_load is None:
         raise BadInput(f"expert_load is required with method={req.method}", field="expert_load")
-    validate_loads(expert_load)  # a bad request is refused before another service is asked anything
+    loads = validate_loads(expert_load)  # a bad request is refused before another service is asked anything
+    check_size(loads.shape[0] * loads.shape[1], req.arch.mesh.n_cores)
     H_vault, pulse = None, None
     if peers is not None and req.method == "heuristic":
         infl = thermal_influence(peers, req.arch)

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 CRITICAL_PATH_TOL = 0.01  # a layer's slowest core may be 1 % slower than in the load-balanced placement
 
 MAX_INSTANCES = 65_536  # expert instances per request (DeepSeek-V3: 58 x 256 = 14 848)
+MAX_INSTANCE_CORES = 2**24  # instances x cores: the heuristic keeps (instances, cores) arrays (128 MiB each at this)
 CAPACITY_HEADROOM = 1.15  # when demand exceeds the chip, rates are scaled to a mean utilisation of 1/1.15
 
 
@@ -168,6 +169,18 @@ def validate_loads(expert_load: Sequence[Sequence[float]], field_name: str = "ex
     return arr
 
 
+def check_size(instances: int, cores: int) -> None:
+    """The placer's bounds (422 naming ``expert_load``): at most ``MAX_INSTANCES`` instances and ``MAX_INSTANCE_CORES``
+    instance-core pairs (the heuristic keeps (instances, cores) arrays: 65 536 instances on 4096 cores asked for 2 GB
+    each, and a MILP job's heuristic grew a test process past 20 GB)."""
+    if instances > MAX_INSTANCES:
+        raise BadInput(f"expert_load has {instances} expert instances; the placer takes at most {MAX_INSTANCES}",
+                       field="expert_load")
+    if instances * cores > MAX_INSTANCE_CORES:
+        raise BadInput(f"expert_load has {instances} expert instances on {cores} cores: {instances * cores} "
+                       f"instance-core pairs, the placer takes at most {MAX_INSTANCE_CORES}", field="expert_load")
+
+
 def routed_tokens_per_step(wl: WorkloadConfig) -> float:
     tok = wl.sequence.micro_batch * wl.routing.topk
     if wl.phase == "prefill":
@@ -183,9 +196,7 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     layer that get a second replica in it."""
     loads = validate_loads(expert_load)
     n_layers, n_e = loads.shape
-    if n_layers * n_e > MAX_INSTANCES:
-        raise BadInput(f"expert_load has {n_layers * n_e} expert instances; the placer takes at most {MAX_INSTANCES}",
-                       field="expert_load")
+    check_size(n_layers * n_e, arch.mesh.n_cores)
     layers = list(range(n_layers)) if moe_layers is None else [int(x) for x in moe_layers]
     if len(layers) != n_layers:
         raise BadInput(f"moe_layers lists {len(layers)} layers but expert_load has {n_layers}", field="moe_layers")

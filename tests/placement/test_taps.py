@@ -286,3 +286,15 @@ def test_replication_is_kept_only_where_it_lowers_the_objective(arch: ArchConfig
         assert extra_w > 0
     else:
         assert extra_w == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_problem_too_large_for_the_placer_is_refused_naming_expert_load(mixtral: WorkloadConfig,
+                                                                          tas: TasParams) -> None:
+    """Instances x cores is bounded (the heuristic keeps (instances, cores) arrays): 4096 instances on a 64 x 64 mesh
+    is a 422 naming expert_load, before anything is built."""
+    from services.placement.taps import check_size
+
+    with pytest.raises(BadInput) as e:
+        check_size(4096, 64 * 64 * 2)
+    assert e.value.field == "expert_load"
+    check_size(58 * 256, 64)  # DeepSeek-V3 on the default chip fits
