@@ -96,15 +96,16 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
         plain = k_hot == 0 or pb.m == pb.expert_layer.shape[0]
         if plain and _feasible(pb, default):  # the default mapping is an assignment of this very problem
             tried = [("default", default), *tried, ("default refined", refine(pb, sm, default, iters))]
-        scored = [(objective_terms(pb, sm.temps(pb, a)), name, a) for name, a in tried]
-        terms, name, best = min(scored, key=lambda t: t[0]["objective"])
-        summary = "; ".join(f"{n}: {t['objective']:.6g} (peak {t['peak_c']:.3f} °C)" for t, n, _ in scored)
+        temps = [sm.temps(pb, a) for _, a in tried]
+        scored = [(objective_terms(pb, T), name, a, T) for (name, a), T in zip(tried, temps, strict=True)]
+        terms, name, best, T_best = min(scored, key=lambda t: t[0]["objective"])
+        T = T_best.mean(axis=0)  # the slot model's mean field (the steady model's, by construction)
+        summary = "; ".join(f"{n}: {t['objective']:.6g} (peak {t['peak_c']:.3f} °C)" for t, n, _, _ in scored)
         note = (f"slot model ({sm.S} slots of {sm.slot_s * 1e3:.3g} ms per micro-batch period, the bursts of the "
                 f"weight streams): {summary}; kept: {name}")
         if name == "default":
             plc = default_placement(arch, [int(x) for x in pb.expert_layer[::max(1, int(pb.expert_e.max()) + 1)]],
                                     int(pb.expert_e.max()) + 1, workload.tensors.weight_shard_mb, expert_bytes)
-            T = sm.temps(pb, best).mean(axis=0)
             meta = plc.meta.model_copy(update={
                 "method": "heuristic", "objective": terms, "predicted_peak_c": round(terms["peak_c"], 4),
                 "predicted_core_temps_c": [round(float(t), 4) for t in T],
@@ -114,7 +115,6 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
         plc = assemble(pb, best, arch=arch, expert_bytes=expert_bytes,
                        weight_shard_mb=workload.tensors.weight_shard_mb, bank_bw_gbps=taps.capacity.bank_bw_gbps,
                        method="heuristic", extra_notes=[*notes, note])
-        T = sm.temps(pb, best).mean(axis=0)
         meta = plc.meta.model_copy(update={"objective": {**plc.meta.objective, **terms},
                                            "predicted_peak_c": round(terms["peak_c"], 4),
                                            "predicted_core_temps_c": [round(float(t), 4) for t in T]})
