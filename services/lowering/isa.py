@@ -211,10 +211,15 @@ class Builder:
         self.spm = SpmAllocator(self.profile.spm_bytes, align=self.profile.burst_bytes)
         self.dram = DramAllocator(self.profile.burst_bytes)
 
-    def emit(self, op: Opcode, dst: int | None, src0: int | None, src1: int | None, **imm: Any) -> None:
-        if len(self.instrs) >= self.max_instrs:
+    def reserve(self, n: int) -> None:
+        """Refuse before building when ``n`` more instructions are known to be coming and would pass the cap (a
+        65536³ GEMM's step list alone would take GBs before the first emit hit the cap)."""
+        if len(self.instrs) + n > self.max_instrs:
             raise BadInput(f"the op lowers to more than {self.max_instrs} instructions; split it into smaller ops "
                            "(the GEMM's M, K or N)")
+
+    def emit(self, op: Opcode, dst: int | None, src0: int | None, src1: int | None, **imm: Any) -> None:
+        self.reserve(1)
         self.instrs.append(Instr(op, dst, src0, src1, imm))
 
     def sync(self) -> None:

@@ -112,6 +112,7 @@ def gemm(b: Builder, A: DramTensor | Resident, Bs: list[DramTensor], out: Out, *
     if isinstance(out, ToKV) and (Mt < M):
         raise BadInput(f"KV output needs all {M} token rows in one tile", field="spm_bytes")
     nM, nK, nN = math.ceil(M / Mt), math.ceil(K / Kt), math.ceil(N / Nt)
+    b.reserve(nM * nN * nK * len(Bs))  # every step emits one matmul tile per weight
     nslot = 2 if tiles.double_buffered else 1
     a_slots = None if a_res else _Slots([b.spm.alloc(f"A{s}", Mt, Kt, A.dtype) for s in range(nslot)])
     b_slots = [_Slots([b.spm.alloc(f"B{j}{s}", Kt, Nt, A.dtype) for s in range(nslot)]) for j in range(len(Bs))]

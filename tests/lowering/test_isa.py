@@ -301,3 +301,29 @@ def test_an_op_too_large_to_lower_is_refused_naming_it() -> None:
     err = r.json()["error"]
     assert err["field"] == "ops[1]" and str(MAX_STREAM_INSTRUCTIONS) in err["message"]
     assert client.post("/v1/lower/ops", json={"ops": [ok], "include_instructions": False}).status_code == 200
+
+
+def test_an_op_too_large_to_lower_is_refused_before_it_takes_memory() -> None:
+    """The cap is checked before the GEMM's step list is built: a 65536³ GEMM (~1.4e8 steps, GBs as a Python list)
+    is refused in a process limited to 1.5 GB of address space beyond what it holds at start (it took 2.8 GB)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = ("import resource\n"
+            "from services.lowering.ops import MatMulSpec, lower_op\n"
+            "from shared.configs.arch import ArchConfig\n"
+            "from shared.errors import BadInput\n"
+            "arch = ArchConfig()\n"
+            "with open('/proc/self/status') as f:\n"
+            "    vm = next(int(x.split()[1]) for x in f if x.startswith('VmSize')) * 1024\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (vm + (3 << 29), resource.RLIM_INFINITY))\n"
+            "try:\n"
+            "    lower_op(MatMulSpec(kind='matmul', M=65536, K=65536, N=65536), arch)\n"
+            "except BadInput as e:\n"
+            "    print('refused', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={"OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("refused") and "instructions" in out.stdout
