@@ -7,9 +7,10 @@ soft time limits from ``TASMOE_TASK_TIME_LIMIT_S``; tasks never wait on other ta
 Acknowledgement choice: **acks_late is OFF** (a task is acknowledged when a worker takes it). A run lasts minutes; with
 Redis, an unacknowledged message comes back only after ``visibility_timeout``: shorter than a run and a healthy long run
 would be delivered twice, longer and the run of a dead worker waits that long. Recovery does not go through the broker
-at all: the database is the source of truth. A worker holds a lease on its run, renewed at every committed window; if
-it dies (kill -9, OOM, node loss), the lease expires and the reaper that every worker runs (at start-up and then every
-``lease_s / 2``) re-enqueues the run; the next claim resumes at ``next_window`` from the state saved at the frontier.
+at all: the database is the source of truth. A worker holds a lease on its run, renewed at every committed window
+and by a heartbeat every ``lease_s / 3``; if it dies (kill -9, OOM, node loss), the lease expires and the reaper that
+every worker runs (at start-up and then every ``lease_s / 2``) re-enqueues the run; the next claim resumes at
+``next_window`` from the state saved at the frontier.
 Each claim counts one attempt in the database, so a run that kills its worker every time fails cleanly after
 ``TASMOE_MAX_ATTEMPTS`` claims instead of looping. Even a duplicated message is harmless: claims are atomic and every
 window commit is fenced on the lease owner.

@@ -293,6 +293,19 @@ def finish_run(*, sessions: sessionmaker[Session], run_id: str, owner: str, stat
         return ok
 
 
+def extend_lease(*, sessions: sessionmaker[Session], run_id: str, owner: str, lease_s: float) -> bool:
+    """Heartbeat: push a live lease of ours ``lease_s`` ahead. Fenced on owner, status running and a lease that has
+    not expired (or been given back by `release_lease`): a heartbeat never revives a lease. False = not ours."""
+    R = ScenarioRun
+    now = utcnow()
+    with sessions.begin() as s:
+        res = s.execute(sa.update(R).where(R.id == run_id, R.lease_owner == owner, R.status == RunStatus.running,
+                                           R.lease_expires_at >= now)
+                        .values(lease_expires_at=now + timedelta(seconds=lease_s))
+                        .execution_options(synchronize_session=False))
+        return _rowcount(res) == 1
+
+
 def release_lease(*, sessions: sessionmaker[Session], run_id: str, owner: str) -> None:
     """Give the lease back without finishing (graceful shutdown): another worker may claim it at once."""
     R = ScenarioRun

@@ -10,7 +10,9 @@ from shared.settings import Settings
 
 
 class OrchestratorSettings(Settings):
-    lease_s: float = Field(default=60.0, gt=0, description="a run's lease; renewed at every committed window")
+    lease_s: float = Field(default=60.0, gt=0,
+                           description="a run's lease; renewed at every committed window and by a heartbeat every "
+                                       "lease_s / 3")
     requeue_after_s: float = Field(
         default=6 * 3600.0, gt=0,
         description="cluster mode: a queued run handed to the queue this long ago is handed again (the broker lost "

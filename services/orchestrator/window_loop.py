@@ -19,6 +19,7 @@ window k, so a resumed run continues exactly where the committed one stopped and
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
@@ -27,7 +28,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -256,7 +257,8 @@ def run_scenario(run_id: str, clients: ServiceClients, sessions: sessionmaker[Se
     files = RunFiles(run_dir_for(out_dir, scenario), traces=spec.traces)
     osettings = orchestrator_settings(clients.settings)
     outage: _Outage | None = None
-    with bind_run_id(run_id), run_log(files.run_dir / "run.log", run_id=run_id) as rlog:
+    with bind_run_id(run_id), run_log(files.run_dir / "run.log", run_id=run_id) as rlog, \
+            _heartbeat(sessions, run_id, owner, lease_s):
         while True:
             try:
                 return _run(run_id=run_id, claim=claim, owner=owner, lease_s=lease_s, spec=spec, scenario=scenario,
@@ -282,6 +284,32 @@ def run_scenario(run_id: str, clients: ServiceClients, sessions: sessionmaker[Se
                 claim = replace(claim, next_window=_next_window(sessions, run_id))
             except Exception as exc:  # any other failure ends the run cleanly, with its reason
                 return _fail(run_id, sessions, owner, f"{type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def _heartbeat(sessions: sessionmaker[Session], run_id: str, owner: str, lease_s: float) -> Iterator[None]:
+    """Renew the run's lease every ``lease_s / 3`` while this process works on it, not only at window commits: a
+    phase longer than the lease (a placement MILP, a warm start, one slow window on a loaded machine) would otherwise
+    let the reaper hand a live run to a second worker. A dead process stops beating, so its lease still expires;
+    a lease given back or lost is never revived (`repo.extend_lease`)."""
+    done = threading.Event()
+
+    def beat() -> None:
+        with bind_run_id(run_id):
+            while not done.wait(max(lease_s / 3, 0.05)):
+                try:
+                    if not repo.extend_lease(sessions=sessions, run_id=run_id, owner=owner, lease_s=lease_s):
+                        return
+                except Exception:  # the database is away: the window loop meets that and waits it out
+                    log.warning("lease heartbeat failed", exc_info=True)
+
+    t = threading.Thread(target=beat, name=f"lease-{run_id}", daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+        t.join()
 
 
 @dataclass

@@ -81,6 +81,26 @@ def test_live_lease_blocks_expired_lease_is_reclaimed(db: Db) -> None:
     assert _commit(db, run_id, "w2", 1)
 
 
+def test_heartbeat_extends_a_live_lease_and_never_revives_one(db: Db) -> None:
+    run_id = _experiment(db)
+    assert repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=5).ok
+
+    def expires() -> object:
+        with db.sessions() as s:
+            run = repo.get_run(session=s, run_id=run_id)
+            assert run is not None
+            return run.lease_expires_at
+
+    before = expires()
+    assert repo.extend_lease(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=600)
+    assert expires() > before  # type: ignore[operator]
+    assert not repo.extend_lease(sessions=db.sessions, run_id=run_id, owner="w2", lease_s=600)  # not its lease
+    repo.release_lease(sessions=db.sessions, run_id=run_id, owner="w1")
+    assert not repo.extend_lease(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=600)  # given back
+    with db.sessions() as s:
+        assert run_id in repo.stale_runs(session=s)
+
+
 def test_attempts_are_bounded(db: Db) -> None:
     run_id = _experiment(db, max_attempts=2)
     t = utcnow()

@@ -124,6 +124,28 @@ def test_lost_lease_stops_the_old_worker(db: Db, settings: Settings, clients: Se
         assert repo.window_count(session=s, run_id=run_id) == 2
 
 
+def test_a_phase_longer_than_the_lease_keeps_the_run(db: Db, settings: Settings, clients: ServiceClients,
+                                                     tmp_path: Path) -> None:
+    """The lease is renewed by a heartbeat, not only at window commits: a window that takes 4 leases (a loaded
+    machine, a long placement) leaves the run with its worker; a second worker cannot take it meanwhile."""
+    exp_id = _experiment(db, settings, tmp_path / "out", scenarios=["baseline"])
+    run_id = repo.run_id_for(exp_id, "baseline")
+    seen: list[str] = []
+
+    def slow(_r: str, k: int, _n: int) -> bool:
+        if k == 1:
+            time.sleep(1.2)  # 4 x the 0.3 s lease without a commit
+            seen.append(repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w2", lease_s=0.3).outcome)
+        return True
+
+    out = run_scenario(run_id, clients, db.sessions, owner="w1", lease_s=0.3, on_window=slow)
+    assert seen == ["leased"]
+    assert out.status == "succeeded"
+    with db.sessions() as s:
+        rows = list(s.scalars(sa.select(WindowRecord.worker).where(WindowRecord.run_id == run_id)))
+    assert rows and set(rows) == {"w1"}
+
+
 def test_upstream_failure_fails_the_run_with_its_reason(db: Db, settings: Settings, tmp_path: Path) -> None:
     """With no outage budget (TASMOE_OUTAGE_BUDGET_S=0) an unreachable service fails the run at once, naming it
     (the waiting with a budget: tests/orchestrator/test_outage.py)."""
