@@ -48,6 +48,27 @@ def core_domains(arch: ArchConfig) -> tuple[int, ...]:
     return tuple(all_d if d < 0 else d for d in dom)
 
 
+def attention_groups(arch: ArchConfig) -> tuple[int, int]:
+    """``(groups, k)``: a micro-batch's non-expert work (attention, router, shared/dense FFN, head) is split over the
+    ``k`` cores of group ``mb mod groups`` (cores ``g·k .. g·k + k − 1``); ``arch.schedule.attention == "all"``:
+    one group of every core (the physicalizer maps with it, TAPS prices the work with it)."""
+    n = arch.mesh.n_cores
+    if arch.schedule.attention == "all":
+        return 1, n
+    k = arch.schedule.group_cores
+    return max(1, n // k), k
+
+
+def attention_share(arch: ArchConfig) -> NDArray[np.float64]:
+    """(cores,) the mean fraction of the non-expert work each core runs over many micro-batches (`attention_groups`:
+    each micro-batch's work split evenly over its group's ``k`` cores, the groups in turn): ``1 / (groups·k)`` on the
+    cores of a group, 0 on cores in none."""
+    groups, k = attention_groups(arch)
+    share = np.zeros(arch.mesh.n_cores)
+    share[:groups * k] = 1.0 / (groups * k)
+    return share
+
+
 @dataclass(frozen=True)
 class Chip:
     X: int

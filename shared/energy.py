@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shared.chip import Chip
-from shared.configs.arch import ArchConfig
+from shared.configs.arch import ArchConfig, RefreshConfig
 from shared.contracts.events import NOC_ONLY_QOS
 from shared.errors import BadInput
 
@@ -129,3 +129,68 @@ def deposit_memory(chip: Chip, em: EnergyModel, src_core: I64, bank: I64, nbytes
 
 def noc_only_mask(qos: list[str]) -> NDArray[np.bool_]:
     return np.isin(np.asarray(qos, dtype=object), NOC_ONLY_QOS) if qos else np.zeros(0, dtype=bool)
+
+
+# ---- static power: leakage and refresh (thermal prices every window with it, TAPS its base field) ---------------
+
+KELVIN = 273.15
+T_LEAK_REF = 45.0 + KELVIN  # the configured leakage values are at 45 °C
+# Liao, He, Lepak, TCAD 2005 (energy_anchors.csv, leakage row): T in K, V in volts
+LIAO = {"A": 1.1432e-12, "B": 1.0126e-14, "alpha": 466.4029, "beta": -1224.74083, "gamma": 6.28153, "delta": 6.9094}
+
+
+def liao(T_k: np.ndarray, V: np.ndarray | float) -> np.ndarray:
+    c = LIAO
+    T = np.asarray(T_k, dtype=float)
+    out: np.ndarray = c["A"] * T * T * np.exp((c["alpha"] * V + c["beta"]) / T) + c["B"] * np.exp(
+        c["gamma"] * np.asarray(V) + c["delta"])
+    return out
+
+
+def leakage_scale(T_k: np.ndarray, V: np.ndarray | float, arch: ArchConfig) -> np.ndarray:
+    """Leakage at (T, V) relative to the configured value at 45 °C and V0."""
+    T = np.asarray(T_k, dtype=float)
+    model = arch.power.leak_model
+    if model == "none":
+        return np.ones_like(T)
+    if model == "exp":
+        out: np.ndarray = np.exp(arch.power.leak_beta_per_k * (T - T_LEAK_REF))
+        return out
+    ratio: np.ndarray = liao(T, V) / liao(np.array(T_LEAK_REF), arch.power.v0)
+    return ratio
+
+
+def refresh_multiplier(temp_c: float | np.ndarray, refresh: RefreshConfig | None = None) -> np.ndarray:
+    """Refresh-rate multiplier at ``temp_c`` (°C): ``tref_interp: step``: the multiplier of the first curve point at
+    or above T (JEDEC: 1× up to 85 °C, 2× in (85, 95]), the last one beyond the curve; ``linear``: interpolated,
+    constant beyond its ends."""
+    cfg = refresh or RefreshConfig()
+    t = np.array([p[0] for p in cfg.tref_curve])
+    m = np.array([p[1] for p in cfg.tref_curve])
+    if cfg.tref_interp == "step":
+        idx = np.minimum(np.searchsorted(t, np.asarray(temp_c, dtype=float), side="left"), t.size - 1)
+        return np.asarray(m[idx], dtype=float)
+    return np.asarray(np.interp(temp_c, t, m), dtype=float)
+
+
+def trefi_us(temp_c: float | np.ndarray, refresh: RefreshConfig) -> np.ndarray:
+    """tREFI (µs) at ``temp_c`` (°C): ``tref_base_us / multiplier(T)``."""
+    return np.asarray(refresh.tref_base_us / refresh_multiplier(temp_c, refresh), dtype=float)
+
+
+def static_power(arch: ArchConfig, core_temp_c: np.ndarray | float, bank_temp_c: np.ndarray | float,
+                 V: np.ndarray | float | None = None) -> tuple[F64, F64, F64]:
+    """(core leakage, bank leakage, bank refresh) in W at the given temperatures (°C; any shapes, broadcast):
+    the configured leakage at 45 °C (``power.logic_leak_w_per_core``, ``dram.leak_w_per_bank``) scaled by
+    `leakage_scale` (logic at the core voltage ``V``, default V0; DRAM at V0), and one refresh command per bank per
+    tREFI(T): ``refresh_energy_nj / tREFI``."""
+    pw = arch.power
+    v = pw.v0 if V is None else V
+    Tc = np.asarray(core_temp_c, dtype=float) + KELVIN
+    Tb = np.asarray(bank_temp_c, dtype=float) + KELVIN
+    core_leak = pw.logic_leak_w_per_core * leakage_scale(Tc, v, arch)
+    bank_leak = arch.dram.leak_w_per_bank * leakage_scale(Tb, pw.v0, arch)
+    bank_ref = arch.refresh.refresh_energy_nj * 1e-9 / (trefi_us(np.asarray(bank_temp_c, dtype=float), arch.refresh)
+                                                        * 1e-6)
+    return (np.asarray(core_leak, dtype=float), np.asarray(bank_leak, dtype=float),
+            np.asarray(bank_ref, dtype=float))

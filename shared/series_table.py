@@ -23,6 +23,7 @@ window. Columns, in this order (SI-derived units in the names; temperatures in Â
                                            dram_controller), when the run reports it
 ``power_die_<die>_w``                      mean power by die (logic, dram_1 ...), when reported
 ``T_core_<i>``                             per core (row-major on the mesh: core = y * X + x), the core's mean
+``P_core_<i>_w``                           per core, the mean power of its area of the logic die (W), when reported
 ``T_dram_<l>_max``, ``T_dram_<l>_mean``    per DRAM layer l (0 = next to the logic die): hottest and mean vault
 ========================================  ==========================================================================
 
@@ -64,6 +65,7 @@ def columns_for(first: Mapping[str, Any]) -> list[str]:
         cols += [f"power_{c}_w" for c in POWER_COMPONENTS]
     cols += [f"power_die_{d}_w" for d in sorted(first.get("power_layer_w") or {}, key=_die_order)]
     cols += [f"T_core_{i}" for i in range(len(first.get("temps_core_c") or []))]
+    cols += [f"P_core_{i}_w" for i in range(len(first.get("power_core_w") or []))]
     banks = first.get("temps_bank_c") or []
     n_layers = len(banks[0]) if banks else 0
     for layer in range(n_layers):
@@ -101,6 +103,7 @@ def row_of(w: Mapping[str, Any], cols: Sequence[str]) -> list[str]:
         vals.update({f"power_{c}_w": power.get(c) for c in POWER_COMPONENTS})
     vals.update({f"power_die_{d}_w": p for d, p in (w.get("power_layer_w") or {}).items()})
     vals.update({f"T_core_{i}": t for i, t in enumerate(w.get("temps_core_c") or [])})
+    vals.update({f"P_core_{i}_w": p for i, p in enumerate(w.get("power_core_w") or [])})
     banks = np.asarray(w.get("temps_bank_c") or [], dtype=np.float64)
     if banks.ndim == 2 and banks.size:
         for layer in range(banks.shape[1]):

@@ -53,7 +53,7 @@ def write_windows_jsonl(path: Path, windows: Iterable[dict[str, Any]]) -> int:
 
 
 _WEIGHTED = ("T_mean_logic", "T_mean_dram", "power_w", "refresh_mhz", "bw_eff_gbps", "queue_delay_ms")
-_VECTORS = ("freq_ghz", "noc_link_util")
+_VECTORS = ("freq_ghz", "noc_link_util", "power_core_w")
 
 
 def block_size(n_windows: int, max_windows: int) -> int:

@@ -102,6 +102,8 @@ class TraceInfo:
     tokens_total: int
     flops_per_token_expert: float
     expert_bytes: float
+    nonexpert_flops_per_step: float = 0.0
+    nonexpert_bytes_per_step: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -271,7 +273,9 @@ class Pipeline:
                                                                            idempotency_key=self._key("trace")))
         return TraceInfo(trace_id=r.trace_id, n_windows=r.n_windows, n_layers=r.n_layers, n_experts=r.n_experts,
                          moe_layers=list(r.moe_layers), tokens_total=r.tokens_total,
-                         flops_per_token_expert=r.flops_per_token_expert, expert_bytes=float(r.expert_bytes))
+                         flops_per_token_expert=r.flops_per_token_expert, expert_bytes=float(r.expert_bytes),
+                         nonexpert_flops_per_step=r.nonexpert_flops_per_step,
+                         nonexpert_bytes_per_step=r.nonexpert_bytes_per_step)
 
     def logical_window(self, trace: TraceInfo, k: int, *, workload: WorkloadConfig, window_ms: float) -> WindowData:
         """Window k of the trace; if the service forgot the trace (restart, LRU), re-create it and retry once."""
@@ -325,7 +329,9 @@ class Pipeline:
                   H: list[list[float]] | None) -> Placement:
         req = PlacementRequest(arch=arch, workload=workload, tas=tas, method=method, expert_load=expert_load,
                                moe_layers=trace.moe_layers, expert_flops_per_token=trace.flops_per_token_expert,
-                               expert_bytes=trace.expert_bytes, H=H)
+                               expert_bytes=trace.expert_bytes, H=H,
+                               nonexpert_flops_per_step=trace.nonexpert_flops_per_step,
+                               nonexpert_bytes_per_step=trace.nonexpert_bytes_per_step)
         resp = self.clients["placement"].request("POST", "/v1/placements",
                                                  content=json_codec.dumps(req.model_dump(mode="json")),
                                                  idempotency_key=self._key("placement", method))

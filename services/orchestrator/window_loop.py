@@ -125,7 +125,8 @@ def build_window_metrics(*, window: int, t0_ns: int, t1_ns: int, snap: ThermalSn
         bytes_moved=timing.bytes_moved, bw_eff_gbps=bw_eff, noc_link_util=timing.noc_link_util,
         tokens_completed=timing.tokens_completed, latencies_ms=timing.latencies_ms,
         queue_delay_ms=timing.queue_delay_ms, migrations=timing.migrations,
-        oldest_inflight_ms=timing.oldest_inflight_ms, power=snap.power_w, power_layer_w=snap.power_layer_w)
+        oldest_inflight_ms=timing.oldest_inflight_ms, power=snap.power_w, power_layer_w=snap.power_layer_w,
+        power_core_w=snap.power_core_w)
 
 
 def next_telemetry(snap: ThermalSnapshot, timing: WindowTiming, t1_ns: int) -> Telemetry:

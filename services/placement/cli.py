@@ -37,7 +37,8 @@ def _place(args: argparse.Namespace) -> int:
             plc = placement_for(PlacementRequest(
                 arch=arch, workload=wl, tas=tas, method=args.method, expert_load=inp.loads,
                 moe_layers=inp.moe_layers, expert_flops_per_token=inp.expert_flops_per_token,
-                expert_bytes=inp.expert_bytes), clients)
+                expert_bytes=inp.expert_bytes, nonexpert_flops_per_step=inp.nonexpert_flops_per_step,
+                nonexpert_bytes_per_step=inp.nonexpert_bytes_per_step), clients)
     plc.meta.notes.append(f"expert loads: {inp.load_source}")
     body = plc.model_dump(mode="json", exclude_none=True)
     if args.out:

@@ -26,6 +26,8 @@ class WorkloadInputs:
     expert_flops_per_token: float
     expert_bytes: int
     load_source: str
+    nonexpert_flops_per_step: float = 0.0
+    nonexpert_bytes_per_step: float = 0.0
 
 
 def workload_inputs(wl: WorkloadConfig, clients: ServiceClients, *, exact: bool = False) -> WorkloadInputs:
@@ -38,7 +40,9 @@ def workload_inputs(wl: WorkloadConfig, clients: ServiceClients, *, exact: bool 
     source = "trace" if exact else ("recorded-trace" if wl.routing.trace else "zipf-expectation")
     return WorkloadInputs(moe_layers=list(load.layers), loads=load.load,
                           expert_flops_per_token=summary.flops_per_token_expert,
-                          expert_bytes=int(summary.expert_bytes), load_source=source)
+                          expert_bytes=int(summary.expert_bytes), load_source=source,
+                          nonexpert_flops_per_step=summary.nonexpert_flops_per_step,
+                          nonexpert_bytes_per_step=summary.nonexpert_bytes_per_step)
 
 
 def zipf_loads(n_layers: int, n_experts: int, s: float = 1.2, seed: int = 42) -> list[list[float]]:

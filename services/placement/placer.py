@@ -52,7 +52,8 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
                     expert_load: Sequence[Sequence[float]], expert_flops_per_token: float,
                     H: np.ndarray | None = None, *, moe_layers: Sequence[int] | None = None, expert_bytes: int = 0,
                     method: str | None = None, H_vault: np.ndarray | None = None,
-                    pulse: PulseFn | None = None) -> Placement:
+                    pulse: PulseFn | None = None, nonexpert_flops_per_step: float = 0.0,
+                    nonexpert_bytes_per_step: float = 0.0) -> Placement:
     """TAPS placement (``method``: ``heuristic`` (default from ``taps.method``) or ``milp``).
 
     ``expert_load[l][e]``: load profile of MoE layer ``moe_layers[l]`` (default ``0..L-1``), any non-negative scale;
@@ -72,7 +73,8 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
     def solve(k_hot: int) -> tuple[Problem, Placement]:
         pb = build_problem(arch, workload, taps, expert_load, expert_flops_per_token, H, moe_layers=moe_layers,
                            expert_bytes=float(expert_bytes), critical_path_tol=CRITICAL_PATH_TOL,
-                           replicate_hot_k=k_hot)
+                           replicate_hot_k=k_hot, nonexpert_flops_per_step=nonexpert_flops_per_step,
+                           nonexpert_bytes_per_step=nonexpert_bytes_per_step, H_vault=H_vault)
         if method == "heuristic":
             assign, notes = heuristic_assign(pb, taps.local_search_iters, workload.routing.seed)
             sm = None if pulse is None or H_vault is None else slot_model(pb, pulse, H_vault)
@@ -109,6 +111,7 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
             meta = plc.meta.model_copy(update={
                 "method": "heuristic", "objective": terms, "predicted_peak_c": round(terms["peak_c"], 4),
                 "predicted_core_temps_c": [round(float(t), 4) for t in T],
+                "predicted_core_power_w": [round(float(x), 6) for x in pb.core_power(default)],
                 "notes": [*pb.notes, *notes, note, "TAPS kept the default mapping: no placement it found has a "
                           "lower predicted objective"]})
             return plc.model_copy(update={"meta": meta})

@@ -105,7 +105,8 @@ def placement_for(req: PlacementRequest, peers: ServiceClients | None = None) ->
     H = None if req.H is None else np.asarray(req.H, dtype=float)
     return build_placement(req.arch, req.workload, req.tas.taps, expert_load, req.expert_flops_per_token, H,
                            moe_layers=req.moe_layers, expert_bytes=int(req.expert_bytes), method=req.method,
-                           H_vault=H_vault, pulse=pulse)
+                           H_vault=H_vault, pulse=pulse, nonexpert_flops_per_step=req.nonexpert_flops_per_step,
+                           nonexpert_bytes_per_step=req.nonexpert_bytes_per_step)
 
 
 def _pulse_fn(req: PlacementRequest, peers: ServiceClients) -> PulseFn:

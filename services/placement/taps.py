@@ -37,11 +37,12 @@ import numpy as np
 
 from services.placement.geometry import MIB, ChipGeometry, adjacent_pairs, analytic_influence, check_h, hops_matrix
 from services.placement.shards import BankBook, shard_sizes
+from shared.chip import attention_share
 from shared.configs import ArchConfig, WorkloadConfig
 from shared.configs.tas import TapsParams
 from shared.contracts.ids import expert_id, weight_tensor_id
 from shared.contracts.placement import ExpertPlacement, Placement, PlacementMeta, TensorPlacement
-from shared.energy import EnergyModel, dtype_bytes, spm_accesses
+from shared.energy import EnergyModel, dtype_bytes, spm_accesses, static_power
 from shared.errors import BadInput
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ class Problem:
     # energy per micro-batch step of each instance (J): in its core and in its vault (``instance_energy``)
     inst_e_logic: np.ndarray | None = None  # (m,)
     inst_e_vault: np.ndarray | None = None  # (m,)
+    base_core_w: np.ndarray | None = None  # (n,) W: the base field's logic-die power per core (`base_power`)
     # derived (filled by __post_init__)
     adj_i: np.ndarray = field(init=False)
     adj_j: np.ndarray = field(init=False)
@@ -106,6 +108,17 @@ class Problem:
     @property
     def m(self) -> int:
         return int(self.inst_power.shape[0])
+
+    def core_power(self, assign: np.ndarray) -> np.ndarray:
+        """(n,) W: the predicted mean power of each core's area of the logic die: the base (`base_power`: leakage,
+        its share of the non-expert work) plus the logic share (``inst_e_logic``: MACs, scratchpad, the DRAM
+        controller) of the instances it runs; the vault shares heat the DRAM dies, not this area."""
+        p = self.inst_power
+        if self.inst_e_logic is not None and self.inst_e_vault is not None:
+            tot = self.inst_e_logic + self.inst_e_vault
+            p = p * np.divide(self.inst_e_logic, tot, out=np.ones_like(tot), where=tot > 0)
+        base = np.zeros(self.n) if self.base_core_w is None else self.base_core_w
+        return base + np.bincount(assign, weights=p, minlength=self.n)
 
     def temps(self, assign: np.ndarray) -> np.ndarray:
         p = np.bincount(assign, weights=self.inst_power, minlength=self.n)
@@ -191,9 +204,14 @@ def routed_tokens_per_step(wl: WorkloadConfig) -> float:
 def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert_load: Sequence[Sequence[float]],
                   expert_flops_per_token: float, H: np.ndarray | None = None, *,
                   moe_layers: Sequence[int] | None = None, expert_bytes: float = 0.0,
-                  critical_path_tol: float | None = None, replicate_hot_k: int | None = None) -> Problem:
+                  critical_path_tol: float | None = None, replicate_hot_k: int | None = None,
+                  nonexpert_flops_per_step: float = 0.0, nonexpert_bytes_per_step: float = 0.0,
+                  H_vault: np.ndarray | None = None) -> Problem:
     """The placement problem; ``replicate_hot_k`` (default ``taps.replicate_hot_k``): the most loaded experts of each
-    layer that get a second replica in it."""
+    layer that get a second replica in it. ``nonexpert_*_per_step``: one micro-batch's non-expert work (the workload
+    service's trace summary), part of the placement-independent base field with the static power (`base_power`);
+    ``H_vault`` (cores × vaults K/W, the thermal service's): where the vault shares of that base heat the cores
+    (None: counted at the core, like the steady model's instance power)."""
     loads = validate_loads(expert_load)
     n_layers, n_e = loads.shape
     check_size(n_layers * n_e, arch.mesh.n_cores)
@@ -245,7 +263,9 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
                      "capacity relaxed to it")
         cap = float(flops.max()) * (1 + 1e-9)
     t_amb = arch.geometry.cooling.ambient_c
-    t_base = t_amb + H @ np.full(n, arch.power.logic_leak_w_per_core)
+    base_core, base_vault = base_power(arch, H, H_vault, steps_per_s, nonexpert_flops_per_step,
+                                       nonexpert_bytes_per_step, float(power.sum()) if power.size else 0.0)
+    t_base = t_amb + H @ base_core + (H @ base_vault if H_vault is None else check_h(H_vault, n) @ base_vault)
     obj = taps.objective
     inst_bytes = None
     vault_cap = math.inf
@@ -273,7 +293,52 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
                    inst_expert=inst_expert, inst_power=power, inst_flops=flops, inst_tokens_step=tok_step,
                    expert_layer=expert_layer, expert_e=expert_e, cap_flops=cap, steps_per_s=steps_per_s,
                    t_amb=t_amb, notes=notes, h_source=source, inst_time=inst_time, inst_budget=inst_budget,
-                   inst_bytes=inst_bytes, vault_cap=vault_cap, inst_e_logic=e_logic, inst_e_vault=e_vault)
+                   inst_bytes=inst_bytes, vault_cap=vault_cap, inst_e_logic=e_logic, inst_e_vault=e_vault,
+                   base_core_w=base_core)
+
+
+def work_energy(arch: ArchConfig, macs: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(logic J, vault J) of pieces of work of ``macs`` MACs streaming ``nbytes`` from the local vault, priced as the
+    physicalizer prices a piece (shared/energy.py): MACs at ``mac_pj``, the scratchpad accesses of both
+    (``spm_accesses``), the DRAM access energy of the bytes split by ``dram.energy_split`` (controller share on the
+    logic core; array and TSV/IO shares in the vault)."""
+    em = EnergyModel.from_arch(arch)
+    R, C = arch.core.array
+    spm = spm_accesses(macs, nbytes, R, C, dtype_bytes(arch.core.dtype, "arch.core.dtype"))
+    dram = nbytes * em.dram_j_per_byte
+    e_logic = macs * em.mac_j + spm * em.spm_j_per_access + em.split_controller * dram
+    e_vault = (em.split_array + em.split_tsv_io) * dram
+    return np.asarray(e_logic, dtype=float), np.asarray(e_vault, dtype=float)
+
+
+def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, steps_per_s: float,
+               nonexpert_flops_per_step: float, nonexpert_bytes_per_step: float,
+               expert_w: float) -> tuple[np.ndarray, np.ndarray]:
+    """(per core W on the logic die, per vault W in the DRAM dies): the placement-independent power TAPS's
+    temperatures sit on.
+
+    - Non-expert work (attention with its KV traffic, router, shared/dense FFN, head): per micro-batch step
+      ``nonexpert_flops_per_step`` FLOPs and ``nonexpert_bytes_per_step`` DRAM bytes, split over the attention
+      cores (``shared.chip.attention_share``) and read from each core's own vault, priced by `work_energy`, times
+      ``steps_per_s``.
+    - Static power (``shared.energy.static_power``, the thermal service's own model): logic leakage per core, DRAM
+      leakage and refresh of each vault's banks, at the temperatures of the mean field (the base plus
+      ``expert_w``, the instances' power, spread evenly: the placement moves it, not its total), found by
+      fixed-point iteration from 45 °C (leakage changes by ~1 %/K: three passes settle it to < 1 mK here); a
+      vault's banks are taken at its core's temperature (the stack is a few hundred µm thick)."""
+    n = arch.mesh.n_cores
+    share = attention_share(arch)
+    e_logic, e_vault = work_energy(arch, share * nonexpert_flops_per_step / 2, share * nonexpert_bytes_per_step)
+    dyn_core, dyn_vault = e_logic * steps_per_s, e_vault * steps_per_s
+    Hv = H if H_vault is None else H_vault
+    banks = ChipGeometry.of(arch).vault_banks
+    t_amb = arch.geometry.cooling.ambient_c
+    T = np.full(n, 45.0)
+    for _ in range(3):
+        leak, bank_leak, bank_ref = static_power(arch, T, T)
+        core_w, vault_w = dyn_core + leak, dyn_vault + (bank_leak + bank_ref) * banks
+        T = t_amb + H @ (core_w + expert_w / n) + Hv @ vault_w
+    return core_w, vault_w
 
 
 def instance_energy(arch: ArchConfig, tok_step: np.ndarray, expert_flops_per_token: float,
@@ -284,15 +349,9 @@ def instance_energy(arch: ArchConfig, tok_step: np.ndarray, expert_flops_per_tok
     (decode reads every weight of an expert it routes a token to; ``P(active) = 1 − e^(−tokens)``, Poisson arrivals
     of the expected ``tokens`` per step), split by ``dram.energy_split``: the controller share on the logic core,
     the array and TSV/IO shares in the vault."""
-    em = EnergyModel.from_arch(arch)
-    R, C = arch.core.array
     macs = tok_step * expert_flops_per_token / 2
     stream = -np.expm1(-tok_step) * expert_bytes
-    spm = spm_accesses(macs, stream, R, C, dtype_bytes(arch.core.dtype, "arch.core.dtype"))
-    dram = stream * em.dram_j_per_byte
-    e_logic = macs * em.mac_j + spm * em.spm_j_per_access + em.split_controller * dram
-    e_vault = (em.split_array + em.split_tsv_io) * dram
-    return np.asarray(e_logic, dtype=float), np.asarray(e_vault, dtype=float)
+    return work_energy(arch, np.asarray(macs, dtype=float), np.asarray(stream, dtype=float))
 
 
 def layer_budgets(arch: ArchConfig, taps: TapsParams, flops_step: np.ndarray, expert_bytes: float,
@@ -563,6 +622,7 @@ def assemble(pb: Problem, assign: np.ndarray, *, arch: ArchConfig, expert_bytes:
         "bank_bw_util_max": book.bw_util_max(),
     })
     meta = PlacementMeta(method=method, predicted_core_temps_c=[round(float(t), 4) for t in T],
+                         predicted_core_power_w=[round(float(x), 6) for x in pb.core_power(assign)],
                          predicted_peak_c=round(float(T.max()), 4), objective=terms, optimality_gap=gap,
                          notes=[*pb.notes, *extra_notes, *book.notes()])
     return Placement(experts=experts, tensors=tensors, meta=meta)

@@ -18,6 +18,7 @@ import numpy as np
 from shared.chip import core_domains as chip_core_domains
 from shared.configs import ArchConfig
 from shared.configs.arch import DvfsDomain, RefreshConfig
+from shared.energy import trefi_us  # the refresh curve's owner (thermal and TAPS price refresh with it)
 
 
 def core_domains(arch: ArchConfig) -> np.ndarray:
@@ -55,23 +56,6 @@ def freq_volt(levels: np.ndarray, arch: ArchConfig) -> tuple[np.ndarray, np.ndar
         f[c] = spec.steps_ghz[lvl]
         v[c] = spec.volts[lvl] if spec.volts is not None else v0 * spec.steps_ghz[lvl] / spec.steps_ghz[0]
     return f, v
-
-
-def refresh_multiplier(temp_c: float | np.ndarray, refresh: RefreshConfig | None = None) -> np.ndarray:
-    """Refresh-rate multiplier at ``temp_c`` (°C): ``tref_interp: step``: the multiplier of the first curve point at
-    or above T (JEDEC: 1× up to 85 °C, 2× in (85, 95]), the last one beyond the curve; ``linear``: interpolated,
-    constant beyond its ends."""
-    cfg = refresh or RefreshConfig()
-    t = np.array([p[0] for p in cfg.tref_curve])
-    m = np.array([p[1] for p in cfg.tref_curve])
-    if cfg.tref_interp == "step":
-        idx = np.minimum(np.searchsorted(t, np.asarray(temp_c, dtype=float), side="left"), t.size - 1)
-        return np.asarray(m[idx], dtype=float)
-    return np.asarray(np.interp(temp_c, t, m), dtype=float)
-
-
-def trefi_us(temp_c: float | np.ndarray, refresh: RefreshConfig) -> np.ndarray:
-    return refresh.tref_base_us / refresh_multiplier(temp_c, refresh)
 
 
 def busy_fraction(temp_c: float | np.ndarray, refresh: RefreshConfig) -> np.ndarray:

@@ -23,40 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.thermal.dvfs import core_domains, trefi_us
+from services.thermal.dvfs import core_domains
 from shared.chip import Chip
 from shared.configs import ArchConfig
 from shared.contracts.events import NOC_QOS, ComputeEvents, MemoryEvents
 from shared.contracts.ids import parse_bank_ids
 from shared.contracts.thermal import PowerBreakdown
-from shared.energy import EnergyModel, deposit_memory, noc_only_mask
+from shared.energy import EnergyModel, deposit_memory, noc_only_mask, static_power
 from shared.errors import BadInput
-
-KELVIN = 273.15
-T_LEAK_REF = 45.0 + KELVIN  # the configured leakage values are at 45 °C
-# Liao, He, Lepak, TCAD 2005 (energy_anchors.csv, leakage row): T in K, V in volts
-LIAO = {"A": 1.1432e-12, "B": 1.0126e-14, "alpha": 466.4029, "beta": -1224.74083, "gamma": 6.28153, "delta": 6.9094}
-
-
-def liao(T_k: np.ndarray, V: np.ndarray | float) -> np.ndarray:
-    c = LIAO
-    T = np.asarray(T_k, dtype=float)
-    out: np.ndarray = c["A"] * T * T * np.exp((c["alpha"] * V + c["beta"]) / T) + c["B"] * np.exp(
-        c["gamma"] * np.asarray(V) + c["delta"])
-    return out
-
-
-def leakage_scale(T_k: np.ndarray, V: np.ndarray | float, arch: ArchConfig) -> np.ndarray:
-    """Leakage at (T, V) relative to the configured value at 45 °C and V0."""
-    T = np.asarray(T_k, dtype=float)
-    model = arch.power.leak_model
-    if model == "none":
-        return np.ones_like(T)
-    if model == "exp":
-        out: np.ndarray = np.exp(arch.power.leak_beta_per_k * (T - T_LEAK_REF))
-        return out
-    ratio: np.ndarray = liao(T, V) / liao(np.array(T_LEAK_REF), arch.power.v0)
-    return ratio
 
 
 def volts_for(freq_ghz: np.ndarray, arch: ArchConfig) -> np.ndarray:
@@ -153,11 +127,7 @@ def compute_power_from_events(compute: ComputeEvents, memory: MemoryEvents, arch
     core_mem = dep.core_j / window_s
 
     # leakage and refresh at the previous window's temperatures
-    Tc = np.asarray(core_temp_c, dtype=float) + KELVIN
-    Tb = np.asarray(bank_temp_c, dtype=float) + KELVIN
-    core_leak = pw.logic_leak_w_per_core * leakage_scale(Tc, V, arch)
-    bank_leak = arch.dram.leak_w_per_bank * leakage_scale(Tb, pw.v0, arch)
-    bank_ref = arch.refresh.refresh_energy_nj * 1e-9 / (trefi_us(bank_temp_c, arch.refresh) * 1e-6)
+    core_leak, bank_leak, bank_ref = static_power(arch, core_temp_c, bank_temp_c, V)
     breakdown = PowerBreakdown(
         logic_dynamic=mac_w, spm=max(dyn_w - mac_w, 0.0), logic_leakage=float(core_leak.sum()),
         dram_dynamic=(dep.array_j + dep.tsv_io_j) / window_s, dram_refresh=float(np.sum(bank_ref)),

@@ -17,14 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from services.thermal import solvers
-from services.thermal.dvfs import (
-    busy_fraction,
-    dvfs_step,
-    freq_volt,
-    refresh_mhz,
-    refresh_multiplier,
-    trefi_us,
-)
+from services.thermal.dvfs import busy_fraction, dvfs_step, freq_volt, refresh_mhz
 from services.thermal.model import KELVIN, StackModel, get_model, lookup_model
 from services.thermal.power import WindowPower, compute_power_from_events
 from shared.configs import ArchConfig
@@ -38,6 +31,7 @@ from shared.contracts.thermal import (
     ThermalSnapshot,
     ThermalState,
 )
+from shared.energy import refresh_multiplier, trefi_us
 from shared.errors import BadInput, Conflict, NotFound
 
 

@@ -215,12 +215,14 @@ def trace_summary(entry: TraceEntry) -> TraceSummary:
     plan = entry.plan
     bounds = plan.window_bounds(entry.window_ms)
     n_windows = len(bounds) - 1
+    ne_flops, ne_bytes = plan.nonexpert_per_step()
     return TraceSummary(
         trace_id=entry.trace_id, model=plan.mc.name, window_ms=entry.window_ms, n_windows=n_windows,
         n_layers=plan.mc.num_hidden_layers, n_experts=plan.E, topk=plan.topk, moe_layers=list(plan.moe_layers),
         steps=plan.steps, micro_batch=plan.T, tokens_total=plan.steps * plan.T,
         flops_per_token_expert=float(plan.costs.flops[FC]) if plan.E else 0.0,
         expert_bytes=plan.costs.expert_bytes, shard_bytes=list(plan.shard_bytes),
+        nonexpert_flops_per_step=ne_flops, nonexpert_bytes_per_step=ne_bytes,
         t_end_ns=n_windows * round(entry.window_ms * 1e6),
         routing_source=f"trace:{entry.cfg.routing.trace}" if entry.cfg.routing.trace else "zipf",
         routing_stats=entry.routing_stats())

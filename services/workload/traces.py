@@ -304,6 +304,19 @@ class TracePlan:
             [f'"[""{expert_id(li, e)}""]"' if e >= 0 else "[]"
              for li, e in zip(self.slot_layer.tolist(), self.slot_expert.tolist(), strict=True)])
 
+    def nonexpert_per_step(self) -> tuple[float, float]:
+        """(FLOPs, DRAM bytes) of one micro-batch's non-expert events (attention with its KV reads and writes at
+        the trace's context, router, shared/dense FFN, head): every slot but the routed experts', all ``T`` tokens
+        (what `events` generates for them, micro-batch after micro-batch)."""
+        ne = self.slot_op != FC
+        flops = float(self.T * self.slot_flops[ne].sum())
+        nbytes = 0
+        for slot in np.flatnonzero(ne).tolist():
+            a = int(self.slot_mem_start[slot])
+            tpl = np.arange(a, a + int(self.slot_mem_count[slot]))
+            nbytes += int((self.tpl_static[tpl] + self.tpl_tok[tpl] * self.T).sum())
+        return flops, float(nbytes)
+
     # --- schedule ---------------------------------------------------------------------------------------------
     @cached_property
     def mb_t_ns(self) -> IntArray:

@@ -71,6 +71,9 @@ class WindowMetrics(BaseModel):
     # the window's mean power by component (W) and by die ("logic", "dram_1" ...); None / {}: not reported
     power: PowerBreakdown | None = None
     power_layer_w: dict[str, float] = Field(default_factory=dict)
+    # the window's mean power of each core's area of the logic die (W: its compute, scratchpad, DRAM controller share,
+    # NoC routing and leakage); []: not reported
+    power_core_w: list[float] = Field(default_factory=list)
 
 
 class ResultRow(BaseModel):

@@ -26,6 +26,7 @@ class TensorPlacement(BaseModel):
 class PlacementMeta(BaseModel):
     method: str = "default"
     predicted_core_temps_c: list[float] | None = None
+    predicted_core_power_w: list[float] | None = None  # TAPS's mean power of each core's area of the logic die (W)
     predicted_peak_c: float | None = None
     objective: dict[str, float] = Field(default_factory=dict)
     optimality_gap: float | None = None

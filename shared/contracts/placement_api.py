@@ -31,6 +31,13 @@ class PlacementRequest(BaseModel):
     expert_flops_per_token: float = Field(default=2 * 3 * 4096 * 14336, gt=0, description="FLOPs/token/expert")
     expert_bytes: float = Field(default=3 * 4096 * 14336 * 2, ge=0, description="weight bytes of one expert")
     H: list[list[float]] | None = Field(default=None, description="cores x cores influence matrix, K/W")
+    nonexpert_flops_per_step: float = Field(
+        default=0.0, ge=0, allow_inf_nan=False,
+        description="FLOPs of one micro-batch step's non-expert work (attention, router, shared/dense FFN, head): "
+                    "part of TAPS's base power (the workload service's trace summary); 0 = not counted")
+    nonexpert_bytes_per_step: float = Field(
+        default=0.0, ge=0, allow_inf_nan=False,
+        description="DRAM bytes of one micro-batch step's non-expert work (its KV and activation traffic)")
 
 
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]

@@ -73,6 +73,10 @@ class TraceSummary(BaseModel):
     flops_per_token_expert: float  # FLOPs one token costs one routed expert (per MoE layer)
     expert_bytes: int  # weight bytes of one routed expert
     shard_bytes: list[int] = Field(default_factory=list)  # sizes of its W_L{l}E{e}_{k} shards
+    # one micro-batch step's non-expert work (attention with its KV traffic, router, shared/dense FFN, head): FLOPs
+    # and DRAM bytes, split by the physicalizer over the attention cores (``shared.chip.attention_groups``)
+    nonexpert_flops_per_step: float = Field(default=0.0, ge=0)
+    nonexpert_bytes_per_step: float = Field(default=0.0, ge=0)
     t_end_ns: int = 0  # end of the last window
     routing_source: str = "zipf"  # "zipf" (drawn) or "trace:<file>" (replayed recorded selections)
     routing_stats: RoutingStats | None = None  # per-layer load skew and temporal locality of the routing

@@ -69,6 +69,7 @@ def test_placement_output_consistent_with_model(arch: ArchConfig, mixtral: Workl
     steps = 1e3 / mixtral.sequence.step_interval_ms
     rows, cols = arch.core.array
     p = np.full(64, arch.power.logic_leak_w_per_core)
+    p_logic = np.zeros(64)  # the logic die's share: MACs, scratchpad, the DRAM controller's share of the stream
     for eid, ep in plc.experts.items():
         layer, e = parse_expert_id(eid)
         t = loads[layer][e] / sum(loads[layer]) * tok / len(ep.cores)  # tokens per step of this copy
@@ -77,9 +78,26 @@ def test_placement_output_consistent_with_model(arch: ArchConfig, mixtral: Workl
         spm = (2 * stream + macs * (2 / rows + 2 / cols + 4 / rows)) / 8  # 64-bit accesses (fp16 operands)
         j = macs * arch.power.mac_pj * 1e-12 + spm * arch.power.spm_pj_per_access * 1e-12 \
             + stream * arch.dram.pj_per_bit * 8e-12
+        j_logic = j - stream * arch.dram.pj_per_bit * 8e-12 * (1 - arch.dram.energy_split.controller)
         for c in ep.cores:
             p[c] += j * steps
-    T = kernel64 @ p + arch.geometry.cooling.ambient_c
+            p_logic[c] += j_logic * steps
+    # the base: leakage and each vault's DRAM leakage and refresh (shared.energy.static_power) at the mean field's
+    # temperatures (the instances' power spread evenly), settled by fixed-point iteration; the vault power counts
+    # at its core here (no H_vault given)
+    from shared.energy import static_power
+
+    p_inst = p - arch.power.logic_leak_w_per_core
+    vault_banks = arch.dram.banks[0] * arch.dram.banks[1] * arch.dram.banks[2] // 64
+    amb = arch.geometry.cooling.ambient_c
+    Tm = np.full(64, 45.0)
+    for _ in range(3):
+        leak, bank_leak, bank_ref = static_power(arch, Tm, Tm)
+        base = leak + (bank_leak + bank_ref) * vault_banks
+        Tm = amb + kernel64 @ (base + p_inst.sum() / 64)
+    T = kernel64 @ (p_inst + base) + amb
+    assert plc.meta.predicted_core_power_w is not None
+    np.testing.assert_allclose(np.asarray(plc.meta.predicted_core_power_w), p_logic + leak, atol=1e-5)
     assert plc.meta.predicted_core_temps_c is not None
     np.testing.assert_allclose(np.asarray(plc.meta.predicted_core_temps_c), T, atol=1e-3)
     assert plc.meta.predicted_peak_c == pytest.approx(T.max(), abs=1e-3)

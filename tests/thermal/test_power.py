@@ -12,13 +12,12 @@ from services.thermal.dvfs import (
     dvfs_step,
     freq_volt,
     refresh_mhz,
-    refresh_multiplier,
-    trefi_us,
 )
-from services.thermal.power import WindowPower, compute_power_from_events, leakage_scale, liao
+from services.thermal.power import WindowPower, compute_power_from_events
 from shared.configs import ArchConfig
 from shared.configs.arch import DvfsDomain, RefreshConfig
 from shared.contracts.events import ComputeEvents, MemoryEvents
+from shared.energy import leakage_scale, liao, refresh_multiplier, trefi_us
 from shared.errors import BadInput
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from services.lowering.physical.overlays import Reroute, expert_code, expert_cores
-from shared.chip import Chip
+from shared.chip import Chip, attention_groups
 from shared.configs.arch import ArchConfig
 from shared.contracts.ids import expert_id
 from shared.contracts.placement import Placement, ReplicaState
@@ -94,11 +94,8 @@ class Pieces:
 
 def attention_cores(mb: I64, arch: ArchConfig) -> tuple[I64, int]:
     """``(rows, k)`` matrix of the cores each micro-batch's non-expert work is split over, and k."""
-    n = arch.mesh.n_cores
-    if arch.schedule.attention == "all":
-        return np.broadcast_to(np.arange(n, dtype=np.int64), (mb.size, n)), n
-    k = arch.schedule.group_cores
-    g = mb % (n // k)
+    groups, k = attention_groups(arch)
+    g = mb % groups
     return g[:, None] * k + np.arange(k, dtype=np.int64)[None, :], k
 
 
