@@ -1,5 +1,12 @@
 """Weight shards and the bank book: where each ``W_L{l}E{e}_{k}`` lives and how full/busy every bank is.
 
+Thermal choice of banks (Science III): the array share of a DRAM read (60 %, ``dram.energy_split``) heats the bank
+read, and the banks at one position of a vault on every DRAM die form a column above one spot of its core. Decode
+streams an expert's whole copy of the weights per micro-batch, shard after shard; with its shards stacked in one
+column (the default mapping's slot order: dies first) that spot takes the whole ~7 ms burst and becomes the chip's
+hottest cell. TAPS spreads them: a shard goes to the vault position (column) with the least read demand so far, then
+the least busy bank in it.
+
 Units: bytes and bytes/s inside; ``weight_shard_mb`` and ``bank_capacity_mb`` are MiB (2^20 bytes), ``bank_bw_gbps``
 is GB/s (1e9 bytes/s).
 """
@@ -36,9 +43,12 @@ class BankBook:
         self.over_bw = 0  # shards placed where the bank's bandwidth demand exceeds bank_bw_gbps
 
     def _pick(self, v: int, mask: np.ndarray) -> int:
-        # least bandwidth demand, then least used, then lowest slot: deterministic
+        # least read demand in the bank's column (the banks at its position on every DRAM die: their array energy
+        # heats the same spot of the logic die), then in the bank, then least used, then lowest slot: deterministic
         idx = np.flatnonzero(mask)
-        key = np.lexsort((idx, self.used[v, idx], self.bw[v, idx]))
+        L = self.geom.n_dram_layers
+        col = self.bw[v].reshape(-1, L).sum(axis=1)[idx // L]
+        key = np.lexsort((idx, self.used[v, idx], self.bw[v, idx], col))
         return int(idx[key[0]])
 
     def place(self, core: int, size: float, demand: float) -> tuple[int, int]:

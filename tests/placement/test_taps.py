@@ -316,3 +316,30 @@ def test_a_problem_too_large_for_the_placer_is_refused_naming_expert_load(mixtra
         check_size(4096, 64 * 64 * 2)
     assert e.value.field == "expert_load"
     check_size(58 * 256, 64)  # DeepSeek-V3 on the default chip fits
+
+
+def test_bank_book_spreads_the_read_demand_over_each_vaults_columns() -> None:
+    """A shard goes to the vault column (the banks at one position on every DRAM die, above one spot of the core)
+    with the least read demand: with room everywhere, the columns' demands differ by at most one shard's (greedy
+    list scheduling), and an expert's shards are not stacked in one column (the default mapping's slot order)."""
+    from services.placement.geometry import MIB
+    from services.placement.shards import BankBook
+
+    arch = ArchConfig().model_copy(update={"dram": ArchConfig().dram.model_copy(update={"banks": (32, 32, 8)})})
+    geom = ChipGeometry.of(arch)
+    rng = np.random.default_rng(5)
+    book = BankBook(geom, arch.dram.bank_capacity_mb * MIB, 1e18)
+    L = geom.n_dram_layers
+    biggest = 0.0
+    for _ in range(200):  # experts of random demand, 6 shards each (the last one smaller), on random cores
+        core, demand = int(rng.integers(geom.n_cores)), float(rng.uniform(0.1, 5.0))
+        cols = []
+        for size in (1.0, 1.0, 1.0, 1.0, 1.0, 0.5):
+            v, slot = book.place(core, size * MIB, demand * size)
+            assert v == core
+            cols.append(slot // L)
+            biggest = max(biggest, demand * size)
+        assert len(set(cols)) > 1
+    col = book.bw.reshape(geom.n_cores, -1, L).sum(axis=2)  # (vaults, columns)
+    used = col.sum(axis=1) > 0
+    assert np.all(col.max(axis=1)[used] - col.min(axis=1)[used] <= biggest + 1e-9)
