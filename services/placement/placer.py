@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from services.placement.default import default_placement
 from services.placement.milp import solve_milp
 from services.placement.slots import (
     PULSE_LAGS,
@@ -63,8 +62,8 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
 
     ``pulse`` and ``H_vault`` (the thermal service's pulse responses and vault influence matrix; the placement
     service passes both): the heuristic's answer is refined on the slot model (``slots.py``), and so is the default
-    mapping; the lower slot objective wins, and when nothing beats the default mapping itself, TAPS keeps it
-    (returned as the default mapping, shards included, with a note). Without them: the steady model alone.
+    mapping; the lower slot objective wins, and when nothing beats the default mapping itself, TAPS keeps its cores
+    (its shards laid out by TAPS's bank book, ``shards.py``; noted). Without them: the steady model alone.
     """
     method = method or taps.method
     if method not in ("heuristic", "milp"):
@@ -91,7 +90,7 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
 
     def _on_slots(pb: Problem, sm: SlotModel, assign: np.ndarray, notes: list[str], k_hot: int) -> Placement:
         """The heuristic's answer and the default mapping, each refined on the slot model; the lower wins, and the
-        default mapping itself when nothing beats it."""
+        default mapping's cores when nothing beats them."""
         iters = taps.local_search_iters
         tried = [("heuristic", refine(pb, sm, assign, iters))]
         default = np.arange(pb.m, dtype=np.int64) % pb.n
@@ -105,16 +104,9 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
         summary = "; ".join(f"{n}: {t['objective']:.6g} (peak {t['peak_c']:.3f} °C)" for t, n, _, _ in scored)
         note = (f"slot model ({sm.S} slots of {sm.slot_s * 1e3:.3g} ms per micro-batch period, the bursts of the "
                 f"weight streams): {summary}; kept: {name}")
-        if name == "default":
-            plc = default_placement(arch, [int(x) for x in pb.expert_layer[::max(1, int(pb.expert_e.max()) + 1)]],
-                                    int(pb.expert_e.max()) + 1, workload.tensors.weight_shard_mb, expert_bytes)
-            meta = plc.meta.model_copy(update={
-                "method": "heuristic", "objective": terms, "predicted_peak_c": round(terms["peak_c"], 4),
-                "predicted_core_temps_c": [round(float(t), 4) for t in T],
-                "predicted_core_power_w": [round(float(x), 6) for x in pb.core_power(default)],
-                "notes": [*pb.notes, *notes, note, "TAPS kept the default mapping: no placement it found has a "
-                          "lower predicted objective"]})
-            return plc.model_copy(update={"meta": meta})
+        if name == "default":  # the default core mapping, its shards laid out by TAPS's bank book (shards.py)
+            note += ("; TAPS kept the default mapping's cores (no placement it found has a lower predicted "
+                     "objective) and spread each vault's weight reads over its columns")
         plc = assemble(pb, best, arch=arch, expert_bytes=expert_bytes,
                        weight_shard_mb=workload.tensors.weight_shard_mb, bank_bw_gbps=taps.capacity.bank_bw_gbps,
                        method="heuristic", extra_notes=[*notes, note])

@@ -136,14 +136,14 @@ def test_taps_never_keeps_a_placement_predicted_worse_than_the_default_mapping(
     notes = " ".join(plc.meta.notes)
     assert "slot model" in notes
     pb = build_problem(arch, mixtral, tas.taps, loads, 2 * 3 * 4096 * 14336, H, expert_bytes=eb,
-                       critical_path_tol=0.01, replicate_hot_k=0)
+                       critical_path_tol=0.01, replicate_hot_k=0, H_vault=Hv)
     sm = slot_model(pb, _pulse(arch), Hv)
     assert sm is not None
     default_obj = objective_terms(pb, sm.temps(pb, np.arange(pb.m) % pb.n))["objective"]
     assert plc.meta.objective["objective"] <= default_obj + 1e-9
-    if "kept: default" in notes:  # TAPS kept the default mapping: the very same placement, shards included
+    if "kept: default" in notes:  # TAPS kept the default mapping's cores (its shards: TAPS's bank book)
         d = default_placement(arch, list(range(8)), 8, mixtral.tensors.weight_shard_mb, eb)
-        assert plc.experts == d.experts and plc.tensors == d.tensors
+        assert plc.experts == d.experts
 
 
 def test_slot_count() -> None:
