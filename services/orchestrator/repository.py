@@ -293,17 +293,31 @@ def finish_run(*, sessions: sessionmaker[Session], run_id: str, owner: str, stat
         return ok
 
 
-def extend_lease(*, sessions: sessionmaker[Session], run_id: str, owner: str, lease_s: float) -> bool:
+LeaseBeat = Literal["extended", "expired", "lost"]
+
+
+def extend_lease(*, sessions: sessionmaker[Session], run_id: str, owner: str, lease_s: float) -> LeaseBeat:
     """Heartbeat: push a live lease of ours ``lease_s`` ahead. Fenced on owner, status running and a lease that has
-    not expired (or been given back by `release_lease`): a heartbeat never revives a lease. False = not ours."""
+    not expired (or been given back by `release_lease`): a heartbeat never revives a lease. ``"expired"``: still
+    ours but not live (a late beat, or given back: the next window commit renews it, or the run stops);
+    ``"lost"``: another owner has it, or the run is no longer running."""
     R = ScenarioRun
-    now = utcnow()
     with sessions.begin() as s:
+        now = utcnow()
         res = s.execute(sa.update(R).where(R.id == run_id, R.lease_owner == owner, R.status == RunStatus.running,
                                            R.lease_expires_at >= now)
                         .values(lease_expires_at=now + timedelta(seconds=lease_s))
                         .execution_options(synchronize_session=False))
-        return _rowcount(res) == 1
+        if _rowcount(res) == 1:
+            return "extended"
+        ours = s.scalar(sa.select(sa.func.count()).select_from(R).where(
+            R.id == run_id, R.lease_owner == owner, R.status == RunStatus.running))
+        return "expired" if ours else "lost"
+
+
+# A lease given back is dated this far in the past: a heartbeat that read the clock before it (and then waited on
+# the row) still finds it expired and does not revive it.
+RELEASED_AGO = timedelta(days=1)
 
 
 def release_lease(*, sessions: sessionmaker[Session], run_id: str, owner: str) -> None:
@@ -311,7 +325,7 @@ def release_lease(*, sessions: sessionmaker[Session], run_id: str, owner: str) -
     R = ScenarioRun
     with sessions.begin() as s:
         s.execute(sa.update(R).where(R.id == run_id, R.lease_owner == owner, R.status == RunStatus.running)
-                  .values(lease_expires_at=utcnow() - timedelta(seconds=1))
+                  .values(lease_expires_at=utcnow() - RELEASED_AGO)
                   .execution_options(synchronize_session=False))
 
 

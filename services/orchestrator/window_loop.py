@@ -292,15 +292,16 @@ def _heartbeat(sessions: sessionmaker[Session], run_id: str, owner: str, lease_s
     """Renew the run's lease every ``lease_s / 3`` while this process works on it, not only at window commits: a
     phase longer than the lease (a placement MILP, a warm start, one slow window on a loaded machine) would otherwise
     let the reaper hand a live run to a second worker. A dead process stops beating, so its lease still expires;
-    a lease given back or lost is never revived (`repo.extend_lease`)."""
+    a lease given back or lost is never revived (`repo.extend_lease`); a late beat that finds the lease expired
+    but still ours keeps beating (the next window commit renews the lease)."""
     done = threading.Event()
 
     def beat() -> None:
         with bind_run_id(run_id):
             while not done.wait(max(lease_s / 3, 0.05)):
                 try:
-                    if not repo.extend_lease(sessions=sessions, run_id=run_id, owner=owner, lease_s=lease_s):
-                        return
+                    if repo.extend_lease(sessions=sessions, run_id=run_id, owner=owner, lease_s=lease_s) == "lost":
+                        return  # another owner (the window loop's fenced commit stops the run), or it ended
                 except Exception:  # the database is away: the window loop meets that and waits it out
                     log.warning("lease heartbeat failed", exc_info=True)
 
@@ -310,7 +311,7 @@ def _heartbeat(sessions: sessionmaker[Session], run_id: str, owner: str, lease_s
         yield
     finally:
         done.set()
-        t.join()
+        t.join(timeout=5.0)  # a beat stuck on the database must not hold the run's end (a daemon thread)
 
 
 @dataclass

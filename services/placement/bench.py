@@ -39,16 +39,21 @@ def _taps_speed(arch: ArchConfig, tas: TasParams, H: np.ndarray, src: str,
 
     def run_mix() -> object:
         return build_placement(arch, mix, tas.taps, inp.loads, inp.expert_flops_per_token, H,
-                               moe_layers=inp.moe_layers, expert_bytes=inp.expert_bytes)
+                               moe_layers=inp.moe_layers, expert_bytes=inp.expert_bytes,
+                               nonexpert_flops_per_step=inp.nonexpert_flops_per_step,
+                               nonexpert_bytes_per_step=inp.nonexpert_bytes_per_step)
 
     med, _ = time_call(run_mix, repeat=5, warmup=1)
     plc = build_placement(arch, mix, tas.taps, inp.loads, inp.expert_flops_per_token, H, moe_layers=inp.moe_layers,
-                          expert_bytes=inp.expert_bytes)
+                          expert_bytes=inp.expert_bytes, nonexpert_flops_per_step=inp.nonexpert_flops_per_step,
+                          nonexpert_bytes_per_step=inp.nonexpert_bytes_per_step)
     rows.append(BenchRow("TAPS heuristic, Mixtral-8x7B (32 layers x 8 experts = 256 instances + 32 replicas, 64 cores)",
                          f"{fmt_s(med)} median of 5", "< 1 s", med < 1.0, f"H: {src}; build_placement incl. shards"))
     # the heuristic against the default mapping, same model (no replication for a like-for-like count)
     taps0 = tas.taps.model_copy(update={"replicate_hot_k": 0})
-    pb = build_problem(arch, mix, taps0, inp.loads, inp.expert_flops_per_token, H, moe_layers=inp.moe_layers)
+    pb = build_problem(arch, mix, taps0, inp.loads, inp.expert_flops_per_token, H, moe_layers=inp.moe_layers,
+                       nonexpert_flops_per_step=inp.nonexpert_flops_per_step,
+                       nonexpert_bytes_per_step=inp.nonexpert_bytes_per_step)
     rr = np.arange(pb.m) % pb.n
     g, _ = greedy(pb)
     ls = local_search(pb, g, tas.taps.local_search_iters)

@@ -60,7 +60,7 @@ class Problem:
 
     geom: ChipGeometry
     H: np.ndarray  # (n, n) K/W
-    t_base: np.ndarray  # (n,) °C: ambient + H·leakage (no expert placed)
+    t_base: np.ndarray  # (n,) °C: ambient + the base field (`base_power`: leakage, refresh, non-expert work)
     w_peak: float
     w_var: float
     w_smooth: float

@@ -92,11 +92,13 @@ def test_heartbeat_extends_a_live_lease_and_never_revives_one(db: Db) -> None:
             return run.lease_expires_at
 
     before = expires()
-    assert repo.extend_lease(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=600)
+    assert repo.extend_lease(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=600) == "extended"
     assert expires() > before  # type: ignore[operator]
-    assert not repo.extend_lease(sessions=db.sessions, run_id=run_id, owner="w2", lease_s=600)  # not its lease
+    assert repo.extend_lease(sessions=db.sessions, run_id=run_id, owner="w2", lease_s=600) == "lost"  # not its lease
     repo.release_lease(sessions=db.sessions, run_id=run_id, owner="w1")
-    assert not repo.extend_lease(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=600)  # given back
+    given_back = expires()
+    assert repo.extend_lease(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=600) == "expired"
+    assert expires() == given_back  # not revived
     with db.sessions() as s:
         assert run_id in repo.stale_runs(session=s)
 
