@@ -306,7 +306,7 @@ def work_energy(arch: ArchConfig, macs: np.ndarray, nbytes: np.ndarray) -> tuple
     R, C = arch.core.array
     spm = spm_accesses(macs, nbytes, R, C, dtype_bytes(arch.core.dtype, "arch.core.dtype"))
     dram = nbytes * em.dram_j_per_byte
-    e_logic = macs * em.mac_j + spm * em.spm_j_per_access + em.split_controller * dram
+    e_logic = em.compute_j(macs, spm) + em.split_controller * dram
     e_vault = (em.split_array + em.split_tsv_io) * dram
     return np.asarray(e_logic, dtype=float), np.asarray(e_vault, dtype=float)
 
