@@ -27,7 +27,8 @@ from numpy.typing import NDArray
 
 from shared.chip import Chip
 from shared.configs.arch import ArchConfig, RefreshConfig
-from shared.contracts.events import NOC_ONLY_QOS
+from shared.contracts.events import NOC_ONLY_QOS, NOC_QOS, ComputeEvents, EnergyDeposit, MemoryEvents
+from shared.contracts.ids import parse_bank_ids
 from shared.errors import BadInput
 
 F64 = NDArray[np.float64]
@@ -92,10 +93,23 @@ class MemoryDeposit:
     tsv_io_j: float
     controller_j: float
     noc_j: float
+    array_bank_j: F64 | None = None  # (dies · banks per die,) the array share alone
+    tsv_io_vault_j: F64 | None = None  # (dies, cores): the TSV/IO share per (die, vault) before it is spread
 
     @property
     def total_j(self) -> float:
         return self.array_j + self.tsv_io_j + self.controller_j + self.noc_j
+
+
+def bank_energy(chip: Chip, array_bank_j: F64, tsv_io_vault_j: F64) -> F64:
+    """(dies, banks per die) J: the array share where it was spent plus each (die, vault)'s TSV/IO share spread
+    evenly over that vault's banks of that die."""
+    per_die = chip.BX * chip.BY
+    bank_j = np.zeros(chip.L * per_die)
+    bank_j += array_bank_j
+    v_of = chip.bank_vault_core(np.arange(per_die, dtype=np.int64))  # vault of each in-die bank position
+    bank_j += (tsv_io_vault_j[:, v_of] / (chip.bpx * chip.bpy)).reshape(-1)
+    return bank_j.reshape(chip.L, per_die)
 
 
 def deposit_memory(chip: Chip, em: EnergyModel, src_core: I64, bank: I64, nbytes: F64,
@@ -104,18 +118,16 @@ def deposit_memory(chip: Chip, em: EnergyModel, src_core: I64, bank: I64, nbytes
     n = chip.n_cores
     per_die = chip.BX * chip.BY
     core_j = np.zeros(n)
-    bank_j = np.zeros(chip.L * per_die)
     vault = chip.bank_vault_core(bank)
     dram = np.where(noc_only, 0.0, nbytes * em.dram_j_per_byte)
     e_arr = dram * em.split_array
     e_tsv = dram * em.split_tsv_io
     e_ctl = dram * em.split_controller
-    bank_j += np.bincount(bank, weights=e_arr, minlength=chip.L * per_die)
+    arr: F64 = np.asarray(np.bincount(bank, weights=e_arr, minlength=chip.L * per_die), dtype=np.float64)
     # TSV/IO: per (die, vault), spread evenly over that vault's banks in that die
     die = bank // per_die
-    dv = np.bincount(die * n + vault, weights=e_tsv, minlength=chip.L * n).reshape(chip.L, n)
-    v_of = chip.bank_vault_core(np.arange(per_die, dtype=np.int64))  # vault of each in-die bank position
-    bank_j += (dv[:, v_of] / (chip.bpx * chip.bpy)).reshape(-1)
+    dv: F64 = np.asarray(np.bincount(die * n + vault, weights=e_tsv, minlength=chip.L * n), dtype=np.float64)
+    dv = dv.reshape(chip.L, n)
     core_j += np.bincount(vault, weights=e_ctl, minlength=n)
     # NoC: per directed link, half the energy on each end router
     link_b = chip.link_bytes(src_core, vault, nbytes) if nbytes.size else np.zeros(chip.n_links)
@@ -123,8 +135,125 @@ def deposit_memory(chip: Chip, em: EnergyModel, src_core: I64, bank: I64, nbytes
     ends = chip.link_ends
     core_j += 0.5 * (np.bincount(ends[:, 0], weights=e_link, minlength=n)
                      + np.bincount(ends[:, 1], weights=e_link, minlength=n))
-    return MemoryDeposit(core_j=core_j, bank_j=bank_j.reshape(chip.L, per_die), array_j=float(e_arr.sum()),
-                         tsv_io_j=float(e_tsv.sum()), controller_j=float(e_ctl.sum()), noc_j=float(e_link.sum()))
+    return MemoryDeposit(core_j=core_j, bank_j=bank_energy(chip, arr, dv), array_j=float(e_arr.sum()),
+                         tsv_io_j=float(e_tsv.sum()), controller_j=float(e_ctl.sum()), noc_j=float(e_link.sum()),
+                         array_bank_j=arr, tsv_io_vault_j=dv)
+
+
+@dataclass
+class WindowDeposit:
+    """One window's dynamic energy where it is dissipated (J): the compute events' energy at V0 per core and its MAC
+    part, and the memory events' `MemoryDeposit`. The thermal step's power needs nothing else of the events."""
+
+    core_compute_j: F64  # (cores,)
+    core_mac_j: F64  # (cores,) capped at each event's energy
+    memory: MemoryDeposit
+
+    def to_contract(self) -> EnergyDeposit:
+        m = self.memory
+        assert m.array_bank_j is not None and m.tsv_io_vault_j is not None
+        ids = np.flatnonzero(m.array_bank_j)
+        return EnergyDeposit(
+            core_compute_j=self.core_compute_j.tolist(), core_mac_j=self.core_mac_j.tolist(),
+            core_mem_j=m.core_j.tolist(), bank_ids=ids.tolist(), bank_array_j=m.array_bank_j[ids].tolist(),
+            tsv_io_vault_j=m.tsv_io_vault_j.tolist(), array_j=m.array_j, tsv_io_j=m.tsv_io_j,
+            controller_j=m.controller_j, noc_j=m.noc_j)
+
+    @classmethod
+    def from_contract(cls, dep: EnergyDeposit, chip: Chip, *, field: str = "deposit") -> WindowDeposit:
+        """The deposit a request carried, checked against the chip (a 422 naming the bad field otherwise)."""
+        n, n_banks = chip.n_cores, chip.L * chip.BX * chip.BY
+
+        def vec(name: str, values: list[float], size: int) -> F64:
+            a = np.asarray(values, dtype=np.float64)
+            if a.shape != (size,):
+                raise BadInput(f"{field}.{name} has {a.size} values, the chip needs {size}", field=f"{field}.{name}")
+            bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
+            if bad.size:
+                raise BadInput(f"{field}.{name}[{bad[0]}] must be a finite number >= 0",
+                               field=f"{field}.{name}[{bad[0]}]")
+            return a
+
+        core = vec("core_compute_j", dep.core_compute_j, n)
+        mac = vec("core_mac_j", dep.core_mac_j, n)
+        mem = vec("core_mem_j", dep.core_mem_j, n)
+        vals = vec("bank_array_j", dep.bank_array_j, len(dep.bank_ids))
+        ids = np.asarray(dep.bank_ids, dtype=np.int64)
+        bad = np.flatnonzero((ids < 0) | (ids >= n_banks))
+        if bad.size:
+            raise BadInput(f"{field}.bank_ids[{bad[0]}] = {ids[bad[0]]} is outside the {n_banks} banks",
+                           field=f"{field}.bank_ids[{bad[0]}]")
+        if np.unique(ids).size != ids.size:
+            raise BadInput(f"{field}.bank_ids lists a bank twice", field=f"{field}.bank_ids")
+        if len(dep.tsv_io_vault_j) != chip.L:
+            raise BadInput(f"{field}.tsv_io_vault_j has {len(dep.tsv_io_vault_j)} rows, the chip {chip.L} DRAM dies",
+                           field=f"{field}.tsv_io_vault_j")
+        dv = np.stack([vec(f"tsv_io_vault_j[{d}]", row, n) for d, row in enumerate(dep.tsv_io_vault_j)]) \
+            if chip.L else np.zeros((0, n))
+        arr = np.zeros(n_banks)
+        arr[ids] = vals
+        memory = MemoryDeposit(core_j=mem, bank_j=bank_energy(chip, arr, dv), array_j=dep.array_j,
+                               tsv_io_j=dep.tsv_io_j, controller_j=dep.controller_j, noc_j=dep.noc_j,
+                               array_bank_j=arr, tsv_io_vault_j=dv)
+        return cls(core_compute_j=core, core_mac_j=mac, memory=memory)
+
+
+def deposit_of_events(compute: ComputeEvents, memory: MemoryEvents, arch: ArchConfig) -> WindowDeposit:
+    """The `WindowDeposit` of a window's events (checked: a 422 naming the first bad event field)."""
+    n_cores = arch.mesh.n_cores
+    core_ids = np.asarray(compute.core_id, dtype=int)
+    e_comp = np.asarray(compute.energy_j, dtype=float)
+    if core_ids.size:
+        bad = np.flatnonzero((core_ids < 0) | (core_ids >= n_cores))
+        if bad.size:
+            raise BadInput(f"compute_events.core_id[{bad[0]}] = {core_ids[bad[0]]} is outside the mesh "
+                           f"(0..{n_cores - 1})", field=f"compute_events.core_id[{bad[0]}]")
+        bad = np.flatnonzero(~np.isfinite(e_comp) | (e_comp < 0))
+        if bad.size:
+            raise BadInput(f"compute_events.energy_j[{bad[0]}] must be a finite number >= 0",
+                           field=f"compute_events.energy_j[{bad[0]}]")
+    e_core: F64 = np.asarray(np.bincount(core_ids, e_comp, n_cores) if core_ids.size else np.zeros(n_cores),
+                             dtype=np.float64)
+    # the MAC part of each event (flops = 2 · MACs, priced at mac_pj), capped at its energy; the rest is its
+    # scratchpad accesses
+    fl = np.asarray(compute.flops, dtype=float)
+    e_mac = np.minimum(np.maximum(fl, 0.0) * 0.5 * arch.power.mac_pj * 1e-12, e_comp) if core_ids.size \
+        else np.zeros(0)
+    mac_core: F64 = np.asarray(np.bincount(core_ids, e_mac, n_cores) if core_ids.size else np.zeros(n_cores),
+                               dtype=np.float64)
+
+    chip = Chip.from_arch(arch)
+    nbytes = np.asarray(memory.bytes, dtype=float)
+    src = np.asarray(memory.src_core, dtype=int)
+    if len(memory):
+        bad = np.flatnonzero(~np.isfinite(nbytes) | (nbytes < 0))
+        if bad.size:
+            raise BadInput(f"memory_events.bytes[{bad[0]}] must be a finite number >= 0",
+                           field=f"memory_events.bytes[{bad[0]}]")
+        bad = np.flatnonzero((src < 0) | (src >= n_cores))
+        if bad.size:
+            raise BadInput(f"memory_events.src_core[{bad[0]}] = {src[bad[0]]} is outside the mesh",
+                           field=f"memory_events.src_core[{bad[0]}]")
+        bad = np.flatnonzero(np.asarray(memory.hops, dtype=int) < 0)
+        if bad.size:
+            raise BadInput(f"memory_events.hops[{bad[0]}] must be >= 0", field=f"memory_events.hops[{bad[0]}]")
+        bad_q = [i for i, x in enumerate(memory.noc_qos) if x not in NOC_QOS]
+        if bad_q:
+            raise BadInput(f"memory_events.noc_qos[{bad_q[0]}] = {memory.noc_qos[bad_q[0]]!r}: one of "
+                           f"{', '.join(NOC_QOS)}", field=f"memory_events.noc_qos[{bad_q[0]}]")
+    try:
+        xyz = parse_bank_ids(memory.dst_bank)
+    except ValueError as exc:
+        i = str(exc)[1:str(exc).index("]")]
+        raise BadInput(str(exc).split("] ", 1)[1], field=f"memory_events.dst_bank[{i}]") from None
+    bad = np.flatnonzero((xyz[:, 0] >= chip.BX) | (xyz[:, 1] >= chip.BY) | (xyz[:, 2] >= chip.L))
+    if bad.size:
+        raise BadInput(f"bank {memory.dst_bank[bad[0]]} outside the {chip.BX}x{chip.BY}x{chip.L} bank grid",
+                       field=f"memory_events.dst_bank[{bad[0]}]")
+    banks = chip.flat_bank(xyz[:, 0], xyz[:, 1], xyz[:, 2]).astype(np.int64)
+    dep = deposit_memory(chip, EnergyModel.from_arch(arch), src.astype(np.int64), banks, nbytes,
+                         noc_only_mask(memory.noc_qos))
+    return WindowDeposit(core_compute_j=e_core, core_mac_j=mac_core, memory=dep)
 
 
 def noc_only_mask(qos: list[str]) -> NDArray[np.bool_]:

@@ -135,7 +135,8 @@ def fast_json_model(route: APIRoute) -> type[BaseModel] | None:
     """The request model of a route that `JsonBodyRoute` can serve on its fast path, else None: exactly one body
     parameter (a pydantic model, not embedded) and nothing else to solve (no path/query/header/cookie parameters, no
     dependencies, no Response/BackgroundTasks parameters; a `Request` parameter is passed as is: the app's state, e.g.
-    its registered run data), the default response class and serialisation."""
+    its registered run data), the default response class and serialisation (``response_model_exclude_none`` is
+    honoured)."""
     dep = route.dependant
     if (len(dep.body_params) != 1 or dep.path_params or dep.query_params or dep.header_params or dep.cookie_params
             or dep.dependencies or dep.http_connection_param_name
@@ -143,7 +144,7 @@ def fast_json_model(route: APIRoute) -> type[BaseModel] | None:
             or route._embed_body_fields or not isinstance(route.response_class, DefaultPlaceholder)
             or route.response_model_include is not None or route.response_model_exclude is not None
             or not route.response_model_by_alias or route.response_model_exclude_unset
-            or route.response_model_exclude_defaults or route.response_model_exclude_none):
+            or route.response_model_exclude_defaults):
         return None
     model = dep.body_params[0].field_info.annotation
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
@@ -189,6 +190,7 @@ class JsonBodyRoute(APIRoute):
         is_coroutine = inspect.iscoroutinefunction(endpoint)
         status_code = self.status_code
         response_field = self.response_field
+        exclude_none = self.response_model_exclude_none
 
         async def handler(request: Request) -> Response:
             request = _OrjsonRequest(request.scope, request.receive)
@@ -211,7 +213,8 @@ class JsonBodyRoute(APIRoute):
             kwargs: dict[str, Any] = {} if status_code is None else {"status_code": status_code}
             if response_field is None:
                 return JSONResponse(await serialize_response(response_content=result), **kwargs)
-            content = await serialize_response(field=response_field, response_content=result, dump_json=True)
+            content = await serialize_response(field=response_field, response_content=result, dump_json=True,
+                                               exclude_none=exclude_none)
             return Response(content=content, media_type="application/json", **kwargs)
 
         return handler

@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     thermal_cache_size: int = Field(default=8, ge=1, le=1024,
                                     description="stack models (and their solvers and influence matrices) a thermal "
                                                 "process keeps; each can hold hundreds of MB")
+    state_cache_size: int = Field(default=64, ge=2, le=100_000,
+                                  description="window states (thermal field, physicalizer queues; ~0.2 MB each) a "
+                                              "thermal or lowering process keeps for requests that name them by "
+                                              "hash (state_ref)")
     blas_threads: int = Field(default=1, ge=0, description="BLAS threads per process; 0 keeps the library's default")
     configs_dir: Path = Path("configs")
     traces_dir: Path | None = Field(default=None, description="recorded routing traces a workload's routing.trace "

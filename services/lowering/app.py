@@ -23,11 +23,13 @@ def _run_data(request: Request) -> service.RunData:
     return data
 
 
-@router.post("/physicalize", response_model=PhysicalizeResponse, responses=ERROR_RESPONSES)
+@router.post("/physicalize", response_model=PhysicalizeResponse, responses=ERROR_RESPONSES,
+             response_model_exclude_none=True)
 def physicalize(req: PhysicalizeRequest, request: Request) -> PhysicalizeResponse:
     """Seed 001 §4.4: one logical window + placement + overlays → physical events, new state, timing. The placement
     and the arch inline or by the hash of their registration (404 ``unknown_placement`` / ``unknown_arch`` when this
-    replica does not know it: register it again)."""
+    replica does not know it: register it again). The previous state inline or by ``state_ref`` (404
+    ``unknown_physical_state`` when this replica no longer keeps it: send it inline)."""
     return service.physicalize(req, _run_data(request))
 
 
@@ -66,5 +68,5 @@ def lower_graph(req: GraphRequest) -> GraphResponse:
 def create_app(settings: Settings | None = None) -> FastAPI:
     s = settings or get_settings()
     app = create_service_app("lowering", s, [router])
-    app.state.run_data = service.RunData.of(s.cache_size)
+    app.state.run_data = service.RunData.of(s.cache_size, s.state_cache_size)
     return app

@@ -7,10 +7,12 @@ from dataclasses import dataclass
 from services.lowering.physical import physicalize_window
 from shared.chip import Chip
 from shared.configs import ArchConfig
-from shared.content import ContentStore, arch_store, object_or_hash, placement_store
-from shared.contracts.events import PhysicalizeRequest, PhysicalizeResponse
+from shared.content import ContentStore, arch_store, object_or_hash, placement_store, state_store
+from shared.contracts.events import PhysicalizeRequest, PhysicalizeResponse, PhysicalState
 from shared.contracts.placement import Placement
 from shared.contracts.registry import Registered
+from shared.energy import deposit_of_events
+from shared.errors import BadInput
 
 DEFAULT_ARCH = ArchConfig()
 
@@ -22,12 +24,15 @@ class RunData:
 
     archs: ContentStore[ArchConfig]
     placements: ContentStore[Placement]
+    states: ContentStore[PhysicalState]  # the states physicalize answered (TASMOE_STATE_CACHE_SIZE), by hash
 
     @classmethod
-    def of(cls, capacity: int) -> RunData:
-        return cls(archs=arch_store(capacity), placements=placement_store(capacity))
+    def of(cls, capacity: int, state_capacity: int = 64) -> RunData:
+        return cls(archs=arch_store(capacity), placements=placement_store(capacity),
+                   states=state_store("physical_state", state_capacity))
 
     def clear(self) -> None:
+        """Forget the registered run data (the window states are not run data: ``states.clear()``)."""
         self.archs.clear()
         self.placements.clear()
 
@@ -55,6 +60,17 @@ def physicalize(req: PhysicalizeRequest, data: RunData | None = None) -> Physica
     placement = object_or_hash(req.placement, req.placement_hash, data.placements, field="placement")
     arch = object_or_hash(req.arch, req.arch_hash, data.archs, field="arch", default=DEFAULT_ARCH)
     freq = req.freq_ghz if req.freq_ghz is not None else default_freqs(arch)
-    c, m, st, tm = physicalize_window(req.window, req.logical, placement, req.overlays, req.state, arch,
+    if req.state is not None and req.state_ref is not None:
+        raise BadInput("state: give state or state_ref, not both", field="state")
+    state = data.states.get(req.state_ref) if req.state_ref is not None else req.state or PhysicalState()
+    if req.replicas is not None:
+        state = state.model_copy(update={"replicas": req.replicas})
+    c, m, st, tm = physicalize_window(req.window, req.logical, placement, req.overlays, state, arch,
                                       freq, req.window_ms, req.bw_eff_factor, n_layers=req.n_layers)
-    return PhysicalizeResponse(compute=c, memory=m, state=st, timing=tm)
+    ref, _ = data.states.put(st)
+    deposit = deposit_of_events(c, m, arch).to_contract()
+    changed = st.replicas != state.replicas
+    return PhysicalizeResponse(
+        compute=c if req.events else None, memory=m if req.events else None, deposit=deposit,
+        state=st if req.return_state else None, state_ref=ref,
+        replicas=st.replicas if changed and not req.return_state else None, timing=tm)

@@ -6,7 +6,12 @@ The per-window figure divides everything (the run's set-up included: trace, plac
 run data registered once) by the thermal steps: the windows run plus the warm-up pass's windows (both cross the same
 boundaries).
 
-    python -m services.orchestrator.boundary_bytes [--windows 200] [--paths]      # also a row of make bench
+    python -m services.orchestrator.boundary_bytes [--windows 200] [--paths] [--traces]   # also a row of make bench
+
+Since issue 21's state-by-name (``shared.content.state_store``): the thermal field and the physicalizer's queues
+stay with their services (whole only at a checkpoint every ``window_loop.CHECKPOINT_EVERY`` windows), the thermal
+step takes the events' energy deposit instead of the events, and the replica state goes to the physicalizer only
+when a TACS step changed it.
 """
 
 from __future__ import annotations
@@ -80,9 +85,11 @@ def _route(path: str) -> str:
     return "/".join("<id>" if any(c.isdigit() for c in p) and p not in ("v1",) else p for p in parts)
 
 
-def measure(windows: int = 200, scenario: Scenario = "tas") -> tuple[dict[str, Tally], int]:
+def measure(windows: int = 200, scenario: Scenario = "tas", *, traces: bool = False
+            ) -> tuple[dict[str, Tally], int]:
     """({service: tally}, windows stepped incl. the warm-up) of the first ``windows`` windows of one scenario of the
-    default experiment."""
+    default experiment; ``traces``: the run writes the per-event trace files (the physicalizer then answers the
+    events too: they cross once, lowering to orchestrator)."""
     tmp = Path(tempfile.mkdtemp(prefix="tasmoe-bytes-"))
     settings = Settings(results_dir=tmp / "results", configs_dir=REPO / "configs")
     wrapped: dict[str, Counting] = {}
@@ -95,7 +102,7 @@ def measure(windows: int = 200, scenario: Scenario = "tas") -> tuple[dict[str, T
         res = run_local(arch=REPO / "configs/arch_8x8_32x32x8.yaml",
                         workload=REPO / "configs/workload_mixtral_8x7b.yaml", tas=REPO / "configs/tas_params.yaml",
                         out=tmp / "out", scenarios=[scenario], windows=windows,
-                        settings=settings, clients=clients, traces=False,
+                        settings=settings, clients=clients, traces=traces,
                         database_url=f"sqlite:///{tmp / 'db.sqlite3'}")
     stepped = wrapped["thermal"].tally.paths.get("POST /v1/step", [0, 0])[0]  # one per window, warm-up included
     return {name: w.tally for name, w in wrapped.items()}, max(stepped, sum(res.windows.values()))
@@ -105,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--windows", type=int, default=200, help="windows of the tas run (default: %(default)s)")
     ap.add_argument("--paths", action="store_true", help="also the bytes per window of each endpoint")
+    ap.add_argument("--traces", action="store_true", help="the run writes its trace files (events come back)")
     args = ap.parse_args(argv)
-    tallies, n = measure(args.windows)
+    tallies, n = measure(args.windows, traces=args.traces)
     total = 0
     for name, t in tallies.items():
         per = (t.sent + t.received) / n

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RunData
+from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RunData, StateMissing
 from services.orchestrator.schemas import ExperimentSpec
 from services.orchestrator.window_loop import initial_freqs, initial_replicas
 from shared.contracts.events import PhysicalState, WindowTiming
@@ -77,15 +77,26 @@ def _one_micro_batch(pipe: Pipeline, spec: ExperimentSpec) -> Iterator[tuple[int
                          H=None)
     run = RunData.of(arch=arch, placement=plc).lowering
     pipe.register_all(run.values())
-    state: dict[str, Any] = PhysicalState(replicas=initial_replicas(plc)).model_dump(mode="json")
+    start: dict[str, Any] = PhysicalState(replicas=initial_replicas(plc)).model_dump(mode="json")
     freqs = initial_freqs(arch)
-    for k in range(trace.n_windows):
+    ref: str | None = None  # the previous window's state, by the name the lowering service gave it
+    k = 0
+    restarted = False
+    while k < trace.n_windows:
         L = pipe.logical_window(trace, k, workload=one, window_ms=window_ms)
-        P = pipe.physicalize(window=k, logical=L.raw, run=run, overlays=EMPTY_OVERLAYS, state=state,
-                             freq_ghz=freqs, window_ms=window_ms, bw_eff_factor=1.0,
-                             n_layers=trace.n_layers, tag="capacity")
-        state = P.state
+        try:
+            P = pipe.physicalize(window=k, logical=L.raw, run=run, overlays=EMPTY_OVERLAYS,
+                                 state=start if ref is None else None, state_ref=ref, replicas=None,
+                                 freq_ghz=freqs, window_ms=window_ms, bw_eff_factor=1.0, n_layers=trace.n_layers,
+                                 return_state=False, events=False, tag="capacity")
+        except StateMissing:
+            if restarted:
+                raise
+            restarted, ref, k = True, None, 0  # the service lost the state: once more from the start
+            continue
+        ref = P.state_ref
         yield k, P.timing
+        k += 1
 
 
 def estimate_capacity(pipe: Pipeline, spec: ExperimentSpec) -> Capacity:

@@ -109,16 +109,35 @@ class TraceInfo:
 @dataclass(frozen=True)
 class TacsResult:
     overlays: dict[str, Columns]  # {"reroute": columns, "migrate": columns} (an `Overlays` as JSON)
-    state: dict[str, Any]  # a `ReplicaState` as JSON
+    state: dict[str, Any] | None  # the `ReplicaState` as JSON when the step changed it (None: unchanged)
+    state_ref: str | None  # its name at the placement service
     smoothed: Any  # opaque to the orchestrator: passed back on the next step, saved at the frontier
 
 
 @dataclass(frozen=True)
 class PhysicalResult:
-    compute: Columns  # `ComputeEvents` as JSON (forwarded to the thermal step)
-    memory: Columns  # `MemoryEvents` as JSON
-    state: dict[str, Any]  # `PhysicalState` as JSON (saved at the frontier, sent back next window)
+    compute: Columns | None  # `ComputeEvents` as JSON (the run's trace files), when asked for
+    memory: Columns | None  # `MemoryEvents` as JSON
+    deposit: RawJson  # their `EnergyDeposit` (forwarded to the thermal step unparsed)
+    state: dict[str, Any] | None  # `PhysicalState` as JSON, when asked for (a checkpoint)
+    state_ref: str  # its name at the lowering service (the next window's ``state_ref``)
+    replicas: dict[str, Any] | None  # the `ReplicaState` when this window changed it (and no state came back)
     timing: WindowTiming
+
+
+@dataclass(frozen=True)
+class ThermalResult:
+    state: dict[str, Any] | None  # `ThermalState` as JSON, when asked for (a checkpoint)
+    state_ref: str  # its name at the thermal service
+    snapshot: ThermalSnapshot
+
+
+STATE_CODES = frozenset({"unknown_thermal_state", "unknown_physical_state", "unknown_replica_state"})
+
+
+class StateMissing(Exception):
+    """A service no longer keeps a window state the run named (a restart, an eviction, another replica): the window
+    loop rebuilds it from its last checkpoint (`window_loop`)."""
 
 
 EMPTY_OVERLAYS: dict[str, Columns] = Overlays().model_dump(mode="json")
@@ -311,17 +330,38 @@ class Pipeline:
         return thermal_influence(self.clients, arch, model_hash, idempotency_key=self._key("thermal-model")).H
 
     def thermal_step(self, *, run: RunObjects, window: int, window_ms: float, state: dict[str, Any] | None,
-                     compute: Columns, memory: Columns, tag: str = "") -> tuple[dict[str, Any], ThermalSnapshot]:
-        """(new `ThermalState` as JSON, snapshot) of one window; ``run``: the run's thermal model (`RunData`).
-        ``tag`` keeps the idempotency keys of a warm-up pass apart from the run's own windows of the same number."""
-        r = self._post_naming("thermal", "/v1/step", {"window": window, "window_ms": window_ms, "state": state,
-                                                      "compute_events": compute, "memory_events": memory},
-                              run, self._key(tag + "step", window))
-        return dict(r["state"]), ThermalSnapshot.model_validate(r["snapshot"])
+                     state_ref: str | None, deposit: RawJson, return_state: bool, tag: str = "") -> ThermalResult:
+        """One window from the previous state (inline, or named by ``state_ref``; both None: the run's start) and
+        the window's energy deposit; ``run``: the run's thermal model (`RunData`). ``tag`` keeps the idempotency keys
+        of a warm-up pass apart from the run's own windows of the same number. `StateMissing` when the service no
+        longer keeps ``state_ref``."""
+        parts: dict[str, Any] = {"window": window, "window_ms": window_ms, "deposit": deposit,
+                                 "return_state": return_state}
+        if state_ref is not None and state is None:
+            parts["state_ref"] = state_ref
+        else:
+            parts["state"] = state
+        try:
+            r = self._post_naming("thermal", "/v1/step", parts, run, self._key(tag + "step", window))
+        except NotFound as exc:
+            if exc.code in STATE_CODES:
+                raise StateMissing(f"thermal: {exc}") from exc
+            raise
+        st = r.get("state")
+        return ThermalResult(state=dict(st) if st is not None else None, state_ref=str(r["state_ref"]),
+                             snapshot=ThermalSnapshot.model_validate(r["snapshot"]))
 
-    def warm_start(self, *, run: RunObjects, state: dict[str, Any]) -> dict[str, Any]:
-        """The `ThermalState` (JSON) window 0 starts from after a warm-up pass whose last state is ``state``."""
-        return dict(self._post_naming("thermal", "/v1/warm_start", {"state": state}, run, self._key("warm_start")))
+    def warm_start(self, *, run: RunObjects, state: dict[str, Any] | None, state_ref: str | None
+                   ) -> dict[str, Any]:
+        """The `ThermalState` (JSON) window 0 starts from after a warm-up pass whose last state is ``state`` (or is
+        named ``state_ref``)."""
+        part = {"state": state} if state is not None else {"state_ref": state_ref}
+        try:
+            return dict(self._post_naming("thermal", "/v1/warm_start", part, run, self._key("warm_start")))
+        except NotFound as exc:
+            if exc.code in STATE_CODES:
+                raise StateMissing(f"thermal: {exc}") from exc
+            raise
 
     # ---------------------------------------------------------------------------------------------- placement
     def placement(self, *, arch: ArchConfig, workload: WorkloadConfig, tas: TasParams, method: PlacementMethod,
@@ -352,26 +392,53 @@ class Pipeline:
                                     f"{self.milp_timeout_s:.0f} s")
             time.sleep(self.milp_poll_s)
 
-    def tacs_step(self, *, telemetry: Telemetry, run: RunObjects, state: dict[str, Any], pending: RawJson | None,
-                  smoothed: Any, now_ns: int, bank_bw_gbps: float, window: int, tag: str = "") -> TacsResult:
-        """One TACS step; ``run``: the run's placement, arch, params and H registered with placement (`RunData`)."""
-        parts: dict[str, Any] = {"telemetry": telemetry, "state": state, "smoothed": smoothed, "now_ns": now_ns,
-                                 "bank_bw_gbps": bank_bw_gbps}
+    def tacs_step(self, *, telemetry: Telemetry, run: RunObjects, state: dict[str, Any], state_ref: str | None,
+                  pending: RawJson | None, smoothed: Any, now_ns: int, bank_bw_gbps: float, window: int,
+                  tag: str = "") -> TacsResult:
+        """One TACS step; ``run``: the run's placement, arch, params and H registered with placement (`RunData`).
+        The replica state by the name the previous step gave it (``state_ref``, when it is still ``state``), else
+        whole; a placement service that no longer keeps it gets it whole (``state``: the caller's copy)."""
+        parts: dict[str, Any] = {"telemetry": telemetry, "smoothed": smoothed, "now_ns": now_ns,
+                                 "bank_bw_gbps": bank_bw_gbps, "return_state": False}
         if pending is not None:
             parts["pending"] = pending
-        r = self._post_naming("placement", "/v1/tacs/step", parts, run, self._key(tag + "tacs", window))
-        return TacsResult(overlays=r["overlays"], state=r["state"], smoothed=r.get("smoothed"))
+        key = self._key(tag + "tacs", window)
+        try:
+            r = self._post_naming("placement", "/v1/tacs/step",
+                                  {**parts, **({"state_ref": state_ref} if state_ref else {"state": state})}, run, key)
+        except NotFound as exc:
+            if exc.code != "unknown_replica_state":
+                raise
+            r = self._post_naming("placement", "/v1/tacs/step", {**parts, "state": state}, run, key)
+        return TacsResult(overlays=r["overlays"], state=r.get("state"), state_ref=r.get("state_ref"),
+                          smoothed=r.get("smoothed"))
 
     # ----------------------------------------------------------------------------------------------- lowering
     def physicalize(self, *, window: int, logical: RawJson, run: RunObjects, overlays: dict[str, Columns],
-                    state: dict[str, Any], freq_ghz: list[float], window_ms: float,
-                    bw_eff_factor: float | list[float], n_layers: int, tag: str = "") -> PhysicalResult:
-        """One window's physical events; ``run``: the run's arch and placement registered with lowering."""
-        r = self._post_naming("lowering", "/v1/physicalize",
-                              {"window": window, "logical": logical, "overlays": overlays, "state": state,
-                               "freq_ghz": freq_ghz, "window_ms": window_ms, "bw_eff_factor": bw_eff_factor,
-                               "n_layers": n_layers}, run, self._key(tag + "phys", window))
-        return PhysicalResult(compute=r["compute"], memory=r["memory"], state=r["state"],
+                    state: dict[str, Any] | None, state_ref: str | None, replicas: dict[str, Any] | None,
+                    freq_ghz: list[float], window_ms: float, bw_eff_factor: float | list[float], n_layers: int,
+                    return_state: bool, events: bool, tag: str = "") -> PhysicalResult:
+        """One window's physical events (``events``: also the events themselves, else only their energy deposit);
+        ``run``: the run's arch and placement registered with lowering. The previous state inline or named by
+        ``state_ref`` (`StateMissing` when the service no longer keeps it), ``replicas`` replacing its replica
+        state (after a TACS step)."""
+        parts: dict[str, Any] = {"window": window, "logical": logical, "overlays": overlays}
+        if state is not None or state_ref is None:
+            parts["state"] = state
+        else:
+            parts["state_ref"] = state_ref
+        if replicas is not None:
+            parts["replicas"] = replicas
+        parts.update({"freq_ghz": freq_ghz, "window_ms": window_ms, "bw_eff_factor": bw_eff_factor,
+                      "n_layers": n_layers, "return_state": return_state, "events": events})
+        try:
+            r = self._post_naming("lowering", "/v1/physicalize", parts, run, self._key(tag + "phys", window))
+        except NotFound as exc:
+            if exc.code in STATE_CODES:
+                raise StateMissing(f"lowering: {exc}") from exc
+            raise
+        return PhysicalResult(compute=r.get("compute"), memory=r.get("memory"), deposit=RawJson.of(r["deposit"]),
+                              state=r.get("state"), state_ref=str(r["state_ref"]), replicas=r.get("replicas"),
                               timing=WindowTiming.model_validate(r["timing"]))
 
     # ------------------------------------------------------------------------------------------------ metrics

@@ -210,8 +210,10 @@ def _insert_ignore(dialect: str) -> Any:
 
 def commit_window(*, sessions: sessionmaker[Session], run_id: str, owner: str, window: int,
                   snapshot: dict[str, Any], metrics: dict[str, Any], frontier: dict[str, Any], lease_s: float,
-                  compute_s: float = 0.0) -> bool:
-    """Commit window ``window`` (the frontier moves to window+1) in one transaction; False = lease lost, stop."""
+                  compute_s: float = 0.0, drop_frontiers: Sequence[int] | None = None) -> bool:
+    """Commit window ``window`` (the frontier moves to window+1) in one transaction; False = lease lost, stop.
+    ``drop_frontiers``: the earlier windows whose frontier state is no longer needed (default: window - 1, so only
+    the newest keeps one; the window loop also keeps its last checkpoint's)."""
     R, W = ScenarioRun, WindowRecord
     now = utcnow()
     with sessions() as s, s.begin():
@@ -228,10 +230,22 @@ def commit_window(*, sessions: sessionmaker[Session], run_id: str, owner: str, w
             run_id=run_id, window=window, snapshot=snapshot, metrics=metrics, frontier=frontier, worker=owner,
             created_at=now)
         s.execute(ins.on_conflict_do_nothing(index_elements=["run_id", "window"]))
-        if window > 0:  # only the newest window keeps its frontier state (the one a resume needs)
-            s.execute(sa.update(W).where(W.run_id == run_id, W.window == window - 1).values(frontier=None)
+        drop = [window - 1] if drop_frontiers is None else [w for w in drop_frontiers if 0 <= w < window]
+        if window > 0 and drop:  # only the newest window (and a checkpoint) keeps its frontier state
+            s.execute(sa.update(W).where(W.run_id == run_id, W.window.in_(drop)).values(frontier=None)
                       .execution_options(synchronize_session=False))
     return True
+
+
+def load_frontier_at(*, sessions: sessionmaker[Session], run_id: str, window: int) -> dict[str, Any]:
+    """The frontier state saved with ``window`` (a checkpoint the window loop kept); an error when it is gone."""
+    with sessions() as s:
+        row = s.execute(sa.select(WindowRecord.frontier)
+                        .where(WindowRecord.run_id == run_id, WindowRecord.window == window)).first()
+    if row is None or row[0] is None:
+        raise RuntimeError(f"run {run_id}: frontier state of window {window} (a checkpoint) is missing")
+    frontier: dict[str, Any] = row[0]
+    return frontier
 
 
 def load_frontier(*, sessions: sessionmaker[Session], run_id: str, next_window: int) -> dict[str, Any] | None:

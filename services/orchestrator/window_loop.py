@@ -6,15 +6,17 @@
              (POST /registry/...): the windows name them by content hash (re-registered on a 404 unknown_<kind>)
     for k in next_window .. n-1:
         L  = workload.GET /traces/{id}/windows/{k}
-        ov = placement.POST /tacs/step(telemetry of k-1, #plc, replicas, pending=L)   (tacs, tas)
-        C, M, phys = lowering.POST /physicalize(k, L, #plc, ov, phys, freq of k-1, BW_eff of k-1)
-        state, snap = thermal.POST /step(k, #model, state, C, M)
+        ov, #reps = placement.POST /tacs/step(telemetry of k-1, #plc, #reps, pending=L)   (tacs, tas)
+        D, #phys = lowering.POST /physicalize(k, L, #plc, ov, #phys [+ reps TACS changed], freq, BW_eff of k-1)
+        #state, snap = thermal.POST /step(k, #model, #state, D)       (D: the events' energy deposit)
         append the window's files, then commit window k (snapshot + metrics + frontier) in ONE fenced transaction
+    (#x: x named by the hash the service that keeps it answered; whole every CHECKPOINT_EVERY windows, see Frontier)
     metrics.POST /reduce(all committed windows, read back from the database) -> <out>/<scenario>/<workload>.csv
 
-The frontier state (everything window k+1 needs: thermal field + DVFS levels, physical state incl. replica state and
-core queues, TACS smoothed temperatures, telemetry, next-window frequencies and BW_eff, file sizes) is saved with
-window k, so a resumed run continues exactly where the committed one stopped and produces the same bytes.
+The frontier state (everything window k+1 needs: the names of the thermal field + DVFS levels and of the physical
+state, the replica state, TACS smoothed temperatures, telemetry, next-window frequencies and BW_eff, file sizes; the
+whole states at a checkpoint) is saved with window k, so a resumed run continues exactly where the committed one
+stopped and produces the same bytes (replaying the windows since its checkpoint when a service lost the states).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,7 +40,15 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.orchestrator import repository as repo
 from services.orchestrator.models import RunStatus
-from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RunData, TraceInfo
+from services.orchestrator.pipeline_clients import (
+    EMPTY_OVERLAYS,
+    PhysicalResult,
+    Pipeline,
+    RunData,
+    StateMissing,
+    ThermalResult,
+    TraceInfo,
+)
 from services.orchestrator.run_files import RunFiles, power_json_path, result_csv_path, run_dir_for
 from services.orchestrator.run_log import RunLog, run_log
 from services.orchestrator.schemas import ExperimentSpec
@@ -48,7 +59,7 @@ from shared.configs import ArchConfig
 from shared.contracts.events import PhysicalState, WindowTiming
 from shared.contracts.metrics import WindowMetrics
 from shared.contracts.placement import Placement, ReplicaEntry, ReplicaState, Telemetry
-from shared.contracts.thermal import ThermalSnapshot
+from shared.contracts.thermal import ThermalSnapshot, ThermalState
 from shared.errors import ServiceUnavailable
 from shared.logging import bind_run_id
 
@@ -141,27 +152,47 @@ def next_telemetry(snap: ThermalSnapshot, timing: WindowTiming, t1_ns: int) -> T
 
 @dataclass
 class Frontier:
-    """Everything window k+1 needs, as JSON-ready values (the thermal and physical states are forwarded to the
-    services unchanged, so they are kept in their wire form)."""
+    """Everything window k+1 needs, as JSON-ready values.
 
-    thermal: dict[str, Any] | None  # `ThermalState`
-    physical: dict[str, Any]  # `PhysicalState` (its `replicas` is the replica state)
+    The thermal and physical states stay with the services that produce them (issue 21): a window names the
+    previous one's by the hash the service answered (``thermal_ref``, ``physical_ref``). They come back whole only
+    at a checkpoint (every `CHECKPOINT_EVERY` windows, the first and the last): that window's frontier row keeps
+    them (``ckpt`` names it), and a service that lost a state (a restart, an eviction, another replica) gets it
+    rebuilt by replaying the windows after the checkpoint (`_rebuild`; the replay must reproduce the names).
+    ``thermal`` / ``physical`` are the whole states when this frontier has them (a checkpoint, the run's start)."""
+
+    thermal: dict[str, Any] | None  # `ThermalState` (None: the run's start state, or named by thermal_ref)
+    physical: dict[str, Any] | None  # `PhysicalState` (None: named by physical_ref)
     smoothed: Any
     telemetry: Telemetry
     freq_ghz: list[float]
     bw_eff_factor: float | list[float]
     files: dict[str, int]
+    replicas: dict[str, Any] = dataclass_field(default_factory=dict)  # `ReplicaState` (= the physical state's)
+    thermal_ref: str | None = None
+    physical_ref: str | None = None
+    replicas_ref: str | None = None  # the placement service's name of ``replicas`` (None: send them whole)
+    ckpt: int = -1  # the window whose frontier row holds whole states (-1: the run's start)
 
     def to_json(self) -> dict[str, Any]:
         return {"thermal": self.thermal, "physical": self.physical, "smoothed": self.smoothed,
                 "telemetry": self.telemetry.model_dump(mode="json"), "freq_ghz": self.freq_ghz,
-                "bw_eff_factor": self.bw_eff_factor, "files": self.files}
+                "bw_eff_factor": self.bw_eff_factor, "files": self.files, "replicas": self.replicas,
+                "thermal_ref": self.thermal_ref, "physical_ref": self.physical_ref,
+                "replicas_ref": self.replicas_ref, "ckpt": self.ckpt}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Frontier:
-        return cls(thermal=d.get("thermal"), physical=dict(d["physical"]), smoothed=d.get("smoothed"),
-                   telemetry=Telemetry.model_validate(d["telemetry"]), freq_ghz=list(d["freq_ghz"]),
-                   bw_eff_factor=d["bw_eff_factor"], files=dict(d.get("files") or {}))
+    def from_json(cls, d: dict[str, Any], *, window: int) -> Frontier:
+        """The frontier saved with ``window`` (one saved before checkpoints holds whole states: its own)."""
+        physical = d.get("physical")
+        replicas = d.get("replicas")
+        if replicas is None:
+            replicas = dict((physical or {}).get("replicas") or {})
+        return cls(thermal=d.get("thermal"), physical=dict(physical) if physical is not None else None,
+                   smoothed=d.get("smoothed"), telemetry=Telemetry.model_validate(d["telemetry"]),
+                   freq_ghz=list(d["freq_ghz"]), bw_eff_factor=d["bw_eff_factor"], files=dict(d.get("files") or {}),
+                   replicas=dict(replicas), thermal_ref=d.get("thermal_ref"), physical_ref=d.get("physical_ref"),
+                   replicas_ref=d.get("replicas_ref"), ckpt=int(d.get("ckpt", window)))
 
 
 # ------------------------------------------------------------------------------------------------- the run
@@ -199,6 +230,9 @@ def _placement(*, pipe: Pipeline, spec: ExperimentSpec, scenario: str, trace: Tr
     return plc
 
 
+CHECKPOINT_EVERY = 64  # windows between whole states at the frontier (a lost state replays at most this many)
+
+
 @dataclass(frozen=True)
 class _Step:
     """What one window's calls returned (``advance`` in `_run`)."""
@@ -206,32 +240,67 @@ class _Step:
     L: Any  # pipeline_clients.LogicalWindow
     overlays: dict[str, Any]
     smoothed: Any
-    P: Any  # pipeline_clients.PhysicalResult
-    th_state: dict[str, Any]
-    snap: ThermalSnapshot
+    P: PhysicalResult
+    th: ThermalResult
+    replicas: dict[str, Any]  # the replica state after the window
+    replicas_ref: str | None  # its name at the placement service (None: the physicalizer changed it after TACS)
     times: tuple[float, float, float, float, float]
 
+    @property
+    def snap(self) -> ThermalSnapshot:
+        return self.th.snapshot
 
-def _warm_up(advance: Callable[[int, Frontier, str], _Step], fr: Frontier, *, n_warm: int, pipe: Pipeline,
-             run: RunData, rlog: RunLog) -> Frontier:
+    def frontier(self, before: Frontier, *, ckpt: int, files: dict[str, int]) -> Frontier:
+        """The frontier after this window (``before``: the one it started from)."""
+        return Frontier(thermal=self.th.state, physical=self.P.state, smoothed=self.smoothed,
+                        telemetry=next_telemetry(self.snap, self.P.timing, self.L.t1_ns),
+                        freq_ghz=list(self.snap.freq_ghz) or before.freq_ghz,
+                        bw_eff_factor=self.snap.refresh.bw_eff_factor, files=files, replicas=self.replicas,
+                        thermal_ref=self.th.state_ref, physical_ref=self.P.state_ref,
+                        replicas_ref=self.replicas_ref, ckpt=ckpt)
+
+
+Advance = Callable[..., _Step]  # (k, frontier, tag="", *, whole=False, keep=False) -> _Step
+
+
+def _warm_up(advance: Advance, fr: Frontier, *, n_warm: int, pipe: Pipeline, run: RunData, rlog: RunLog
+             ) -> Frontier:
     """``thermal.init: steady`` with a warm-up: run windows 0 .. n_warm-1 from ``fr`` (nothing committed, no files),
     carrying frontier state as the run does, then return ``fr`` with the thermal state replaced by the steady state
     of the warm-up's mean power map (the thermal service accumulates the energy in the state it returns).
     Everything else of ``fr`` (queues, replicas, telemetry, DVFS) is the fresh run's: the results start at
-    window 0 of the run proper, on a warm chip."""
-    cur = fr
-    for k in range(n_warm):
-        st = advance(k, cur, "warm")
-        cur = Frontier(thermal=st.th_state, physical=st.P.state, smoothed=st.smoothed,
-                       telemetry=next_telemetry(st.snap, st.P.timing, st.L.t1_ns),
-                       freq_ghz=list(st.snap.freq_ghz) or cur.freq_ghz, bw_eff_factor=st.snap.refresh.bw_eff_factor,
-                       files=cur.files)
-    if cur.thermal is None:
-        return fr
-    warm = pipe.warm_start(run=run.thermal, state=cur.thermal)
+    window 0 of the run proper, on a warm chip. A service that loses a state of the pass: the pass starts again
+    (once)."""
+    for attempt in (1, 2):
+        cur = fr
+        try:
+            for k in range(n_warm):
+                cur = advance(k, cur, "warm").frontier(cur, ckpt=-1, files=cur.files)
+            if cur.thermal_ref is None and cur.thermal is None:
+                return fr
+            warm = pipe.warm_start(run=run.thermal, state=cur.thermal, state_ref=cur.thermal_ref)
+            break
+        except StateMissing as exc:
+            if attempt == 2:
+                raise
+            rlog.info(f"warm-up: {exc}; starting the pass again")
     rlog.info(f"warm start: the steady state of the mean power of a {n_warm}-window warm-up pass")
-    return Frontier(thermal=warm, physical=fr.physical, smoothed=fr.smoothed, telemetry=fr.telemetry,
-                    freq_ghz=fr.freq_ghz, bw_eff_factor=fr.bw_eff_factor, files=fr.files)
+    return replace(fr, thermal=warm, thermal_ref=None)
+
+
+def _rebuild(advance: Advance, fr: Frontier, ckpt: Frontier, *, k: int, rlog: RunLog) -> None:
+    """Put the states ``fr`` names back into the services that lost them: replay windows ``fr.ckpt`` + 1 .. k - 1
+    from the checkpoint's whole states (nothing committed, no files). The replay must name the very states the run
+    committed (content hashes: the simulation is deterministic); a run that does not is failed, not continued."""
+    rlog.info(f"window {k}: a service lost the run's state; replaying windows {fr.ckpt + 1}..{k - 1} from the "
+              f"checkpoint after window {fr.ckpt}")
+    cur = ckpt
+    for j in range(fr.ckpt + 1, k):
+        cur = advance(j, cur, f"replay{k}:", whole=j == fr.ckpt + 1).frontier(cur, ckpt=fr.ckpt, files=fr.files)
+    if k > fr.ckpt + 1 and (cur.thermal_ref, cur.physical_ref) != (fr.thermal_ref, fr.physical_ref):
+        raise RuntimeError(f"replaying windows {fr.ckpt + 1}..{k - 1} did not reproduce the committed states "
+                           f"(thermal {cur.thermal_ref} vs {fr.thermal_ref}, physical {cur.physical_ref} vs "
+                           f"{fr.physical_ref}): the simulation is not deterministic")
 
 
 def freeze_heap() -> None:
@@ -383,13 +452,13 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         start = spec.thermal_init.model_dump(mode="json") if spec.thermal_init is not None else None
         fr = Frontier(thermal=start, physical=PhysicalState(replicas=reps).model_dump(mode="json"), smoothed=None,
                       telemetry=ambient_telemetry(arch), freq_ghz=initial_freqs(arch), bw_eff_factor=1.0,
-                      files=files.sizes())
+                      files=files.sizes(), replicas=reps.model_dump(mode="json"))
         files.write_replica_state(reps)
     else:
-        fr = Frontier.from_json(saved)
+        fr = Frontier.from_json(saved, window=k0 - 1)
         files.truncate_to(fr.files)
         files.write_placement(plc)
-        files.write_replica_state(fr.physical.get("replicas", {}))  # it may lag the frontier by one window
+        files.write_replica_state(fr.replicas)  # it may lag the frontier by one window
         rlog.info(f"resuming at window {k0} of {n} (attempt {claim.attempts})")
 
     tacs_on = scenario in TACS_SCENARIOS
@@ -400,30 +469,58 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
     n_warm = arch.thermal.warmup_windows(window_ms)
     done = 0
     phase = dict.fromkeys(("workload", "tacs", "physicalize", "thermal", "orchestrator"), 0.0)
-    def advance(k: int, fr: Frontier, tag: str = "") -> _Step:
-        """Window k from frontier ``fr``: logical window, TACS (tacs, tas), physicalize, thermal step."""
+    def advance(k: int, fr: Frontier, tag: str = "", *, whole: bool = False) -> _Step:
+        """Window k from frontier ``fr``: logical window, TACS (tacs, tas), physicalize, thermal step. The
+        previous states by name, or whole where ``fr`` has them and ``whole`` is set (or it has no name)."""
         t0 = time.perf_counter()
         L = pipe.logical_window(trace, k, workload=wl, window_ms=window_ms)
         t1 = time.perf_counter()
-        phys = fr.physical
+        replicas, replicas_ref = fr.replicas, fr.replicas_ref
         if tacs_on:
-            tr = pipe.tacs_step(telemetry=fr.telemetry, run=rundata.tacs, state=phys.get("replicas", {}),
-                                pending=L.raw, smoothed=fr.smoothed, now_ns=L.t0_ns,
+            tr = pipe.tacs_step(telemetry=fr.telemetry, run=rundata.tacs, state=fr.replicas,
+                                state_ref=fr.replicas_ref, pending=L.raw, smoothed=fr.smoothed, now_ns=L.t0_ns,
                                 bank_bw_gbps=tas.taps.capacity.bank_bw_gbps, window=k, tag=tag)
-            overlays, smoothed = tr.overlays, tr.smoothed
-            phys = {**phys, "replicas": tr.state}
+            overlays, smoothed, replicas_ref = tr.overlays, tr.smoothed, tr.state_ref
+            if tr.state is not None:
+                replicas = tr.state
         else:
             overlays, smoothed = EMPTY_OVERLAYS, fr.smoothed
         t2 = time.perf_counter()
-        P = pipe.physicalize(window=k, logical=L.raw, run=rundata.lowering, overlays=overlays, state=phys,
+        keep = not tag and (k % CHECKPOINT_EVERY == 0 or k == n - 1)  # whole states back: a checkpoint
+        phys_whole = fr.physical is not None and (whole or fr.physical_ref is None)
+        P = pipe.physicalize(window=k, logical=L.raw, run=rundata.lowering, overlays=overlays,
+                             state={**fr.physical, "replicas": replicas} if phys_whole and fr.physical else None,
+                             state_ref=None if phys_whole else fr.physical_ref,
+                             replicas=None if phys_whole or replicas == fr.replicas else replicas,
                              freq_ghz=fr.freq_ghz, window_ms=window_ms, bw_eff_factor=fr.bw_eff_factor,
-                             n_layers=trace.n_layers, tag=tag)
+                             n_layers=trace.n_layers, return_state=keep, events=files.traces and not tag, tag=tag)
+        after = P.state["replicas"] if P.state is not None else P.replicas if P.replicas is not None else replicas
+        if after is not replicas and after != replicas:
+            replicas_ref = None  # the physicalizer changed what TACS named: TACS gets the state whole next window
         t3 = time.perf_counter()
-        th_state, snap = pipe.thermal_step(run=rundata.thermal, window=k, window_ms=window_ms, state=fr.thermal,
-                                           compute=P.compute, memory=P.memory, tag=tag)
+        th_whole = fr.thermal is not None and (whole or fr.thermal_ref is None)
+        th = pipe.thermal_step(run=rundata.thermal, window=k, window_ms=window_ms,
+                               state=fr.thermal if th_whole else None, state_ref=None if th_whole else fr.thermal_ref,
+                               deposit=P.deposit, return_state=keep, tag=tag)
         t4 = time.perf_counter()
-        return _Step(L=L, overlays=overlays, smoothed=smoothed, P=P, th_state=th_state, snap=snap,
-                     times=(t0, t1, t2, t3, t4))
+        return _Step(L=L, overlays=overlays, smoothed=smoothed, P=P, th=th, replicas=dict(after),
+                     replicas_ref=replicas_ref, times=(t0, t1, t2, t3, t4))
+
+    def advance_or_rebuild(k: int, fr: Frontier) -> _Step:
+        """`advance`; when a service lost a state ``fr`` names: send the whole states when ``fr`` has them (a
+        checkpoint), else rebuild them from the last checkpoint (`_rebuild`) and try again."""
+        try:
+            return advance(k, fr)
+        except StateMissing as exc:
+            if fr.ckpt == k - 1 and (fr.physical is not None or fr.physical_ref is None) \
+                    and (fr.thermal is not None or fr.thermal_ref is None):
+                rlog.info(f"window {k}: {exc}; sending the checkpoint's states whole")
+                return advance(k, fr, whole=True)
+            rlog.info(f"window {k}: {exc}")
+            ckpt = Frontier.from_json(repo.load_frontier_at(sessions=sessions, run_id=run_id, window=fr.ckpt),
+                                      window=fr.ckpt)
+            _rebuild(advance, fr, ckpt, k=k, rlog=rlog)
+            return advance(k, fr)
 
     if saved is None and n_warm:
         fr = _warm_up(advance, fr, n_warm=min(n_warm, n), pipe=pipe, run=rundata, rlog=rlog)
@@ -431,27 +528,29 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         if stop is not None and stop.is_set():
             repo.release_lease(sessions=sessions, run_id=run_id, owner=owner)
             return RunOutcome(run_id, "stopped", done)
-        st = advance(k, fr)
-        L, overlays, smoothed, P, th_state, snap = st.L, st.overlays, st.smoothed, st.P, st.th_state, st.snap
+        st = advance_or_rebuild(k, fr)
+        L, overlays, P, snap = st.L, st.overlays, st.P, st.snap
         t0, t1, t2, t3, t4 = st.times
         wm = build_window_metrics(window=k, t0_ns=L.t0_ns, t1_ns=L.t1_ns, snap=snap, timing=P.timing, arch=arch)
         files.append_window(logical_compute=L.compute, logical_memory=L.memory, overlays=overlays,
-                            compute=P.compute, memory=P.memory, logical_raw=L.raw.text)
-        new = Frontier(thermal=th_state, physical=P.state, smoothed=smoothed,
-                       telemetry=next_telemetry(snap, P.timing, L.t1_ns),
-                       freq_ghz=list(snap.freq_ghz) or fr.freq_ghz, bw_eff_factor=snap.refresh.bw_eff_factor,
-                       files=files.sizes())
+                            compute=P.compute or {}, memory=P.memory or {}, logical_raw=L.raw.text)
+        ckpt = k if P.state is not None and st.th.state is not None else fr.ckpt
+        new = st.frontier(fr, ckpt=ckpt, files=files.sizes())
+        drop = [k - 1] if k - 1 != ckpt else []
+        if ckpt == k and fr.ckpt >= 0 and fr.ckpt != k - 1:
+            drop.append(fr.ckpt)  # the previous checkpoint: no longer needed
         ok = repo.commit_window(sessions=sessions, run_id=run_id, owner=owner, window=k,
                                 snapshot=snap.model_dump(mode="json"), metrics=wm.model_dump(mode="json"),
-                                frontier=new.to_json(), lease_s=lease_s, compute_s=time.perf_counter() - t0)
+                                frontier=new.to_json(), lease_s=lease_s, compute_s=time.perf_counter() - t0,
+                                drop_frontiers=drop)
         if not ok:
             with sessions() as s:
                 run = repo.get_run(session=s, run_id=run_id)
                 cancelled = run is not None and run.status == RunStatus.cancelled
             rlog.info(f"window {k}: {'cancelled' if cancelled else 'lease lost'}, stopping")
             return RunOutcome(run_id, "cancelled" if cancelled else "lost_lease", done)
-        if P.state.get("replicas") != fr.physical.get("replicas"):  # the file holds the newest state; rewrite on change
-            files.write_replica_state(P.state.get("replicas", {}))
+        if new.replicas != fr.replicas:  # the file holds the newest state; rewrite on change
+            files.write_replica_state(new.replicas)
         fr = new
         done += 1
         t5 = time.perf_counter()
@@ -465,7 +564,8 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
             return RunOutcome(run_id, "stopped", done)
 
     if fr.thermal is not None:  # the last field, ready to start another run from (arch.thermal.init: <name>.json)
-        final = {**fr.thermal, "window": -1, "t_ns": 0, "warm_energy_b64": None, "warm_s": 0.0}
+        final = ThermalState.model_validate({**fr.thermal, "window": -1, "t_ns": 0, "warm_energy_b64": None,
+                                             "warm_s": 0.0}).model_dump(mode="json")
         (files.run_dir / "thermal_final.json").write_text(json.dumps(final) + "\n", encoding="utf-8")
     if done:
         rlog.info(f"{done} windows; wall time per window by call (ms): "

@@ -88,12 +88,13 @@ def _run_data(request: Request) -> RunData:
     return data
 
 
-@router.post("/tacs/step", response_model=TacsStepResponse)
+@router.post("/tacs/step", response_model=TacsStepResponse, response_model_exclude_none=True)
 def tacs_step_endpoint(req: TacsStepRequest, request: Request) -> TacsStepResponse:
     """One TACS decision: overlays for the next window, the updated replica state and the smoothed temperatures.
     The request carries H (the thermal service's ``GET /v1/models/{hash}/influence``) or ``H_hash``, its hash from
     ``POST /v1/registry/influence`` (a request with neither is a 422 naming H); the placement, params and arch inline
-    or by hash likewise (404 ``unknown_<kind>`` when this replica does not know a hash: register it again)."""
+    or by hash likewise (404 ``unknown_<kind>`` when this replica does not know a hash: register it again); the
+    replica state inline or by the ``state_ref`` a step answered (404 ``unknown_replica_state``: send it inline)."""
     return tacs_for(req, data=_run_data(request))
 
 
@@ -142,5 +143,5 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     s = settings or get_settings()
     app = create_service_app("placement", s, [router], lifespan=_lifespan)
-    app.state.run_data = RunData.of(s.cache_size)
+    app.state.run_data = RunData.of(s.cache_size, s.state_cache_size)
     return app

@@ -19,8 +19,8 @@ from services.placement.taps import check_size, validate_loads
 from shared.client import ServiceClients
 from shared.configs import ArchConfig
 from shared.configs.tas import TacsParams
-from shared.content import ContentStore, M, arch_store, object_or_hash, placement_store
-from shared.contracts.placement import Placement
+from shared.content import ContentStore, M, arch_store, object_or_hash, placement_store, state_store
+from shared.contracts.placement import Placement, ReplicaState
 from shared.contracts.placement_api import (
     BalanceRequest,
     BalanceResponse,
@@ -131,14 +131,17 @@ class RunData:
     placements: ContentStore[Placement]
     params: ContentStore[TacsParams]
     influence: ContentStore[InfluenceRegistration]
+    states: ContentStore[ReplicaState]  # the replica states TACS answered (TASMOE_STATE_CACHE_SIZE), by hash
 
     @classmethod
-    def of(cls, capacity: int) -> RunData:
+    def of(cls, capacity: int, state_capacity: int = 64) -> RunData:
         return cls(archs=arch_store(capacity), placements=placement_store(capacity),
                    params=ContentStore("tacs_params", capacity, field="params_hash", path="/v1/registry/tacs-params"),
-                   influence=ContentStore("influence", capacity, field="H_hash", path="/v1/registry/influence"))
+                   influence=ContentStore("influence", capacity, field="H_hash", path="/v1/registry/influence"),
+                   states=state_store("replica_state", state_capacity))
 
     def clear(self) -> None:
+        """Forget the registered run data (the replica states are not run data: ``states.clear()``)."""
         for store in (self.archs, self.placements, self.params, self.influence):
             store.clear()
 
@@ -160,8 +163,13 @@ def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None,
     _check_mesh(arch.mesh.n_cores)
     placement = object_or_hash(req.placement, req.placement_hash, data.placements, field="placement")
     params = object_or_hash(req.params, req.params_hash, data.params, field="params", default=DEFAULT_TACS)
+    if req.state is not None and req.state_ref is not None:
+        raise BadInput("state: give state or state_ref, not both", field="state")
+    state = data.states.get(req.state_ref) if req.state_ref is not None else req.state
+    if state is None:
+        state = ReplicaState()  # every expert at its placement cores
     # the request's own fields first: a bad one is named before a missing H is
-    validate_inputs(req.telemetry, placement, req.state, ChipGeometry.of(arch), req.smoothed)
+    validate_inputs(req.telemetry, placement, state, ChipGeometry.of(arch), req.smoothed)
     if req.H is not None and req.H_hash is not None:
         raise BadInput("H: give H or H_hash, not both", field="H")
     if req.H_hash is not None:
@@ -173,9 +181,11 @@ def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None,
     else:
         raise BadInput("H (cores x cores influence matrix, K/W) is required here (or H_hash: its hash from POST "
                        "/v1/registry/influence); the thermal service's: GET /v1/models/{hash}/influence", field="H")
-    overlays, state, smoothed = tacs_step(req.telemetry, placement, req.state, params, arch, H,
-                                          req.pending, req.smoothed, req.now_ns, bank_bw_gbps=req.bank_bw_gbps)
-    return TacsStepResponse(overlays=overlays, state=state, smoothed=smoothed)
+    overlays, new, smoothed = tacs_step(req.telemetry, placement, state, params, arch, H,
+                                        req.pending, req.smoothed, req.now_ns, bank_bw_gbps=req.bank_bw_gbps)
+    ref, _ = data.states.put(new)
+    send = req.return_state or new != state
+    return TacsStepResponse(overlays=overlays, state=new if send else None, state_ref=ref, smoothed=smoothed)
 
 
 def balance_for(req: BalanceRequest) -> BalanceResponse:

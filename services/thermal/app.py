@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, FastAPI, Query
+from fastapi import APIRouter, FastAPI, Query, Request
 
 from services.thermal import hotspot_files, service
 from services.thermal.influence import (
@@ -13,6 +13,7 @@ from services.thermal.influence import (
     pulse_work,
     vault_influence_for_model,
 )
+from shared.content import ContentStore, state_store
 from shared.contracts.thermal import (
     HotspotExportRequest,
     HotspotFiles,
@@ -41,19 +42,25 @@ def build_model(req: ModelRequest) -> ModelInfo:
     return service.model_info(req.arch)
 
 
-@router.post("/step", response_model=StepResult)
-def step(req: StepRequest) -> StepResult:
-    """One window: power from events, transient step, DVFS for the next window, refresh. Idempotent. The arch
-    inline or as ``model``, the hash of ``POST /v1/models`` (404 ``unknown_model`` when this replica lacks it)."""
-    return service.thermal_step(service.arch_of(req.arch, req.model), req.window, req.window_ms, req.state,
-                                req.compute_events, req.memory_events)
+def _states(request: Request) -> ContentStore[ThermalState]:
+    states: ContentStore[ThermalState] = request.app.state.thermal_states
+    return states
+
+
+@router.post("/step", response_model=StepResult, response_model_exclude_none=True)
+def step(req: StepRequest, request: Request) -> StepResult:
+    """One window: power from events (or their deposit), transient step, DVFS for the next window, refresh.
+    Idempotent. The arch inline or as ``model``, the hash of ``POST /v1/models`` (404 ``unknown_model`` when this
+    replica lacks it); the previous state inline or as ``state_ref`` (404 ``unknown_thermal_state`` when this replica
+    no longer keeps it: send it inline)."""
+    return service.step_request(req, _states(request))
 
 
 @router.post("/warm_start", response_model=ThermalState)
-def warm_start(req: WarmStartRequest) -> ThermalState:
+def warm_start(req: WarmStartRequest, request: Request) -> ThermalState:
     """The state window 0 starts from after a warm-up pass (``thermal.init: steady``): the steady state of the
-    warm-up's mean power map, from the energy the pass's last state carries."""
-    return service.warm_state(service.arch_of(req.arch, req.model), req.state)
+    warm-up's mean power map, from the energy the pass's last state (inline or ``state_ref``) carries."""
+    return service.warm_start_request(req, _states(request))
 
 
 @router.post("/solve", response_model=SolveResult)
@@ -108,7 +115,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     first time on a machine) so that no request pays it and worker processes forked from this one share them."""
     from services.thermal import exp_kernels, spectral_kernels
 
-    app = create_service_app("thermal", settings or get_settings(), [router])
+    s = settings or get_settings()
+    app = create_service_app("thermal", s, [router])
+    app.state.thermal_states = state_store("thermal_state", s.state_cache_size)
     spectral_kernels.warm_up()
     exp_kernels.warm_up()
     return app

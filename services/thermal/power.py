@@ -24,12 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.thermal.dvfs import core_domains
-from shared.chip import Chip
 from shared.configs import ArchConfig
-from shared.contracts.events import NOC_QOS, ComputeEvents, MemoryEvents
-from shared.contracts.ids import parse_bank_ids
+from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.thermal import PowerBreakdown
-from shared.energy import EnergyModel, deposit_memory, noc_only_mask, static_power
+from shared.energy import WindowDeposit, deposit_of_events, static_power
 from shared.errors import BadInput
 
 
@@ -64,74 +62,38 @@ def compute_power_from_events(compute: ComputeEvents, memory: MemoryEvents, arch
     """
     if not window_s > 0:
         raise BadInput("window length must be > 0", field="window_ms")
-    n_cores = arch.mesh.n_cores
+    return compute_power(deposit_of_events(compute, memory, arch), arch, core_temp_c=core_temp_c,
+                         bank_temp_c=bank_temp_c, freq_ghz=freq_ghz, window_s=window_s)
+
+
+def compute_power(dep: WindowDeposit, arch: ArchConfig, *, core_temp_c: np.ndarray, bank_temp_c: np.ndarray,
+                  freq_ghz: np.ndarray, window_s: float) -> WindowPower:
+    """Window-average power per core and per bank from the window's energy deposit (``shared.energy``; what
+    ``compute_power_from_events`` computes from the events, or what the lowering service sent in their place)."""
+    if not window_s > 0:
+        raise BadInput("window length must be > 0", field="window_ms")
     bx_n, by_n, n_dies = arch.dram.banks
     pw = arch.power
     V = volts_for(np.asarray(freq_ghz, dtype=float), arch)
 
     # logic dynamic: the events' energy at V0 (MACs + scratchpad, shared/energy.py) scaled by (V/V0)²
-    core_ids = np.asarray(compute.core_id, dtype=int)
-    e_comp = np.asarray(compute.energy_j, dtype=float)
-    if core_ids.size:
-        bad = np.flatnonzero((core_ids < 0) | (core_ids >= n_cores))
-        if bad.size:
-            raise BadInput(f"compute_events.core_id[{bad[0]}] = {core_ids[bad[0]]} is outside the mesh "
-                           f"(0..{n_cores - 1})", field=f"compute_events.core_id[{bad[0]}]")
-        bad = np.flatnonzero(~np.isfinite(e_comp) | (e_comp < 0))
-        if bad.size:
-            raise BadInput(f"compute_events.energy_j[{bad[0]}] must be a finite number >= 0",
-                           field=f"compute_events.energy_j[{bad[0]}]")
-    e_core = np.bincount(core_ids, e_comp, n_cores) if core_ids.size else np.zeros(n_cores)
     vscale = (V / pw.v0) ** 2
-    core_dyn = e_core * vscale / window_s
-    # the MAC part of each event (flops = 2 · MACs, priced at mac_pj: shared/energy.py), capped at its energy; the rest
-    # is its scratchpad accesses. Both sit on the core; the split is reported, the power map is core_dyn.
-    fl = np.asarray(compute.flops, dtype=float)
-    e_mac = np.minimum(np.maximum(fl, 0.0) * 0.5 * pw.mac_pj * 1e-12, e_comp) if core_ids.size else np.zeros(0)
-    mac_w = float((np.bincount(core_ids, e_mac, n_cores) * vscale).sum() / window_s) if core_ids.size else 0.0
+    core_dyn = dep.core_compute_j * vscale / window_s
+    # the MAC part (reported); the rest is scratchpad accesses. Both sit on the core; the power map is core_dyn.
+    mac_w = float((dep.core_mac_j * vscale).sum() / window_s)
     dyn_w = float(core_dyn.sum())
 
     # memory: DRAM (array in the bank, TSV/IO in the vault's column of the die, controller on the logic die) + NoC
-    chip = Chip.from_arch(arch)
-    nbytes = np.asarray(memory.bytes, dtype=float)
-    src = np.asarray(memory.src_core, dtype=int)
-    if len(memory):
-        bad = np.flatnonzero(~np.isfinite(nbytes) | (nbytes < 0))
-        if bad.size:
-            raise BadInput(f"memory_events.bytes[{bad[0]}] must be a finite number >= 0",
-                           field=f"memory_events.bytes[{bad[0]}]")
-        bad = np.flatnonzero((src < 0) | (src >= n_cores))
-        if bad.size:
-            raise BadInput(f"memory_events.src_core[{bad[0]}] = {src[bad[0]]} is outside the mesh",
-                           field=f"memory_events.src_core[{bad[0]}]")
-        bad = np.flatnonzero(np.asarray(memory.hops, dtype=int) < 0)
-        if bad.size:
-            raise BadInput(f"memory_events.hops[{bad[0]}] must be >= 0", field=f"memory_events.hops[{bad[0]}]")
-        bad_q = [i for i, x in enumerate(memory.noc_qos) if x not in NOC_QOS]
-        if bad_q:
-            raise BadInput(f"memory_events.noc_qos[{bad_q[0]}] = {memory.noc_qos[bad_q[0]]!r}: one of "
-                           f"{', '.join(NOC_QOS)}", field=f"memory_events.noc_qos[{bad_q[0]}]")
-    try:
-        xyz = parse_bank_ids(memory.dst_bank)
-    except ValueError as exc:
-        i = str(exc)[1:str(exc).index("]")]
-        raise BadInput(str(exc).split("] ", 1)[1], field=f"memory_events.dst_bank[{i}]") from None
-    bad = np.flatnonzero((xyz[:, 0] >= chip.BX) | (xyz[:, 1] >= chip.BY) | (xyz[:, 2] >= chip.L))
-    if bad.size:
-        raise BadInput(f"bank {memory.dst_bank[bad[0]]} outside the {chip.BX}x{chip.BY}x{chip.L} bank grid",
-                       field=f"memory_events.dst_bank[{bad[0]}]")
-    banks = chip.flat_bank(xyz[:, 0], xyz[:, 1], xyz[:, 2]).astype(np.int64)
-    dep = deposit_memory(chip, EnergyModel.from_arch(arch), src.astype(np.int64), banks, nbytes,
-                         noc_only_mask(memory.noc_qos))
-    bank_dyn = dep.bank_j.reshape(n_dies, bx_n * by_n) / window_s
-    core_mem = dep.core_j / window_s
+    mem = dep.memory
+    bank_dyn = mem.bank_j.reshape(n_dies, bx_n * by_n) / window_s
+    core_mem = mem.core_j / window_s
 
     # leakage and refresh at the previous window's temperatures
     core_leak, bank_leak, bank_ref = static_power(arch, core_temp_c, bank_temp_c, V)
     breakdown = PowerBreakdown(
         logic_dynamic=mac_w, spm=max(dyn_w - mac_w, 0.0), logic_leakage=float(core_leak.sum()),
-        dram_dynamic=(dep.array_j + dep.tsv_io_j) / window_s, dram_refresh=float(np.sum(bank_ref)),
-        dram_leakage=float(bank_leak.sum()), noc=dep.noc_j / window_s, dram_controller=dep.controller_j / window_s,
+        dram_dynamic=(mem.array_j + mem.tsv_io_j) / window_s, dram_refresh=float(np.sum(bank_ref)),
+        dram_leakage=float(bank_leak.sum()), noc=mem.noc_j / window_s, dram_controller=mem.controller_j / window_s,
     )
     return WindowPower(core_dyn + core_leak + core_mem, bank_dyn + bank_ref + bank_leak, breakdown, core_dyn,
                        core_mem)

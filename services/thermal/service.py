@@ -1,6 +1,8 @@
 """The thermal service's plain functions (the endpoints are thin wrappers): build a model, step a window, solve a
 power map. Stateless: the temperature field and DVFS levels travel in ``ThermalState`` (float32 little-endian, K,
-model node order, base64), so replaying a window with the same input gives the same output.
+model node order, base64), so replaying a window with the same input gives the same output. The endpoints keep the
+states they answer in an LRU by content hash (``shared.content.state_store``), so a caller may name the previous
+state (``state_ref``) instead of sending it back: a cache, never the only copy the caller can rely on.
 
 Window step (ARCHITECTURE §5.4): power from the window's events at the previous window's temperatures and DVFS
 levels, then ``window_ms`` of transient at constant power (``StackModel.step``: by default the exponential step, exact
@@ -13,25 +15,30 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from services.thermal import solvers
 from services.thermal.dvfs import busy_fraction, dvfs_step, freq_volt, refresh_mhz
 from services.thermal.model import KELVIN, StackModel, get_model, lookup_model
-from services.thermal.power import WindowPower, compute_power_from_events
+from services.thermal.power import WindowPower, compute_power
+from shared.chip import Chip
 from shared.configs import ArchConfig
+from shared.content import ContentStore
 from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.thermal import (
     ModelInfo,
     PowerBreakdown,
     RefreshReport,
     SolveResult,
+    StepRequest,
     StepResult,
     ThermalSnapshot,
     ThermalState,
+    WarmStartRequest,
 )
-from shared.energy import refresh_multiplier, trefi_us
+from shared.energy import WindowDeposit, deposit_of_events, refresh_multiplier, trefi_us
 from shared.errors import BadInput, Conflict, NotFound
 
 
@@ -130,9 +137,53 @@ def warm_start(model: StackModel, power_at: Callable[[np.ndarray], WindowPower],
     return np.asarray(T, dtype="<f4").astype(np.float64)
 
 
+@dataclass(frozen=True)
+class StepOutcome:
+    """One window's new state and snapshot (`thermal_step`; ``POST /v1/step`` answers them as a `StepResult`)."""
+
+    state: ThermalState
+    snapshot: ThermalSnapshot
+
+
+def step_request(req: StepRequest, states: ContentStore[ThermalState]) -> StepResult:
+    """``POST /v1/step``: the state inline or by its name in ``states`` (the process's LRU of the states it answered);
+    the events or their deposit; the new state kept in ``states`` and named in the answer (whole unless
+    ``return_state`` is false)."""
+    arch = arch_of(req.arch, req.model)
+    if req.state is not None and req.state_ref is not None:
+        raise BadInput("state: give state or state_ref, not both", field="state")
+    state = states.get(req.state_ref) if req.state_ref is not None else req.state
+    has_events = req.compute_events is not None or req.memory_events is not None
+    if req.deposit is not None and has_events:
+        raise BadInput("deposit: give the events (compute_events, memory_events) or their deposit, not both",
+                       field="deposit")
+    if req.deposit is not None:
+        dep = WindowDeposit.from_contract(req.deposit, Chip.from_arch(arch))
+        out = thermal_step(arch, req.window, req.window_ms, state, None, None, deposit=dep)
+    else:
+        if req.compute_events is None or req.memory_events is None:
+            missing = "compute_events" if req.compute_events is None else "memory_events"
+            raise BadInput(f"{missing}: required (the window's events, or their deposit)", field=missing)
+        out = thermal_step(arch, req.window, req.window_ms, state, req.compute_events, req.memory_events)
+    ref, _ = states.put(out.state)
+    return StepResult(state=out.state if req.return_state else None, state_ref=ref, snapshot=out.snapshot)
+
+
+def warm_start_request(req: WarmStartRequest, states: ContentStore[ThermalState]) -> ThermalState:
+    """``POST /v1/warm_start``: the warm-up's last state inline or by its name."""
+    arch = arch_of(req.arch, req.model)
+    if (req.state is None) == (req.state_ref is None):
+        raise BadInput("state: give the warm-up's last state or its state_ref (exactly one)", field="state")
+    state = states.get(req.state_ref) if req.state_ref is not None else req.state
+    assert state is not None
+    return warm_state(arch, state)
+
+
 def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: ThermalState | None,
-                 compute: ComputeEvents, memory: MemoryEvents) -> StepResult:
-    """One window: events -> power -> temperatures, DVFS levels for the next window, refresh report."""
+                 compute: ComputeEvents | None, memory: MemoryEvents | None, *,
+                 deposit: WindowDeposit | None = None) -> StepOutcome:
+    """One window: events (or their ``deposit``) -> power -> temperatures, DVFS levels for the next window, refresh
+    report."""
     if window < 0:
         raise BadInput("window must be >= 0", field="window")
     if not (math.isfinite(window_ms) and window_ms > 0):
@@ -151,10 +202,15 @@ def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: Thermal
         levels = np.asarray(state.dvfs_level, dtype=int)
     freq, _ = freq_volt(levels, arch)
 
+    if deposit is None:
+        if compute is None or memory is None:
+            raise BadInput("compute_events: required (the window's events, or their deposit)", field="compute_events")
+        deposit = deposit_of_events(compute, memory, arch)
+    dep = deposit
+
     def power_at(T: np.ndarray) -> WindowPower:
-        return compute_power_from_events(
-            compute, memory, arch, core_temp_c=model.core_temps(T) - KELVIN,
-            bank_temp_c=model.bank_temps(T) - KELVIN, freq_ghz=freq, window_s=window_ms * 1e-3)
+        return compute_power(dep, arch, core_temp_c=model.core_temps(T) - KELVIN,
+                             bank_temp_c=model.bank_temps(T) - KELVIN, freq_ghz=freq, window_s=window_ms * 1e-3)
 
     if state is None and arch.thermal.init == "steady":
         T0 = warm_start(model, power_at)
@@ -193,7 +249,7 @@ def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: Thermal
         warm_energy_b64=warm_b64,
         warm_s=warm_s,
     )
-    return StepResult(state=new_state, snapshot=snap)
+    return StepOutcome(state=new_state, snapshot=snap)
 
 
 def _accumulate_warmup(arch: ArchConfig, model: StackModel, window: int, window_ms: float,

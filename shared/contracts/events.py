@@ -5,7 +5,7 @@ Owner: lowering service (``physicalize_window``). Consumers: thermal (power), me
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from shared.configs.arch import ArchConfig
 from shared.contracts.columnar import Columnar
@@ -45,6 +45,29 @@ class MemoryEvents(Columnar):
     rw: list[str]  # "r" | "w"
     hops: list[int]
     noc_qos: list[str]  # "normal" | "migration" | "dispatch" | "combine" (the last two: core to core, NoC only)
+
+
+class EnergyDeposit(BaseModel):
+    """Where one window's dynamic energy is dissipated: all the thermal step needs of the window's events (J; compute
+    at V0, thermal scales it by ``(V/V0)²``). ``shared.energy.deposit_of_events`` computes it from the events and
+    ``shared.energy.WindowDeposit`` reads it back; ~15 kB of JSON where the events are ~200 kB (issue 21).
+
+    ``bank_ids`` / ``bank_array_j``: the banks whose array took energy (flat ids, die-major: ``die·BX·BY + x·BY +
+    y``) and that energy; ``tsv_io_vault_j`` [die][vault core]: the TSV/IO share, spread evenly over the vault's banks
+    of that die; ``core_mem_j``: the controller share and the NoC routers' energy, on the logic die."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    core_compute_j: list[float]
+    core_mac_j: list[float]
+    core_mem_j: list[float]
+    bank_ids: list[int] = Field(default_factory=list)
+    bank_array_j: list[float] = Field(default_factory=list)
+    tsv_io_vault_j: list[list[float]]
+    array_j: float = Field(ge=0, allow_inf_nan=False)
+    tsv_io_j: float = Field(ge=0, allow_inf_nan=False)
+    controller_j: float = Field(ge=0, allow_inf_nan=False)
+    noc_j: float = Field(ge=0, allow_inf_nan=False)
 
 
 class RunningCompute(Columnar):
@@ -169,7 +192,11 @@ class PhysicalizeRequest(BaseModel):
     placement: Placement | None = None
     placement_hash: ContentHash | None = None
     overlays: Overlays = Field(default_factory=Overlays)
-    state: PhysicalState = Field(default_factory=PhysicalState)
+    state: PhysicalState | None = None  # None (and no state_ref): a fresh state
+    state_ref: ContentHash | None = None  # or the previous state by the name its answer gave (404 unknown_...)
+    replicas: ReplicaState | None = None  # replaces the named state's replicas (e.g. after a TACS step)
+    return_state: bool = True  # false: answer only ``state_ref`` (+ ``replicas`` when this window changed them)
+    events: bool = True  # false: answer the events' energy ``deposit`` only (what the thermal step needs)
     arch: ArchConfig | None = None
     arch_hash: ContentHash | None = None
     freq_ghz: list[float] | None = None  # per core; None = every core at its DVFS domain's top step
@@ -179,7 +206,14 @@ class PhysicalizeRequest(BaseModel):
 
 
 class PhysicalizeResponse(BaseModel):
-    compute: ComputeEvents
-    memory: MemoryEvents
-    state: PhysicalState
+    """The window's events (unless ``events: false``) and their energy ``deposit`` (the thermal step takes either),
+    the state for the next window (unless ``return_state: false``) and its name ``state_ref``, ``replicas`` when the
+    state is not returned and this window's overlays changed them, and the timing."""
+
+    compute: ComputeEvents | None = None
+    memory: MemoryEvents | None = None
+    deposit: EnergyDeposit | None = None
+    state: PhysicalState | None = None
+    state_ref: ContentHash | None = None
+    replicas: ReplicaState | None = None
     timing: WindowTiming

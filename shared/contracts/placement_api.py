@@ -66,7 +66,9 @@ class TacsStepRequest(BaseModel):
     telemetry: Telemetry
     placement: Placement | None = None
     placement_hash: ContentHash | None = None
-    state: ReplicaState = ReplicaState()
+    state: ReplicaState | None = None  # None (and no state_ref): no change yet (every expert at its placement cores)
+    state_ref: ContentHash | None = None  # or the replica state by the name a step answered (404 unknown_...)
+    return_state: bool = True  # false: answer the state only when this step changed it (its name always)
     params: TacsParams | None = None
     params_hash: ContentHash | None = None
     arch: ArchConfig | None = None
@@ -89,8 +91,12 @@ class InfluenceRegistration(BaseModel):
 
 
 class TacsStepResponse(BaseModel):
+    """The overlays for the next window, the replica state after them (whole, unless the request said
+    ``return_state: false`` and nothing changed) and its name ``state_ref``, the smoothed temperatures."""
+
     overlays: Overlays
-    state: ReplicaState
+    state: ReplicaState | None = None
+    state_ref: ContentHash | None = None
     smoothed: list[float]
 
 

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.configs.arch import ArchConfig
-from shared.contracts.events import ComputeEvents, MemoryEvents
+from shared.contracts.events import ComputeEvents, EnergyDeposit, MemoryEvents
 from shared.contracts.registry import ContentHash
 
 
@@ -82,9 +82,11 @@ class ModelInfo(BaseModel):
 
 
 class StepResult(BaseModel):
-    """``POST /v1/step`` answer: the state to pass to the next window and what the window did."""
+    """``POST /v1/step`` answer: the state to pass to the next window (unless the request said ``return_state:
+    false``), its name ``state_ref`` (the next request may carry that instead) and what the window did."""
 
-    state: ThermalState
+    state: ThermalState | None = None
+    state_ref: ContentHash | None = None
     snapshot: ThermalSnapshot
 
 
@@ -115,12 +117,15 @@ class WarmStartRequest(BaseModel):
 
     arch: ArchConfig | None = None
     model: ContentHash | None = None
-    state: ThermalState
+    state: ThermalState | None = None
+    state_ref: ContentHash | None = None  # the state by the name a step answered (exactly one of the two)
 
 
 class StepRequest(BaseModel):
     """``POST /v1/step``: one window. ``state`` is the previous answer's state (None = ambient, all cores at the top
-    DVFS step); its ``window`` must be ``window - 1`` (409 otherwise). The arch inline or its ``model`` (the hash
+    DVFS step), or ``state_ref`` its name; its ``window`` must be ``window - 1`` (409 otherwise). The window's work:
+    ``compute_events`` + ``memory_events``, or their ``deposit`` (what ``POST /v1/physicalize`` answers beside them;
+    the same power to the last bit). The arch inline or its ``model`` (the hash
     ``POST /v1/models`` answered; 404 ``unknown_model`` when this replica does not have it: post the arch again):
     exactly one."""
 
@@ -131,8 +136,11 @@ class StepRequest(BaseModel):
     window: int = Field(ge=0)
     window_ms: float = Field(gt=0, le=1e6, allow_inf_nan=False)  # up to 1000 s of simulated time in one step
     state: ThermalState | None = None
-    compute_events: ComputeEvents
-    memory_events: MemoryEvents
+    state_ref: ContentHash | None = None  # or the previous state by the name its step answered (404 unknown_...)
+    return_state: bool = True  # false: answer only ``state_ref`` (the caller names the state next window)
+    compute_events: ComputeEvents | None = None
+    memory_events: MemoryEvents | None = None
+    deposit: EnergyDeposit | None = None  # the events' energy deposit in their place (lowering's physicalize)
 
 
 class SolveRequest(BaseModel):

@@ -26,7 +26,7 @@ def test_physicalize_roundtrip(settings: Settings) -> None:
     r = c.post("/v1/physicalize", json=_body())
     assert r.status_code == 200, r.text
     out = r.json()
-    assert set(out) == {"compute", "memory", "state", "timing"}
+    assert set(out) == {"compute", "memory", "deposit", "state", "state_ref", "timing"}
     assert len(out["compute"]["evt_id"]) == len(out["compute"]["core_id"]) > 0
     assert len(out["timing"]["util_core"]) == 64
     # the returned state feeds the next window
@@ -37,6 +37,52 @@ def test_physicalize_roundtrip(settings: Settings) -> None:
     nxt = r2.json()
     ids = nxt["compute"]["evt_id"] + nxt["memory"]["evt_id"]
     assert ids and min(ids) == out["state"]["next_evt_id"]
+
+
+def test_a_state_named_by_its_ref_gives_the_same_window_as_the_state_sent_whole(settings: Settings) -> None:
+    """Issue 21: the service keeps the states it answers; naming one (``state_ref``) is the same as sending it."""
+    c = _client(settings)
+    out = c.post("/v1/physicalize", json=_body()).json()
+    whole = _body(1)
+    whole["state"] = out["state"]
+    by_ref = {**_body(1), "state_ref": out["state_ref"], "return_state": False, "events": False}
+    a, b = c.post("/v1/physicalize", json=whole), c.post("/v1/physicalize", json=by_ref)
+    assert a.status_code == b.status_code == 200, b.text
+    ja, jb = a.json(), b.json()
+    assert set(jb) == {"deposit", "state_ref", "timing"}  # no events, no state: only their names and energy
+    assert jb["state_ref"] == ja["state_ref"] and jb["deposit"] == ja["deposit"] and jb["timing"] == ja["timing"]
+    # the same state inline and by name: refused, naming the field
+    both = {**whole, "state_ref": out["state_ref"]}
+    r = c.post("/v1/physicalize", json=both)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "state"
+
+
+def test_a_state_the_service_does_not_keep_is_a_404_naming_state_ref(settings: Settings) -> None:
+    c = _client(settings)
+    r = c.post("/v1/physicalize", json={**_body(1), "state_ref": "ab" * 32})
+    assert r.status_code == 404
+    err = r.json()["error"]
+    assert err["code"] == "unknown_physical_state" and err["field"] == "state_ref"
+    # a restarted service (a new app) does not know the states of the old one
+    ref = c.post("/v1/physicalize", json=_body()).json()["state_ref"]
+    r = _client(settings).post("/v1/physicalize", json={**_body(1), "state_ref": ref})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_physical_state"
+
+
+def test_replicas_replace_those_of_the_named_state(settings: Settings) -> None:
+    """The window loop names the state and sends only the replica state a TACS step changed."""
+    c = _client(settings)
+    out = c.post("/v1/physicalize", json=_body()).json()
+    placement = _body()["placement"]
+    assert isinstance(placement, dict)
+    key = sorted(placement["experts"])[0]
+    moved = {"experts": {key: {"cores": [63], "ts_created_ns": 0}}}
+    whole = {**_body(1), "state": {**out["state"], "replicas": moved}}
+    by_ref = {**_body(1), "state_ref": out["state_ref"], "replicas": moved}
+    a, b = c.post("/v1/physicalize", json=whole).json(), c.post("/v1/physicalize", json=by_ref).json()
+    assert a["state_ref"] == b["state_ref"] and a["state"]["replicas"]["experts"][key]["cores"] == [63]
+    plain = c.post("/v1/physicalize", json={**_body(1), "state_ref": out["state_ref"]}).json()
+    assert plain["state_ref"] != a["state_ref"]  # the replicas did reach the window
 
 
 def test_physicalize_bad_input_names_the_field(settings: Settings) -> None:

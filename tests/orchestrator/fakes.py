@@ -19,7 +19,7 @@ from fastapi import APIRouter, Body, FastAPI
 from fastapi.responses import JSONResponse
 
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
-from shared.contracts.events import ComputeEvents, MemoryEvents, PhysicalState, WindowTiming
+from shared.contracts.events import ComputeEvents, EnergyDeposit, MemoryEvents, PhysicalState, WindowTiming
 from shared.contracts.ids import expert_id, parse_expert_id
 from shared.contracts.placement import (
     ExpertPlacement,
@@ -34,6 +34,7 @@ from shared.contracts.placement import (
 from shared.contracts.placement_api import JobAccepted, JobStatus
 from shared.contracts.thermal import InfluenceMatrix, RefreshReport, ThermalSnapshot, ThermalState
 from shared.contracts.workload import ExpertLoad, LogicalCompute, LogicalMemory, LogicalWindow, TraceSummary
+from shared.energy import deposit_of_events
 from shared.errors import Conflict, NotFound
 from shared.service_app import create_service_app
 from shared.settings import Settings
@@ -159,9 +160,32 @@ def influence_matrix(arch: ArchConfig) -> np.ndarray:
     return np.asarray(0.6 * np.exp(-d / 1.5) + 0.02)  # K/W
 
 
+def kept_state(body: dict[str, Any], states: dict[str, Any], kind: str) -> Any:
+    """The request's previous state: inline (``state``) or by the name an answer gave it (``state_ref``; a 404
+    ``unknown_<kind>`` when this app does not keep it, as the real services)."""
+    ref = body.get("state_ref")
+    if ref is not None and body.get("state") is None:
+        if ref not in states:
+            raise NotFound(f"unknown {kind} {ref}", field="state_ref", code=f"unknown_{kind}")
+        return states[ref]
+    return body.get("state")
+
+
+def answer_state(body: dict[str, Any], states: dict[str, Any], state: dict[str, Any], rest: dict[str, Any]
+                 ) -> dict[str, Any]:
+    """Keep ``state`` under its hash and answer it (whole unless ``return_state`` is false) with ``rest``."""
+    ref = _hash(state)
+    states[ref] = state
+    out = {**rest, "state_ref": ref}
+    if body.get("return_state", True):
+        out["state"] = state
+    return out
+
+
 def thermal_app(settings: Settings) -> FastAPI:
     router = APIRouter(tags=["thermal"])
     models: dict[str, ArchConfig] = {}
+    states: dict[str, Any] = {}
 
     @router.post("/models")
     def model(body: dict[str, Any]) -> dict[str, Any]:
@@ -185,15 +209,21 @@ def thermal_app(settings: Settings) -> FastAPI:
         else:
             arch = ArchConfig.model_validate(body["arch"])
         k, dt_ms = int(body["window"]), float(body["window_ms"])
-        state = ThermalState.model_validate(body["state"]) if body.get("state") else ThermalState()
+        state = ThermalState.model_validate(kept_state(body, states, "thermal_state") or {})
         if state.window != k - 1:
             raise Conflict(f"state is at window {state.window}, cannot step window {k}", code="out_of_order")
         n = arch.mesh.n_cores
         amb = arch.geometry.cooling.ambient_c
-        ce = ComputeEvents.model_validate(body["compute_events"])
-        me = MemoryEvents.model_validate(body["memory_events"])
         p = np.full(n, 0.5)
-        np.add.at(p, np.asarray(ce.core_id, dtype=int), np.asarray(ce.flops) * 1.5e-12 / (dt_ms * 1e-3))
+        if body.get("deposit") is not None:  # compute energy per core; the DRAM energy
+            dep = EnergyDeposit.model_validate(body["deposit"])
+            p += np.asarray(dep.core_compute_j) * 2 / (dt_ms * 1e-3)
+            bytes_total = (dep.array_j + dep.tsv_io_j) / (8 * 3.9e-12)
+        else:
+            ce = ComputeEvents.model_validate(body["compute_events"])
+            me = MemoryEvents.model_validate(body["memory_events"])
+            np.add.at(p, np.asarray(ce.core_id, dtype=int), np.asarray(ce.flops) * 1.5e-12 / (dt_ms * 1e-3))
+            bytes_total = float(np.sum(me.bytes))
         t_prev = (np.frombuffer(base64.b64decode(state.field_b64), dtype="<f4").astype(float) - 273.15
                   if state.field_b64 else np.full(n, amb))
         t_ss = amb + influence_matrix(arch) @ p
@@ -204,7 +234,6 @@ def thermal_app(settings: Settings) -> FastAPI:
         banks = [[float(v - 0.2 * j) for j in range(arch.dram.banks[2])] for v in t]
         hot = float(np.max(t))
         mult = 2.0 if hot > 85 else 1.0
-        bytes_total = float(np.sum(me.bytes))
         new = ThermalState(t_ns=state.t_ns + int(dt_ms * 1e6), window=k, dvfs_level=[int(x) for x in levels],
                            field_b64=base64.b64encode((t + 273.15).astype("<f4").tobytes()).decode())
         t32 = np.frombuffer(base64.b64decode(new.field_b64 or ""), dtype="<f4").astype(float) - 273.15
@@ -217,16 +246,17 @@ def thermal_app(settings: Settings) -> FastAPI:
                                   bw_eff_factor=1.0 - 0.045 * mult))
         snap.power_w.logic_dynamic = float(np.sum(p))
         snap.power_w.dram_dynamic = bytes_total * 8 * 3.9e-12 / (dt_ms * 1e-3)
-        return {"state": new.model_dump(mode="json"), "snapshot": snap.model_dump(mode="json")}
+        return answer_state(body, states, new.model_dump(mode="json"), {"snapshot": snap.model_dump(mode="json")})
 
     @router.post("/warm_start")
     def warm_start(body: dict[str, Any]) -> dict[str, Any]:
         """The fake keeps no energy: the run proper starts from the warm-up pass's last field."""
-        state = ThermalState.model_validate(body["state"])
+        state = ThermalState.model_validate(kept_state(body, states, "thermal_state"))
         return ThermalState(field_b64=state.field_b64, window=-1).model_dump(mode="json")
 
     app = create_service_app("thermal", settings, [router])
     app.state.models = models
+    app.state.states = states
     return app
 
 
@@ -236,6 +266,7 @@ def thermal_app(settings: Settings) -> FastAPI:
 def placement_app(settings: Settings) -> FastAPI:
     router = APIRouter(tags=["placement"])
     jobs: dict[str, dict[str, Any]] = {}
+    replica_states: dict[str, Any] = {}
     stores = registry(router, {"placements": "placement", "archs": "arch", "tacs-params": "tacs_params",
                                "influence": "influence"})
 
@@ -278,7 +309,8 @@ def placement_app(settings: Settings) -> FastAPI:
     @router.post("/tacs/step")
     def tacs(body: dict[str, Any]) -> dict[str, Any]:
         tele = Telemetry.model_validate(body["telemetry"])
-        state = ReplicaState.model_validate(body["state"])
+        state = ReplicaState.model_validate(kept_state(body, replica_states, "replica_state") or {})
+        before = state.model_copy(deep=True)
         params = TasParams.model_validate({"tacs": inline_or_hash(body, "params", stores, "tacs_params")}).tacs
         t = np.asarray(tele.temps_core)
         prev = body.get("smoothed")
@@ -301,11 +333,16 @@ def placement_app(settings: Settings) -> FastAPI:
                 state.experts[e] = ReplicaEntry(cores=[cool], ts_created_ns=now, last_change_ns=now,
                                                 prev_cores=[hot])
                 _ = (layer, ex)
-        return {"overlays": Overlays(reroute=reroute, migrate=migrate).model_dump(mode="json"),
-                "state": state.model_dump(mode="json"), "smoothed": [float(x) for x in sm]}
+        out = answer_state(body, replica_states, state.model_dump(mode="json"),
+                           {"overlays": Overlays(reroute=reroute, migrate=migrate).model_dump(mode="json"),
+                            "smoothed": [float(x) for x in sm]})
+        if state != before:
+            out["state"] = state.model_dump(mode="json")  # a changed state comes back whole (as the real one)
+        return out
 
     app = create_service_app("placement", settings, [router])
     app.state.run_data = stores
+    app.state.states = replica_states
     return app
 
 
@@ -314,6 +351,7 @@ def placement_app(settings: Settings) -> FastAPI:
 
 def lowering_app(settings: Settings) -> FastAPI:
     router = APIRouter(tags=["lowering"])
+    states: dict[str, Any] = {}
     stores = registry(router, {"placements": "placement", "archs": "arch"})
 
     @router.post("/physicalize")
@@ -321,7 +359,10 @@ def lowering_app(settings: Settings) -> FastAPI:
         arch = ArchConfig.model_validate(inline_or_hash(body, "arch", stores, "arch"))
         n = arch.mesh.n_cores
         lw = LogicalWindow.model_validate(body["logical"])
-        state = PhysicalState.model_validate(body["state"])
+        state = PhysicalState.model_validate(kept_state(body, states, "physical_state") or {})
+        if body.get("replicas") is not None:
+            state.replicas = ReplicaState.model_validate(body["replicas"])
+        before = state.replicas.model_copy(deep=True)
         freq = body["freq_ghz"]
         ov = Overlays.model_validate(body["overlays"])
         for obj, dst in zip(ov.migrate.obj_id, ov.migrate.dst, strict=True):
@@ -353,11 +394,17 @@ def lowering_app(settings: Settings) -> FastAPI:
                               util_core=np.minimum(busy / dt, 1.0).tolist(), bytes_moved=float(sum(m.bytes)),
                               noc_link_util=[0.1, 0.2], migrations=len(ov.migrate))
         new = PhysicalState(replicas=state.replicas, next_evt_id=evt)
-        return {"compute": ComputeEvents(**comp).model_dump(mode="json"), "memory": memv.model_dump(mode="json"),
-                "state": new.model_dump(mode="json"), "timing": timing.model_dump(mode="json")}
+        deposit = deposit_of_events(ComputeEvents(**comp), memv, arch).to_contract()  # the real one (shared)
+        rest: dict[str, Any] = {"deposit": deposit.model_dump(mode="json"), "timing": timing.model_dump(mode="json")}
+        if body.get("events", True):
+            rest.update(compute=ComputeEvents(**comp).model_dump(mode="json"), memory=memv.model_dump(mode="json"))
+        if not body.get("return_state", True) and new.replicas != before:
+            rest["replicas"] = new.replicas.model_dump(mode="json")
+        return answer_state(body, states, new.model_dump(mode="json"), rest)
 
     app = create_service_app("lowering", settings, [router])
     app.state.run_data = stores
+    app.state.states = states
     return app
 
 

@@ -41,13 +41,15 @@ def test_default_load_is_below_capacity_and_the_backlog_stays_bounded(settings: 
         run = RunData.of(arch=arch, placement=plc).lowering
         pipe.register_all(run.values())
         state = PhysicalState(replicas=initial_replicas(plc)).model_dump(mode="json")
+        ref: str | None = None
         completed, latencies = 0, []
         for k in range(math.ceil(SIMULATED_MS / window_ms)):
             L = pipe.logical_window(trace, k, workload=wl, window_ms=window_ms)
-            P = pipe.physicalize(window=k, logical=L.raw, run=run, overlays=EMPTY_OVERLAYS, state=state,
+            P = pipe.physicalize(window=k, logical=L.raw, run=run, overlays=EMPTY_OVERLAYS,
+                                 state=state if ref is None else None, state_ref=ref, replicas=None,
                                  freq_ghz=initial_freqs(arch), window_ms=window_ms, bw_eff_factor=1.0,
-                                 n_layers=trace.n_layers)
-            state = P.state
+                                 n_layers=trace.n_layers, return_state=False, events=False)
+            ref = P.state_ref
             t = P.timing
             assert t.tokens_dropped == 0, f"window {k}: admission shed tokens"
             assert t.open_mbs <= cap.open_limit, f"window {k}: {t.open_mbs} micro-batches open"

@@ -247,3 +247,83 @@ def test_runs_are_handed_out_most_expensive_scenario_first(db: Db, settings: Set
                   .values(status=RunStatus.succeeded))
         s.commit()
     assert [scenario[r] for r in run_ids_of(sessions=db.sessions, exp_id=exp_id)] == ["taps", "tacs", "baseline"]
+
+
+def _frontier_rows(db: Db, run_id: str) -> list[int]:
+    with db.sessions() as s:
+        return [w for (w,) in s.execute(sa.select(WindowRecord.window).where(
+            WindowRecord.run_id == run_id, WindowRecord.frontier.is_not(None)).order_by(WindowRecord.window))]
+
+
+def test_services_that_lost_the_run_states_get_them_rebuilt_from_the_checkpoint(
+        db: Db, settings: Settings, clients: ServiceClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21: the thermal and physical states stay with their services and windows name them; a frontier keeps
+    them whole every CHECKPOINT_EVERY windows. A resume on restarted services (they know none of the run's states)
+    replays the windows after the checkpoint, which must name the very states the run committed, and the outputs are
+    byte-identical; states lost in the middle of a run are rebuilt the same way."""
+    from services.orchestrator import window_loop
+
+    monkeypatch.setattr(window_loop, "CHECKPOINT_EVERY", 3)
+    ref_id = _experiment(db, settings, tmp_path / "ref", scenarios=["tas"])
+    ref_run = repo.run_id_for(ref_id, "tas")
+    assert run_scenario(ref_run, clients, db.sessions).status == "succeeded"
+    assert _frontier_rows(db, ref_run) == [7]  # the last window is a checkpoint; the earlier ones were dropped
+
+    exp_id = _experiment(db, settings, tmp_path / "crash", scenarios=["tas"])
+    run_id = repo.run_id_for(exp_id, "tas")
+    out1 = run_scenario(run_id, clients, db.sessions, owner="w1", lease_s=0.3, on_window=lambda _r, k, _n: k < 4)
+    assert out1.status == "stopped" and out1.windows_run == 5
+    assert _frontier_rows(db, run_id) == [3, 4]  # the checkpoint (window 3) and the newest
+    time.sleep(0.4)
+    fresh = ServiceClients(settings, asgi_apps=fakes.build_apps(settings))  # restarted services: no states
+    try:
+        out2 = run_scenario(run_id, fresh, db.sessions, owner="w2", lease_s=5)
+    finally:
+        fresh.close()
+    assert out2.status == "succeeded" and out2.windows_run == 3
+    log = (run_dir_for(tmp_path / "crash", "tas") / "run.log").read_text()
+    assert "replaying windows 4..4 from the checkpoint after window 3" in log
+    assert _tree(tmp_path / "crash") == _tree(tmp_path / "ref")
+
+    # in the middle of a run: both services forget every state after window 4 was committed
+    apps = fakes.build_apps(settings)
+    mid = ServiceClients(settings, asgi_apps=apps)
+
+    def forget(_r: str, k: int, _n: int) -> bool:
+        if k == 4:
+            apps["thermal"].state.states.clear()
+            apps["lowering"].state.states.clear()
+        return True
+
+    exp2 = _experiment(db, settings, tmp_path / "mid", scenarios=["tas"])
+    try:
+        out3 = run_scenario(repo.run_id_for(exp2, "tas"), mid, db.sessions, on_window=forget)
+    finally:
+        mid.close()
+    assert out3.status == "succeeded"
+    assert "replaying windows 4..4" in (run_dir_for(tmp_path / "mid", "tas") / "run.log").read_text()
+    assert _tree(tmp_path / "mid") == _tree(tmp_path / "ref")
+
+
+def test_a_replay_that_does_not_reproduce_the_committed_states_fails_the_run(
+        db: Db, settings: Settings, clients: ServiceClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Determinism is checked, not assumed: a replay naming other states than those committed ends the run."""
+    from services.orchestrator import window_loop
+
+    monkeypatch.setattr(window_loop, "CHECKPOINT_EVERY", 3)
+    exp_id = _experiment(db, settings, tmp_path / "out", scenarios=["baseline"])
+    run_id = repo.run_id_for(exp_id, "baseline")
+    assert run_scenario(run_id, clients, db.sessions, owner="w1", lease_s=0.3,
+                        on_window=lambda _r, k, _n: k < 5).status == "stopped"
+    with db.sessions.begin() as s:  # the committed frontier names a state no replay can give
+        row = s.execute(sa.select(WindowRecord).where(WindowRecord.run_id == run_id, WindowRecord.window == 5)
+                        ).scalar_one()
+        assert row.frontier is not None
+        row.frontier = {**row.frontier, "thermal_ref": "0" * 16}
+    time.sleep(0.4)
+    fresh = ServiceClients(settings, asgi_apps=fakes.build_apps(settings))
+    try:
+        out = run_scenario(run_id, fresh, db.sessions, owner="w2", lease_s=5)
+    finally:
+        fresh.close()
+    assert out.status == "failed" and out.error is not None and "not deterministic" in out.error

@@ -160,6 +160,39 @@ def test_tacs_step_by_hash_is_the_inline_answer(client: TestClient) -> None:
     assert r.status_code == 422 and _err(r)["field"] == "H"
 
 
+def test_tacs_step_names_the_replica_state_it_owns(client: TestClient) -> None:
+    """Issue 21: placement owns the replica state. A step keeps the state it answers and names it (``state_ref``);
+    the next step may name it instead of sending it (the same answer); ``return_state: false`` answers the state
+    only when the step changed it; a name this replica does not keep is a 404 ``unknown_replica_state``."""
+    from shared.configs import ArchConfig
+
+    arch = ArchConfig()
+    cores = {f"L0E{e}": [27] for e in range(8)}
+    plc = placement_from(arch, cores).model_dump(mode="json")
+    H = synthetic_diffusion_kernel(8, 8)
+    p = np.zeros(64)
+    p[27] = 24.0
+    hot = {"temps_core": (H @ p + 45.0).tolist(), "util_core": [0.5] * 64, "noc_load": 0.1}
+    base = {"placement": plc, "H": H.tolist(), "now_ns": 18_000_000,
+            "pending": window(6, {eid: 3.0 for eid in cores}).model_dump(mode="json")}
+    first = client.post("/v1/tacs/step", json={**base, "telemetry": hot, "return_state": False})
+    assert first.status_code == 200, first.text
+    moved = first.json()
+    assert moved["state"]["experts"] and moved["state_ref"]  # it moved an expert: the state comes back
+    cool = {**base, "telemetry": {"temps_core": [45.0] * 64, "util_core": [0.1] * 64, "noc_load": 0.0},
+            "now_ns": 21_000_000}
+    whole = client.post("/v1/tacs/step", json={**cool, "state": moved["state"]}).json()
+    named = client.post("/v1/tacs/step", json={**cool, "state_ref": moved["state_ref"], "return_state": False})
+    assert named.status_code == 200, named.text
+    assert "state" not in named.json()  # nothing changed: only its name, the same as the whole answer's
+    assert named.json()["state_ref"] == whole["state_ref"] == moved["state_ref"]
+    assert named.json()["overlays"] == whole["overlays"]
+    r = client.post("/v1/tacs/step", json={**cool, "state_ref": "ef" * 32})
+    assert r.status_code == 404 and _err(r)["code"] == "unknown_replica_state" and _err(r)["field"] == "state_ref"
+    r = client.post("/v1/tacs/step", json={**cool, "state": moved["state"], "state_ref": moved["state_ref"]})
+    assert r.status_code == 422 and _err(r)["field"] == "state"
+
+
 def test_tacs_step_bad_core_is_422(client: TestClient) -> None:
     from shared.configs import ArchConfig
 

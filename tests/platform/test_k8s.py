@@ -128,6 +128,12 @@ def test_service_deployment_and_service(base: list[Doc], name: str) -> None:
     assert container["resources"]["requests"] and container["resources"]["limits"]
 
 
+@pytest.mark.parametrize("name", ["thermal", "lowering", "placement"])
+def test_services_keeping_window_states_pin_each_client_to_one_replica(base: list[Doc], name: str) -> None:
+    """A run names its thermal, physical and replica states by hash; they live in the replica that answered them."""
+    assert _by(base, "Service")[name]["spec"].get("sessionAffinity") == "ClientIP"
+
+
 def test_app_pods_take_env_from_the_configmap_and_run_as_non_root(base: list[Doc]) -> None:
     pods = _app_pods(base)
     assert set(pods) == {*(f"Deployment/{n}" for n in [*SERVICES, "worker"]), "Job/tasmoe-migrate"}

@@ -18,6 +18,7 @@ from services.thermal.service import decode_field, solve_power_map, thermal_step
 from shared.configs import ArchConfig
 from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.thermal import StepResult, ThermalState
+from shared.energy import deposit_of_events
 from shared.errors import Conflict
 from shared.settings import Settings
 from tests.conftest import FIXTURES
@@ -58,7 +59,8 @@ def test_step_is_idempotent(arch_small: ArchConfig) -> None:
     r0 = thermal_step(arch_small, 0, 2.0, None, c, m)
     a = thermal_step(arch_small, 1, 2.0, r0.state, c, m)
     b = thermal_step(arch_small, 1, 2.0, r0.state, c, m)
-    assert a.model_dump_json() == b.model_dump_json()
+    assert a.state.model_dump_json() == b.state.model_dump_json()
+    assert a.snapshot.model_dump_json() == b.snapshot.model_dump_json()
 
 
 def test_dvfs_throttles_a_hot_core() -> None:
@@ -332,3 +334,71 @@ def test_http_step_refuses_an_extreme_window_naming_the_field(window_ms: float, 
             "compute_events": c.model_dump(), "memory_events": m.model_dump()}
     r = client.post("/v1/step", json=body)
     assert r.status_code == 422 and r.json()["error"]["field"] == "window_ms"
+
+
+def test_http_step_from_the_events_deposit_and_by_state_ref_gives_the_same_bytes(
+        client: TestClient, arch_small: ArchConfig) -> None:
+    """Issue 21: the energy deposit of the events (what the physicalizer answers beside them) gives the very same
+    window; a state named by the ``state_ref`` its step answered is the same as the state sent whole."""
+    c, m = _events(5)
+    deposit = deposit_of_events(c, m, arch_small).to_contract().model_dump(mode="json")
+    events = client.post("/v1/step", json=_step_body(arch_small, 0, None))
+    body = {**_step_body(arch_small, 0, None), "deposit": deposit}
+    del body["compute_events"], body["memory_events"]
+    dep = client.post("/v1/step", json=body)
+    assert events.status_code == dep.status_code == 200, dep.text
+    assert dep.content == events.content
+    first = events.json()
+    whole = client.post("/v1/step", json={**body, "window": 1, "state": first["state"]})
+    named = client.post("/v1/step", json={**body, "window": 1, "state": None, "state_ref": first["state_ref"],
+                                          "return_state": False})
+    assert named.status_code == 200, named.text
+    assert "state" not in named.json() and named.json()["state_ref"] == whole.json()["state_ref"]
+    assert named.json()["snapshot"] == whole.json()["snapshot"]
+    # events and deposit together, or neither: a 422 naming the field
+    r = client.post("/v1/step", json={**_step_body(arch_small, 0, None), "deposit": deposit})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "deposit"
+    r = client.post("/v1/step", json={k: v for k, v in body.items() if k != "deposit"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "compute_events"
+
+
+@pytest.mark.parametrize(("key", "value", "field"), [
+    ("core_compute_j", [1.0] * 3, "deposit.core_compute_j"),
+    ("core_mac_j", [-1.0] * 16, "deposit.core_mac_j"),
+    ("bank_ids", [10**6], "deposit.bank_ids[0]"),
+    ("bank_array_j", [-1.0], "deposit.bank_array_j[0]"),
+    ("tsv_io_vault_j", [[0.0] * 16], "deposit.tsv_io_vault_j"),
+])
+def test_http_a_bad_deposit_is_a_422_naming_the_field(client: TestClient, arch_small: ArchConfig, key: str,
+                                                      value: Any, field: str) -> None:
+    c, m = _events(5)
+    deposit = deposit_of_events(c, m, arch_small).to_contract().model_dump(mode="json")
+    if key == "bank_ids":
+        deposit["bank_array_j"] = [1e-9]
+    if key == "bank_array_j":
+        deposit["bank_ids"] = [0]
+    body = {**_step_body(arch_small, 0, None), "deposit": {**deposit, key: value}}
+    del body["compute_events"], body["memory_events"]
+    r = client.post("/v1/step", json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"].startswith(field)
+
+
+def test_http_a_state_the_replica_does_not_keep_is_a_404_and_warm_start_takes_a_ref(
+        settings: Settings, arch_small: ArchConfig) -> None:
+    client = TestClient(create_app(settings))
+    r = client.post("/v1/step", json={**_step_body(arch_small, 1, None), "state_ref": "cd" * 32})
+    assert r.status_code == 404
+    assert r.json()["error"]["code"] == "unknown_thermal_state" and r.json()["error"]["field"] == "state_ref"
+    arch = arch_small.model_copy(update={"thermal": arch_small.thermal.model_copy(
+        update={"init": "steady", "warmup_ms": 3.0})})
+    first = client.post("/v1/step", json=_step_body(arch, 0, None)).json()
+    assert first["state"]["warm_energy_b64"]
+    body = {"arch": arch.model_dump(mode="json")}
+    whole = client.post("/v1/warm_start", json={**body, "state": first["state"]})
+    named = client.post("/v1/warm_start", json={**body, "state_ref": first["state_ref"]})
+    assert whole.status_code == named.status_code == 200 and whole.content == named.content
+    r = TestClient(create_app(settings)).post("/v1/warm_start", json={**body, "state_ref": first["state_ref"]})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_thermal_state"
+    r = client.post("/v1/warm_start", json=body)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "state"
