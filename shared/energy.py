@@ -178,7 +178,7 @@ class WindowDeposit:
         mac = vec("core_mac_j", dep.core_mac_j, n)
         mem = vec("core_mem_j", dep.core_mem_j, n)
         vals = vec("bank_array_j", dep.bank_array_j, len(dep.bank_ids))
-        ids = np.asarray(dep.bank_ids, dtype=np.int64)
+        ids = int_column(dep.bank_ids, f"{field}.bank_ids")
         bad = np.flatnonzero((ids < 0) | (ids >= n_banks))
         if bad.size:
             raise BadInput(f"{field}.bank_ids[{bad[0]}] = {ids[bad[0]]} is outside the {n_banks} banks",
@@ -198,10 +198,19 @@ class WindowDeposit:
         return cls(core_compute_j=core, core_mac_j=mac, memory=memory)
 
 
+def int_column(values: list[int], field: str) -> I64:
+    """``values`` as int64; a value past int64 (JSON and pydantic take any integer) is a 422 naming it."""
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except OverflowError:
+        i = next(i for i, x in enumerate(values) if not -2**63 <= x < 2**63)
+        raise BadInput(f"{field}[{i}] = {values[i]} is out of range", field=f"{field}[{i}]") from None
+
+
 def deposit_of_events(compute: ComputeEvents, memory: MemoryEvents, arch: ArchConfig) -> WindowDeposit:
     """The `WindowDeposit` of a window's events (checked: a 422 naming the first bad event field)."""
     n_cores = arch.mesh.n_cores
-    core_ids = np.asarray(compute.core_id, dtype=int)
+    core_ids = int_column(compute.core_id, "compute_events.core_id")
     e_comp = np.asarray(compute.energy_j, dtype=float)
     if core_ids.size:
         bad = np.flatnonzero((core_ids < 0) | (core_ids >= n_cores))
@@ -224,7 +233,7 @@ def deposit_of_events(compute: ComputeEvents, memory: MemoryEvents, arch: ArchCo
 
     chip = Chip.from_arch(arch)
     nbytes = np.asarray(memory.bytes, dtype=float)
-    src = np.asarray(memory.src_core, dtype=int)
+    src = int_column(memory.src_core, "memory_events.src_core")
     if len(memory):
         bad = np.flatnonzero(~np.isfinite(nbytes) | (nbytes < 0))
         if bad.size:
@@ -234,7 +243,7 @@ def deposit_of_events(compute: ComputeEvents, memory: MemoryEvents, arch: ArchCo
         if bad.size:
             raise BadInput(f"memory_events.src_core[{bad[0]}] = {src[bad[0]]} is outside the mesh",
                            field=f"memory_events.src_core[{bad[0]}]")
-        bad = np.flatnonzero(np.asarray(memory.hops, dtype=int) < 0)
+        bad = np.flatnonzero(int_column(memory.hops, "memory_events.hops") < 0)
         if bad.size:
             raise BadInput(f"memory_events.hops[{bad[0]}] must be >= 0", field=f"memory_events.hops[{bad[0]}]")
         bad_q = [i for i, x in enumerate(memory.noc_qos) if x not in NOC_QOS]

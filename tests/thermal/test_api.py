@@ -366,6 +366,7 @@ def test_http_step_from_the_events_deposit_and_by_state_ref_gives_the_same_bytes
     ("core_compute_j", [1.0] * 3, "deposit.core_compute_j"),
     ("core_mac_j", [-1.0] * 16, "deposit.core_mac_j"),
     ("bank_ids", [10**6], "deposit.bank_ids[0]"),
+    ("bank_ids", [2**63], "deposit.bank_ids[0]"),  # past int64: was a 500 (OverflowError)
     ("bank_array_j", [-1.0], "deposit.bank_array_j[0]"),
     ("tsv_io_vault_j", [[0.0] * 16], "deposit.tsv_io_vault_j"),
 ])
