@@ -29,6 +29,17 @@ def shard_sizes(expert_bytes: int, weight_shard_mb: float) -> list[int]:
     return [shard] * (n - 1) + [expert_bytes - shard * (n - 1)]
 
 
+def spread_pick(load: np.ndarray, used: np.ndarray, mask: np.ndarray, n_dram_layers: int) -> int:
+    """The slot of one vault (``mask``: the allowed ones) for a new shard: least ``load`` in the slot's column (the
+    banks at its position on every DRAM die, slots ``pos·L .. pos·L + L − 1``: their array energy heats the same spot
+    of the logic die), then least ``load`` in the bank, then least used, then lowest slot (deterministic). ``load``:
+    read demand (TAPS's bank book) or, where demand is not known, the bytes held (TACS)."""
+    idx = np.flatnonzero(mask)
+    col = load.reshape(-1, n_dram_layers).sum(axis=1)[idx // n_dram_layers]
+    key = np.lexsort((idx, used[idx], load[idx], col))
+    return int(idx[key[0]])
+
+
 class BankBook:
     """Occupancy (bytes) and read-bandwidth demand (bytes/s) of every bank, shaped (n_cores, vault_banks)."""
 
@@ -43,13 +54,7 @@ class BankBook:
         self.over_bw = 0  # shards placed where the bank's bandwidth demand exceeds bank_bw_gbps
 
     def _pick(self, v: int, mask: np.ndarray) -> int:
-        # least read demand in the bank's column (the banks at its position on every DRAM die: their array energy
-        # heats the same spot of the logic die), then in the bank, then least used, then lowest slot: deterministic
-        idx = np.flatnonzero(mask)
-        L = self.geom.n_dram_layers
-        col = self.bw[v].reshape(-1, L).sum(axis=1)[idx // L]
-        key = np.lexsort((idx, self.used[v, idx], self.bw[v, idx], col))
-        return int(idx[key[0]])
+        return spread_pick(self.bw[v], self.used[v], mask, self.geom.n_dram_layers)
 
     def place(self, core: int, size: float, demand: float) -> tuple[int, int]:
         """Place one shard for ``core``: its own vault when a bank has room and bandwidth, else the nearest vault with

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.placement.geometry import MIB, ChipGeometry, check_h, hops_matrix
+from services.placement.shards import spread_pick
 from shared.configs import ArchConfig
 from shared.configs.tas import TacsParams
 from shared.contracts.ids import parse_bank_ids
@@ -380,21 +381,23 @@ def _occupy(used: np.ndarray, act: _Action, geom: ChipGeometry) -> None:
 
 def _pick_banks(act: _Action, used_all: np.ndarray, geom: ChipGeometry, bank_cap: float,
                 claimed: set[tuple[int, int]]) -> list[str] | None:
-    """Distinct banks with room in the destination vault, one incoming shard per bank this window (bandwidth)."""
+    """Distinct banks with room in the destination vault, one incoming shard per bank this window (bandwidth),
+    spread over the vault's columns as TAPS spreads them (``shards.spread_pick`` on the bytes each bank holds: the
+    shards of an expert are read one after another, a column holding several of them is one hot spot)."""
     d = act.dst
     out: list[str] = []
-    used = used_all[d]
-    order = np.lexsort((np.arange(geom.vault_banks), used))
-    k = 0
+    used = used_all[d].copy()  # this action's shards count as they are placed
+    free = np.array([(d, b) not in claimed for b in range(geom.vault_banks)], dtype=bool)
     for _, size, _, _ in act.shards or []:
-        while k < order.size and ((d, int(order[k])) in claimed or used[order[k]] + size > bank_cap + 1e-6):
-            k += 1
-        if k >= order.size:
+        mask = free & (used + size <= bank_cap + 1e-6)
+        if not mask.any():
             return None
-        out.append(geom.slot_bank_id(d, int(order[k])))
-        k += 1
-    for b in out:
-        claimed.add(geom.bank_core_slot(b))
+        b = spread_pick(used, used, mask, geom.n_dram_layers)
+        out.append(geom.slot_bank_id(d, b))
+        used[b] += size
+        free[b] = False
+    for bank in out:
+        claimed.add(geom.bank_core_slot(bank))
     return out
 
 

@@ -17,7 +17,7 @@ from services.placement.tacs import ACT_BYTES_PER_TOKEN, replica_state_from_plac
 from services.thermal.influence import influence_matrix
 from shared.configs import ArchConfig, TasParams
 from shared.configs.tas import TacsParams
-from shared.contracts.placement import Overlays, Placement, ReplicaState, Telemetry
+from shared.contracts.placement import Overlays, Placement, ReplicaState, Telemetry, TensorPlacement
 from shared.errors import BadInput
 from tests.placement.conftest import small_arch
 from tests.placement.tacs_helpers import cores_now, placement_from, temps, window
@@ -98,6 +98,30 @@ def test_overlay_rows_follow_the_seed_schema(arch: ArchConfig, tas: TasParams, k
     ent = next(iter(state.experts.values()))
     assert ent.ts_created_ns == pend.t0_ns and ent.last_change_ns == pend.t0_ns and ent.prev_cores == [27]
     assert sm == pytest.approx(T.tolist())  # first call: smoothing starts at the raw value
+
+
+def test_a_migrated_experts_shards_spread_over_the_destination_vaults_columns(
+        arch: ArchConfig, tas: TasParams, kernel64: np.ndarray) -> None:
+    """Science III: the shards of an expert are read one after another; TACS puts a migrated expert's shards in
+    distinct columns of the destination vault (``shards.spread_pick``), not stacked in one (the slot order)."""
+    cores = {f"L0E{e}": [27] for e in range(8)}
+    watts = {eid: 3.0 for eid in cores}
+    geom = ChipGeometry.of(arch)
+    L = geom.n_dram_layers
+    # four 8 MiB shards per expert, each in its own bank of the source vault
+    slots = iter(range(geom.vault_banks))
+    tensors = {f"W_{eid}_{k}": TensorPlacement(dram_bank=geom.slot_bank_id(27, next(slots)), size_bytes=8 << 20)
+               for eid in cores for k in range(4)}
+    plc = placement_from(arch, cores).model_copy(update={"tensors": tensors})
+    ov, _, _ = tacs_step(Telemetry(temps_core=temps(kernel64, cores, watts).tolist()), plc, ReplicaState(),
+                             tas.tacs, arch, kernel64, window(5, watts), None, 15_000_000)
+    by_expert: dict[str, list[int]] = {}
+    for typ, oid, dst in zip(ov.migrate.obj_type, ov.migrate.obj_id, ov.migrate.dst, strict=True):
+        if typ == "weight":
+            by_expert.setdefault(oid[2:oid.rindex("_")], []).append(geom.bank_core_slot(dst)[1] // L)
+    assert by_expert and all(len(cols) >= 2 for cols in by_expert.values())
+    for cols in by_expert.values():
+        assert len(set(cols)) == len(cols), f"shards stacked in one column: {cols}"
 
 
 def test_smoothing_is_exponential(tas: TasParams) -> None:
