@@ -9,7 +9,7 @@ from shared.chip import Chip
 from shared.configs import ArchConfig
 from shared.content import ContentStore, arch_store, object_or_hash, placement_store, state_store
 from shared.contracts.events import PhysicalizeRequest, PhysicalizeResponse, PhysicalState
-from shared.contracts.placement import Placement
+from shared.contracts.placement import Placement, ReplicaState
 from shared.contracts.registry import Registered
 from shared.energy import deposit_of_events
 from shared.errors import BadInput
@@ -54,6 +54,15 @@ def default_freqs(arch: ArchConfig) -> list[float]:
     return [steps[d] for d in chip.core_domain]
 
 
+def _check_replica_cores(replicas: ReplicaState, n_cores: int, where: str) -> None:
+    """Every expert of the replica state on at least one core of the mesh (a 422 naming the expert otherwise)."""
+    for key, ent in replicas.experts.items():
+        bad = [c for c in ent.cores if not 0 <= c < n_cores]
+        if bad or not ent.cores:
+            what = f"core {bad[0]} is outside the mesh (0..{n_cores - 1})" if bad else "no core"
+            raise BadInput(f"{where}.experts.{key}.cores: {what}", field=f"{where}.experts.{key}.cores")
+
+
 def physicalize(req: PhysicalizeRequest, data: RunData | None = None) -> PhysicalizeResponse:
     """One window. ``data``: the registered run data the request's hashes name (None: a hash is unknown here)."""
     data = data or RunData.of(1)
@@ -65,8 +74,17 @@ def physicalize(req: PhysicalizeRequest, data: RunData | None = None) -> Physica
     state = data.states.get(req.state_ref) if req.state_ref is not None else req.state or PhysicalState()
     if req.replicas is not None:
         state = state.model_copy(update={"replicas": req.replicas})
-    c, m, st, tm = physicalize_window(req.window, req.logical, placement, req.overlays, state, arch,
-                                      freq, req.window_ms, req.bw_eff_factor, n_layers=req.n_layers)
+    if req.replicas is not None or req.state is not None:  # a state this service answered was checked then
+        _check_replica_cores(state.replicas, arch.mesh.n_cores,
+                             "replicas" if req.replicas is not None else "state.replicas")
+    try:
+        c, m, st, tm = physicalize_window(req.window, req.logical, placement, req.overlays, state, arch,
+                                          freq, req.window_ms, req.bw_eff_factor, n_layers=req.n_layers)
+    except BadInput as exc:  # a replica state given as ``replicas`` is named so, not as the state's
+        if req.replicas is not None and exc.field and exc.field.startswith("state.replicas"):
+            exc.field = "replicas" + exc.field[len("state.replicas"):]
+            exc.message = exc.message.replace("state.replicas", "replicas")
+        raise
     ref, _ = data.states.put(st)
     deposit = deposit_of_events(c, m, arch).to_contract()
     changed = st.replicas != state.replicas

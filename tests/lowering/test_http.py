@@ -181,3 +181,15 @@ def test_physicalize_wants_the_placement_or_its_hash(settings: Settings) -> None
     assert r.status_code == 422 and r.json()["error"]["field"] == "placement_hash"
     r = c.post("/v1/physicalize", json={**body, "placement": placement, "arch": {}, "arch_hash": "0" * 64})
     assert r.status_code == 422 and r.json()["error"]["field"] == "arch"
+
+
+def test_a_bad_replica_state_sent_as_replicas_is_named_replicas(settings: Settings) -> None:
+    c = _client(settings)
+    out = c.post("/v1/physicalize", json=_body()).json()
+    placement = _body()["placement"]
+    assert isinstance(placement, dict)
+    key = sorted(placement["experts"])[0]
+    bad = {"experts": {key: {"cores": [70], "ts_created_ns": 0}}}  # a core outside the 8 x 8 mesh
+    r = c.post("/v1/physicalize", json={**_body(1), "state_ref": out["state_ref"], "replicas": bad})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"].startswith("replicas"), r.json()
