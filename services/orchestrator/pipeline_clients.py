@@ -268,6 +268,17 @@ class Pipeline:
             resp = client.request("POST", path, content=body(), idempotency_key=idempotency_key)
         return json_codec.loads(resp.content)
 
+    def _post_stateful(self, service: str, path: str, parts: Mapping[str, Any], run: RunObjects,
+                       idempotency_key: str) -> Any:
+        """`_post_naming` for a request that names a window state: `StateMissing` when the service no longer keeps
+        it (404 ``unknown_<kind>_state``)."""
+        try:
+            return self._post_naming(service, path, parts, run, idempotency_key)
+        except NotFound as exc:
+            if exc.code in STATE_CODES:
+                raise StateMissing(f"{service}: {exc}") from exc
+            raise
+
     def check_model(self, model: str | InlineModel) -> None:
         """The workload service knows the model (its zoo or a registered one), or builds the inline config.json;
         otherwise a `BadInput` naming ``workload.model`` (``workload.model.config.<key>`` for an inline config) with
@@ -341,12 +352,7 @@ class Pipeline:
             parts["state_ref"] = state_ref
         else:
             parts["state"] = state
-        try:
-            r = self._post_naming("thermal", "/v1/step", parts, run, self._key(tag + "step", window))
-        except NotFound as exc:
-            if exc.code in STATE_CODES:
-                raise StateMissing(f"thermal: {exc}") from exc
-            raise
+        r = self._post_stateful("thermal", "/v1/step", parts, run, self._key(tag + "step", window))
         st = r.get("state")
         return ThermalResult(state=dict(st) if st is not None else None, state_ref=str(r["state_ref"]),
                              snapshot=ThermalSnapshot.model_validate(r["snapshot"]))
@@ -356,12 +362,7 @@ class Pipeline:
         """The `ThermalState` (JSON) window 0 starts from after a warm-up pass whose last state is ``state`` (or is
         named ``state_ref``)."""
         part = {"state": state} if state is not None else {"state_ref": state_ref}
-        try:
-            return dict(self._post_naming("thermal", "/v1/warm_start", part, run, self._key("warm_start")))
-        except NotFound as exc:
-            if exc.code in STATE_CODES:
-                raise StateMissing(f"thermal: {exc}") from exc
-            raise
+        return dict(self._post_stateful("thermal", "/v1/warm_start", part, run, self._key("warm_start")))
 
     # ---------------------------------------------------------------------------------------------- placement
     def placement(self, *, arch: ArchConfig, workload: WorkloadConfig, tas: TasParams, method: PlacementMethod,
@@ -431,12 +432,7 @@ class Pipeline:
             parts["replicas"] = replicas
         parts.update({"freq_ghz": freq_ghz, "window_ms": window_ms, "bw_eff_factor": bw_eff_factor,
                       "n_layers": n_layers, "return_state": return_state, "events": events})
-        try:
-            r = self._post_naming("lowering", "/v1/physicalize", parts, run, self._key(tag + "phys", window))
-        except NotFound as exc:
-            if exc.code in STATE_CODES:
-                raise StateMissing(f"lowering: {exc}") from exc
-            raise
+        r = self._post_stateful("lowering", "/v1/physicalize", parts, run, self._key(tag + "phys", window))
         return PhysicalResult(compute=r.get("compute"), memory=r.get("memory"), deposit=RawJson.of(r["deposit"]),
                               state=r.get("state"), state_ref=str(r["state_ref"]), replicas=r.get("replicas"),
                               timing=WindowTiming.model_validate(r["timing"]))

@@ -124,20 +124,27 @@ def test_tacs_step_round_trip(client: TestClient) -> None:
     assert ChipGeometry.of(arch).n_cores == 64
 
 
-def test_tacs_step_by_hash_is_the_inline_answer(client: TestClient) -> None:
-    """Placement, params, arch and H registered once and named by hash: the very bytes of the inline request; an
-    unknown hash is a 404 ``unknown_<kind>`` naming its field; an object and its hash together a 422."""
+def _hot_core_27() -> tuple[Any, dict[str, list[int]], dict[str, Any], np.ndarray, dict[str, Any]]:
+    """(arch, cores, placement JSON, H, telemetry) of eight experts of layer 0 on core 27, dissipating 24 W there."""
     from shared.configs import ArchConfig
-    from shared.configs.tas import TacsParams
 
     arch = ArchConfig()
     cores = {f"L0E{e}": [27] for e in range(8)}
-    plc = placement_from(arch, cores).model_dump(mode="json")
     H = synthetic_diffusion_kernel(8, 8)
     p = np.zeros(64)
     p[27] = 24.0
+    hot = {"temps_core": (H @ p + 45.0).tolist(), "util_core": [0.5] * 64, "noc_load": 0.1}
+    return arch, cores, placement_from(arch, cores).model_dump(mode="json"), H, hot
+
+
+def test_tacs_step_by_hash_is_the_inline_answer(client: TestClient) -> None:
+    """Placement, params, arch and H registered once and named by hash: the very bytes of the inline request; an
+    unknown hash is a 404 ``unknown_<kind>`` naming its field; an object and its hash together a 422."""
+    from shared.configs.tas import TacsParams
+
+    arch, cores, plc, H, hot = _hot_core_27()
     params = TacsParams.model_validate({"q_target": 0.6}).model_dump(mode="json")
-    window_part = {"telemetry": {"temps_core": (H @ p + 45.0).tolist(), "util_core": [0.5] * 64, "noc_load": 0.1},
+    window_part = {"telemetry": hot,
                    "pending": window(6, {eid: 3.0 for eid in cores}).model_dump(mode="json"), "now_ns": 18_000_000}
     inline = client.post("/v1/tacs/step", json={**window_part, "placement": plc, "H": H.tolist(), "params": params,
                                                 "arch": arch.model_dump(mode="json")})
@@ -164,15 +171,7 @@ def test_tacs_step_names_the_replica_state_it_owns(client: TestClient) -> None:
     """Issue 21: placement owns the replica state. A step keeps the state it answers and names it (``state_ref``);
     the next step may name it instead of sending it (the same answer); ``return_state: false`` answers the state
     only when the step changed it; a name this replica does not keep is a 404 ``unknown_replica_state``."""
-    from shared.configs import ArchConfig
-
-    arch = ArchConfig()
-    cores = {f"L0E{e}": [27] for e in range(8)}
-    plc = placement_from(arch, cores).model_dump(mode="json")
-    H = synthetic_diffusion_kernel(8, 8)
-    p = np.zeros(64)
-    p[27] = 24.0
-    hot = {"temps_core": (H @ p + 45.0).tolist(), "util_core": [0.5] * 64, "noc_load": 0.1}
+    _, cores, plc, H, hot = _hot_core_27()
     base = {"placement": plc, "H": H.tolist(), "now_ns": 18_000_000,
             "pending": window(6, {eid: 3.0 for eid in cores}).model_dump(mode="json")}
     first = client.post("/v1/tacs/step", json={**base, "telemetry": hot, "return_state": False})
