@@ -50,7 +50,8 @@ class Settings(BaseSettings):
                                     description="stack models (and their solvers and influence matrices) a thermal "
                                                 "process keeps; each can hold hundreds of MB")
     state_cache_size: int = Field(default=64, ge=2, le=100_000,
-                                  description="window states (thermal field, physicalizer queues; ~0.2 MB each) a "
+                                  description="window states (thermal field, physicalizer queues, replica state; "
+                                              "0.03-0.5 MB each on the default chip) a "
                                               "thermal or lowering process keeps for requests that name them by "
                                               "hash (state_ref)")
     blas_threads: int = Field(default=1, ge=0, description="BLAS threads per process; 0 keeps the library's default")
