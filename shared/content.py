@@ -40,15 +40,20 @@ class ContentStore(Generic[M]):
     """LRU of validated objects of one kind by content hash (thread-safe: sync endpoints run in a thread pool).
 
     ``kind`` names the errors: an unknown hash is ``NotFound`` with code ``unknown_<kind>`` and field
-    ``<field>`` (the request field that carried it); ``path`` is where the object is registered (in the message)."""
+    ``<field>`` (the request field that carried it). Where the object comes from, for the messages: ``path``, the
+    endpoint that registers it, or ``inline``, the request field that carries it whole (a window state)."""
 
-    def __init__(self, kind: str, capacity: int, *, field: str, path: str, fast_key: bool = False) -> None:
+    def __init__(self, kind: str, capacity: int, *, field: str, path: str | None = None, inline: str | None = None,
+                 fast_key: bool = False) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if (path is None) == (inline is None):
+            raise ValueError("give path (a registry) or inline (a state sent whole), exactly one")
         self.kind = kind
         self.capacity = capacity
         self.field = field
-        self.path = path
+        self.origin = f"POST {path}" if path is not None else "an earlier answer of this service"
+        self.again = f"POST {path} with it again" if path is not None else f"send it inline (`{inline}`) again"
         self.fast_key = fast_key  # key = SHA-256 of pydantic's JSON in field order (states: no sorting, ~1 ms)
         self._items: OrderedDict[str, M] = OrderedDict()
         self._lock = threading.Lock()
@@ -74,9 +79,7 @@ class ContentStore(Generic[M]):
         with self._lock:
             obj = self._items.get(key)
             if obj is None:
-                again = f"POST {self.path} with it again" if self.path.startswith("/") else \
-                    "send it inline (`state`) again"
-                raise NotFound(f"unknown {self.kind} {key!r} (not in this replica's cache): {again}",
+                raise NotFound(f"unknown {self.kind} {key!r} (not in this replica's cache): {self.again}",
                                field=self.field, code=self.code)
             self._items.move_to_end(key)
             return obj
@@ -104,7 +107,7 @@ def object_or_hash(obj: M | None, key: str | None, store: ContentStore[M], *, fi
         return obj
     if default is not None:
         return default
-    raise BadInput(f"{field}: required (the object, or {store.field}: its hash from POST {store.path})",
+    raise BadInput(f"{field}: required (the object, or {store.field}: its hash from {store.origin})",
                    field=field)
 
 
@@ -118,7 +121,7 @@ def state_store(kind: str, capacity: int, *, field: str = "state_ref") -> Conten
     JSON: a window request names the previous window's state by it (``state_ref``) instead of sending it back
     (issue 21). An unknown name is a 404 ``unknown_<kind>``: the caller sends the state inline (from its last
     checkpoint) and the service keeps it again."""
-    return ContentStore(kind, capacity, field=field, path="state", fast_key=True)
+    return ContentStore(kind, capacity, field=field, inline="state", fast_key=True)
 
 
 def placement_store(capacity: int) -> ContentStore[Placement]:

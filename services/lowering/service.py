@@ -9,7 +9,7 @@ from shared.chip import Chip
 from shared.configs import ArchConfig
 from shared.content import ContentStore, arch_store, object_or_hash, placement_store, state_store
 from shared.contracts.events import PhysicalizeRequest, PhysicalizeResponse, PhysicalState
-from shared.contracts.placement import Placement, ReplicaState
+from shared.contracts.placement import Placement, check_cores_in_mesh
 from shared.contracts.registry import Registered
 from shared.energy import deposit_of_events
 from shared.errors import BadInput
@@ -54,29 +54,18 @@ def default_freqs(arch: ArchConfig) -> list[float]:
     return [steps[d] for d in chip.core_domain]
 
 
-def _check_replica_cores(replicas: ReplicaState, n_cores: int, where: str) -> None:
-    """Every expert of the replica state on at least one core of the mesh (a 422 naming the expert otherwise)."""
-    for key, ent in replicas.experts.items():
-        bad = [c for c in ent.cores if not 0 <= c < n_cores]
-        if bad or not ent.cores:
-            what = f"core {bad[0]} is outside the mesh (0..{n_cores - 1})" if bad else "no core"
-            raise BadInput(f"{where}.experts.{key}.cores: {what}", field=f"{where}.experts.{key}.cores")
-
-
 def physicalize(req: PhysicalizeRequest, data: RunData | None = None) -> PhysicalizeResponse:
     """One window. ``data``: the registered run data the request's hashes name (None: a hash is unknown here)."""
     data = data or RunData.of(1)
     placement = object_or_hash(req.placement, req.placement_hash, data.placements, field="placement")
     arch = object_or_hash(req.arch, req.arch_hash, data.archs, field="arch", default=DEFAULT_ARCH)
     freq = req.freq_ghz if req.freq_ghz is not None else default_freqs(arch)
-    if req.state is not None and req.state_ref is not None:
-        raise BadInput("state: give state or state_ref, not both", field="state")
-    state = data.states.get(req.state_ref) if req.state_ref is not None else req.state or PhysicalState()
+    state = object_or_hash(req.state, req.state_ref, data.states, field="state", default=PhysicalState())
     if req.replicas is not None:
         state = state.model_copy(update={"replicas": req.replicas})
     if req.replicas is not None or req.state is not None:  # a state this service answered was checked then
-        _check_replica_cores(state.replicas, arch.mesh.n_cores,
-                             "replicas" if req.replicas is not None else "state.replicas")
+        check_cores_in_mesh({k: e.cores for k, e in state.replicas.experts.items()}, arch.mesh.n_cores,
+                            "replicas.experts" if req.replicas is not None else "state.replicas.experts", nonempty=True)
     try:
         c, m, st, tm = physicalize_window(req.window, req.logical, placement, req.overlays, state, arch,
                                           freq, req.window_ms, req.bw_eff_factor, n_layers=req.n_layers)

@@ -163,11 +163,8 @@ def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None,
     _check_mesh(arch.mesh.n_cores)
     placement = object_or_hash(req.placement, req.placement_hash, data.placements, field="placement")
     params = object_or_hash(req.params, req.params_hash, data.params, field="params", default=DEFAULT_TACS)
-    if req.state is not None and req.state_ref is not None:
-        raise BadInput("state: give state or state_ref, not both", field="state")
-    state = data.states.get(req.state_ref) if req.state_ref is not None else req.state
-    if state is None:
-        state = ReplicaState()  # every expert at its placement cores
+    # no replica state: no change yet (every expert at its placement cores)
+    state = object_or_hash(req.state, req.state_ref, data.states, field="state", default=ReplicaState())
     # the request's own fields first: a bad one is named before a missing H is
     validate_inputs(req.telemetry, placement, state, ChipGeometry.of(arch), req.smoothed)
     if req.H is not None and req.H_hash is not None:

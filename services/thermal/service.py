@@ -25,7 +25,7 @@ from services.thermal.model import KELVIN, StackModel, get_model, lookup_model
 from services.thermal.power import WindowPower, compute_power
 from shared.chip import Chip
 from shared.configs import ArchConfig
-from shared.content import ContentStore
+from shared.content import ContentStore, object_or_hash
 from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.thermal import (
     ModelInfo,
@@ -150,33 +150,21 @@ def step_request(req: StepRequest, states: ContentStore[ThermalState]) -> StepRe
     the events or their deposit; the new state kept in ``states`` and named in the answer (whole unless
     ``return_state`` is false)."""
     arch = arch_of(req.arch, req.model)
-    if req.state is not None and req.state_ref is not None:
-        raise BadInput("state: give state or state_ref, not both", field="state")
-    state = states.get(req.state_ref) if req.state_ref is not None else req.state
-    has_events = req.compute_events is not None or req.memory_events is not None
-    if req.deposit is not None and has_events:
+    # no state at all: the run's start (ambient, or thermal.init)
+    state = None if req.state is None and req.state_ref is None else \
+        object_or_hash(req.state, req.state_ref, states, field="state")
+    if req.deposit is not None and (req.compute_events is not None or req.memory_events is not None):
         raise BadInput("deposit: give the events (compute_events, memory_events) or their deposit, not both",
                        field="deposit")
-    if req.deposit is not None:
-        dep = WindowDeposit.from_contract(req.deposit, Chip.from_arch(arch))
-        out = thermal_step(arch, req.window, req.window_ms, state, None, None, deposit=dep)
-    else:
-        if req.compute_events is None or req.memory_events is None:
-            missing = "compute_events" if req.compute_events is None else "memory_events"
-            raise BadInput(f"{missing}: required (the window's events, or their deposit)", field=missing)
-        out = thermal_step(arch, req.window, req.window_ms, state, req.compute_events, req.memory_events)
+    dep = WindowDeposit.from_contract(req.deposit, Chip.from_arch(arch)) if req.deposit is not None else None
+    out = thermal_step(arch, req.window, req.window_ms, state, req.compute_events, req.memory_events, deposit=dep)
     ref, _ = states.put(out.state)
     return StepResult(state=out.state if req.return_state else None, state_ref=ref, snapshot=out.snapshot)
 
 
 def warm_start_request(req: WarmStartRequest, states: ContentStore[ThermalState]) -> ThermalState:
     """``POST /v1/warm_start``: the warm-up's last state inline or by its name."""
-    arch = arch_of(req.arch, req.model)
-    if (req.state is None) == (req.state_ref is None):
-        raise BadInput("state: give the warm-up's last state or its state_ref (exactly one)", field="state")
-    state = states.get(req.state_ref) if req.state_ref is not None else req.state
-    assert state is not None
-    return warm_state(arch, state)
+    return warm_state(arch_of(req.arch, req.model), object_or_hash(req.state, req.state_ref, states, field="state"))
 
 
 def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: ThermalState | None,
@@ -204,7 +192,8 @@ def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: Thermal
 
     if deposit is None:
         if compute is None or memory is None:
-            raise BadInput("compute_events: required (the window's events, or their deposit)", field="compute_events")
+            missing = "compute_events" if compute is None else "memory_events"
+            raise BadInput(f"{missing}: required (the window's events, or their deposit)", field=missing)
         deposit = deposit_of_events(compute, memory, arch)
     dep = deposit
 
