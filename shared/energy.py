@@ -168,11 +168,7 @@ class WindowDeposit:
             a = np.asarray(values, dtype=np.float64)
             if a.shape != (size,):
                 raise BadInput(f"{field}.{name} has {a.size} values, the chip needs {size}", field=f"{field}.{name}")
-            bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
-            if bad.size:
-                raise BadInput(f"{field}.{name}[{bad[0]}] must be a finite number >= 0",
-                               field=f"{field}.{name}[{bad[0]}]")
-            return a
+            return check_nonneg(a, f"{field}.{name}")
 
         core = vec("core_compute_j", dep.core_compute_j, n)
         mac = vec("core_mac_j", dep.core_mac_j, n)
@@ -198,6 +194,14 @@ class WindowDeposit:
         return cls(core_compute_j=core, core_mac_j=mac, memory=memory)
 
 
+def check_nonneg(a: F64, field: str) -> F64:
+    """``a``, when every value is a finite number >= 0; a 422 naming the first that is not (``field[i]``)."""
+    bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
+    if bad.size:
+        raise BadInput(f"{field}[{bad[0]}] must be a finite number >= 0", field=f"{field}[{bad[0]}]")
+    return a
+
+
 def int_column(values: list[int], field: str) -> I64:
     """``values`` as int64; a value past int64 (JSON and pydantic take any integer) is a 422 naming it."""
     try:
@@ -217,10 +221,7 @@ def deposit_of_events(compute: ComputeEvents, memory: MemoryEvents, arch: ArchCo
         if bad.size:
             raise BadInput(f"compute_events.core_id[{bad[0]}] = {core_ids[bad[0]]} is outside the mesh "
                            f"(0..{n_cores - 1})", field=f"compute_events.core_id[{bad[0]}]")
-        bad = np.flatnonzero(~np.isfinite(e_comp) | (e_comp < 0))
-        if bad.size:
-            raise BadInput(f"compute_events.energy_j[{bad[0]}] must be a finite number >= 0",
-                           field=f"compute_events.energy_j[{bad[0]}]")
+        check_nonneg(e_comp, "compute_events.energy_j")
     e_core: F64 = np.asarray(np.bincount(core_ids, e_comp, n_cores) if core_ids.size else np.zeros(n_cores),
                              dtype=np.float64)
     # the MAC part of each event (flops = 2 · MACs, priced at mac_pj), capped at its energy; the rest is its
@@ -235,10 +236,7 @@ def deposit_of_events(compute: ComputeEvents, memory: MemoryEvents, arch: ArchCo
     nbytes = np.asarray(memory.bytes, dtype=float)
     src = int_column(memory.src_core, "memory_events.src_core")
     if len(memory):
-        bad = np.flatnonzero(~np.isfinite(nbytes) | (nbytes < 0))
-        if bad.size:
-            raise BadInput(f"memory_events.bytes[{bad[0]}] must be a finite number >= 0",
-                           field=f"memory_events.bytes[{bad[0]}]")
+        check_nonneg(nbytes, "memory_events.bytes")
         bad = np.flatnonzero((src < 0) | (src >= n_cores))
         if bad.size:
             raise BadInput(f"memory_events.src_core[{bad[0]}] = {src[bad[0]]} is outside the mesh",

@@ -59,6 +59,7 @@ from shared.contracts.placement import (
     ReplicaEntry,
     ReplicaState,
     Telemetry,
+    check_cores_in_mesh,
 )
 from shared.contracts.workload import LogicalWindow
 from shared.energy import EnergyModel
@@ -140,13 +141,8 @@ def validate_inputs(tele: Telemetry, placement: Placement, state: ReplicaState, 
         raise BadInput("telemetry.temps_core must be finite", field="telemetry.temps_core")
     if smoothed is not None and len(smoothed) != n:
         raise BadInput(f"smoothed has {len(smoothed)} values, the mesh has {n} cores", field="smoothed")
-    for where, experts in (("placement.experts", {k: v.cores for k, v in placement.experts.items()}),
-                           ("state.experts", {k: v.cores for k, v in state.experts.items()})):
-        for eid, cores in experts.items():
-            bad = [c for c in cores if not 0 <= c < n]
-            if bad:
-                raise BadInput(f"{where}.{eid}.cores: core {bad[0]} is outside the mesh (0..{n - 1})",
-                               field=f"{where}.{eid}.cores")
+    check_cores_in_mesh({k: v.cores for k, v in placement.experts.items()}, n, "placement.experts")
+    check_cores_in_mesh({k: v.cores for k, v in state.experts.items()}, n, "state.experts")
 
 
 @dataclass

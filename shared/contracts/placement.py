@@ -5,11 +5,13 @@ Owner: placement service. Consumers: lowering (physicalize), orchestrator (files
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from shared.contracts.columnar import Columnar
+from shared.errors import BadInput
 
 
 class ExpertPlacement(BaseModel):
@@ -108,3 +110,16 @@ class Telemetry(BaseModel):
     util_core: list[float] = Field(default_factory=list)  # 0..1
     noc_load: float = Field(default=0.0, ge=0)
     ts_ns: int = 0
+
+
+def check_cores_in_mesh(cores_of: Mapping[str, Sequence[int]], n_cores: int, where: str, *,
+                        nonempty: bool = False) -> None:
+    """Every expert's cores (``{expert id: cores}``) on the mesh (0..n_cores-1), and at least one when ``nonempty``:
+    a 422 naming ``<where>.<expert id>.cores`` otherwise (a placement's experts, a replica state's)."""
+    for eid, cores in cores_of.items():
+        bad = [c for c in cores if not 0 <= c < n_cores]
+        if bad:
+            raise BadInput(f"{where}.{eid}.cores: core {bad[0]} is outside the mesh (0..{n_cores - 1})",
+                           field=f"{where}.{eid}.cores")
+        if nonempty and not cores:
+            raise BadInput(f"{where}.{eid}.cores: no core", field=f"{where}.{eid}.cores")
