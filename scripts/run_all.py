@@ -33,7 +33,8 @@ def parser(prog: str = "run_all.py", *, single: bool = False) -> argparse.Argume
         ap.add_argument("--scenarios", nargs="+", default=list(ALL_SCENARIOS), choices=ALL_SCENARIOS)
     ap.add_argument("--seed", type=int, default=None, help="routing seed (default: the workload config's)")
     ap.add_argument("--windows", type=int, default=None, help="run only the first N windows")
-    ap.add_argument("--no-traces", action="store_true", help="skip the per-window trace CSVs")
+    ap.add_argument("--no-traces", action="store_true", help="skip the logical trace and the overlays")
+    ap.add_argument("--events", action="store_true", help="also write the physical events (~100 MB per scenario)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
     return ap
 
@@ -44,7 +45,7 @@ def main(argv: Sequence[str] | None = None, *, single: bool = False, prog: str =
     scenarios = [args.scenario] if single else args.scenarios
     try:
         res = run_local(arch=args.arch, workload=args.workload, tas=args.tas, out=args.out, scenarios=scenarios,
-                        seed=args.seed, windows=args.windows, traces=not args.no_traces,
+                        seed=args.seed, windows=args.windows, traces=not args.no_traces, events=args.events,
                         progress=None if args.quiet else progress_printer())
         print_summary(res)
         check_ok(res)

@@ -1,4 +1,5 @@
-"""Per-window series on disk: ``<results_dir>/<scenario>/<workload>.windows.jsonl``, one `WindowMetrics` JSON per line.
+"""Per-window series on disk: ``<results_dir>/<scenario>/<workload>.windows.jsonl.gz``, one `WindowMetrics` JSON per
+line, gzip-compressed (an uncompressed ``.windows.jsonl`` is read too).
 
 Written per window (appended), never one giant in-memory frame (ARCHITECTURE §6); read back by ``tasmoe plot`` for
 the time series and heat maps. Lines are compact JSON with sorted keys, so the same windows give the same bytes.
@@ -6,6 +7,7 @@ the time series and heat maps. Lines are compact JSON with sorted keys, so the s
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,11 +17,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from services.metrics.compare import collect_result_rows
 from shared.contracts.metrics import SCENARIOS, PlotRequest, ResultRow, WindowMetrics
 from shared.errors import BadInput, NotFound, first_validation_error
-from shared.window_series import FIGURE_ARGS_FILE, WINDOWS_SUFFIX, window_json_line
+from shared.window_series import (
+    FIGURE_ARGS_FILE,
+    PLAIN_WINDOWS_SUFFIX,
+    WINDOWS_SUFFIX,
+    read_windows_text,
+    window_json_line,
+)
 
 
 def windows_path(results_dir: Path, scenario: str, workload: str) -> Path:
-    return Path(results_dir) / scenario / f"{workload}{WINDOWS_SUFFIX}"
+    """The scenario's window series: the compressed file, else an uncompressed one that exists (a folder written
+    before the series were compressed)."""
+    path = Path(results_dir) / scenario / f"{workload}{WINDOWS_SUFFIX}"
+    plain = Path(results_dir) / scenario / f"{workload}{PLAIN_WINDOWS_SUFFIX}"
+    return plain if not path.is_file() and plain.is_file() else path
 
 
 def window_line(wm: WindowMetrics) -> str:
@@ -27,22 +39,27 @@ def window_line(wm: WindowMetrics) -> str:
 
 
 def append_windows(path: Path, windows: Iterable[WindowMetrics]) -> Path:
-    """Append windows to a ``.windows.jsonl`` file (created with its folder when missing)."""
+    """Append windows to a ``.windows.jsonl[.gz]`` file (created with its folder when missing; a compressed file
+    gets one gzip member more)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        for wm in windows:
-            f.write(window_line(wm))
+    data = "".join(window_line(wm) for wm in windows).encode("utf-8")
+    with path.open("ab") as f:
+        f.write(gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
     return path
 
 
 def read_windows(path: Path) -> list[WindowMetrics]:
-    """The windows of a ``.windows.jsonl`` file; a bad line is an error naming the file, line and field."""
+    """The windows of a ``.windows.jsonl[.gz]`` file; a bad line is an error naming the file, line and field."""
     path = Path(path)
     if not path.is_file():
         raise NotFound(f"{path}: no such file", field="windows")
+    try:
+        text = read_windows_text(path)
+    except (OSError, EOFError, UnicodeDecodeError) as exc:  # gzip.BadGzipFile is an OSError
+        raise BadInput(f"{path}: not a readable window series ({exc})", field="windows") from None
     out = []
-    for k, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for k, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -61,7 +78,8 @@ def workloads_in(results_dir: Path) -> list[str]:
     for s in SCENARIOS:
         d = Path(results_dir) / s
         if d.is_dir():
-            names.update(p.name[: -len(WINDOWS_SUFFIX)] for p in d.glob(f"*{WINDOWS_SUFFIX}"))
+            for suffix in (WINDOWS_SUFFIX, PLAIN_WINDOWS_SUFFIX):
+                names.update(p.name[: -len(suffix)] for p in d.glob(f"*{suffix}"))
             names.update(p.stem for p in d.glob("*.csv"))
     return sorted(names)
 

@@ -6,7 +6,7 @@ The per-window figure divides everything (the run's set-up included: trace, plac
 run data registered once) by the thermal steps: the windows run plus the warm-up pass's windows (both cross the same
 boundaries).
 
-    python -m services.orchestrator.boundary_bytes [--windows 200] [--paths] [--traces]   # also a row of make bench
+    python -m services.orchestrator.boundary_bytes [--windows 200] [--paths] [--events]   # also a row of make bench
 
 Since issue 21's state-by-name (``shared.content.state_store``): the thermal field and the physicalizer's queues
 stay with their services (whole only at a checkpoint every ``window_loop.CHECKPOINT_EVERY`` windows), the thermal
@@ -85,11 +85,11 @@ def _route(path: str) -> str:
     return "/".join("<id>" if any(c.isdigit() for c in p) and p not in ("v1",) else p for p in parts)
 
 
-def measure(windows: int = 200, scenario: Scenario = "tas", *, traces: bool = False
+def measure(windows: int = 200, scenario: Scenario = "tas", *, events: bool = False
             ) -> tuple[dict[str, Tally], int]:
     """({service: tally}, windows stepped incl. the warm-up) of the first ``windows`` windows of one scenario of the
-    default experiment; ``traces``: the run writes the per-event trace files (the physicalizer then answers the
-    events too: they cross once, lowering to orchestrator)."""
+    default experiment, which writes its trace files; ``events``: it also writes the physical event files (the
+    physicalizer then answers the events too: they cross once, lowering to orchestrator)."""
     tmp = Path(tempfile.mkdtemp(prefix="tasmoe-bytes-"))
     settings = Settings(results_dir=tmp / "results", configs_dir=REPO / "configs")
     wrapped: dict[str, Counting] = {}
@@ -102,7 +102,7 @@ def measure(windows: int = 200, scenario: Scenario = "tas", *, traces: bool = Fa
         res = run_local(arch=REPO / "configs/arch_8x8_32x32x8.yaml",
                         workload=REPO / "configs/workload_mixtral_8x7b.yaml", tas=REPO / "configs/tas_params.yaml",
                         out=tmp / "out", scenarios=[scenario], windows=windows,
-                        settings=settings, clients=clients, traces=traces,
+                        settings=settings, clients=clients, events=events,
                         database_url=f"sqlite:///{tmp / 'db.sqlite3'}")
     stepped = wrapped["thermal"].tally.paths.get("POST /v1/step", [0, 0])[0]  # one per window, warm-up included
     return {name: w.tally for name, w in wrapped.items()}, max(stepped, sum(res.windows.values()))
@@ -112,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--windows", type=int, default=200, help="windows of the tas run (default: %(default)s)")
     ap.add_argument("--paths", action="store_true", help="also the bytes per window of each endpoint")
-    ap.add_argument("--traces", action="store_true", help="the run writes its trace files (events come back)")
+    ap.add_argument("--events", action="store_true", help="the run writes its physical events (they come back)")
     args = ap.parse_args(argv)
-    tallies, n = measure(args.windows, traces=args.traces)
+    tallies, n = measure(args.windows, events=args.events)
     total = 0
     for name, t in tallies.items():
         per = (t.sent + t.received) / n

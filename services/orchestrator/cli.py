@@ -32,7 +32,7 @@ def _run(args: argparse.Namespace) -> int:
     out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
     warmup = args.warmup_ms if args.warmup_ms is not None else QUICK_WARMUP_MS if args.quick else None
     res = run_local(arch=args.arch, workload=workload, tas=args.tas, out=out, scenarios=args.scenarios,
-                    seed=args.seed, windows=args.windows, traces=not args.no_traces,
+                    seed=args.seed, windows=args.windows, traces=not args.no_traces, events=args.events,
                     progress=None if args.quiet else progress_printer(), warmup_ms=warmup)
     print_summary(res)
     check_ok(res)
@@ -54,7 +54,11 @@ def register(sub: Any) -> None:
                    help="the scenarios to run (default: all four)")
     p.add_argument("--seed", type=int, default=None, help="routing seed (default: the workload config's)")
     p.add_argument("--windows", type=int, default=None, help="run only the first N windows")
-    p.add_argument("--no-traces", action="store_true", help="do not write the per-window trace and event files")
+    p.add_argument("--no-traces", action="store_true",
+                   help="do not write the logical trace and the overlays (traces/*.csv.gz, runs/*/runtime/*.csv)")
+    p.add_argument("--events", action="store_true",
+                   help="also write the physical events (runs/<scenario>/traces/physical/*.csv.gz; ~100 MB per "
+                        "scenario of the default experiment)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_run)
     register_experiments(sub)

@@ -87,6 +87,7 @@ def with_warmup(arch: ArchConfig, warmup_ms: float) -> ArchConfig:
 def run_local(*, arch: str | Path, workload: str | Path, tas: str | Path, out: str | Path,
               scenarios: Sequence[Scenario] = ALL_SCENARIOS, seed: int | None = None, windows: int | None = None,
               settings: Settings | None = None, clients: ServiceClients | None = None, traces: bool = True,
+              events: bool = False,
               progress: ProgressFn | None = None, database_url: str | None = None,
               apps: str | None = None, warmup_ms: float | None = None) -> LocalResult:
     """Run the scenarios of one experiment embedded and write ``<out>/<scenario>/<workload>.csv`` for each.
@@ -104,7 +105,8 @@ def run_local(*, arch: str | Path, workload: str | Path, tas: str | Path, out: s
     if warmup_ms is not None:
         arch_cfg = with_warmup(arch_cfg, warmup_ms)
     req = ExperimentRequest(arch=arch_cfg, workload=load_workload(workload), tas=load_tas(tas),
-                            scenarios=list(scenarios), seed=seed, windows=windows, traces=traces)
+                            scenarios=list(scenarios), seed=seed, windows=windows, traces=traces,
+                            events=events)
     spec = resolve_spec(req, configs_dir=s.configs_dir)
     url = database_url or s.effective_database_url
     engine = make_engine(url)

@@ -2,30 +2,35 @@
 
 Layout under the experiment's output directory ``<out>``::
 
-    <out>/<scenario>/<workload>.csv                  unified result row (seed §3.6), written at the end
-    <out>/runs/<scenario>/run.log                     seed, config snapshot, package versions, git revision, progress
-    <out>/runs/<scenario>/traces/logical_compute.csv  seed §3.1 columns, then `layer,tokens`
-    <out>/runs/<scenario>/traces/logical_memory.csv
+    <out>/<scenario>/<workload>.csv                       unified result row (seed §3.6), written at the end
+    <out>/traces/logical_compute.csv.gz                   the experiment's logical trace (seed §3.1 columns, then
+    <out>/traces/logical_memory.csv.gz                    `layer,tokens`): one copy, written by its first scenario
+    <out>/runs/<scenario>/run.log                          seed, config snapshot, versions, git revision, progress
     <out>/runs/<scenario>/mapping/placement.json
     <out>/runs/<scenario>/runtime/overlay_reroute.csv, overlay_migrate.csv
-    <out>/runs/<scenario>/traces/physical/compute_events.csv, memory_events.csv
-    <out>/runs/<scenario>/runtime/replica_state.json  the replica state after the newest committed window
+    <out>/runs/<scenario>/runtime/replica_state.json       the replica state after the newest committed window
+    <out>/runs/<scenario>/traces/physical/compute_events.csv.gz, memory_events.csv.gz   only with ``events``
+
+The logical trace is the same for every scenario (seed §3.1: scenario-agnostic; the runs read the same windows of one
+workload trace), so one copy per experiment: four were 84 % of what a run wrote. The physical events of the default
+experiment are ~85 kB of CSV per window and scenario (3.4 GB per experiment; gzip: ~400 MB), so they are written on
+request (``events``). The trace files are gzip-compressed CSV with a header (``pandas.read_csv(path)``, ``zcat``):
+each window appends its rows as one gzip member (a file of several members is one valid gzip stream; ``mtime`` 0,
+so the same rows give the same bytes).
 
 Crash safety: each window appends its rows *before* the window commits, and the file sizes after the append are saved
-in the frontier state. A resumed run first truncates every appended file to the sizes saved at the frontier, which
-drops the rows of a window that was written but never committed, so the files end up byte-identical to an
-uninterrupted run's.
+in the frontier state. A resumed run first truncates every appended file to the sizes saved at the frontier (a
+member boundary), which drops the rows of a window that was written but never committed, so the files end up
+byte-identical to an uninterrupted run's.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
+import gzip
 import io
 import json
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,16 +42,22 @@ from shared.contracts.placement import OverlayMigrate, OverlayReroute, Placement
 
 LOGICAL_COMPUTE_COLUMNS = ("event_id", "t_gen_ns", "mb_id", "token_id", "experts_json", "flops_json", "op_type",
                            "layer", "tokens")
+GZIP_LEVEL = 6  # zlib's default: 9.0x smaller than the CSV for the physical events, ~2 ms per window of them
 
 Columns = dict[str, list[Any]]
 
-APPENDED: dict[str, tuple[str, ...]] = {
-    "traces/logical_compute.csv": LOGICAL_COMPUTE_COLUMNS,
-    "traces/logical_memory.csv": ("event_id", "tensor_id", "access", "bytes", "locality_hint"),
+# the appended files, by path under <out> (logical trace) or under <out>/runs/<scenario> (the rest)
+LOGICAL_FILES: dict[str, tuple[str, ...]] = {
+    "traces/logical_compute.csv.gz": LOGICAL_COMPUTE_COLUMNS,
+    "traces/logical_memory.csv.gz": ("event_id", "tensor_id", "access", "bytes", "locality_hint"),
+}
+OVERLAY_FILES: dict[str, tuple[str, ...]] = {
     "runtime/overlay_reroute.csv": tuple(OverlayReroute.columns()),
     "runtime/overlay_migrate.csv": tuple(OverlayMigrate.columns()),
-    "traces/physical/compute_events.csv": tuple(ComputeEvents.columns()),
-    "traces/physical/memory_events.csv": tuple(MemoryEvents.columns()),
+}
+EVENT_FILES: dict[str, tuple[str, ...]] = {
+    "traces/physical/compute_events.csv.gz": tuple(ComputeEvents.columns()),
+    "traces/physical/memory_events.csv.gz": tuple(MemoryEvents.columns()),
 }
 
 
@@ -60,68 +71,53 @@ def _dump_json(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True) + "\n"
 
 
-class _LogicalText:
-    """The logical-trace CSV text of recent windows, keyed by a digest of the window's wire text.
-
-    The four scenarios of an experiment read the same logical windows, so the runs executed by one process format
-    each window's rows once instead of once per run. Bounded (oldest out first); thread-safe."""
-
-    def __init__(self, max_chars: int) -> None:
-        self.max_chars = max_chars
-        self._items: OrderedDict[bytes, tuple[str, str]] = OrderedDict()
-        self._chars = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: bytes) -> tuple[str, str] | None:
-        with self._lock:
-            return self._items.get(key)
-
-    def put(self, key: bytes, texts: tuple[str, str]) -> None:
-        size = len(texts[0]) + len(texts[1])
-        with self._lock:
-            if key in self._items or size > self.max_chars:
-                return
-            self._items[key] = texts
-            self._chars += size
-            while self._chars > self.max_chars:
-                _, old = self._items.popitem(last=False)
-                self._chars -= len(old[0]) + len(old[1])
-
-
-# the default Mixtral trace formats to ~48 MB of logical CSV: room for all of its windows
-LOGICAL_TEXT = _LogicalText(max_chars=64_000_000)
+def read_trace_text(path: Path) -> str:
+    """The CSV text of an appended file (gzip-compressed when its name ends in ``.gz``)."""
+    data = Path(path).read_bytes()
+    return (gzip.decompress(data) if path.name.endswith(".gz") else data).decode("utf-8")
 
 
 class RunFiles:
-    """Appends one run's per-window files; `sizes()` / `truncate_to()` implement the crash-safe resume."""
+    """Appends one run's per-window files; `sizes()` / `truncate_to()` implement the crash-safe resume.
 
-    def __init__(self, run_dir: Path, *, traces: bool = True) -> None:
-        self.run_dir = run_dir
+    ``traces``: the logical trace (when ``logical``: this run is the experiment's first scenario, the one that writes
+    it) and the overlays; ``events``: the physical event files."""
+
+    def __init__(self, out_dir: Path, scenario: str, *, traces: bool = True, events: bool = False,
+                 logical: bool = True) -> None:
+        self.out_dir = out_dir
+        self.run_dir = run_dir_for(out_dir, scenario)
         self.traces = traces
+        self.events = events
+        self.logical = traces and logical
+        run_rel = self.run_dir.relative_to(out_dir).as_posix()
+        self._files: dict[str, tuple[Path, tuple[str, ...]]] = {}
+        if self.logical:
+            self._files.update({rel: (out_dir / rel, cols) for rel, cols in LOGICAL_FILES.items()})
+        if traces:
+            self._files.update({f"{run_rel}/{rel}": (self.run_dir / rel, cols) for rel, cols in OVERLAY_FILES.items()})
+        if events:
+            self._files.update({f"{run_rel}/{rel}": (self.run_dir / rel, cols) for rel, cols in EVENT_FILES.items()})
 
     def path(self, rel: str) -> Path:
         return self.run_dir / rel
 
+    def appended(self) -> dict[str, tuple[Path, tuple[str, ...]]]:
+        """The files this run appends to: path under ``<out>`` -> (path, header)."""
+        return dict(self._files)
+
     def start_fresh(self) -> None:
         """Window 0: (re)create every appended file with its header only."""
-        if not self.traces:
-            return
-        for rel, cols in APPENDED.items():
-            p = self.path(rel)
+        for p, cols in self._files.values():
             p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(_csv_text([cols]), encoding="utf-8")
+            p.write_bytes(_encode(p, _csv_text([cols])))
 
     def sizes(self) -> dict[str, int]:
-        if not self.traces:
-            return {}
-        return {rel: self.path(rel).stat().st_size for rel in APPENDED}
+        return {rel: p.stat().st_size for rel, (p, _) in self._files.items()}
 
     def truncate_to(self, sizes: dict[str, int]) -> None:
         """Resume: cut every appended file back to its size at the frontier (a missing file is an error)."""
-        if not self.traces:
-            return
-        for rel in APPENDED:
-            p = self.path(rel)
+        for rel, (p, _) in self._files.items():
             size = sizes.get(rel)
             if size is None or not p.exists() or p.stat().st_size < size:
                 raise RuntimeError(f"{p}: cannot resume, file missing or shorter than at the frontier "
@@ -144,31 +140,34 @@ class RunFiles:
         os.replace(tmp, p)
 
     def append_window(self, *, logical_compute: Columns, logical_memory: Columns, overlays: dict[str, Columns],
-                      compute: Columns, memory: Columns, logical_raw: str | None = None) -> None:
-        """Append one window's rows; every argument is a columnar batch as JSON (one list per field).
-        ``logical_raw``: the logical window's wire text, when given its rows' CSV text is formatted once per process
-        for every run that reads the same window (`LOGICAL_TEXT`)."""
-        if not self.traces:
-            return
-        key = hashlib.blake2b(logical_raw.encode(), digest_size=32).digest() if logical_raw is not None else None
-        logical = LOGICAL_TEXT.get(key) if key is not None else None
-        if logical is None:
-            logical = (_csv_text(_logical_compute_rows(logical_compute)),
-                       _table(logical_memory, "traces/logical_memory.csv"))
-            if key is not None:
-                LOGICAL_TEXT.put(key, logical)
-        parts: dict[str, str] = {
-            "traces/logical_compute.csv": logical[0],
-            "traces/logical_memory.csv": logical[1],
-            "runtime/overlay_reroute.csv": _table(overlays["reroute"], "runtime/overlay_reroute.csv"),
-            "runtime/overlay_migrate.csv": _table(overlays["migrate"], "runtime/overlay_migrate.csv"),
-            "traces/physical/compute_events.csv": _table(compute, "traces/physical/compute_events.csv"),
-            "traces/physical/memory_events.csv": _table(memory, "traces/physical/memory_events.csv"),
-        }
-        for rel, text in parts.items():
+                      compute: Columns, memory: Columns) -> None:
+        """Append one window's rows to the files this run writes; every argument is a columnar batch as JSON (one
+        list per field)."""
+        parts: dict[str, str] = {}
+        if self.logical:
+            parts["traces/logical_compute.csv.gz"] = _csv_text(_logical_compute_rows(logical_compute))
+            rel = "traces/logical_memory.csv.gz"
+            parts[rel] = _table(logical_memory, LOGICAL_FILES[rel])
+        run_rel = self.run_dir.relative_to(self.out_dir).as_posix()
+        if self.traces:
+            for kind in ("reroute", "migrate"):
+                rel = f"runtime/overlay_{kind}.csv"
+                parts[f"{run_rel}/{rel}"] = _table(overlays[kind], OVERLAY_FILES[rel])
+        if self.events:
+            for rel, batch in zip(EVENT_FILES, (compute, memory), strict=True):
+                parts[f"{run_rel}/{rel}"] = _table(batch, EVENT_FILES[rel])
+        for key, text in parts.items():
             if text:
-                with open(self.path(rel), "a", encoding="utf-8", newline="") as fh:
-                    fh.write(text)
+                p = self._files[key][0]
+                with open(p, "ab") as fh:
+                    fh.write(_encode(p, text))
+
+
+def _encode(path: Path, text: str) -> bytes:
+    """The bytes appended to ``path``: one gzip member for a ``.gz`` file (no name, time 0: the same text gives the
+    same bytes), else UTF-8."""
+    data = text.encode("utf-8")
+    return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0) if path.name.endswith(".gz") else data
 
 
 def _logical_compute_rows(lc: Columns) -> Iterable[Sequence[Any]]:
@@ -183,9 +182,9 @@ def _rows(cols: Columns, order: tuple[str, ...]) -> Iterable[Sequence[Any]]:
     return zip(*(cols[c] for c in order), strict=True)
 
 
-def _table(cols: Columns, rel: str) -> str:
-    """The CSV rows (no header) of one columnar batch, in the column order of the appended file ``rel``."""
-    return _csv_text(_rows(cols, APPENDED[rel]))
+def _table(cols: Columns, order: tuple[str, ...]) -> str:
+    """The CSV rows (no header) of one columnar batch, in the column order ``order`` of its file."""
+    return _csv_text(_rows(cols, order))
 
 
 def result_csv_path(out_dir: Path, scenario: str, workload_label: str) -> Path:

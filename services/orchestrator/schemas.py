@@ -40,7 +40,12 @@ class ExperimentRequest(BaseModel):
                              description="routing seed; default: the workload config's routing.seed")
     windows: int | None = Field(default=None, ge=1, le=100_000, description="run only the first N windows")
     name: str | None = Field(default=None, max_length=200)
-    traces: bool = Field(default=True, description="write the per-window trace CSVs (ARCHITECTURE §6)")
+    traces: bool = Field(default=True, description="write the per-window trace files: the experiment's logical trace "
+                                                   "(traces/logical_*.csv.gz, one copy) and each run's overlays "
+                                                   "(ARCHITECTURE §6)")
+    events: bool = Field(default=False, description="also write each run's physical events "
+                                                    "(runs/<scenario>/traces/physical/*_events.csv.gz; the default "
+                                                    "experiment's are ~100 MB per scenario, compressed)")
     plots: bool = Field(default=True, description="draw the plots when the last scenario finished")
     placement: Placement | None = Field(
         default=None, description="a hand-made mapping used instead of the default or TAPS one (every scenario)")
@@ -57,6 +62,7 @@ class ExperimentSpec(BaseModel):
     windows: int | None = None
     name: str = ""
     traces: bool = True
+    events: bool = False
     plots: bool = True
     placement: Placement | None = None
     # the state named by arch.thermal.init "<name>.json", loaded from the configs directory at submission

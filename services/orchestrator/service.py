@@ -75,7 +75,7 @@ def resolve_spec(req: ExperimentRequest, *, configs_dir: Path) -> ExperimentSpec
     scenarios = list(dict.fromkeys(req.scenarios))
     check_cross_fields(arch, tas)
     return ExperimentSpec(arch=arch, workload=wl, tas=tas, scenarios=scenarios, seed=seed, windows=req.windows,
-                          name=req.name or f"{wl.label}", traces=req.traces, plots=req.plots,
+                          name=req.name or f"{wl.label}", traces=req.traces, events=req.events, plots=req.plots,
                           placement=req.placement, thermal_init=load_thermal_init(arch, configs_dir=configs_dir))
 
 

@@ -49,7 +49,7 @@ from services.orchestrator.pipeline_clients import (
     ThermalResult,
     TraceInfo,
 )
-from services.orchestrator.run_files import RunFiles, power_json_path, result_csv_path, run_dir_for
+from services.orchestrator.run_files import RunFiles, power_json_path, result_csv_path
 from services.orchestrator.run_log import RunLog, run_log
 from services.orchestrator.schemas import ExperimentSpec
 from services.orchestrator.settings import orchestrator_settings
@@ -339,7 +339,7 @@ def run_scenario(run_id: str, clients: ServiceClients, sessions: sessionmaker[Se
     if not claim.ok:
         return RunOutcome(run_id, claim.outcome)
     spec, scenario, out_dir = load_spec(sessions=sessions, run_id=run_id)
-    files = RunFiles(run_dir_for(out_dir, scenario), traces=spec.traces)
+    files = RunFiles(out_dir, scenario, traces=spec.traces, events=spec.events, logical=scenario == spec.scenarios[0])
     osettings = orchestrator_settings(clients.settings)
     outage: _Outage | None = None
     with bind_run_id(run_id), run_log(files.run_dir / "run.log", run_id=run_id) as rlog, \
@@ -510,7 +510,7 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
                              state_ref=None if phys_whole else fr.physical_ref,
                              replicas=None if phys_whole or replicas == fr.replicas else replicas,
                              freq_ghz=fr.freq_ghz, window_ms=window_ms, bw_eff_factor=fr.bw_eff_factor,
-                             n_layers=trace.n_layers, return_state=keep, events=files.traces and not tag, tag=tag)
+                             n_layers=trace.n_layers, return_state=keep, events=files.events and not tag, tag=tag)
         after = P.state["replicas"] if P.state is not None else P.replicas if P.replicas is not None else replicas
         if after is not replicas and after != replicas:
             replicas_ref = None  # the physicalizer changed what TACS named: TACS gets the state whole next window
@@ -550,7 +550,7 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         t0, t1, t2, t3, t4 = st.times
         wm = build_window_metrics(window=k, t0_ns=L.t0_ns, t1_ns=L.t1_ns, snap=snap, timing=P.timing, arch=arch)
         files.append_window(logical_compute=L.compute, logical_memory=L.memory, overlays=overlays,
-                            compute=P.compute or {}, memory=P.memory or {}, logical_raw=L.raw.text)
+                            compute=P.compute or {}, memory=P.memory or {})
         ckpt = k if P.state is not None and st.th.state is not None else fr.ckpt
         new = st.frontier(fr, ckpt=ckpt, files=files.sizes())
         drop = [k - 1] if k - 1 != ckpt else []

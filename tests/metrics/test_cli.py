@@ -11,8 +11,9 @@ from services.cli import main
 from services.metrics.compare import compare_all, compare_csv, compare_markdown
 from services.metrics.plots import DPI, figure_size
 from services.metrics.reduce import read_result_csv, reduce_window_metrics, row_csv
-from services.metrics.series import append_windows, read_windows, windows_path
+from services.metrics.series import append_windows, read_windows, windows_path, workloads_in
 from shared.contracts.metrics import SCENARIOS, WindowMetrics
+from shared.errors import BadInput
 
 
 @pytest.fixture()
@@ -34,6 +35,27 @@ def test_reduce_writes_the_unified_csv(results: Path, runs: dict[str, list[Windo
         assert read_windows(windows_path(results, s, "mixtral_8x7b")) == ws
         want = reduce_window_metrics(ws, scenario=s, workload="mixtral_8x7b", thot_c=80.0)
         assert (results / s / "mixtral_8x7b.csv").read_text() == row_csv(want)
+
+
+def test_window_series_are_compressed_and_plain_ones_still_read(results: Path, tmp_path: Path,
+                                                                 runs: dict[str, list[WindowMetrics]]) -> None:
+    """The series are gzip (a member per append); a folder with uncompressed ``.windows.jsonl`` files (written before
+    the series were compressed) reads the same; a damaged file is an error naming ``windows``."""
+    s = next(iter(runs))
+    gz = windows_path(results, s, "mixtral_8x7b")
+    assert gz.name.endswith(".windows.jsonl.gz") and gz.read_bytes()[:2] == b"\x1f\x8b"
+    old = tmp_path / "old"
+    for sc, ws in runs.items():
+        plain = old / sc / "mixtral_8x7b.windows.jsonl"
+        append_windows(plain, ws)
+        assert plain.read_text().count("\n") == len(ws)
+        assert windows_path(old, sc, "mixtral_8x7b") == plain and read_windows(plain) == ws
+    assert workloads_in(old) == ["mixtral_8x7b"]
+    bad = tmp_path / "bad.windows.jsonl.gz"
+    bad.write_bytes(gz.read_bytes()[:40])
+    with pytest.raises(BadInput) as exc:
+        read_windows(bad)
+    assert exc.value.field == "windows" and "bad.windows.jsonl.gz" in exc.value.message
 
 
 def test_compare(results: Path, capsys: pytest.CaptureFixture[str]) -> None:

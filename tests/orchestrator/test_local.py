@@ -62,12 +62,14 @@ def test_process_pool_writes_the_same_bytes_as_the_thread_pool(tmp_path: Path, m
         d = tmp_path / pool
         s = OrchestratorSettings(results_dir=d / "results", configs_dir=CONFIGS, pool=pool)
         res = run_local(arch=CONFIGS / "arch_8x8_32x32x8.yaml", workload=CONFIGS / "workload_mixtral_8x7b.yaml",
-                        tas=CONFIGS / "tas_params.yaml", out=d / "out", windows=6, settings=s,
+                        tas=CONFIGS / "tas_params.yaml", out=d / "out", windows=6, settings=s, events=True,
                         apps="tests.orchestrator.fakes:build_apps", database_url=f"sqlite:///{d / 'db.sqlite3'}")
         assert res.ok, res.errors
         assert res.windows == {sc: 6 for sc in ("baseline", "taps", "tacs", "tas")}
         files[pool] = _files(d / "out")
-    assert "runs/tas/traces/physical/compute_events.csv" in files["thread"]
+    assert "runs/tas/traces/physical/compute_events.csv.gz" in files["thread"]
+    assert "traces/logical_compute.csv.gz" in files["thread"] and "runs/tas/traces/logical_compute.csv" not in files[
+        "thread"]  # one copy of the logical trace, by the first scenario
     assert "summary.csv" in files["thread"]
     assert files["process"].keys() == files["thread"].keys()
     assert [k for k in files["thread"] if files["process"][k] != files["thread"][k]] == []

@@ -1,16 +1,14 @@
-"""The appended trace files: the logical-trace CSV text shared by the runs of one process is the text each run would
-format itself."""
+"""The appended trace files: one copy of the logical trace per experiment (its first scenario writes it), gzip members
+per window that truncate back to a frontier, and the physical events only on request."""
 
 from __future__ import annotations
 
-import json
+import csv
+import gzip
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from services.orchestrator import run_files
-from services.orchestrator.run_files import RunFiles
+from services.orchestrator.run_files import EVENT_FILES, LOGICAL_FILES, OVERLAY_FILES, RunFiles, read_trace_text
 from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.placement import Overlays
 
@@ -26,41 +24,84 @@ def _window(k: int) -> dict[str, Any]:
                        "locality_hint": ['say "near"'] * n}}
 
 
-def _append(files: RunFiles, w: dict[str, Any], raw: str | None) -> None:
+def _events(k: int) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    compute: dict[str, list[Any]] = {
+        "evt_id": [k], "t_start_ns": [1000 * k], "core_id": [k % 4], "duration_cycles": [10], "flops": [2.0e6],
+        "op": ["moe_ffn"], "dvfs_domain": ["d0"], "power_hint": [0.5], "energy_j": [1e-6]}
+    memory: dict[str, list[Any]] = {
+        "evt_id": [k], "t_start_ns": [1000 * k], "src_core": [0], "dst_bank": ["B(0,1,5)"], "bytes": [64.0],
+        "rw": ["r"], "hops": [1], "noc_qos": ["normal"]}
+    assert list(compute) == ComputeEvents.columns() and list(memory) == MemoryEvents.columns()
+    return compute, memory
+
+
+def _append(files: RunFiles, k: int) -> None:
+    w = _window(k)
+    compute, memory = _events(k)
     files.append_window(logical_compute=w["compute"], logical_memory=w["memory"],
-                        overlays=Overlays().model_dump(mode="json"),
-                        compute={c: [] for c in ComputeEvents.columns()},
-                        memory={c: [] for c in MemoryEvents.columns()}, logical_raw=raw)
+                        overlays=Overlays().model_dump(mode="json"), compute=compute, memory=memory)
 
 
-def _texts(d: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*.csv"))}
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    """A compressed trace file read as a researcher would (gzip.open reads every member as one stream)."""
+    with gzip.open(path, "rt", encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
 
 
-def test_shared_logical_text_is_what_each_run_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run_files, "LOGICAL_TEXT", run_files._LogicalText(max_chars=10_000))
-    dirs = {name: tmp_path / name for name in ("plain", "first", "second")}
-    for d in dirs.values():
-        RunFiles(d).start_fresh()
+def _tree(d: Path) -> dict[str, bytes]:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_one_logical_trace_per_experiment_and_events_on_request(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = RunFiles(out, "baseline", logical=True)
+    second = RunFiles(out, "tas", logical=False, events=True)
+    for f in (first, second):
+        f.start_fresh()
     for k in range(3):
-        w = _window(k)
-        raw = json.dumps(w)
-        _append(RunFiles(dirs["plain"]), w, None)  # formatted here, no cache
-        _append(RunFiles(dirs["first"]), w, raw)  # formatted, cached
-        _append(RunFiles(dirs["second"]), w, raw)  # from the cache
-    plain = _texts(dirs["plain"])
-    assert plain == _texts(dirs["first"]) == _texts(dirs["second"])
-    assert plain["traces/logical_compute.csv"].count(b"\n") == 1 + 3 * 5
-    assert b'"[""L1E0""]"' in plain["traces/logical_compute.csv"]  # csv quoting of the JSON column
-    assert len(run_files.LOGICAL_TEXT._items) == 3
+        _append(first, k)
+        _append(second, k)
+    files = set(_tree(out))
+    assert files == {*LOGICAL_FILES, *(f"runs/{s}/{rel}" for s in ("baseline", "tas") for rel in OVERLAY_FILES),
+                     *(f"runs/tas/{rel}" for rel in EVENT_FILES)}
+    text = read_trace_text(out / "traces/logical_compute.csv.gz")
+    assert text.count("\n") == 1 + 3 * 5  # the header once, every window's rows once (not once per scenario)
+    assert '"[""L1E0""]"' in text  # csv quoting of the JSON column
+    memory = _read_csv(out / "traces/logical_memory.csv.gz")
+    assert list(memory[0]) == list(LOGICAL_FILES["traces/logical_memory.csv.gz"]) and len(memory) == 15
+    assert memory[1]["tensor_id"] == "w,1" and memory[0]["locality_hint"] == 'say "near"'
+    events = _read_csv(out / "runs/tas/traces/physical/memory_events.csv.gz")
+    assert [e["evt_id"] for e in events] == ["0", "1", "2"] and events[0]["dst_bank"] == "B(0,1,5)"
+    # the same rows give the same bytes (gzip headers carry no time)
+    again = RunFiles(tmp_path / "again", "baseline", logical=True)
+    again.start_fresh()
+    for k in range(3):
+        _append(again, k)
+    assert _tree(tmp_path / "again") == {k: v for k, v in _tree(out).items() if "runs/tas" not in k}
 
 
-def test_logical_text_cache_is_bounded_and_keyed_by_content() -> None:
-    cache = run_files._LogicalText(max_chars=10)
-    cache.put(b"a", ("1234", "5"))
-    cache.put(b"b", ("1234", "5"))
-    assert cache.get(b"a") == ("1234", "5") and cache.get(b"b") == ("1234", "5")
-    cache.put(b"c", ("12", "3"))  # over the bound: the oldest goes
-    assert cache.get(b"a") is None and cache.get(b"c") == ("12", "3")
-    cache.put(b"d", ("x" * 11, ""))  # larger than the bound: not kept
-    assert cache.get(b"d") is None
+def test_truncating_to_the_frontier_sizes_drops_an_uncommitted_window(tmp_path: Path) -> None:
+    ref, crash = (RunFiles(tmp_path / name, "tas", events=True) for name in ("ref", "crash"))
+    for f in (ref, crash):
+        f.start_fresh()
+    for k in range(4):
+        _append(ref, k)
+    for k in range(2):
+        _append(crash, k)
+    sizes = crash.sizes()
+    assert set(sizes) == {*LOGICAL_FILES, *(f"runs/tas/{rel}" for rel in (*OVERLAY_FILES, *EVENT_FILES))}
+    _append(crash, 2)  # written, never committed ...
+    with open(tmp_path / "crash/runs/tas/traces/physical/compute_events.csv.gz", "ab") as fh:
+        fh.write(gzip.compress(b"999,garbage\n")[:7])  # ... and a torn write
+    resumed = RunFiles(tmp_path / "crash", "tas", events=True)
+    resumed.truncate_to(sizes)
+    for k in range(2, 4):
+        _append(resumed, k)
+    assert _tree(tmp_path / "crash") == _tree(tmp_path / "ref")
+
+
+def test_no_traces_writes_no_trace_file(tmp_path: Path) -> None:
+    files = RunFiles(tmp_path, "tas", traces=False)
+    files.start_fresh()
+    _append(files, 0)
+    assert files.sizes() == {} and _tree(tmp_path) == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from fastapi import FastAPI
 
 from services.orchestrator import repository as repo
 from services.orchestrator.models import RunStatus, ScenarioRun, WindowRecord
-from services.orchestrator.run_files import APPENDED, result_csv_path, run_dir_for
+from services.orchestrator.run_files import RunFiles, read_trace_text, result_csv_path, run_dir_for
 from services.orchestrator.schemas import ExperimentRequest
 from services.orchestrator.service import create_experiment, resolve_spec
 from services.orchestrator.window_loop import run_scenario
@@ -27,8 +28,9 @@ from tests.orchestrator.conftest import Db
 
 
 def small_request(**kw: Any) -> ExperimentRequest:
+    """A small experiment that writes every file, the physical events too (the crash and resume tests cover them)."""
     wl = WorkloadConfig.model_validate({"model": "mixtral-8x7b", "sequence": {"steps": 24, "micro_batch": 4}})
-    return ExperimentRequest(workload=wl, **kw)
+    return ExperimentRequest(workload=wl, **{"events": True, **kw})
 
 
 @pytest.fixture()
@@ -59,10 +61,11 @@ def test_tas_run_writes_every_file_and_commits_each_window(db: Db, settings: Set
     assert out.status == "succeeded", out.error
     assert out.windows_run == 8  # 24 steps of 1 ms in 3 ms windows
     rd = run_dir_for(tmp_path / "out", "tas")
-    for rel, cols in APPENDED.items():
-        lines = (rd / rel).read_text().splitlines()
-        assert lines[0] == ",".join(cols)
-    assert len((rd / "traces/physical/compute_events.csv").read_text().splitlines()) > 8
+    appended = RunFiles(tmp_path / "out", "tas", events=True).appended()
+    assert "traces/logical_compute.csv.gz" in appended and "runs/tas/traces/physical/compute_events.csv.gz" in appended
+    for path, cols in appended.values():
+        assert read_trace_text(path).splitlines()[0] == ",".join(cols)
+    assert len(read_trace_text(rd / "traces/physical/compute_events.csv.gz").splitlines()) > 8
     assert (rd / "mapping/placement.json").is_file() and (rd / "runtime/replica_state.json").is_file()
     log = (rd / "run.log").read_text()
     assert "seed 42" in log and "git revision" in log and '"numpy"' in log and "config {" in log
@@ -89,8 +92,8 @@ def test_crash_and_resume_is_byte_identical(db: Db, settings: Settings, clients:
     assert out1.status == "stopped" and out1.windows_run == 4
     # ... after having written rows of window 4 that never committed (the crash hit between append and commit)
     rd = run_dir_for(tmp_path / "crash", "tas")
-    with open(rd / "traces/physical/compute_events.csv", "a") as fh:
-        fh.write("999,0,0,0,0.0,garbage,d0,0.0\n")
+    with open(rd / "traces/physical/compute_events.csv.gz", "ab") as fh:
+        fh.write(gzip.compress(b"999,0,0,0,0.0,garbage,d0,0.0\n"))
     # worker 2 cannot take the live lease, then takes it once it expired and finishes the run
     assert run_scenario(run_id, clients, db.sessions, owner="w2", lease_s=5).status == "leased"
     time.sleep(0.4)
@@ -215,7 +218,7 @@ def test_hand_made_placement_replaces_default_and_taps(db: Db, settings: Setting
     assert run_scenario(repo.run_id_for(exp_id, "taps"), clients, db.sessions).status == "succeeded"
     written = json.loads((run_dir_for(tmp_path / "out", "taps") / "mapping/placement.json").read_text())
     assert {e["cores"][0] for e in written["experts"].values()} == {27}
-    phys = (run_dir_for(tmp_path / "out", "taps") / "traces/physical/compute_events.csv").read_text().splitlines()
+    phys = read_trace_text(run_dir_for(tmp_path / "out", "taps") / "traces/physical/compute_events.csv.gz").splitlines()
     cores = {line.split(",")[2] for line in phys[1:]}
     assert cores == {"27"}  # every expert event ran on the hot core
 
