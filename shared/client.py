@@ -8,9 +8,11 @@ the cluster uses.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
 import httpx
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 class RetryableStatus(Exception):
@@ -200,9 +203,10 @@ class ServiceClients:
     def __init__(self, settings: Settings, asgi_apps: Mapping[str, Any] | None = None) -> None:
         self.settings = settings
         self._clients: dict[str, ServiceClient] = {}
+        self._loop = EventLoopThread() if asgi_apps else None
         for name in SERVICES:
-            if asgi_apps is not None and name in asgi_apps:
-                transport: httpx.BaseTransport | None = _SyncASGITransport(asgi_apps[name])
+            if asgi_apps is not None and name in asgi_apps and self._loop is not None:
+                transport: httpx.BaseTransport | None = _SyncASGITransport(asgi_apps[name], self._loop)
                 base = f"http://{name}"
             else:
                 transport, base = None, settings.service_url(name)
@@ -214,22 +218,64 @@ class ServiceClients:
     def close(self) -> None:
         for c in self._clients.values():
             c.close()
+        if self._loop is not None:
+            self._loop.close()
+
+
+class EventLoopThread:
+    """One event loop on a daemon thread, for synchronous callers of in-process ASGI apps (the embedded mode).
+
+    A caller's coroutine runs on the loop (``run``) in a copy of the caller's context (run id and other context
+    variables), as in the cluster, where each service has one loop. The loop's root task lives until `close`, so a
+    synchronous endpoint's worker threads (anyio keeps them per root task) serve call after call; a new loop per
+    request (``anyio.run``) started a new thread for every call: 431 in one run."""
+
+    def __init__(self, name: str = "tasmoe-asgi-loop") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._main, args=(ready,), name=name, daemon=True)
+        self.thread.start()
+        ready.wait()
+
+    def _main(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+
+        async def root() -> None:
+            self._stop = asyncio.Event()
+            ready.set()
+            await self._stop.wait()
+
+        try:
+            self.loop.run_until_complete(root())
+        finally:
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and wait for its result (its exception is raised here)."""
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError("a synchronous service call from inside the embedded event loop would wait for "
+                               "itself: use AsyncServiceClient there")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        if self.thread.is_alive() and self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+            self.thread.join(timeout=10)
 
 
 class _SyncASGITransport(httpx.BaseTransport):
-    """Run an ASGI app for a synchronous httpx client (httpx's ASGITransport is async-only).
+    """Run an ASGI app for a synchronous httpx client (httpx's ASGITransport is async-only): each request runs on
+    ``loop`` (one per `ServiceClients`, shared by its services and the threads that call them). The app's lifespan
+    must already have been entered by whoever owns the app (see `services.root_app.EmbeddedApps`)."""
 
-    Each request runs the app in a private event loop on the calling thread (`anyio.run`), so worker threads of the
-    embedded pool can each call services concurrently. The app's lifespan must already have been entered by whoever
-    owns the app (see `services.root_app.EmbeddedApps`).
-    """
-
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, loop: EventLoopThread) -> None:
         self._transport = httpx.ASGITransport(app=app)
+        self._loop = loop
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        import anyio
-
         body = request.read()
 
         async def _call() -> httpx.Response:
@@ -238,7 +284,7 @@ class _SyncASGITransport(httpx.BaseTransport):
             content = await resp.aread()
             return httpx.Response(resp.status_code, headers=resp.headers, content=content, request=request)
 
-        return anyio.run(_call)
+        return self._loop.run(_call())
 
 
 def async_asgi_client(service: str, app: Any, settings: Settings) -> AsyncServiceClient:

@@ -276,3 +276,47 @@ def test_error_body_matches_its_schema(exc: TasmoeError) -> None:
     from shared.service_app import ErrorBody
 
     assert ErrorBody.model_validate(exc.body()).model_dump() == exc.body()
+
+
+def test_embedded_transport_keeps_one_loop_per_thread_and_the_callers_context(tmp_path: Path) -> None:
+    """Over ASGI mounts a thread's calls share one event loop, so a synchronous endpoint's worker threads are reused
+    (a loop per request started a new worker thread for every call); each call runs in its caller's context."""
+    import itertools
+    import threading
+
+    from fastapi import FastAPI
+
+    from shared.logging import current_run_id
+
+    made = itertools.count()
+    local = threading.local()
+    app = FastAPI()
+
+    @app.get("/who")
+    def who() -> dict[str, Any]:  # sync: FastAPI runs it on a worker thread of the loop
+        if not hasattr(local, "n"):
+            local.n = next(made)  # a number per thread that ever served a call
+        return {"thread": local.n, "run": current_run_id()}
+
+    clients = ServiceClients(_settings(tmp_path), asgi_apps={"thermal": app})
+    try:
+        seen = set()
+        for i in range(40):
+            with bind_run_id(f"run-{i % 3}"):
+                got = clients["thermal"].get_json("/who")
+            assert got["run"] == f"run-{i % 3}"
+            seen.add(got["thread"])
+        assert len(seen) <= 2, seen
+
+        answers: list[dict[str, Any]] = []
+
+        def other() -> None:
+            with bind_run_id("other"):
+                answers.append(clients["thermal"].get_json("/who"))
+
+        t = threading.Thread(target=other)  # another caller thread: its own loop, its own context
+        t.start()
+        t.join()
+        assert [a["run"] for a in answers] == ["other"]
+    finally:
+        clients.close()
