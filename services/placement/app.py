@@ -94,8 +94,10 @@ def tacs_step_endpoint(req: TacsStepRequest, request: Request) -> TacsStepRespon
     The request carries H (the thermal service's ``GET /v1/models/{hash}/influence``) or ``H_hash``, its hash from
     ``POST /v1/registry/influence`` (a request with neither is a 422 naming H); the placement, params and arch inline
     or by hash likewise (404 ``unknown_<kind>`` when this replica does not know a hash: register it again); the
-    replica state inline or by the ``state_ref`` a step answered (404 ``unknown_replica_state``: send it inline)."""
-    return tacs_for(req, data=_run_data(request))
+    replica state inline or by the ``state_ref`` a step answered (404 ``unknown_replica_state``: send it inline).
+    With ``params.lookahead_windows`` > 0 this service asks the thermal service for the chip's pulse responses (once
+    per chip, window length and look-ahead)."""
+    return tacs_for(req, data=_run_data(request), pulse_peers=peers_of(request.app))
 
 
 @router.post("/registry/placements", response_model=Registered)

@@ -6,6 +6,8 @@ a model. ``peers`` None: a request must carry those facts itself (a 422 names th
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +21,7 @@ from services.placement.taps import check_size, validate_loads
 from shared.client import ServiceClients
 from shared.configs import ArchConfig
 from shared.configs.tas import TacsParams
-from shared.content import ContentStore, M, arch_store, object_or_hash, placement_store, state_store
+from shared.content import ContentStore, M, arch_store, content_hash, object_or_hash, placement_store, state_store
 from shared.contracts.placement import Placement, ReplicaState
 from shared.contracts.placement_api import (
     BalanceRequest,
@@ -122,6 +124,45 @@ def _pulse_fn(req: PlacementRequest, peers: ServiceClients) -> PulseFn:
     return pulse
 
 
+class PulseCache:
+    """The thermal service's pulse responses TACS's look-ahead asked for, by (arch hash, slot, lags): an LRU of
+    ``capacity`` entries (``TASMOE_CACHE_SIZE``); each is computed once by the thermal service (~1 s on the default
+    chip) and used by every window of every run on that chip."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._items: OrderedDict[tuple[str, float, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, arch: ArchConfig, slot_ms: float, lags: int, peers: ServiceClients | None
+            ) -> tuple[np.ndarray, np.ndarray]:
+        key = (content_hash(arch), float(slot_ms), int(lags))
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit
+        if peers is None:
+            raise BadInput("params.lookahead_windows > 0 needs the thermal service's pulse responses, and this "
+                           "service has no way to it here", field="params.lookahead_windows")
+        try:
+            r = thermal_pulse_response(peers, arch, slot_ms, lags)
+        except BadInput as exc:  # e.g. a stack too large for the pulse responses
+            raise BadInput(f"params.lookahead_windows: the thermal service cannot give the pulse responses: "
+                           f"{exc.message}", field="params.lookahead_windows") from None
+        Dc = np.asarray(r.core, dtype=float)
+        Dv = np.asarray(r.vault, dtype=float) if r.vault else np.zeros_like(Dc)
+        with self._lock:
+            self._items[key] = (Dc, Dv)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return Dc, Dv
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
 @dataclass(frozen=True)
 class RunData:
     """What callers registered for their runs (``POST /v1/registry/...``), by content hash: LRUs of
@@ -132,18 +173,20 @@ class RunData:
     params: ContentStore[TacsParams]
     influence: ContentStore[InfluenceRegistration]
     states: ContentStore[ReplicaState]  # the replica states TACS answered (TASMOE_STATE_CACHE_SIZE), by hash
+    pulses: PulseCache  # TACS look-ahead: the thermal service's pulse responses
 
     @classmethod
     def of(cls, capacity: int, state_capacity: int = 64) -> RunData:
         return cls(archs=arch_store(capacity), placements=placement_store(capacity),
                    params=ContentStore("tacs_params", capacity, field="params_hash", path="/v1/registry/tacs-params"),
                    influence=ContentStore("influence", capacity, field="H_hash", path="/v1/registry/influence"),
-                   states=state_store("replica_state", state_capacity))
+                   states=state_store("replica_state", state_capacity), pulses=PulseCache(capacity))
 
     def clear(self) -> None:
         """Forget the registered run data (the replica states are not run data: ``states.clear()``)."""
         for store in (self.archs, self.placements, self.params, self.influence):
             store.clear()
+        self.pulses.clear()
 
 
 def register(store: ContentStore[M], obj: M) -> Registered:
@@ -156,8 +199,10 @@ DEFAULT_TACS = TacsParams()
 
 
 def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None,
-             data: RunData | None = None) -> TacsStepResponse:
-    """One TACS step; the run's fixed objects inline or by the hashes ``data`` knows (`RunData`)."""
+             data: RunData | None = None, *, pulse_peers: ServiceClients | None = None) -> TacsStepResponse:
+    """One TACS step; the run's fixed objects inline or by the hashes ``data`` knows (`RunData`). ``peers``: where a
+    missing H comes from (None: a 422 naming H); ``pulse_peers`` (default ``peers``): where the look-ahead's pulse
+    responses come from."""
     data = data or RunData.of(1)
     arch = object_or_hash(req.arch, req.arch_hash, data.archs, field="arch", default=DEFAULT_ARCH)
     _check_mesh(arch.mesh.n_cores)
@@ -178,8 +223,11 @@ def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None,
     else:
         raise BadInput("H (cores x cores influence matrix, K/W) is required here (or H_hash: its hash from POST "
                        "/v1/registry/influence); the thermal service's: GET /v1/models/{hash}/influence", field="H")
+    pulse = data.pulses.get(arch, params.window_ms, params.lookahead_windows, pulse_peers or peers) \
+        if params.lookahead_windows > 0 else None
     overlays, new, smoothed = tacs_step(req.telemetry, placement, state, params, arch, H,
-                                        req.pending, req.smoothed, req.now_ns, bank_bw_gbps=req.bank_bw_gbps)
+                                        req.pending, req.smoothed, req.now_ns, bank_bw_gbps=req.bank_bw_gbps,
+                                        pulse=pulse)
     ref, _ = data.states.put(new)
     send = req.return_state or new != state
     return TacsStepResponse(overlays=overlays, state=new if send else None, state_ref=ref, smoothed=smoothed)

@@ -21,10 +21,10 @@ Per call (temperatures °C, times ns, powers W, energies J):
      a reroute's bytes are the activations its tokens carry both ways;
    - NoC: ``μ · ΔNoĈ`` with ``ΔNoĈ = bytes·hops / (NoC link capacity over one window)``: μ in K per unit of added
      NoC load.
-   A move is made when ``net = B − Q − μ·ΔNoĈ > 0``, the destination is not overloaded (``q_d ≤ q_tgt``) and stays
-   cooler than the relieved source (rise ``w·(H[d,d] − H[d,s])``; a Thot-independent rule, so that raising Thot
-   cannot add destinations). Each source makes at most one move:
-   the one of largest net (ties: ``λ·hops + η·rise``, then the lower core), a migration only among the
+   A move is made when ``net = B − Q − μ·ΔNoĈ > 0`` (the reactive rule; step 6 replaces this test), the
+   destination is not overloaded (``q_d ≤ q_tgt``) and stays cooler than the relieved source (rise
+   ``w·(H[d,d] − H[d,s])``; a Thot-independent rule, so that raising Thot cannot add destinations). Each source makes
+   at most one move: the one of largest net (ties: ``λ·hops + η·rise``, then the lower core), a migration only among the
    ``min(top_k_hot, max_parallel_migrations)`` hottest candidates. A reroute moves no weights, so where it relieves
    as much it wins. Hence a higher Thot can only remove moves, and a higher μ can only pick moves with less NoC load
    (the argmax of ``B − Q − μ·ΔNoĈ`` has a non-increasing ΔNoĈ in μ).
@@ -33,6 +33,23 @@ Per call (temperatures °C, times ns, powers W, energies J):
    (free banks in the destination vault, from the LIVE occupancy: the placement's banks with every earlier TACS move
    of the replica state applied) and bank bandwidth (each shard must be writable within one window at
    ``bank_bw_gbps``, one incoming shard per bank per window).
+6. Look-ahead (``lookahead_windows`` N > 0; issue 16): instead of the reactive test, each source picks the move, or
+   none, with the lowest predicted peak ``mean_t max_k T̂[t, k]`` (the hottest core's temperature over the next N
+   windows, averaged: a move's own heat while its weights stream counts for as long as it lasts; the maximum over
+   the horizon instead would refuse every migration out of a hot vault, whose reads come before any relief), plus
+   ``μ·ΔNoĈ``. The
+   prediction superposes the thermal model's pulse responses (thermal ``GET /v1/models/{hash}/pulse-response`` with
+   slots of one window; ``Dc[t][k, c]``, ``Dv[t][k, c]``: rise of core k at the end of window t after 1 W in core c,
+   or spread over vault c, during window 0; the exact discrete model, linear in power) on today's temperatures:
+   ``T̂[t, k] = T̃[k] + ΔT[t, k]``, with ``C = cumsum(D)`` the response to power sustained from window 0 and
+   - the shifted power, sustained from the window its weights have streamed (``m = ceil(t_stream / window)``; 0 for
+     a reroute): ``w_core·(Cc[t−m][k, d] − Cc[t−m][k, s]) + w_vault·(Cv[t−m][k, d] − Cv[t−m][k, s])``, the powers
+     of step 4 (the pending work's FLOP energy at the core, its weight reads' DRAM energy at the vault, over τ);
+   - the move's own energy during windows 0..m−1: reads at vault s, writes at vault d, NoC at core s (for a reroute,
+     its activations' NoC energy over τ, sustained).
+   "None" is ``max T̃`` (today's field held). A move is made when its score is lower than none's; the other
+   constraints of steps 4–5 stay. Each source is scored against today's field alone (as the reactive rule), so a
+   higher Thot (fewer sources) still gives no more migrations and a higher μ no more NoC load.
 Overlays apply at the next window's start only; the returned ReplicaState records the change.
 """
 
@@ -155,13 +172,17 @@ class _Action:
     drop: float
     noc_added: float
     net: float = 0.0  # benefit - heat - mu * NoC (K), module docstring step 4
+    score: float = math.inf  # look-ahead: predicted peak + mu * NoC (°C), step 6
     shards: list[tuple[str, int, str, str]] | None = None  # (tensor id, size, src bank, dst bank)
 
 
 def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params: TacsParams, arch: ArchConfig,
               H: np.ndarray, pending_window: LogicalWindow | None, smoothed: list[float] | None, now_ns: int, *,
-              bank_bw_gbps: float = 25.0) -> tuple[Overlays, ReplicaState, list[float]]:
-    """One TACS decision (see the module docstring). Returns (overlays for the next window, new state, smoothed T)."""
+              bank_bw_gbps: float = 25.0, pulse: tuple[np.ndarray, np.ndarray] | None = None
+              ) -> tuple[Overlays, ReplicaState, list[float]]:
+    """One TACS decision (see the module docstring). Returns (overlays for the next window, new state, smoothed T).
+    ``pulse``: (Dc, Dv), each (N, cores, cores) K/W, the pulse responses over windows of ``params.window_ms``;
+    required when ``params.lookahead_windows`` > 0 (step 6), at least that many windows."""
     geom = ChipGeometry.of(arch)
     n = geom.n_cores
     validate_inputs(tele, placement, state, geom, smoothed)
@@ -192,6 +213,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
     e_flop = EnergyModel.from_arch(arch).mac_j / 2  # J per FLOP (one MAC = 2 FLOPs; shared/energy.py)
     tokens: dict[str, float] = {}
     inst_power: dict[str, float] = {}
+    inst_vault: dict[str, float] = {}  # the part of inst_power spent in the expert's vault (its weight reads)
     if pending_window is not None and len(pending_window.compute):
         comp = pending_window.compute
         flops_e: dict[str, float] = {}
@@ -215,6 +237,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
                 # influence matrix H is steady-state, so a 3 ms burst must not count as sustained power)
                 inst_power[eid] = ((flops_e.get(eid, 0.0) * e_flop + bytes_e.get(eid, 0.0) * e_byte)
                                    / horizon_s / len(cores_of[eid]))
+                inst_vault[eid] = bytes_e.get(eid, 0.0) * e_byte / horizon_s / len(cores_of[eid])
     else:
         peak_flops = arch.core.array[0] * arch.core.array[1] * 2 * max(arch.dvfs.domains[0].steps_ghz) * 1e9
         for c in range(n):
@@ -248,6 +271,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
     bank_cap = arch.dram.bank_capacity_mb * MIB
     bank_bw = bank_bw_gbps * 1e9
     claimed: set[tuple[int, int]] = set()  # banks receiving a shard this window
+    look = _Lookahead.of(T, pulse, params.lookahead_windows) if params.lookahead_windows > 0 else None
 
     def evaluate(kind: str, eid: str, s: int, d: int, w: float, nbytes: float, stream_s: float
                  ) -> _Action | None:
@@ -262,10 +286,24 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
         heat = (dram * (H[s, s] + H[s, d]) + e_noc * H[s, s]) / tau_s
         added = nbytes * hop[s, d] / noc_cap_bytes
         net = benefit - heat - mu * added
-        if not net > 0:
+        delta = None
+        if look is not None:  # step 6: the predicted peak decides, not net
+            wv = inst_vault.get(eid, 0.0)
+            m = 0 if kind == "reroute" else max(1, math.ceil(stream_s / window_s - 1e-9))
+            delta = look.shift(s, d, w - wv, wv, start=m)
+            if kind == "reroute":
+                delta += look.sustained(look.Cc, s, e_noc / tau_s, 0, look.n_windows)
+            else:
+                slot = m * window_s
+                delta += look.sustained(look.Cv, s, dram / slot, 0, m) + look.sustained(look.Cv, d, dram / slot, 0, m) \
+                    + look.sustained(look.Cc, s, e_noc / slot, 0, m)
+        elif not net > 0:
             return None
-        return _Action(kind, eid, s, d, cost=float(lam * hop[s, d] + eta * rise), drop=float(drop),
-                       noc_added=float(added), net=float(net))
+        act = _Action(kind, eid, s, d, cost=float(lam * hop[s, d] + eta * rise), drop=float(drop),
+                      noc_added=float(added), net=float(net))
+        if delta is not None and look is not None:
+            act.score = look.peak(delta) + mu * float(added)
+        return act
 
     actions: list[_Action] = []
     for s in sorted(sources, key=lambda c: (-S[c], c)):
@@ -305,7 +343,11 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
                 if a is not None:
                     a.shards = [(t, sz, geom.slot_bank_id(v, sl), "") for t, sz, v, sl in shards]
                     options.append(a)
-        options.sort(key=lambda a: (-a.net, a.cost, a.dst, a.expert))
+        if look is None:
+            options.sort(key=lambda a: (-a.net, a.cost, a.dst, a.expert))
+        else:  # step 6: better than leaving the field as it is, best first
+            options = sorted((a for a in options if a.score < look.none - 1e-9),
+                             key=lambda a: (a.score, a.cost, a.dst, a.expert))
         for act in options:
             if act.kind == "migrate":
                 assert used is not None
@@ -320,6 +362,56 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
 
     return _emit(actions, t_apply), \
         _new_state(actions, state, t_apply), [float(x) for x in T]
+
+
+@dataclass
+class _Lookahead:
+    """Predicted core temperatures over the next N windows (module docstring, step 6): today's field plus the
+    superposed pulse responses of the power a move adds or removes."""
+
+    T0: np.ndarray  # (n,) °C, the smoothed field
+    Cc: np.ndarray  # (N, n, n) K/W: rise at the end of window t per W in core c sustained from window 0
+    Cv: np.ndarray  # (N, n, n) K/W: the same per W spread over vault c
+    none: float  # max T0: the score of no move
+
+    @property
+    def n_windows(self) -> int:
+        return int(self.Cc.shape[0])
+
+    @classmethod
+    def of(cls, T0: np.ndarray, pulse: tuple[np.ndarray, np.ndarray] | None, n_windows: int) -> _Lookahead:
+        if pulse is None:
+            raise BadInput("params.lookahead_windows > 0 needs the thermal model's pulse responses (this service "
+                           "asks the thermal service for them)", field="params.lookahead_windows")
+        Dc, Dv = (np.asarray(p, dtype=float) for p in pulse)
+        n = T0.shape[0]
+        if Dc.ndim != 3 or Dc.shape[0] < n_windows or Dc.shape[1:] != (n, n) or Dv.shape != Dc.shape:
+            raise BadInput(f"pulse responses of shape {Dc.shape} / {Dv.shape}: need ({n_windows}+, {n}, {n})",
+                           field="params.lookahead_windows")
+        return cls(T0=T0, Cc=np.cumsum(Dc[:n_windows], axis=0), Cv=np.cumsum(Dv[:n_windows], axis=0),
+                   none=float(T0.max()))
+
+    def sustained(self, C: np.ndarray, c: int, watts: float, start: int, stop: int) -> np.ndarray:
+        """(N, n) K: ``watts`` at source c (a core's area, or a vault, by ``C``) during windows start..stop-1."""
+        N = self.n_windows
+        out = np.zeros((N, C.shape[1]))
+        if watts == 0.0 or start >= min(stop, N):
+            return out
+        out[start:] += C[: N - start, :, c]
+        if stop < N:
+            out[stop:] -= C[: N - stop, :, c]
+        return out * watts
+
+    def shift(self, s: int, d: int, w_core: float, w_vault: float, *, start: int) -> np.ndarray:
+        """(N, n) K: the power of an expert's work moved from core s (and vault s) to d from window ``start`` on."""
+        N = self.n_windows
+        out: np.ndarray = self.sustained(self.Cc, d, w_core, start, N) - self.sustained(self.Cc, s, w_core, start, N)
+        out += self.sustained(self.Cv, d, w_vault, start, N) - self.sustained(self.Cv, s, w_vault, start, N)
+        return out
+
+    def peak(self, delta: np.ndarray) -> float:
+        """The hottest core's predicted temperature, averaged over the horizon (°C)."""
+        return float((self.T0[None, :] + delta).max(axis=1).mean())
 
 
 def _current_shards(eid: str, ent: ReplicaEntry | None, placement: Placement, cores: list[int],

@@ -53,6 +53,9 @@ class TacsParams(StrictModel):
     hop_radius: PositiveInt = 2
     noc_guard: float = Field(default=0.8, gt=0, le=1)  # no migration while NoC load is above this
     smoothing_alpha: float = Field(default=0.5, ge=0.4, le=0.6)
+    # look-ahead (issue 16): 0 = the reactive benefit-versus-cost rule; N > 0 = pick the move (or none) with the lowest
+    # predicted peak of the core temperatures over the next N windows, from the thermal model's pulse responses
+    lookahead_windows: int = Field(default=0, ge=0, le=64)
 
     @model_validator(mode="after")
     def _check(self) -> TacsParams:
