@@ -90,6 +90,24 @@ def _deepseek_v3_window(tmp: Path, settings: Settings) -> BenchRow:
                     "mapping: the model does not fit the chip's DRAM, TAPS refuses it)")
 
 
+def folder_sizes(root: Path) -> dict[str, int]:
+    """Bytes per file under ``root``, by path relative to it (a run's results folder: no database in it)."""
+    return {p.relative_to(root).as_posix(): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+
+
+def _folder_size(root: Path) -> BenchRow:
+    sizes = folder_sizes(root)
+    total = sum(sizes.values())
+    kinds: dict[str, int] = {}
+    for rel, n in sizes.items():
+        name = rel.rsplit("/", 1)[-1]
+        kind = name.split(".", 1)[1] if "." in name else name  # series.csv.gz, windows.jsonl.gz, png, ...
+        kinds[kind] = kinds.get(kind, 0) + n
+    top = ", ".join(f"{k} {v / 1e6:.1f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])[:6])
+    return BenchRow("files that run wrote (its results folder: traces, series, plots, logs)", f"{total / 1e6:.1f} MB",
+                    "<= 40 MB", total <= 40e6, f"MB by kind: {top}; physical events not asked for (--events)")
+
+
 def bench() -> list[BenchRow]:
     tmp = Path(tempfile.mkdtemp(prefix="tasmoe-orch-bench-"))
     rows: list[BenchRow] = []
@@ -122,6 +140,7 @@ def bench() -> list[BenchRow]:
                              "windows", "< 60 s", wall < 60 and res.ok,
                              note or "the sustainable default: 9901 windows per scenario + a 1000-window warm-up "
                              "(README, Science II)"))
+        rows.append(_folder_size(tmp / "mixtral"))
         problems = check_results(tmp / "mixtral", workload="mixtral-8x7b", ambient_c=res.ambient_c)
         rows.append(BenchRow("science acceptance of that run (four CSVs, no NaN, >= ambient)",
                              "pass" if not problems else f"{len(problems)} problem(s)", "pass", not problems,
