@@ -27,7 +27,7 @@ COMMANDS: dict[str, Command] = {
     "compare": Command("metrics", "compare scenarios: reads DIR/<scenario>/<workload>.csv, writes comparison.csv and "
                                   "comparison.md, prints the Markdown table"),
     "plot": Command("metrics", "render a figure from a results folder (PNG or SVG)"),
-    "reduce": Command("metrics", "reduce a .windows.jsonl series to results/<scenario>/<workload>.csv"),
+    "reduce": Command("metrics", "reduce a .windows.jsonl[.gz] series to results/<scenario>/<workload>.csv"),
     "run": Command("orchestrator", "run an experiment embedded (four scenarios -> <out>/<scenario>/<workload>.csv)"),
     "experiments": Command("orchestrator", "list, cancel or clean up the experiments of a database (default: the "
                                            "embedded results/tasmoe.sqlite3)"),

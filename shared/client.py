@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Coroutine, Mapping
@@ -231,6 +232,7 @@ class EventLoopThread:
     request (``anyio.run``) started a new thread for every call: 431 in one run."""
 
     def __init__(self, name: str = "tasmoe-asgi-loop") -> None:
+        self.pid = os.getpid()  # a forked child inherits this object but not its thread
         self.loop = asyncio.new_event_loop()
         self._stop: asyncio.Event | None = None
         ready = threading.Event()
@@ -248,7 +250,11 @@ class EventLoopThread:
 
         try:
             self.loop.run_until_complete(root())
-        finally:
+        finally:  # calls still in flight at close: cancelled, so their callers get CancelledError, not a hang
+            pending = asyncio.all_tasks(self.loop)
+            for task in pending:
+                task.cancel()
+            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.close()
 
@@ -258,6 +264,10 @@ class EventLoopThread:
             coro.close()
             raise RuntimeError("a synchronous service call from inside the embedded event loop would wait for "
                                "itself: use AsyncServiceClient there")
+        if os.getpid() != self.pid or not self.thread.is_alive():
+            coro.close()
+            raise RuntimeError("the embedded event loop is closed or belongs to the parent process (build the "
+                               "ServiceClients in this process)")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def close(self) -> None:

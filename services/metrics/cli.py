@@ -69,7 +69,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("plot", help=command_help("plot"))
     p.add_argument("kind", choices=KINDS, help="the figure to draw")
-    p.add_argument("--results", required=True, help="folder holding <scenario>/<workload>.csv and .windows.jsonl")
+    p.add_argument("--results", required=True, help="folder holding <scenario>/<workload>.csv and .windows.jsonl.gz")
     p.add_argument("--out", required=True, help="output file (.png or .svg)")
     p.add_argument("--workload", default=None, help="needed when the folder holds several workloads")
     p.add_argument("--format", choices=FORMATS, default=None, help="default: from the --out suffix")
@@ -78,7 +78,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_plot)
 
     p = sub.add_parser("reduce", help=command_help("reduce"))
-    p.add_argument("windows", help="a .windows.jsonl file (one WindowMetrics JSON per line)")
+    p.add_argument("windows", help="a .windows.jsonl.gz or .windows.jsonl file (one WindowMetrics JSON per line)")
     p.add_argument("--scenario", required=True, choices=SCENARIOS, help="the scenario the windows belong to")
     p.add_argument("--workload", required=True, help="workload label (the CSV's name)")
     p.add_argument("--thot", type=float, required=True, help="Thot in °C (for time_above_thot_ms)")

@@ -456,7 +456,7 @@ def write_run_plots(results_dir: Path, *, workload: str | None = None, fmt: str 
                     dram_layer: int | None = None) -> list[Path]:
     """Render every kind from a results folder into ``<results_dir>/plots/<workload>_<kind>.<fmt>``.
 
-    Kinds that need per-window series are skipped when the folder has none (``<scenario>/<workload>.windows.jsonl``).
+    Kinds that need per-window series are skipped when the folder has none (``<scenario>/<workload>.windows.jsonl.gz``).
     """
     from services.metrics.series import load_plot_request
 

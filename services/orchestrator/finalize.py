@@ -1,6 +1,6 @@
 """After the last scenario of an experiment: ``summary.csv`` (the scenario rows under one header), the comparison
 against baseline (``comparison.csv`` / ``comparison.md``), each run's per-window series (``<scenario>/<workload>
-.series.csv.gz``, every window: shared/series_table.py; ``<scenario>/<workload>.windows.jsonl``, the windows the
+.series.csv.gz``, every window: shared/series_table.py; ``<scenario>/<workload>.windows.jsonl.gz``, the windows the
 figures are drawn from, at most MAX_PLOT_WINDOWS merged ones: shared/window_series.py) and the plots
 (``plots/<kind>.png``). ``tasmoe plot KIND --results <out>`` redraws every figure from the folder alone. Best effort:
 a figure the metrics service cannot draw is logged; the results stand."""

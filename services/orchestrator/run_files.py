@@ -73,7 +73,8 @@ def _dump_json(obj: Any) -> str:
 
 def read_trace_text(path: Path) -> str:
     """The CSV text of an appended file (gzip-compressed when its name ends in ``.gz``)."""
-    data = Path(path).read_bytes()
+    path = Path(path)
+    data = path.read_bytes()
     return (gzip.decompress(data) if path.name.endswith(".gz") else data).decode("utf-8")
 
 

@@ -47,9 +47,12 @@ Per call (temperatures °C, times ns, powers W, energies J):
      of step 4 (the pending work's FLOP energy at the core, its weight reads' DRAM energy at the vault, over τ);
    - the move's own energy during windows 0..m−1: reads at vault s, writes at vault d, NoC at core s (for a reroute,
      its activations' NoC energy over τ, sustained).
-   "None" is ``max T̃`` (today's field held). A move is made when its score is lower than none's; the other
-   constraints of steps 4–5 stay. Each source is scored against today's field alone (as the reactive rule), so a
-   higher Thot (fewer sources) still gives no more migrations and a higher μ no more NoC load.
+   Source s scores among the cores not hotter than it now (hotter ones are other sources' to relieve; the move's
+   destination is cooler than s by step 4's rule), so no move scores ``T̃_s`` and every hot core, not only the
+   hottest, can act. A move is made when its score is lower than none's; the other constraints of steps 4–5 stay.
+   Each source is scored against today's field alone (as the reactive rule), so its choice does not depend on Thot
+   and a higher μ never picks more NoC load; sources interact only through the banks they claim (as in step 4). The
+   powers are step 4's (the pending work over τ, held): an assumption about the work to come, stated, not fitted.
 Overlays apply at the next window's start only; the returned ReplicaState records the change.
 """
 
@@ -302,7 +305,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
         act = _Action(kind, eid, s, d, cost=float(lam * hop[s, d] + eta * rise), drop=float(drop),
                       noc_added=float(added), net=float(net))
         if delta is not None and look is not None:
-            act.score = look.peak(delta) + mu * float(added)
+            act.score = look.peak(delta, s) + mu * float(added)
         return act
 
     actions: list[_Action] = []
@@ -346,7 +349,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
         if look is None:
             options.sort(key=lambda a: (-a.net, a.cost, a.dst, a.expert))
         else:  # step 6: better than leaving the field as it is, best first
-            options = sorted((a for a in options if a.score < look.none - 1e-9),
+            options = sorted((a for a in options if a.score < float(look.T0[s]) - 1e-9),
                              key=lambda a: (a.score, a.cost, a.dst, a.expert))
         for act in options:
             if act.kind == "migrate":
@@ -372,7 +375,6 @@ class _Lookahead:
     T0: np.ndarray  # (n,) °C, the smoothed field
     Cc: np.ndarray  # (N, n, n) K/W: rise at the end of window t per W in core c sustained from window 0
     Cv: np.ndarray  # (N, n, n) K/W: the same per W spread over vault c
-    none: float  # max T0: the score of no move
 
     @property
     def n_windows(self) -> int:
@@ -388,8 +390,7 @@ class _Lookahead:
         if Dc.ndim != 3 or Dc.shape[0] < n_windows or Dc.shape[1:] != (n, n) or Dv.shape != Dc.shape:
             raise BadInput(f"pulse responses of shape {Dc.shape} / {Dv.shape}: need ({n_windows}+, {n}, {n})",
                            field="params.lookahead_windows")
-        return cls(T0=T0, Cc=np.cumsum(Dc[:n_windows], axis=0), Cv=np.cumsum(Dv[:n_windows], axis=0),
-                   none=float(T0.max()))
+        return cls(T0=T0, Cc=np.cumsum(Dc[:n_windows], axis=0), Cv=np.cumsum(Dv[:n_windows], axis=0))
 
     def sustained(self, C: np.ndarray, c: int, watts: float, start: int, stop: int) -> np.ndarray:
         """(N, n) K: ``watts`` at source c (a core's area, or a vault, by ``C``) during windows start..stop-1."""
@@ -409,9 +410,11 @@ class _Lookahead:
         out += self.sustained(self.Cv, d, w_vault, start, N) - self.sustained(self.Cv, s, w_vault, start, N)
         return out
 
-    def peak(self, delta: np.ndarray) -> float:
-        """The hottest core's predicted temperature, averaged over the horizon (°C)."""
-        return float((self.T0[None, :] + delta).max(axis=1).mean())
+    def peak(self, delta: np.ndarray, s: int) -> float:
+        """Source s's score of a move (°C): the hottest predicted temperature, averaged over the horizon, among the
+        cores not hotter than s now (hotter ones are other sources' to relieve). No move scores ``T0[s]``."""
+        near = self.T0[s] >= self.T0
+        return float((self.T0[near][None, :] + delta[:, near]).max(axis=1).mean())
 
 
 def _current_shards(eid: str, ent: ReplicaEntry | None, placement: Placement, cores: list[int],

@@ -15,7 +15,7 @@ from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWind
 
 
 class ComputeEvents(Columnar):
-    """``traces/physical/compute_events.csv`` columns, in order."""
+    """``traces/physical/compute_events.csv.gz`` columns, in order."""
 
     evt_id: list[int]
     t_start_ns: list[int]
@@ -35,7 +35,7 @@ NOC_ONLY_QOS: tuple[str, ...] = NOC_QOS[2:]
 
 
 class MemoryEvents(Columnar):
-    """``traces/physical/memory_events.csv`` columns, in order."""
+    """``traces/physical/memory_events.csv.gz`` columns, in order."""
 
     evt_id: list[int]
     t_start_ns: list[int]

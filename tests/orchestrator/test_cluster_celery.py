@@ -121,7 +121,7 @@ def test_embedded_and_cluster_give_identical_files(pg: Db, redis_url: str, queue
         disp.shutdown()
     finally:
         _stop(worker)
-    for sub in ("runs", "baseline", "tas"):
+    for sub in ("runs", "traces", "baseline", "tas"):
         assert _tree(tmp_path / "c" / sub) == _tree(tmp_path / "e" / sub)
 
 
@@ -159,7 +159,7 @@ def test_kill_9_celery_worker_new_worker_finishes(pg: Db, redis_url: str, queue:
     assert [w for w, _ in rows] == list(range(30))
     owners = [o for _, o in rows]
     assert owners[0] != owners[-1] and len(set(owners[killed_at:])) == 1
-    for sub in ("runs", "tas"):
+    for sub in ("runs", "traces", "tas"):
         assert _tree(tmp_path / "crash" / sub) == _tree(tmp_path / "ref" / sub)
 
 

@@ -96,7 +96,8 @@ def test_kill_9_worker_mid_scenario_then_resume(db: Db, settings: Settings, tmp_
     assert len(set(owners[:killed_at])) == 1 and len(set(owners[killed_at:])) == 1 and owners[0] != owners[-1]
     # every per-window file, the result CSV and the run's series table (the worker also wrote plots)
     assert (tmp_path / "crash" / "tas" / "mixtral-8x7b.series.csv.gz").is_file()
-    for sub in ("runs", "tas"):
+    for sub in ("runs", "traces", "tas"):  # traces: the experiment's logical trace (its first scenario writes it)
         assert _tree(tmp_path / "crash" / sub) == _tree(tmp_path / "ref" / sub)
+    assert (tmp_path / "crash" / "traces" / "logical_compute.csv.gz").is_file()
     assert (tmp_path / "crash" / "tas" / "mixtral-8x7b.csv").read_bytes() == \
         (tmp_path / "ref" / "tas" / "mixtral-8x7b.csv").read_bytes()

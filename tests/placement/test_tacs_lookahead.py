@@ -73,6 +73,19 @@ def test_a_move_whose_relief_lies_past_the_horizon_is_not_made(tas: TasParams) -
     assert moved == [0, 1]
 
 
+def test_every_hot_core_can_act_not_only_the_hottest(tas: TasParams) -> None:
+    """Two hot spots far apart: the cooler one's move cannot lower the chip's peak (the other core), yet it is
+    relieved too (each source scores the field as seen from it)."""
+    hot = [60.0] * 16
+    hot[0], hot[15] = 90.0, 85.0
+    plc = placement_from(ARCH4, {"L0E0": [0], "L0E1": [15]})
+    late = window(10, {"L0E0": 3.0, "L0E1": 3.0})
+    ov, _, _ = tacs_step(Telemetry(temps_core=hot, util_core=[0.5] * 16), plc, ReplicaState(), _ahead(tas.tacs, 8),
+                         ARCH4, H4, late, None, late.t0_ns, pulse=first_order_pulse(H4, 8))
+    moved = {src for typ, src in zip(ov.migrate.obj_type, ov.migrate.src, strict=True) if typ == "expert"}
+    assert moved == {"0", "15"}
+
+
 def test_lookahead_without_pulse_responses_names_the_parameter(tas: TasParams) -> None:
     plc = placement_from(ARCH4, {"L0E0": [6]})
     hot = [60.0] * 16
