@@ -78,6 +78,12 @@ def influence_array(m: InfluenceMatrix) -> npt.NDArray[np.float64]:
     return np.asarray(m.H, dtype=np.float64)
 
 
+def pulse_arrays(r: PulseResponse) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """(Dc, Dv), each (lags, cores, cores) K/W; Dv zeros for a stack without DRAM dies."""
+    Dc = np.asarray(r.core, dtype=np.float64)
+    return Dc, np.asarray(r.vault, dtype=np.float64) if r.vault else np.zeros_like(Dc)
+
+
 def routed_experts(clients: ServiceClients, model: str | InlineModel) -> int:
     """Routed experts per MoE layer of a workload's model, from the workload service (0: a dense model)."""
     if isinstance(model, str):

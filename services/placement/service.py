@@ -33,7 +33,7 @@ from shared.contracts.placement_api import (
 )
 from shared.contracts.registry import Registered
 from shared.errors import BadInput, TasmoeError, UpstreamError
-from shared.peers import influence_array, routed_experts, thermal_influence, thermal_pulse_response
+from shared.peers import influence_array, pulse_arrays, routed_experts, thermal_influence, thermal_pulse_response
 
 
 def _n_experts_of(req: PlacementRequest, peers: ServiceClients | None) -> int:
@@ -118,9 +118,7 @@ def _pulse_fn(req: PlacementRequest, peers: ServiceClients) -> PulseFn:
             r = thermal_pulse_response(peers, req.arch, slot_s * 1e3, lags)
         except BadInput:  # a stack too large for the pulse responses: the steady model alone (placer notes it)
             return None
-        Dc = np.asarray(r.core, dtype=float)
-        Dv = np.asarray(r.vault, dtype=float) if r.vault else np.zeros_like(Dc)
-        return Dc, Dv
+        return pulse_arrays(r)
     return pulse
 
 
@@ -150,8 +148,7 @@ class PulseCache:
         except BadInput as exc:  # e.g. a stack too large for the pulse responses
             raise BadInput(f"params.lookahead_windows: the thermal service cannot give the pulse responses: "
                            f"{exc.message}", field="params.lookahead_windows") from None
-        Dc = np.asarray(r.core, dtype=float)
-        Dv = np.asarray(r.vault, dtype=float) if r.vault else np.zeros_like(Dc)
+        Dc, Dv = pulse_arrays(r)
         with self._lock:
             self._items[key] = (Dc, Dv)
             while len(self._items) > self.capacity:
