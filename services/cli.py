@@ -91,16 +91,18 @@ def _config_check(args: argparse.Namespace) -> int:
     from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
     from shared.configs.base import StrictModel
     from shared.configs.loader import inline_model_file
+    from shared.settings import load_settings
 
     kinds: dict[str, type[StrictModel]] = {"arch": ArchConfig, "workload": WorkloadConfig, "tas": TasParams}
     model = kinds[args.kind]
     cfg: StrictModel = load_config(args.file, model)
     zoo = optional_module("workload", "zoo")
     if isinstance(cfg, WorkloadConfig) and zoo is not None:
-        # the model must exist (the zoo shipped with the workload service; `tasmoe run` and POST /v1/experiments
-        # ask the workload service itself, which also knows models registered at run time)
+        # the model must exist (shipped with the workload service, or registered in the models folder of this
+        # environment's settings; `tasmoe run` and POST /v1/experiments ask the workload service itself)
         try:
-            zoo.resolve_model(inline_model_file(cfg, Path(args.file).parent).model)
+            zoo.ModelZoo.from_settings(load_settings()).resolve_model(
+                inline_model_file(cfg, Path(args.file).parent).model)
         except NotFound as exc:
             raise BadInput(f"{args.file}: model: {exc.message}", field="model") from None
     if args.json:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, FastAPI, Path, Query, Request
 from fastapi.responses import Response
 
 from services.workload import service
+from services.workload.sources import WorkloadSources
 from shared.contracts.workload import ExpertLoad, LogicalWindow, TraceSummary
 from shared.contracts.workload_api import IrRequest, ModelRegistration, TraceRequest
 from shared.service_app import JsonBodyRoute, create_service_app
@@ -22,37 +23,42 @@ def _cache(request: Request) -> service.TraceCache:
     return cache
 
 
+def _sources(request: Request) -> WorkloadSources:
+    sources: WorkloadSources = request.app.state.sources
+    return sources
+
+
 @router.get("/models")
-def list_models() -> dict[str, list[dict[str, Any]]]:
-    return {"models": service.list_models()}
+def list_models(request: Request) -> dict[str, list[dict[str, Any]]]:
+    return {"models": service.list_models(_sources(request))}
 
 
 @router.post("/models", status_code=201, responses={200: {"description": "already registered with this config"},
                                                       409: {"description": "the name is taken by another config"},
                                                       429: {"description": "the registry is full"}})
-def register_model(body: ModelRegistration, response: Response) -> dict[str, Any]:
+def register_model(body: ModelRegistration, response: Response, request: Request) -> dict[str, Any]:
     """Register a model from its config.json: validated (422 naming the config.json key), content-hashed and
     persisted, so every replica and a restarted cluster know it; workloads then name it."""
-    summary, created = service.register(body.name, body.config, generic=body.generic)
+    summary, created = service.register(_sources(request), body.name, body.config, generic=body.generic)
     if not created:
         response.status_code = 200
     return summary
 
 
 @router.get("/models/{name}")
-def get_model(name: str) -> dict[str, Any]:
-    return service.describe_model(name)
+def get_model(name: str, request: Request) -> dict[str, Any]:
+    return service.describe_model(_sources(request), name)
 
 
 @router.post("/ir")
-def workload_ir(body: IrRequest) -> dict[str, Any]:
-    return service.ir_report(model=body.model, phase=body.phase, batch=body.batch, seq_len=body.seq_len,
-                             config=body.config, generic=body.generic)
+def workload_ir(body: IrRequest, request: Request) -> dict[str, Any]:
+    return service.ir_report(_sources(request), model=body.model, phase=body.phase, batch=body.batch,
+                             seq_len=body.seq_len, config=body.config, generic=body.generic)
 
 
 @router.post("/traces")
 def create_trace(body: TraceRequest, request: Request) -> TraceSummary:
-    return service.create_trace(_cache(request), body.workload, body.window_ms)
+    return service.create_trace(_cache(request), _sources(request), body.workload, body.window_ms)
 
 
 @router.get("/traces/{trace_id}")
@@ -80,4 +86,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     s = settings or get_settings()
     app = create_service_app("workload", s, [router])
     app.state.trace_cache = service.TraceCache(s.cache_size)
+    app.state.sources = WorkloadSources.from_settings(s)  # the models and routing files this app's settings name
     return app

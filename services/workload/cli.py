@@ -11,16 +11,18 @@ from typing import Any
 from services.commands import command_help
 from services.workload.ir.hf_config import from_hf_config
 from services.workload.service import ir_to_dict
+from services.workload.sources import WorkloadSources
 from services.workload.traces import (
     generate_logical_traces,
     make_plan,
     routing_summary,
     trace_id_of,
 )
-from services.workload.zoo import get_model_config, read_config_file
+from services.workload.zoo import read_config_file
 from shared.configs import load_workload
 from shared.contracts.workload_api import DEFAULT_WINDOW_MS
 from shared.errors import BadInput
+from shared.settings import load_settings
 
 
 def _positive_int(text: str) -> int:
@@ -43,6 +45,12 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _sources() -> WorkloadSources:
+    """The models and routing files the environment's settings name (``TASMOE_MODELS_DIR``, ``TASMOE_TRACES_DIR``):
+    what a workload service started here would find."""
+    return WorkloadSources.from_settings(load_settings())
+
+
 def _ir(args: argparse.Namespace) -> int:
     from services.workload.ir import build_ir
 
@@ -50,7 +58,7 @@ def _ir(args: argparse.Namespace) -> int:
         path = Path(args.config)
         mc = from_hf_config(read_config_file(path), name=args.model or path.stem, generic=args.generic)
     elif args.model:
-        mc = get_model_config(args.model)
+        mc = _sources().zoo.get_model_config(args.model)
     else:
         raise BadInput("give --model (a zoo or registered model) or --config (a config.json)", field="model")
     report: dict[str, Any] = ir_to_dict(build_ir(mc, phase=args.phase, batch=args.batch, seq_len=args.seq_len))
@@ -73,14 +81,16 @@ def _trace(args: argparse.Namespace) -> int:
         if args.seed < 0:
             raise BadInput("--seed must be >= 0", field="routing.seed")
         cfg = cfg.model_copy(update={"routing": cfg.routing.model_copy(update={"seed": args.seed})})
+    sources = _sources()
     t0 = time.perf_counter()
-    cpath, mpath = generate_logical_traces(cfg, args.out, window_ms=args.window_ms)
+    cpath, mpath = generate_logical_traces(cfg, args.out, window_ms=args.window_ms, sources=sources)
     dt = time.perf_counter() - t0
-    plan = make_plan(cfg)
+    plan = make_plan(cfg, sources)
     print(cpath)
     print(mpath)
-    print(f"trace {trace_id_of(cfg, args.window_ms)}: {cfg.model_name}, {plan.steps} micro-batches x {plan.T} tokens, "
-          f"{len(plan.window_bounds(args.window_ms)) - 1} windows of {args.window_ms} ms, written in {dt:.2f} s")
+    n_win = len(plan.window_bounds(args.window_ms)) - 1
+    print(f"trace {trace_id_of(cfg, args.window_ms, sources)}: {cfg.model_name}, {plan.steps} micro-batches x "
+          f"{plan.T} tokens, {n_win} windows of {args.window_ms} ms, written in {dt:.2f} s")
     stats = routing_summary(plan)
     if stats is not None:
         src = f"replayed from {cfg.routing.trace}" if cfg.routing.trace else f"Zipf s={cfg.routing.zipf_s:g}"

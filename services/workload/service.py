@@ -17,6 +17,7 @@ import numpy as np
 from services.workload.ir import ModelConfig, TransformerModel, build_ir
 from services.workload.ir.hf_config import from_hf_config
 from services.workload.routing import IntArray
+from services.workload.sources import WorkloadSources
 from services.workload.traces import (
     FC,
     TracePlan,
@@ -27,14 +28,7 @@ from services.workload.traces import (
     routing_summary,
     trace_id_of,
 )
-from services.workload.zoo import (
-    get_model_config,
-    known_models,
-    model_hash,
-    read_config_file,
-    register_model,
-    registered_models,
-)
+from services.workload.zoo import normalize_name, read_config_file
 from shared.configs import WorkloadConfig
 from shared.contracts.workload import ExpertLoad, LogicalWindow, RoutingStats, TraceSummary
 from shared.errors import NotFound, TasmoeError
@@ -43,13 +37,13 @@ Phase = Literal["prefill", "decode"]
 
 
 # --- models and IR ------------------------------------------------------------------------------------------------
-def model_summary(mc: ModelConfig) -> dict[str, Any]:
+def model_summary(sources: WorkloadSources, mc: ModelConfig) -> dict[str, Any]:
     ir = build_ir(mc, phase="decode", batch=1, seq_len=1)
     moe = mc.moe
     mixers: dict[str, int] = {}
     for m in mc.layer_mixers:
         mixers[m] = mixers.get(m, 0) + 1
-    sha = model_hash(mc.name)
+    sha = sources.zoo.model_hash(mc.name)
     return {
         "name": mc.name, "family": mc.family, "attention": mc.attention_kind,
         "num_layers": mc.num_hidden_layers, "hidden_size": mc.hidden_size,
@@ -62,29 +56,32 @@ def model_summary(mc: ModelConfig) -> dict[str, Any]:
     }
 
 
-def list_models() -> list[dict[str, Any]]:
-    return [model_summary(get_model_config(n)) for n in known_models()]
+def list_models(sources: WorkloadSources) -> list[dict[str, Any]]:
+    zoo = sources.zoo
+    return [model_summary(sources, zoo.get_model_config(n)) for n in zoo.known_models()]
 
 
-def register(name: str, config: dict[str, Any] | str, *, generic: bool = False) -> tuple[dict[str, Any], bool]:
+def register(sources: WorkloadSources, name: str, config: dict[str, Any] | str, *,
+             generic: bool = False) -> tuple[dict[str, Any], bool]:
     """Register (persist) a config.json under ``name``: (summary, created). Same content again: not created."""
     raw = read_config_file(config) if isinstance(config, str) else config
-    created = name.strip().lower().replace("_", "-") not in registered_models()
-    mc = register_model(name, raw, generic=generic)
-    return model_summary(mc), created
+    created = normalize_name(name) not in sources.zoo.registered_models()
+    mc = sources.zoo.register_model(name, raw, generic=generic)
+    return model_summary(sources, mc), created
 
 
-def describe_model(name: str) -> dict[str, Any]:
-    mc = get_model_config(name)
-    return {**model_summary(mc), "config": mc.model_dump(mode="json")}
+def describe_model(sources: WorkloadSources, name: str) -> dict[str, Any]:
+    mc = sources.zoo.get_model_config(name)
+    return {**model_summary(sources, mc), "config": mc.model_dump(mode="json")}
 
 
-def ir_report(*, model: str, phase: Phase = "decode", batch: int = 1, seq_len: int = 2048,
+def ir_report(sources: WorkloadSources, *, model: str, phase: Phase = "decode", batch: int = 1, seq_len: int = 2048,
               config: dict[str, Any] | None = None, generic: bool = False) -> dict[str, Any]:
     """The WorkloadIR summary of one forward pass: parameters, FLOPs and bytes per token, per-layer rows and the
     per-expert FLOPs per token placement needs. ``config``: an inline HuggingFace ``config.json`` instead of a zoo
     model (named ``model``)."""
-    mc = from_hf_config(config, name=model, generic=generic) if config is not None else get_model_config(model)
+    mc = (from_hf_config(config, name=model, generic=generic) if config is not None
+          else sources.zoo.get_model_config(model))
     ir = build_ir(mc, phase=phase, batch=batch, seq_len=seq_len)
     return ir_to_dict(ir)
 
@@ -197,11 +194,13 @@ def _prefixed(exc: TasmoeError, prefix: str) -> TasmoeError:
     return exc
 
 
-def create_trace(cache: TraceCache, cfg: WorkloadConfig, window_ms: float) -> TraceSummary:
-    """Validate the workload against its model, cache it, return the summary (routing is computed lazily)."""
-    tid = trace_id_of(cfg, window_ms)
+def create_trace(cache: TraceCache, sources: WorkloadSources, cfg: WorkloadConfig,
+                 window_ms: float) -> TraceSummary:
+    """Validate the workload against its model, cache it, return the summary (routing is computed lazily); the
+    model and a replayed routing file are found in ``sources`` (the app's)."""
     try:
-        plan = make_plan(cfg)
+        tid = trace_id_of(cfg, window_ms, sources)
+        plan = make_plan(cfg, sources)
         plan.window_bounds(window_ms)
     except TasmoeError as exc:
         if exc.field and exc.field != "window_ms":

@@ -37,7 +37,6 @@ import numpy.typing as npt
 
 from services.workload.ir import ModelConfig, TransformerModel, build_ir
 from services.workload.recorded import RecordedRouting, ReplayStream, check_against_model, routing_stats
-from services.workload.recorded_files import load_recorded, recorded_hash
 from services.workload.routing import (
     MAX_DRAWS_PER_CHUNK,
     IntArray,
@@ -45,7 +44,7 @@ from services.workload.routing import (
     expert_counts,
     zipf_probabilities,
 )
-from services.workload.zoo import resolve_model
+from services.workload.sources import WorkloadSources
 from shared.configs import WorkloadConfig
 from shared.contracts.ids import expert_id, weight_tensor_id
 from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWindow, RoutingStats
@@ -187,12 +186,13 @@ class TracePlan:
     """Everything about a trace that does not depend on the random draws: slots, costs, templates, schedule."""
 
     cfg: WorkloadConfig
+    sources: WorkloadSources = field(default_factory=WorkloadSources.packaged, repr=False)
     mc: ModelConfig = field(init=False)
     costs: PerToken = field(init=False)
 
     def __post_init__(self) -> None:
         cfg = self.cfg
-        self.mc = mc = resolve_model(cfg.model)
+        self.mc = mc = self.sources.zoo.resolve_model(cfg.model)
         self.n_group, self.topk_group = resolve_routing(cfg, mc)
         seq = cfg.sequence
         self.T = seq.micro_batch
@@ -205,7 +205,7 @@ class TracePlan:
         if cfg.routing.trace is not None:
             if not self.E:
                 raise BadInput(f"routing.trace: {mc.name} has no routed experts to replay", field="routing.trace")
-            self.recorded = load_recorded(cfg.routing.trace, cfg.routing.trace_format)
+            self.recorded = self.sources.recorded.load(cfg.routing.trace, cfg.routing.trace_format)
             check_against_model(self.recorded, moe_layers=self.moe_layers, n_experts=self.E, topk=self.topk)
         ir = build_ir(mc, phase=cfg.phase, batch=self.T, seq_len=seq.tokens)
         if cfg.phase == "prefill":  # per-token costs of a micro_batch-token chunk of a `tokens`-long prompt
@@ -430,8 +430,10 @@ class TracePlan:
         return "".join(map(str.__add__, map(str, block.m_event.tolist()), suffix.tolist()))
 
 
-def make_plan(cfg: WorkloadConfig) -> TracePlan:
-    return TracePlan(cfg)
+def make_plan(cfg: WorkloadConfig, sources: WorkloadSources | None = None) -> TracePlan:
+    """The trace plan of ``cfg``, its model and recorded routing looked up in ``sources`` (default: the shipped
+    models and samples)."""
+    return TracePlan(cfg, sources or WorkloadSources.packaged())
 
 
 def iter_blocks(plan: TracePlan, window_ms: float) -> Iterator[tuple[int, int, int, EventBlock]]:
@@ -448,21 +450,21 @@ def iter_blocks(plan: TracePlan, window_ms: float) -> Iterator[tuple[int, int, i
         yield k, k * w_ns, (k + 1) * w_ns, block
 
 
-def iter_windows(cfg: WorkloadConfig, window_ms: float = DEFAULT_WINDOW_MS, *,
-                 trace_id: str | None = None) -> Iterator[LogicalWindow]:
+def iter_windows(cfg: WorkloadConfig, window_ms: float = DEFAULT_WINDOW_MS, *, trace_id: str | None = None,
+                 sources: WorkloadSources | None = None) -> Iterator[LogicalWindow]:
     """Streaming form: one ``LogicalWindow`` at a time; memory proportional to a window, not to the run."""
-    plan = make_plan(cfg)
-    tid = trace_id or trace_id_of(cfg, window_ms)
+    plan = make_plan(cfg, sources)
+    tid = trace_id or trace_id_of(cfg, window_ms, plan.sources)
     for k, t0, t1, block in iter_blocks(plan, window_ms):
         yield plan.to_window(tid, k, t0, t1, block)
 
 
-def generate_logical_traces(cfg: WorkloadConfig, out_dir: str | Path, *,
-                            window_ms: float = DEFAULT_WINDOW_MS) -> tuple[str, str]:
+def generate_logical_traces(cfg: WorkloadConfig, out_dir: str | Path, *, window_ms: float = DEFAULT_WINDOW_MS,
+                            sources: WorkloadSources | None = None) -> tuple[str, str]:
     """Write ``logical_compute.csv`` and ``logical_memory.csv`` under ``out_dir`` window by window (appended, never
     one in-memory frame). Returns their paths. Byte-identical for the same config (the seed is in the config);
     the window size only changes how the files are chunked, not their content."""
-    plan = make_plan(cfg)
+    plan = make_plan(cfg, sources)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cpath, mpath = out / COMPUTE_CSV, out / MEMORY_CSV
@@ -530,17 +532,17 @@ def expected_expert_load(plan: TracePlan) -> tuple[list[int], FloatArray]:
     return list(plan.moe_layers), stream.probabilities()
 
 
-def expert_load(cfg: WorkloadConfig) -> tuple[list[int], FloatArray]:
+def expert_load(cfg: WorkloadConfig, sources: WorkloadSources | None = None) -> tuple[list[int], FloatArray]:
     """Per (MoE layer, expert) token share of the whole trace: exactly the routing the trace contains."""
-    plan = make_plan(cfg)
+    plan = make_plan(cfg, sources)
     return expert_load_from_counts(plan, route_counts(plan))
 
 
-def trace_id_of(cfg: WorkloadConfig, window_ms: float) -> str:
-    """Content hash of the workload config and the window size."""
+def trace_id_of(cfg: WorkloadConfig, window_ms: float, sources: WorkloadSources | None = None) -> str:
+    """Content hash of the workload config and the window size (and of the replayed file, found in ``sources``)."""
     import hashlib
 
     text = cfg.canonical_json() + f"|window_ms={float(window_ms)!r}"
     if cfg.routing.trace is not None:  # the replayed file's content, not only its name
-        text += f"|routing_trace={recorded_hash(cfg.routing.trace)}"
+        text += f"|routing_trace={(sources or WorkloadSources.packaged()).recorded.sha256(cfg.routing.trace)}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -85,9 +85,9 @@ def workload_app(settings: Settings) -> FastAPI:
 
     @router.get("/models/{name}")
     def model(name: str) -> dict[str, Any]:
-        from services.workload.zoo import get_model_config  # the real zoo: its names and its 404
+        from services.workload.zoo import ModelZoo  # the real zoo: its names and its 404
 
-        return {"name": get_model_config(name).name}
+        return {"name": ModelZoo().get_model_config(name).name}
 
     @router.post("/traces")
     def create(body: dict[str, Any]) -> dict[str, Any]:

@@ -10,11 +10,9 @@ import csv
 import shutil
 from pathlib import Path
 
-import pytest
-
 from services.orchestrator.local import run_local
 from services.orchestrator.worker import compute_clients
-from services.workload.zoo import known_models
+from services.workload.zoo import ModelZoo
 from shared.settings import Settings
 from tests.conftest import CONFIGS, FIXTURES
 
@@ -25,7 +23,7 @@ def test_an_experiment_on_a_users_config_json(tmp_path: Path) -> None:
     wl.write_text("model: {config: my_moe.json}\n"
                   "routing: {topk: 2, seed: 7, zipf_s: 1.0}\n"
                   "sequence: {tokens: 256, micro_batch: 4, steps: 2, step_interval_ms: 3.0}\n")
-    assert "my-moe" not in known_models()  # not in the zoo, not registered
+    assert "my-moe" not in ModelZoo().known_models()  # not in the zoo, not registered
     settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS)
     with compute_clients(settings) as clients:
         res = run_local(arch=CONFIGS / "arch_8x8_32x32x8.yaml", workload=wl, tas=CONFIGS / "tas_params.yaml",
@@ -74,40 +72,32 @@ TINY_JAMBA = {"architectures": ["JambaForCausalLM"], "model_type": "jamba", "hid
               "mamba_expand": 2, "mamba_dt_rank": "auto", "vocab_size": 32000}
 
 
-def test_an_experiment_on_a_registered_model_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_experiment_on_a_registered_model_by_name(tmp_path: Path) -> None:
     """The other way in: POST /v1/models registers a config.json (a small Jamba: Mamba and attention mixers, MoE every
     other layer; no zoo model has Mamba layers), a fresh process finds it in TASMOE_MODELS_DIR, and a workload that
     names it (`model: my-jamba`) runs through traces, placement, lowering and thermal."""
     from fastapi.testclient import TestClient
 
-    from services.workload import zoo
     from services.workload.app import create_app
-    from shared.settings import get_settings
 
-    monkeypatch.setenv("TASMOE_MODELS_DIR", str(tmp_path / "models"))
-    get_settings.cache_clear()
-    zoo._registered.clear()
-    try:
-        with TestClient(create_app(Settings(results_dir=tmp_path / "results"))) as c:
-            r = c.post("/v1/models", json={"name": "My_Jamba", "config": TINY_JAMBA})
-            assert r.status_code == 201, r.text
-            assert r.json()["mixers"] == {"mamba": 3, "full_attention": 1}
-            assert c.post("/v1/models", json={"name": "half", "config": {**TINY_JAMBA, "num_experts": -2}}
-                          ).status_code == 422
-        assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["my-jamba.json"]  # nothing half-stored
-        zoo._registered.clear()  # the run below finds it on disk, as another replica would
-        wl = tmp_path / "workload.yaml"
-        wl.write_text("model: my-jamba\nrouting: {topk: 2, seed: 7, zipf_s: 1.0}\n"
-                      "sequence: {tokens: 256, micro_batch: 4, steps: 2, step_interval_ms: 3.0}\n")
-        settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS)
-        with compute_clients(settings) as clients:
-            res = run_local(arch=CONFIGS / "arch_8x8_32x32x8.yaml", workload=wl, tas=CONFIGS / "tas_params.yaml",
-                            out=tmp_path / "out", scenarios=["tas"], windows=40, settings=settings,
-                            clients=clients, traces=False, warmup_ms=3.0,
-                            database_url=f"sqlite:///{tmp_path / 'db.sqlite3'}")
-        assert res.ok, res.errors
-        rows = list(csv.DictReader((tmp_path / "out" / "tas" / "my-jamba.csv").open()))
-        assert len(rows) == 1 and rows[0]["workload"] == "my-jamba" and float(rows[0]["ips"]) > 0, rows
-    finally:
-        zoo._registered.clear()
-        get_settings.cache_clear()
+    models = tmp_path / "models"
+    with TestClient(create_app(Settings(results_dir=tmp_path / "results", models_dir=models))) as c:
+        r = c.post("/v1/models", json={"name": "My_Jamba", "config": TINY_JAMBA})
+        assert r.status_code == 201, r.text
+        assert r.json()["mixers"] == {"mamba": 3, "full_attention": 1}
+        assert c.post("/v1/models", json={"name": "half", "config": {**TINY_JAMBA, "num_experts": -2}}
+                      ).status_code == 422
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["my-jamba.json"]  # nothing half-stored
+    wl = tmp_path / "workload.yaml"
+    wl.write_text("model: my-jamba\nrouting: {topk: 2, seed: 7, zipf_s: 1.0}\n"
+                  "sequence: {tokens: 256, micro_batch: 4, steps: 2, step_interval_ms: 3.0}\n")
+    # other apps (the run's own workload service) find it on disk, as another replica would
+    settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS, models_dir=models)
+    with compute_clients(settings) as clients:
+        res = run_local(arch=CONFIGS / "arch_8x8_32x32x8.yaml", workload=wl, tas=CONFIGS / "tas_params.yaml",
+                        out=tmp_path / "out", scenarios=["tas"], windows=40, settings=settings,
+                        clients=clients, traces=False, warmup_ms=3.0,
+                        database_url=f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    assert res.ok, res.errors
+    rows = list(csv.DictReader((tmp_path / "out" / "tas" / "my-jamba.csv").open()))
+    assert len(rows) == 1 and rows[0]["workload"] == "my-jamba" and float(rows[0]["ips"]) > 0, rows

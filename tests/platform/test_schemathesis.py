@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,35 +35,12 @@ CHECKS = [c.not_a_server_error, c.status_code_conformance, c.content_type_confor
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _own_models_folder() -> Iterator[None]:
-    """The models the workload operations register (``POST /v1/models`` with generated names: "0", "00", ...) go to
-    a folder of this module's own and are forgotten after it: the session's models folder (tests/conftest.py) and
-    the zoo's process view stay as the later tests expect them."""
-    import tempfile
-
-    from services.workload import zoo
-    from shared.settings import get_settings
-
-    before = set(zoo.registered_models())
-    old = os.environ.get("TASMOE_MODELS_DIR")
-    os.environ["TASMOE_MODELS_DIR"] = tempfile.mkdtemp(prefix="tasmoe-st-models-")
-    get_settings.cache_clear()  # the zoo reads its folder from the process-wide settings
-    try:
-        yield
-    finally:
-        for name in set(zoo.registered_models()) - before:
-            zoo.unregister_model(name)
-        if old is None:
-            os.environ.pop("TASMOE_MODELS_DIR", None)
-        else:
-            os.environ["TASMOE_MODELS_DIR"] = old
-        get_settings.cache_clear()
-
-
 def _app(service: str, tmp: Path) -> FastAPI:
     mod = importlib.import_module(f"services.{service}.app")
-    settings = Settings(results_dir=tmp / service / "results", configs_dir=CONFIGS)
+    # the models the workload operations register (``POST /v1/models`` with generated names: "0", "00", ...) go to
+    # a folder of the app's own, not to the session's (tests/conftest.py)
+    settings = Settings(results_dir=tmp / service / "results", configs_dir=CONFIGS,
+                        models_dir=tmp / service / "models")
     if service == "orchestrator":
         app: FastAPI = mod.create_app(settings, dispatcher=RecordingDispatcher())
         return app

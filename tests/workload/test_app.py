@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from services.workload.app import create_app
 from services.workload.ir import build_ir
 from services.workload.traces import expert_load, iter_windows
-from services.workload.zoo import get_model_config
+from services.workload.zoo import ModelZoo
 from shared.configs import WorkloadConfig
 from shared.contracts.workload import ExpertLoad, LogicalWindow, TraceSummary
 from shared.settings import Settings
@@ -40,7 +40,7 @@ def test_ir(client: TestClient) -> None:
     r = client.post("/v1/ir", json={"model": "mixtral-8x7b", "phase": "decode", "batch": 1, "seq_len": 2048})
     assert r.status_code == 200
     body = r.json()
-    ir = build_ir(get_model_config("mixtral-8x7b"))
+    ir = build_ir(ModelZoo().get_model_config("mixtral-8x7b"))
     assert body["params_total"] == ir.params_total and body["params_active"] == ir.params_active
     assert body["matmul_flops_per_token"] == ir.get_ops_breakdown().cube_ops
     assert body["flops_per_token"] > body["matmul_flops_per_token"] and body["bytes_per_token"] > 0

@@ -10,7 +10,7 @@ import yaml
 
 from services.cli import main
 from services.workload.ir import build_ir
-from services.workload.zoo import get_model_config, known_models
+from services.workload.zoo import ModelZoo
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -19,7 +19,7 @@ def test_ir_json(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["ir", "--model", "mixtral-8x7b", "--phase", "decode", "--batch", "1", "--seq-len", "2048", "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
-    ir = build_ir(get_model_config("mixtral-8x7b"))
+    ir = build_ir(ModelZoo().get_model_config("mixtral-8x7b"))
     assert out["params_total"] == ir.params_total and out["params_active"] == ir.params_active
     assert out["flops_per_token"] == ir.get_ops_breakdown().total and out["bytes_per_token"] > 0
     assert len(out["layers"]) == 66 and {"name", "flops", "read_bytes"} <= set(out["layers"][1])
@@ -34,7 +34,7 @@ def test_ir_from_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["ir", "--model", "my-moe", "--config", str(cfg), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["model"] == "my-moe" and out["num_routed_experts"] == 4
-    assert "my-moe" not in known_models()  # --config describes the file; it registers nothing
+    assert "my-moe" not in ModelZoo().known_models()  # --config describes the file; it registers nothing
 
 
 def test_ir_errors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -241,19 +241,27 @@ def test_cli_bad_config_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Captur
 
 # --- POST /v1/models -------------------------------------------------------------------------------------------
 @pytest.fixture()
-def models_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def models_client(tmp_path: Path) -> Any:
     models = tmp_path / "models"
-    monkeypatch.setenv("TASMOE_MODELS_DIR", str(models))
-    from shared.settings import get_settings
+    with TestClient(create_app(Settings(results_dir=tmp_path / "results", models_dir=models))) as c:
+        yield c, models
 
-    get_settings.cache_clear()
-    zoo._registered.clear()
-    try:
-        with TestClient(create_app(Settings(results_dir=tmp_path / "results"))) as c:
-            yield c, models
-    finally:
-        zoo._registered.clear()
-        get_settings.cache_clear()
+
+def test_each_app_has_its_own_registry(tmp_path: Path) -> None:
+    """Two workload apps in one process with other models folders (issue 21: no module-level registry): a model
+    registered through one is unknown to the other, and a model registered without persisting stays in its zoo."""
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    with TestClient(create_app(Settings(results_dir=tmp_path, models_dir=a_dir))) as a, \
+            TestClient(create_app(Settings(results_dir=tmp_path, models_dir=b_dir))) as b:
+        assert a.post("/v1/models", json={"name": "only-a", "config": TINY["dbrx"]}).status_code == 201
+        assert a.get("/v1/models/only-a").status_code == 200
+        r = b.get("/v1/models/only-a")
+        assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_model"
+        assert (a_dir / "only-a.json").is_file() and not b_dir.exists()
+    mine = zoo.ModelZoo(a_dir)
+    mine.register_model("in-memory", TINY["dbrx"], persist=False)
+    assert "in-memory" in mine.known_models() and not (a_dir / "in-memory.json").exists()
+    assert "in-memory" not in zoo.ModelZoo(a_dir).known_models() and "only-a" in zoo.ModelZoo(a_dir).known_models()
 
 
 def test_register_list_use_and_conflicts(models_client: Any) -> None:
@@ -284,36 +292,43 @@ def test_bad_registration_stores_nothing(models_client: Any) -> None:
     r = client.post("/v1/models", json={"name": "../etc", "config": TINY["mistral"]})
     assert r.status_code == 422 and r.json()["error"]["field"] == "name"
     assert not models.exists() or not any(models.iterdir())
-    assert "broken" not in zoo.known_models()
+    assert "broken" not in zoo.ModelZoo(models).known_models()
 
 
 def test_a_registered_model_survives_a_restart_and_is_seen_by_another_process(models_client: Any) -> None:
     client, models = models_client
     assert client.post("/v1/models", json={"name": "shared-moe", "config": TINY["dbrx"]}).status_code == 201
-    zoo._registered.clear()  # a restarted process: nothing in memory
-    assert zoo.get_model_config("shared-moe").moe is not None
-    code = "from services.workload.zoo import get_model_config as g; print(g('shared-moe').moe.num_routed_experts)"
+    assert zoo.ModelZoo(models).get_model_config("shared-moe").moe is not None  # a restarted service
+    code = ("from services.workload.sources import WorkloadSources; from shared.settings import get_settings; "
+            "print(WorkloadSources.from_settings(get_settings()).zoo.get_model_config('shared-moe')"
+            ".moe.num_routed_experts)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                          env={**os.environ, "TASMOE_MODELS_DIR": str(models)})
     assert out.stdout.strip() == "4"
 
 
-def test_register_model_refuses_another_config_under_a_taken_name(models_client: Any) -> None:
-    zoo.register_model("x-moe", TINY["dbrx"])
+def test_register_model_refuses_another_config_under_a_taken_name(tmp_path: Path) -> None:
+    z = zoo.ModelZoo(tmp_path / "models")
+    z.register_model("x-moe", TINY["dbrx"])
     with pytest.raises(Conflict):
-        zoo.register_model("x-moe", {**TINY["dbrx"], "vocab_size": 101})
+        z.register_model("x-moe", {**TINY["dbrx"], "vocab_size": 101})
+    with pytest.raises(Conflict):  # another service on the same folder
+        zoo.ModelZoo(tmp_path / "models").register_model("x-moe", {**TINY["dbrx"], "vocab_size": 101})
 
 
-def test_a_registration_race_is_decided_by_the_file_that_won(models_client: Any,
+def test_a_registration_race_is_decided_by_the_file_that_won(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Two replicas register one name at once: the second's link fails and the winner's content decides."""
-    _, models = models_client
-    zoo.register_model("raced", TINY["dbrx"])
-    zoo._registered.clear()
-    monkeypatch.setattr(zoo, "_persisted", lambda name: None)  # this replica checked before the other one wrote
-    zoo.register_model("raced", TINY["dbrx"])  # same content: fine
+    models = tmp_path / "models"
+    zoo.ModelZoo(models).register_model("raced", TINY["dbrx"])
+    other = zoo.ModelZoo(models)
+    monkeypatch.setattr(other, "_persisted", lambda name: None)  # this replica checked before the other one wrote
+    other.register_model("raced", TINY["dbrx"])  # same content: fine
     with pytest.raises(Conflict):
-        zoo.register_model("raced", {**TINY["dbrx"], "vocab_size": 101})
+        zoo.ModelZoo(models).register_model("raced", {**TINY["dbrx"], "vocab_size": 101})
+    monkeypatch.setattr(other, "_registered", {})
+    with pytest.raises(Conflict):
+        other.register_model("raced", {**TINY["dbrx"], "vocab_size": 101})
     assert json.loads((models / "raced.json").read_text())["config"]["vocab_size"] == 100
     assert not list(models.glob(".*.tmp"))  # no temporary file left behind
 

@@ -19,8 +19,10 @@ from services.workload.ir import (
     build_ir,
     from_hf_config,
 )
-from services.workload.zoo import ZOO_DIR, get_model_config, known_models, register_model, unregister_model
+from services.workload.zoo import ZOO_DIR, ModelZoo
 from shared.errors import BadInput, NotFound
+
+ZOO = ModelZoo()  # the shipped models (no models folder)
 
 # reference model_configs.json key -> zoo name
 REF_NAMES = {
@@ -45,10 +47,10 @@ def _published_billions(text: str) -> list[float]:
 
 
 def test_zoo_names_and_unknown_model() -> None:
-    assert known_models() == sorted(REF_NAMES.values())
-    assert get_model_config("Mixtral-8x7B").name == "mixtral-8x7b"
+    assert ZOO.known_models() == sorted(REF_NAMES.values())
+    assert ZOO.get_model_config("Mixtral-8x7B").name == "mixtral-8x7b"
     with pytest.raises(NotFound) as exc:
-        get_model_config("gpt-5")
+        ZOO.get_model_config("gpt-5")
     assert "mixtral-8x7b" in str(exc.value) and exc.value.field == "model"
 
 
@@ -57,7 +59,7 @@ def test_params_match_reference_computed_counts(reference_dir: Path, ref_key: st
     entry = _ref(reference_dir)[ref_key]
     computed = entry["computed_params"]
     want_total = computed.get("total", computed.get("total_main_model"))
-    m = build_ir(get_model_config(REF_NAMES[ref_key]))
+    m = build_ir(ZOO.get_model_config(REF_NAMES[ref_key]))
     assert m.params_total == pytest.approx(want_total, rel=5e-3)
     if "active" in computed:
         assert m.params_active == pytest.approx(computed["active"], rel=5e-3)
@@ -68,7 +70,7 @@ def test_params_match_reference_computed_counts(reference_dir: Path, ref_key: st
 @pytest.mark.parametrize("ref_key", ["Mixtral-8x7B"])
 def test_params_match_published_within_half_percent(reference_dir: Path, ref_key: str) -> None:
     pub = _ref(reference_dir)[ref_key]["published_params"]
-    m = build_ir(get_model_config(REF_NAMES[ref_key]))
+    m = build_ir(ZOO.get_model_config(REF_NAMES[ref_key]))
     total = _published_billions(pub["total"])[0] * 1e9  # the 3-significant-digit figure (46.7B)
     active = _published_billions(pub["active"])[0] * 1e9  # 12.9B
     assert m.params_total == pytest.approx(total, rel=5e-3)
@@ -79,13 +81,13 @@ def test_params_match_published_within_half_percent(reference_dir: Path, ref_key
 def test_deepseek_published_counts_to_their_precision(name: str, total_b: float, active_b: float) -> None:
     """Published as whole billions: totals within 0.5%; the active counts (21.4B, 37.6B from the configs) are
     published truncated to whole billions (21B, 37B), so they must fall in [published, published + 1B)."""
-    m = build_ir(get_model_config(name))
+    m = build_ir(ZOO.get_model_config(name))
     assert m.params_total == pytest.approx(total_b * 1e9, rel=5e-3)
     assert active_b * 1e9 <= m.params_active < (active_b + 1) * 1e9
 
 
 def test_llama2_7b_is_6_74b() -> None:
-    assert build_ir(get_model_config("llama-2-7b")).params_total == pytest.approx(6.74e9, rel=5e-3)
+    assert build_ir(ZOO.get_model_config("llama-2-7b")).params_total == pytest.approx(6.74e9, rel=5e-3)
 
 
 def _decode_rows(reference_dir: Path) -> list[dict[str, str]]:
@@ -100,7 +102,7 @@ def test_decode_flops_per_token_match_reference(reference_dir: Path) -> None:
     assert rows, "reference table is empty"
     for row in rows:
         name = row["model"].lower()
-        m = build_ir(get_model_config(name), phase="decode", batch=int(row["batch"]),
+        m = build_ir(ZOO.get_model_config(name), phase="decode", batch=int(row["batch"]),
                      seq_len=int(row["context_tokens"]))
         assert row["phase"] == "decode"
         per_token = m.get_ops_breakdown().cube_ops / m.shape.tokens
@@ -112,7 +114,7 @@ def test_decode_flops_per_token_match_reference(reference_dir: Path) -> None:
 @pytest.mark.parametrize("name", sorted(REF_NAMES.values()))
 def test_flops_are_two_times_active_params_plus_attention_scores(name: str) -> None:
     """ARCHITECTURE §5.1: matmul FLOPs/token = 2 x active non-embedding weights + the score terms."""
-    mc = get_model_config(name)
+    mc = ZOO.get_model_config(name)
     ctx = 1024
     m = build_ir(mc, phase="decode", batch=1, seq_len=ctx)
     norms = sum(op.params_total for la in m.layers for op in la.ops if op.op_type == "rmsnorm")
@@ -127,7 +129,7 @@ def test_flops_are_two_times_active_params_plus_attention_scores(name: str) -> N
 
 
 def test_only_activated_experts_count() -> None:
-    mc = get_model_config("mixtral-8x7b")
+    mc = ZOO.get_model_config("mixtral-8x7b")
     assert mc.moe is not None
     top1 = mc.model_copy(update={"moe": mc.moe.model_copy(update={"num_activated_experts": 1})})
     f2 = build_ir(mc).get_ops_breakdown().cube_ops
@@ -138,7 +140,7 @@ def test_only_activated_experts_count() -> None:
 
 
 def test_deepseek_v3_structure() -> None:
-    mc = get_model_config("deepseek-v3")
+    mc = ZOO.get_model_config("deepseek-v3")
     m = build_ir(mc, phase="decode")
     assert isinstance(m, DeepSeekModel) and isinstance(m, WorkloadIR)
     kinds = [la.op_type for la in m.get_layers()]
@@ -158,7 +160,7 @@ def test_deepseek_v3_structure() -> None:
 
 
 def test_prefill_and_decode_shapes() -> None:
-    mc = get_model_config("llama-2-7b")
+    mc = ZOO.get_model_config("llama-2-7b")
     dec = build_ir(mc, phase="decode", batch=4, seq_len=2048)
     pre = build_ir(mc, phase="prefill", batch=2, seq_len=512)
     assert isinstance(dec, LlamaModel)
@@ -176,7 +178,7 @@ def test_prefill_and_decode_shapes() -> None:
 
 def test_bad_shape_rejected() -> None:
     with pytest.raises(ValueError, match="batch"):
-        build_ir(get_model_config("llama-2-7b"), batch=0)
+        build_ir(ZOO.get_model_config("llama-2-7b"), batch=0)
 
 
 def test_shipped_zoo_matches_reference(reference_dir: Path) -> None:
@@ -217,7 +219,7 @@ def test_hf_config_from_deepseek_short_names(reference_dir: Path) -> None:
     mc = from_hf_config(entry, name="deepseek-v2-ref", generic=True)
     assert mc.moe is not None and mc.mla is not None
     assert mc.moe.first_k_dense_replace == 1 and mc.moe.n_group == 8 and mc.moe.topk_group == 3
-    assert build_ir(mc).params_total == build_ir(get_model_config("deepseek-v2")).params_total
+    assert build_ir(mc).params_total == build_ir(ZOO.get_model_config("deepseek-v2")).params_total
 
 
 def test_register_model_from_config_file(tmp_path: Path) -> None:
@@ -226,22 +228,22 @@ def test_register_model_from_config_file(tmp_path: Path) -> None:
            "n_shared_experts": 1, "num_experts_per_tok": 4, "n_group": 4, "topk_group": 2,
            "first_k_dense_replace": 1, "q_lora_rank": 64, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
            "qk_rope_head_dim": 8, "v_head_dim": 16, "vocab_size": 1000}
-    from services.workload.zoo import register_model_file
-
     path = tmp_path / "Tiny_DS.json"
     path.write_text(json.dumps(cfg))
+    zoo = ModelZoo(tmp_path / "models")
     try:
-        mc = register_model_file(path)
-        assert mc.name == "tiny-ds" and "tiny-ds" in known_models()
-        assert get_model_config("tiny_ds").moe is not None
+        mc = zoo.register_model_file(path)
+        assert mc.name == "tiny-ds" and "tiny-ds" in zoo.known_models()
+        assert zoo.get_model_config("tiny_ds").moe is not None
+        assert not (tmp_path / "models").exists()  # registered in this zoo only (persist=False)
         m = build_ir(mc)
         assert [la.index for la in m.layers if la.op_type == "moe"] == [1, 2, 3]
         # per token: 1 shared + 4 routed experts of 3·h·mi, out of 16 stored
         expert_elems = 3 * 256 * 64
         assert m.params_total - m.params_active == 3 * (16 - 4) * expert_elems
     finally:
-        unregister_model("tiny-ds")
-    assert "tiny-ds" not in known_models()
+        zoo.unregister_model("tiny-ds")
+    assert "tiny-ds" not in zoo.known_models()
 
 
 @pytest.mark.parametrize(("patch", "field"), [
@@ -256,13 +258,13 @@ def test_hf_config_errors_name_the_field(patch: dict[str, Any], field: str | Non
                             "num_experts_per_tok": 2, "vocab_size": 100}
     base.update(patch)
     with pytest.raises(BadInput) as exc:
-        register_model("broken", {k: v for k, v in base.items() if v is not None})
+        ZOO.register_model("broken", {k: v for k, v in base.items() if v is not None})
     if field is not None:
         assert exc.value.field is not None and exc.value.field.startswith(field)
-    assert "broken" not in known_models()
+    assert "broken" not in ZOO.known_models()
 
 
 def test_model_config_is_typed() -> None:
-    mc = get_model_config("deepseek-v3")
+    mc = ZOO.get_model_config("deepseek-v3")
     assert isinstance(mc, ModelConfig)
     assert mc.moe is not None and mc.moe.score_func == "sigmoid" and mc.moe_layers[0] == 3

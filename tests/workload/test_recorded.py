@@ -23,7 +23,9 @@ from services.workload.recorded import (
     routing_stats,
     write_routing,
 )
+from services.workload.sources import WorkloadSources
 from services.workload.traces import iter_windows, make_plan, route_counts, routing_summary, trace_id_of
+from services.workload.zoo import ModelZoo
 from shared.configs import WorkloadConfig
 from shared.errors import BadInput
 
@@ -224,25 +226,22 @@ def test_replay_errors_name_routing_trace(tmp_path: Path, monkeypatch: pytest.Mo
         make_plan(cfg)
 
 
-def test_trace_id_follows_the_file_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TASMOE_TRACES_DIR", str(tmp_path))
-    from shared.settings import get_settings
-
-    get_settings.cache_clear()
-    try:
-        shutil.copy(SAMPLES / f"{SAMPLE}.csv", tmp_path / "mine.csv")
-        cfg = _replay_cfg(trace="mine.csv")
-        first = trace_id_of(cfg, 3.0)
-        rows = (tmp_path / "mine.csv").read_text().splitlines()
-        token, layer, experts, gates = rows[1].split(",")
-        rows[1] = ",".join([token, layer, "6 7" if experts != "6 7" else "0 1", gates])  # one selection changed
-        (tmp_path / "mine.csv").write_text("\n".join(rows) + "\n")
-        assert trace_id_of(cfg, 3.0) != first
-        assert not np.array_equal(make_plan(cfg).recorded.experts[0, 0],  # type: ignore[union-attr]
-                                  read_routing(SAMPLES / f"{SAMPLE}.csv").experts[0, 0])
-        assert "mine.csv" in recorded_files.available_traces()
-    finally:
-        get_settings.cache_clear()
+def test_trace_id_follows_the_file_content(tmp_path: Path) -> None:
+    sources = WorkloadSources(ModelZoo(), recorded_files.RecordedFiles(tmp_path))
+    shutil.copy(SAMPLES / f"{SAMPLE}.csv", tmp_path / "mine.csv")
+    cfg = _replay_cfg(trace="mine.csv")
+    first = trace_id_of(cfg, 3.0, sources)
+    rows = (tmp_path / "mine.csv").read_text().splitlines()
+    token, layer, experts, gates = rows[1].split(",")
+    rows[1] = ",".join([token, layer, "6 7" if experts != "6 7" else "0 1", gates])  # one selection changed
+    (tmp_path / "mine.csv").write_text("\n".join(rows) + "\n")
+    assert trace_id_of(cfg, 3.0, sources) != first
+    assert not np.array_equal(make_plan(cfg, sources).recorded.experts[0, 0],  # type: ignore[union-attr]
+                              read_routing(SAMPLES / f"{SAMPLE}.csv").experts[0, 0])
+    assert "mine.csv" in sources.recorded.available()
+    with pytest.raises(BadInput) as exc:  # the traces folder is the sources' own: the packaged ones lack it
+        make_plan(cfg)
+    assert exc.value.field == "routing.trace"
 
 
 @pytest.mark.parametrize(("table", "words"), [

@@ -21,7 +21,7 @@ from services.workload.traces import (
     make_plan,
     route_counts,
 )
-from services.workload.zoo import get_model_config
+from services.workload.zoo import ModelZoo
 from shared.configs import WorkloadConfig, load_workload
 from shared.contracts.ids import parse_expert_id
 from shared.errors import BadInput, NotFound
@@ -97,7 +97,7 @@ def test_windows_match_the_csv_and_stream(tmp_path: Path) -> None:
 
 def test_events_follow_the_ir_and_routing() -> None:
     cfg = small()
-    mc = get_model_config("mixtral-8x7b")
+    mc = ModelZoo().get_model_config("mixtral-8x7b")
     ir = build_ir(mc, phase="decode", batch=8, seq_len=256)
     attn_pt = sum(op.compute.total for op in ir.layers[1].ops) / 8  # layers.0.attn, context included
     (w,) = list(iter_windows(cfg, 100.0))
@@ -215,7 +215,7 @@ def test_dense_first_layers_and_shared_experts() -> None:
     assert set(layer[ops == "dense"].tolist()) == {0}
     assert set(layer[ops == "fc"].tolist()) == set(range(1, 60))
     assert set(layer[ops == "shared"].tolist()) == set(range(1, 60))
-    mc = get_model_config("deepseek-v2")
+    mc = ModelZoo().get_model_config("deepseek-v2")
     counts = route_counts(make_plan(cfg))
     assert counts.shape == (2, 59, 160) and (counts.sum(axis=-1) == 8 * 6).all()
     assert mc.moe is not None and mc.moe.first_k_dense_replace == 1
@@ -262,23 +262,24 @@ def test_empty_windows_between_micro_batches(tmp_path: Path) -> None:
 
 def test_prefill_uses_the_prefill_ir() -> None:
     cfg = small("llama-2-7b", phase="prefill", sequence={"tokens": 512, "steps": 1})
-    ir = build_ir(get_model_config("llama-2-7b"), phase="prefill", batch=1, seq_len=512)
+    ir = build_ir(ModelZoo().get_model_config("llama-2-7b"), phase="prefill", batch=1, seq_len=512)
     attn_pt = sum(op.compute.total for op in ir.layers[1].ops) / 512
     w = next(iter_windows(cfg, 10.0))
     ops = np.asarray(w.compute.op_type)
     np.testing.assert_allclose(np.asarray(w.compute.flops)[ops == "attn"], 8 * attn_pt)
     # a prefill token attends to the 512-token prompt: 2·2·512·d·H score FLOPs per layer on top of the projections
-    decode = build_ir(get_model_config("llama-2-7b"), phase="decode", batch=1, seq_len=512)
+    decode = build_ir(ModelZoo().get_model_config("llama-2-7b"), phase="decode", batch=1, seq_len=512)
     assert attn_pt == pytest.approx(sum(op.compute.total for op in decode.layers[1].ops))
 
 
 def test_service_windows_without_arrivals_match_the_stream() -> None:
     """Served windows (cached routing, global event ids) equal the streamed ones, empty windows included."""
     from services.workload.service import TraceCache, create_trace, get_window
+    from services.workload.sources import WorkloadSources
 
     cfg = small("mixtral-8x7b", sequence={"steps": 3, "step_interval_ms": 12.0})
     cache = TraceCache()
-    summary = create_trace(cache, cfg, 3.0)
+    summary = create_trace(cache, WorkloadSources.packaged(), cfg, 3.0)
     entry = cache.get(summary.trace_id)
     streamed = list(iter_windows(cfg, 3.0))
     served = [get_window(entry, k) for k in range(summary.n_windows)]

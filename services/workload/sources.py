@@ -1,0 +1,29 @@
+"""Where a workload service finds what a workload config names: its models (`ModelZoo`: shipped, registered,
+inline) and its recorded routing traces (`RecordedFiles`). One `WorkloadSources` per workload app, built from the
+app's settings in ``create_app``; the offline functions (``traces.make_plan``, the CLI's ``tasmoe trace``) take one
+too, and default to `packaged` (the shipped models and samples only: package data, the same in every process).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.workload.recorded_files import RecordedFiles
+from services.workload.zoo import ModelZoo
+from shared.settings import Settings
+
+
+@dataclass(frozen=True)
+class WorkloadSources:
+    zoo: ModelZoo
+    recorded: RecordedFiles
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WorkloadSources:
+        """The models folder, the traces folder and the cache size of ``settings``."""
+        return cls(ModelZoo.from_settings(settings), RecordedFiles.from_settings(settings))
+
+    @classmethod
+    def packaged(cls) -> WorkloadSources:
+        """The shipped models and sample traces only (nothing registered, no folder read)."""
+        return cls(ModelZoo(), RecordedFiles())
