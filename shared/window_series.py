@@ -63,12 +63,6 @@ def write_windows_jsonl(path: Path, windows: Iterable[dict[str, Any]]) -> int:
     return n
 
 
-def read_windows_text(path: Path) -> str:
-    """The text of a ``.windows.jsonl.gz`` (gzip, any number of members) or ``.windows.jsonl`` file."""
-    data = Path(path).read_bytes()
-    return (gzip.decompress(data) if Path(path).name.endswith(".gz") else data).decode("utf-8")
-
-
 _WEIGHTED = ("T_mean_logic", "T_mean_dram", "power_w", "refresh_mhz", "bw_eff_gbps", "queue_delay_ms")
 _VECTORS = ("freq_ghz", "noc_link_util", "power_core_w")
 

@@ -7,7 +7,6 @@ the time series and heat maps. Lines are compact JSON with sorted keys, so the s
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,13 +14,13 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from services.metrics.compare import collect_result_rows
+from shared import gz_text
 from shared.contracts.metrics import SCENARIOS, PlotRequest, ResultRow, WindowMetrics
 from shared.errors import BadInput, NotFound, first_validation_error
 from shared.window_series import (
     FIGURE_ARGS_FILE,
     PLAIN_WINDOWS_SUFFIX,
     WINDOWS_SUFFIX,
-    read_windows_text,
     window_json_line,
 )
 
@@ -43,9 +42,7 @@ def append_windows(path: Path, windows: Iterable[WindowMetrics]) -> Path:
     gets one gzip member more)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = "".join(window_line(wm) for wm in windows).encode("utf-8")
-    with path.open("ab") as f:
-        f.write(gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
+    gz_text.append(path, "".join(window_line(wm) for wm in windows))
     return path
 
 
@@ -55,7 +52,7 @@ def read_windows(path: Path) -> list[WindowMetrics]:
     if not path.is_file():
         raise NotFound(f"{path}: no such file", field="windows")
     try:
-        text = read_windows_text(path)
+        text = gz_text.read_text(path)
     except (OSError, EOFError, UnicodeDecodeError) as exc:  # gzip.BadGzipFile is an OSError
         raise BadInput(f"{path}: not a readable window series ({exc})", field="windows") from None
     out = []

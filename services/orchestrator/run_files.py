@@ -27,7 +27,6 @@ byte-identical to an uninterrupted run's.
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import json
 import os
@@ -35,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from shared import gz_text
 from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.ids import expert_id
 from shared.contracts.metrics import SCENARIOS
@@ -42,7 +42,6 @@ from shared.contracts.placement import OverlayMigrate, OverlayReroute, Placement
 
 LOGICAL_COMPUTE_COLUMNS = ("event_id", "t_gen_ns", "mb_id", "token_id", "experts_json", "flops_json", "op_type",
                            "layer", "tokens")
-GZIP_LEVEL = 6  # zlib's default: 9.0x smaller than the CSV for the physical events, ~2 ms per window of them
 
 Columns = dict[str, list[Any]]
 
@@ -69,13 +68,6 @@ def _csv_text(rows: Iterable[Sequence[Any]]) -> str:
 
 def _dump_json(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True) + "\n"
-
-
-def read_trace_text(path: Path) -> str:
-    """The CSV text of an appended file (gzip-compressed when its name ends in ``.gz``)."""
-    path = Path(path)
-    data = path.read_bytes()
-    return (gzip.decompress(data) if path.name.endswith(".gz") else data).decode("utf-8")
 
 
 class RunFiles:
@@ -111,7 +103,7 @@ class RunFiles:
         """Window 0: (re)create every appended file with its header only."""
         for p, cols in self._files.values():
             p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(_encode(p, _csv_text([cols])))
+            p.write_bytes(gz_text.encode(p, _csv_text([cols])))
 
     def sizes(self) -> dict[str, int]:
         return {rel: p.stat().st_size for rel, (p, _) in self._files.items()}
@@ -160,15 +152,7 @@ class RunFiles:
         for key, text in parts.items():
             if text:
                 p = self._files[key][0]
-                with open(p, "ab") as fh:
-                    fh.write(_encode(p, text))
-
-
-def _encode(path: Path, text: str) -> bytes:
-    """The bytes appended to ``path``: one gzip member for a ``.gz`` file (no name, time 0: the same text gives the
-    same bytes), else UTF-8."""
-    data = text.encode("utf-8")
-    return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0) if path.name.endswith(".gz") else data
+                gz_text.append(p, text)
 
 
 def _logical_compute_rows(lc: Columns) -> Iterable[Sequence[Any]]:

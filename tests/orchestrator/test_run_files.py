@@ -8,7 +8,8 @@ import gzip
 from pathlib import Path
 from typing import Any
 
-from services.orchestrator.run_files import EVENT_FILES, LOGICAL_FILES, OVERLAY_FILES, RunFiles, read_trace_text
+from services.orchestrator.run_files import EVENT_FILES, LOGICAL_FILES, OVERLAY_FILES, RunFiles
+from shared import gz_text
 from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.placement import Overlays
 
@@ -64,7 +65,7 @@ def test_one_logical_trace_per_experiment_and_events_on_request(tmp_path: Path) 
     files = set(_tree(out))
     assert files == {*LOGICAL_FILES, *(f"runs/{s}/{rel}" for s in ("baseline", "tas") for rel in OVERLAY_FILES),
                      *(f"runs/tas/{rel}" for rel in EVENT_FILES)}
-    text = read_trace_text(out / "traces/logical_compute.csv.gz")
+    text = gz_text.read_text(out / "traces/logical_compute.csv.gz")
     assert text.count("\n") == 1 + 3 * 5  # the header once, every window's rows once (not once per scenario)
     assert '"[""L1E0""]"' in text  # csv quoting of the JSON column
     memory = _read_csv(out / "traces/logical_memory.csv.gz")

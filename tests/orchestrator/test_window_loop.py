@@ -15,10 +15,11 @@ from fastapi import FastAPI
 
 from services.orchestrator import repository as repo
 from services.orchestrator.models import RunStatus, ScenarioRun, WindowRecord
-from services.orchestrator.run_files import RunFiles, read_trace_text, result_csv_path, run_dir_for
+from services.orchestrator.run_files import RunFiles, result_csv_path, run_dir_for
 from services.orchestrator.schemas import ExperimentRequest
 from services.orchestrator.service import create_experiment, resolve_spec
 from services.orchestrator.window_loop import run_scenario
+from shared import gz_text
 from shared.client import ServiceClients
 from shared.configs import WorkloadConfig
 from shared.settings import Settings
@@ -64,8 +65,8 @@ def test_tas_run_writes_every_file_and_commits_each_window(db: Db, settings: Set
     appended = RunFiles(tmp_path / "out", "tas", events=True).appended()
     assert "traces/logical_compute.csv.gz" in appended and "runs/tas/traces/physical/compute_events.csv.gz" in appended
     for path, cols in appended.values():
-        assert read_trace_text(path).splitlines()[0] == ",".join(cols)
-    assert len(read_trace_text(rd / "traces/physical/compute_events.csv.gz").splitlines()) > 8
+        assert gz_text.read_text(path).splitlines()[0] == ",".join(cols)
+    assert len(gz_text.read_text(rd / "traces/physical/compute_events.csv.gz").splitlines()) > 8
     assert (rd / "mapping/placement.json").is_file() and (rd / "runtime/replica_state.json").is_file()
     log = (rd / "run.log").read_text()
     assert "seed 42" in log and "git revision" in log and '"numpy"' in log and "config {" in log
@@ -218,7 +219,8 @@ def test_hand_made_placement_replaces_default_and_taps(db: Db, settings: Setting
     assert run_scenario(repo.run_id_for(exp_id, "taps"), clients, db.sessions).status == "succeeded"
     written = json.loads((run_dir_for(tmp_path / "out", "taps") / "mapping/placement.json").read_text())
     assert {e["cores"][0] for e in written["experts"].values()} == {27}
-    phys = read_trace_text(run_dir_for(tmp_path / "out", "taps") / "traces/physical/compute_events.csv.gz").splitlines()
+    rd = run_dir_for(tmp_path / "out", "taps")
+    phys = gz_text.read_text(rd / "traces/physical/compute_events.csv.gz").splitlines()
     cores = {line.split(",")[2] for line in phys[1:]}
     assert cores == {"27"}  # every expert event ran on the hot core
 
