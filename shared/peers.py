@@ -35,6 +35,19 @@ def wire_peers(apps: Mapping[str, Any], clients: ServiceClients) -> None:
         app.state.peers = clients
 
 
+def close_peers(apps: Mapping[str, Any]) -> None:
+    """Close the clients `wire_peers` (or `peers_of`) gave ``apps`` (each once; their event loop thread ends), when
+    whoever built the apps is done with them."""
+    seen: set[int] = set()
+    for app in apps.values():
+        with _lock:
+            peers: ServiceClients | None = getattr(app.state, "peers", None)
+            app.state.peers = None
+        if peers is not None and id(peers) not in seen:
+            seen.add(id(peers))
+            peers.close()
+
+
 def peers_of(app: Any) -> ServiceClients:
     """The app's clients to its peers: the wired ones, else URL clients from its settings (built once)."""
     with _lock:

@@ -21,6 +21,7 @@ from services.orchestrator.jobs import Dispatcher, EmbeddedRunner
 from services.orchestrator.settings import orchestrator_settings
 from shared.client import ServiceClients
 from shared.logging import bind_run_id
+from shared.peers import close_peers
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ async def runtime(settings: Settings, *, clients: ServiceClients | None = None,
         if dispatcher is None:
             if clients is None:
                 apps = build_apps(settings)
+                stack.callback(close_peers, apps)  # after the lifespans' exits (a stack unwinds in reverse)
                 for app in apps.values():
                     await stack.enter_async_context(app.router.lifespan_context(app))
                 clients = ServiceClients(settings, asgi_apps=apps)

@@ -25,6 +25,7 @@ from services.orchestrator.models import RunStatus, ScenarioRun
 from services.orchestrator.settings import OrchestratorSettings, orchestrator_settings
 from shared.client import ServiceClients
 from shared.logging import setup_logging
+from shared.peers import close_peers
 from shared.settings import Settings
 
 
@@ -51,6 +52,7 @@ def compute_clients(settings: Settings, factory: str | None = None,
                 clients.close()
         finally:
             portal.call(stack.__aexit__, None, None, None)
+            close_peers(apps)
 
 
 @contextmanager
