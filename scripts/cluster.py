@@ -47,6 +47,7 @@ WORKER = "worker"
 DEFAULT_CLUSTER_DB = "postgresql+psycopg://postgres@127.0.0.1:5432/tasmoe"
 ALEMBIC_INI = Path("services/orchestrator/migrations/alembic.ini")
 CELERY_APP = "services.orchestrator.celery_app"
+REPLICA_PORT_STEP = 10  # replica r of a service listens 10·r ports above replica 0
 
 
 class ClusterError(Exception):
@@ -64,12 +65,24 @@ class ClusterConfig:
     worker: bool = True
     worker_concurrency: int = 1
     migrate: bool = True
+    replicas: int | None = None  # processes of each compute service (None: worker_concurrency; orchestrator: 1)
 
-    def port(self, service: str) -> int:
-        return self.base_port + (DEFAULT_PORTS[service] - DEFAULT_PORTS[SERVICES[0]])
+    def n_replicas(self, service: str) -> int:
+        n = self.worker_concurrency if self.replicas is None else self.replicas
+        return 1 if service == "orchestrator" else max(1, n)
 
-    def url(self, service: str) -> str:
-        return f"http://{self.host}:{self.port(service)}"
+    def port(self, service: str, replica: int = 0) -> int:
+        """Replica 0 at ``base + i`` (i: the service's place in `SERVICES`), replica r at ``base + 10·r + i``."""
+        return self.base_port + REPLICA_PORT_STEP * replica + (DEFAULT_PORTS[service] - DEFAULT_PORTS[SERVICES[0]])
+
+    def url(self, service: str, replica: int = 0) -> str:
+        return f"http://{self.host}:{self.port(service, replica)}"
+
+    def processes(self) -> dict[str, tuple[str, int]]:
+        """Every service process by name: (service, replica); replica 0 is named after its service, replica r
+        ``<service>-<r>``."""
+        return {(name if r == 0 else f"{name}-{r}"): (name, r)
+                for name in SERVICES for r in range(self.n_replicas(name))}
 
     @property
     def worker_name(self) -> str:
@@ -84,8 +97,8 @@ class ClusterConfig:
             "TASMOE_REDIS_URL": self.redis_url,
             "PYTHONUNBUFFERED": "1",
         })
-        for name in SERVICES:
-            env[f"TASMOE_{name.upper()}_URL"] = self.url(name)
+        for name in SERVICES:  # several replicas: a comma-separated list (shared.settings.Settings.service_url)
+            env[f"TASMOE_{name.upper()}_URL"] = ",".join(self.url(name, r) for r in range(self.n_replicas(name)))
         return env
 
 
@@ -139,10 +152,11 @@ def start_ticks(pid: int) -> int | None:
     return int(stat[19]) if stat is not None else None
 
 
-def _serve_cmd(name: str, cfg: ClusterConfig) -> list[str]:
+def _serve_cmd(proc: str, cfg: ClusterConfig) -> list[str]:
+    service, replica = cfg.processes()[proc]
     tasmoe = Path(sys.executable).with_name("tasmoe")
     prog = [str(tasmoe)] if tasmoe.exists() else [sys.executable, "-m", "services.cli"]
-    return [*prog, "serve", name, "--host", cfg.host, "--port", str(cfg.port(name))]
+    return [*prog, "serve", service, "--host", cfg.host, "--port", str(cfg.port(service, replica))]
 
 
 def _worker_cmd(cfg: ClusterConfig) -> list[str]:
@@ -290,11 +304,26 @@ def _ours(pid: int, name: str, starts: dict[str, int]) -> bool:
     return now is None or name not in starts or now == starts[name]
 
 
+def _names(state_dir: Path) -> list[str]:
+    """The processes a previous `up` from ``state_dir`` recorded: the services (and their replicas) in service order,
+    then the worker."""
+    found = {p.stem for p in state_dir.glob("*.pid")}
+    order = {name: i for i, name in enumerate((*SERVICES, WORKER))}
+
+    def key(name: str) -> tuple[int, int]:
+        base, sep, r = name.rpartition("-")
+        if sep and r.isdigit() and base in order:
+            return order[base], int(r)
+        return order.get(name, len(order)), 0
+
+    return sorted(found, key=key)
+
+
 def _running(state_dir: Path) -> dict[str, int]:
     """Processes of a previous `up` from ``state_dir`` that still run (stale pid files do not count)."""
     starts = _recorded_starts(state_dir)
     out = {}
-    for name in (*SERVICES, WORKER):
+    for name in _names(state_dir):
         pid = _read_pid(state_dir, name)
         if pid is not None and group_members(pid) and (not is_alive(pid) or _ours(pid, name, starts)):
             out[name] = pid
@@ -324,7 +353,8 @@ def up(cfg: ClusterConfig, *, out: TextIO | None = None) -> int:
     if running:
         raise ClusterError(f"a cluster from {cfg.state_dir} is already running (pids "
                            f"{', '.join(f'{n}={p}' for n, p in running.items())}); run `make cluster-down` first")
-    busy = [f"{n}:{cfg.port(n)}" for n in SERVICES if not _port_free(cfg.host, cfg.port(n))]
+    procs_of = cfg.processes()
+    busy = [f"{n}:{cfg.port(*sr)}" for n, sr in procs_of.items() if not _port_free(cfg.host, cfg.port(*sr))]
     if busy:
         raise ClusterError(f"ports already in use on {cfg.host}: {', '.join(busy)} (choose --base-port)")
     print(check_database(cfg.database_url), file=out)
@@ -335,7 +365,7 @@ def up(cfg: ClusterConfig, *, out: TextIO | None = None) -> int:
     procs: dict[str, subprocess.Popen[bytes]] = {}
     cmds: dict[str, list[str]] = {}
     try:
-        for name in SERVICES:
+        for name in procs_of:
             cmds[name] = _serve_cmd(name, cfg)
             procs[name] = _start(name, cmds[name], cfg, env)
         if cfg.worker:
@@ -344,7 +374,7 @@ def up(cfg: ClusterConfig, *, out: TextIO | None = None) -> int:
         _save_config(cfg)
         _state_file(cfg.state_dir).write_text(json.dumps({
             "host": cfg.host, "base_port": cfg.base_port,
-            "urls": {n: cfg.url(n) for n in SERVICES},
+            "urls": {n: cfg.url(*sr) for n, sr in procs_of.items()},
             "database_url": _redact(cfg.database_url), "redis_url": _redact(cfg.redis_url),
             "worker_name": cfg.worker_name if cfg.worker else None,
             "processes": {n: {"pid": p.pid, "start_ticks": start_ticks(p.pid), "cmd": cmds[n]}
@@ -354,8 +384,8 @@ def up(cfg: ClusterConfig, *, out: TextIO | None = None) -> int:
     except BaseException:
         down(cfg.state_dir, out=out)
         raise
-    for name in SERVICES:
-        print(f"  {name:<13} {cfg.url(name)}  pid {procs[name].pid}", file=out)
+    for name, sr in procs_of.items():
+        print(f"  {name:<13} {cfg.url(*sr)}  pid {procs[name].pid}", file=out)
     if cfg.worker:
         print(f"  {WORKER:<13} {cfg.worker_name}  pid {procs[WORKER].pid}", file=out)
     print(f"cluster up (logs and pid files in {cfg.state_dir}); stop it with `make cluster-down`", file=out)
@@ -375,8 +405,9 @@ def _wait_ready(cfg: ClusterConfig, procs: dict[str, subprocess.Popen[bytes]], o
             if name == WORKER:
                 ready = worker_ping(cfg.redis_url, cfg.worker_name, timeout_s=0.5)
             else:
-                health = _health(cfg.url(name))
-                ready = health is not None and health.get("service") == name
+                service, replica = cfg.processes()[name]
+                health = _health(cfg.url(service, replica))
+                ready = health is not None and health.get("service") == service
             if ready:
                 pending.discard(name)
                 print(f"ready: {name} ({time.monotonic() - t0:.1f} s)", file=out)
@@ -404,7 +435,7 @@ def down(state_dir: Path, *, grace_s: float = 10.0, out: TextIO | None = None) -
     out = out or sys.stdout
     starts = _recorded_starts(state_dir)
     targets: dict[str, int] = {}
-    for name in (*SERVICES, WORKER):
+    for name in _names(state_dir):
         pid = _read_pid(state_dir, name)
         if pid is None:
             _pid_file(state_dir, name).unlink(missing_ok=True)
@@ -454,6 +485,9 @@ def restart(state_dir: Path, name: str, *, grace_s: float = 10.0, out: TextIO | 
     cfg = _load_config(state_dir)
     if name == WORKER and not cfg.worker:
         raise ClusterError("this cluster runs without a worker (--no-worker)")
+    if name != WORKER and name not in cfg.processes():
+        raise ClusterError(f"no process {name!r} in this cluster; its processes: "
+                           f"{', '.join([*cfg.processes(), *([WORKER] if cfg.worker else [])])}")
     pid = _read_pid(state_dir, name)
     starts = _recorded_starts(state_dir)
     if pid is not None and group_members(pid) and (not is_alive(pid) or _ours(pid, name, starts)):
@@ -461,7 +495,7 @@ def restart(state_dir: Path, name: str, *, grace_s: float = 10.0, out: TextIO | 
         print(f"stopped {name} (pid {pid})", file=out)
     if name != WORKER:
         deadline = time.monotonic() + 10.0  # the port leaves TIME_WAIT-free at once (SO_REUSEADDR); the socket may lag
-        while not _port_free(cfg.host, cfg.port(name)) and time.monotonic() < deadline:
+        while not _port_free(cfg.host, cfg.port(*cfg.processes()[name])) and time.monotonic() < deadline:
             time.sleep(0.1)
     cmd = _worker_cmd(cfg) if name == WORKER else _serve_cmd(name, cfg)
     proc = _start(name, cmd, cfg, cfg.env())
@@ -510,7 +544,7 @@ def status(state_dir: Path, *, out: TextIO | None = None) -> int:
     if not running:
         print(f"no cluster processes running (state dir {state_dir})", file=out)
         return 1
-    for name in (*SERVICES, WORKER):
+    for name in _names(state_dir):
         if name not in running:
             print(f"  {name:<13} down", file=out)
             continue
@@ -553,7 +587,12 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=float(_env_default("TASMOE_CLUSTER_TIMEOUT_S", "90")),
                    help="seconds to wait for every /healthz and the worker ping")
     p.add_argument("--no-worker", action="store_true", help="do not start the Celery worker")
-    p.add_argument("--worker-concurrency", type=int, default=1)
+    p.add_argument("--worker-concurrency", type=int, default=1, help="the Celery worker's pool processes (runs at "
+                   "once)")
+    p.add_argument("--replicas", type=int, default=None,
+                   help="processes of each compute service (default: the worker concurrency): pool process i keeps "
+                        "to replica i, so two runs at once do not queue in one service process; replica r listens "
+                        f"{REPLICA_PORT_STEP}*r ports above the first")
     p.add_argument("--no-migrate", action="store_true", help="skip `alembic upgrade head`")
     state_dir_arg(p)
 
@@ -565,7 +604,7 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     state_dir_arg(p)
 
     p = sub.add_parser("restart", help="stop one process and start it again as `up` did (down stops the new one)")
-    p.add_argument("name", choices=[*SERVICES, WORKER], help="the service, or the worker")
+    p.add_argument("name", help="the service (a replica: <service>-<r>), or the worker")
     p.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     state_dir_arg(p)
     return ap
@@ -587,10 +626,16 @@ def main(argv: list[str] | None = None) -> int:
                 raise ClusterError(f"--base-port {args.base_port}: the six ports must lie in 1..65535")
             if args.worker_concurrency < 1:
                 raise ClusterError(f"--worker-concurrency {args.worker_concurrency}: must be >= 1")
+            replicas = args.worker_concurrency if args.replicas is None else args.replicas
+            if not 1 <= replicas <= 64:
+                raise ClusterError(f"--replicas {replicas}: must be in 1..64")
+            if args.base_port + REPLICA_PORT_STEP * (replicas - 1) + len(SERVICES) - 1 > 65535:
+                raise ClusterError(f"--base-port {args.base_port} with --replicas {replicas}: the replicas' ports "
+                                   "must lie in 1..65535")
             cfg = ClusterConfig(host=args.host, base_port=args.base_port, state_dir=state_dir,
                                 database_url=args.database_url, redis_url=args.redis_url, timeout_s=args.timeout,
                                 worker=not args.no_worker, worker_concurrency=args.worker_concurrency,
-                                migrate=not args.no_migrate)
+                                migrate=not args.no_migrate, replicas=replicas)
             return up(cfg)
         if args.command == "down":
             return down(state_dir, grace_s=args.grace)

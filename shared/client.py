@@ -199,9 +199,11 @@ class AsyncServiceClient:
 
 
 class ServiceClients:
-    """One `ServiceClient` per service, from settings (real sockets) or from ASGI apps (embedded/tests)."""
+    """One `ServiceClient` per service, from settings (real sockets) or from ASGI apps (embedded/tests). Where the
+    settings list several replicas of a service, these clients keep to replica number ``replica`` (modulo their
+    number) for every call: a worker process's runs find their window states where they left them."""
 
-    def __init__(self, settings: Settings, asgi_apps: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, settings: Settings, asgi_apps: Mapping[str, Any] | None = None, *, replica: int = 0) -> None:
         self.settings = settings
         self._clients: dict[str, ServiceClient] = {}
         self._loop = EventLoopThread() if asgi_apps else None
@@ -210,7 +212,7 @@ class ServiceClients:
                 transport: httpx.BaseTransport | None = _SyncASGITransport(asgi_apps[name], self._loop)
                 base = f"http://{name}"
             else:
-                transport, base = None, settings.service_url(name)
+                transport, base = None, settings.service_url(name, replica)
             self._clients[name] = ServiceClient(name, base, settings, transport)
 
     def __getitem__(self, service: str) -> ServiceClient:

@@ -86,10 +86,27 @@ class Settings(BaseSettings):
             raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
         return v
 
-    def service_url(self, service: str) -> str:
+    def service_url(self, service: str, replica: int = 0) -> str:
+        """The base URL of ``service``; a ``TASMOE_<SERVICE>_URL`` may list several replicas, comma-separated, and a
+        client keeps to one of them (``replica`` modulo their number): the window states a run names by hash
+        (``state_ref``) live in the replica that made them, so the calls of one worker process go to one replica
+        (`ServiceClients`; another replica answers ``unknown_*_state`` and the run rebuilds the state)."""
+        urls = self.service_urls(service)
+        return urls[replica % len(urls)]
+
+    def service_urls(self, service: str) -> list[str]:
+        """Every replica URL of ``service`` (``TASMOE_<SERVICE>_URL``, comma-separated)."""
         if service not in SERVICES:
             raise KeyError(f"unknown service {service!r}; known: {', '.join(SERVICES)}")
-        return str(getattr(self, f"{service}_url")).rstrip("/")
+        return [u.strip().rstrip("/") for u in str(getattr(self, f"{service}_url")).split(",") if u.strip()]
+
+    @field_validator(*(f"{name}_url" for name in SERVICES))
+    @classmethod
+    def _urls(cls, v: str) -> str:
+        urls = [u.strip() for u in v.split(",")]
+        if not all(urls) or not all(u.startswith(("http://", "https://")) for u in urls):
+            raise ValueError("must be one http(s):// URL, or several separated by commas (the service's replicas)")
+        return v
 
     @property
     def effective_database_url(self) -> str:

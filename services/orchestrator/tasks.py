@@ -50,9 +50,15 @@ def process_resources(settings: Settings | None = None) -> _Resources:
 
 
 def _clients(s: OrchestratorSettings) -> ServiceClients:
-    """Service clients of a worker process: over URLs, or over in-process apps (``worker_services``)."""
+    """Service clients of a worker process: over URLs, or over in-process apps (``worker_services``). Over URLs that
+    list several replicas of a service, the pool process number ``i`` keeps to replica ``i`` (modulo their number):
+    two runs at once on a two-process worker then use two replicas instead of queueing in one service process
+    (``scripts.cluster up --replicas``)."""
     if s.worker_services == "urls":
-        return ServiceClients(s)
+        from billiard.process import current_process  # Celery's pool: its children carry their index
+
+        index = getattr(current_process(), "index", None)
+        return ServiceClients(s, replica=int(index) if index is not None else 0)
     from services.orchestrator.apps import build_apps, enter_lifespans
 
     apps = build_apps(s, None if s.worker_services == "embedded" else s.worker_services)

@@ -56,6 +56,56 @@ def test_config_ports_urls_and_env(tmp_path: Path) -> None:
     assert settings.service_url("orchestrator") == "http://127.0.0.1:18000"
 
 
+def test_replicas_of_the_compute_services(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--replicas 2``: a second process of each compute service 10 ports up, the URL variables list both, and a
+    worker's pool process i keeps to replica i (its runs' window states live there)."""
+    cfg = cluster.ClusterConfig(host="127.0.0.1", base_port=18000, state_dir=tmp_path, database_url="postgresql://db/x",
+                                redis_url="redis://r:6379/2", timeout_s=5, worker_concurrency=2, replicas=2)
+    procs = cfg.processes()
+    assert procs["orchestrator"] == ("orchestrator", 0) and "orchestrator-1" not in procs
+    assert procs["thermal-1"] == ("thermal", 1) and len(procs) == 2 * len(SERVICES) - 1
+    assert cfg.port("thermal", 1) == 18014 and cluster._serve_cmd("thermal-1", cfg)[-1] == "18014"
+    env = cfg.env()
+    assert env["TASMOE_THERMAL_URL"] == "http://127.0.0.1:18004,http://127.0.0.1:18014"
+    assert env["TASMOE_ORCHESTRATOR_URL"] == "http://127.0.0.1:18000"
+    settings = Settings.model_validate({k[len("TASMOE_"):].lower(): v for k, v in env.items()
+                                        if k.startswith("TASMOE_") and k[7:].lower() in Settings.model_fields})
+    assert settings.service_urls("lowering") == ["http://127.0.0.1:18003", "http://127.0.0.1:18013"]
+    assert [settings.service_url("lowering", r) for r in range(3)] == [
+        "http://127.0.0.1:18003", "http://127.0.0.1:18013", "http://127.0.0.1:18003"]
+    assert settings.service_url("orchestrator", 1) == "http://127.0.0.1:18000"
+
+    import billiard.process
+
+    from services.orchestrator import tasks
+    from services.orchestrator.settings import orchestrator_settings
+
+    class Child:
+        index = 1
+
+    monkeypatch.setattr(billiard.process, "current_process", lambda: Child())
+    clients = tasks._clients(orchestrator_settings(settings))
+    try:
+        assert clients["thermal"].base_url == "http://127.0.0.1:18014"
+        assert clients["orchestrator"].base_url == "http://127.0.0.1:18000"
+    finally:
+        clients.close()
+    for name in ("thermal", "thermal-1", "worker", "orchestrator"):
+        (tmp_path / f"{name}.pid").write_text("1\n")
+    assert cluster._names(tmp_path) == ["orchestrator", "thermal", "thermal-1", "worker"]
+
+
+def test_bad_replica_urls_name_the_variable() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="several separated by commas"):
+        Settings(thermal_url="http://a:1,,http://b:2")
+    with pytest.raises(ValidationError, match="thermal_url"):
+        Settings(thermal_url="a:1")
+    res = _run("up", "--replicas", "0", "--state-dir", "/nonexistent-never-created")
+    assert res.returncode == 1 and "--replicas 0: must be in 1..64" in res.stderr
+
+
 def test_up_refuses_a_busy_port_before_starting_anything(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -110,7 +160,8 @@ def cluster_env(postgres_url: str, redis_url: str) -> Iterator[dict[str, str]]:
 def running_cluster(tmp_path: Path, cluster_env: dict[str, str]) -> Iterator[tuple[Path, int]]:
     state = tmp_path / "cluster"
     base = _free_block()
-    res = _run("up", "--base-port", str(base), "--state-dir", str(state), "--timeout", "120", env=cluster_env)
+    res = _run("up", "--base-port", str(base), "--state-dir", str(state), "--timeout", "180",
+               "--worker-concurrency", "2", env=cluster_env)  # two pool processes: two replicas of each service
     try:
         assert res.returncode == 0, f"cluster up failed:\n{res.stdout}\n{res.stderr}"
         yield state, base
@@ -123,7 +174,8 @@ def test_cluster_up_serves_all_six_and_the_worker_then_down_stops_them(
         running_cluster: tuple[Path, int], cluster_env: dict[str, str], redis_url: str) -> None:
     state, base = running_cluster
     pids = {p.stem: int(p.read_text().strip()) for p in state.glob("*.pid")}
-    assert set(pids) == {*SERVICES, "worker"}
+    replicas = {f"{n}-1" for n in SERVICES if n != "orchestrator"}
+    assert set(pids) == {*SERVICES, *replicas, "worker"}
     assert all(cluster.is_alive(pid) for pid in pids.values()), {n: cluster._proc_stat(p) for n, p in pids.items()}
 
     # all six answer /healthz over real sockets, through the project's own client
@@ -134,13 +186,17 @@ def test_cluster_up_serves_all_six_and_the_worker_then_down_stops_them(
             assert clients[name].get_json("/healthz")["service"] == name
     finally:
         clients.close()
+    for name in replicas:  # the second replicas, 10 ports up
+        service = name[:-2]
+        assert (cluster._health(f"http://127.0.0.1:{base + 10 + SERVICES.index(service)}") or {}).get(
+            "service") == service
 
     # each service process got the cluster environment
     recorded = json.loads((state / "cluster.json").read_text())
     environ = dict(kv.split("=", 1) for kv in
                    Path(f"/proc/{pids['orchestrator']}/environ").read_text().split("\0") if "=" in kv)
     assert environ["TASMOE_MODE"] == "cluster"
-    assert environ["TASMOE_THERMAL_URL"] == f"http://127.0.0.1:{base + 4}"
+    assert environ["TASMOE_THERMAL_URL"] == f"http://127.0.0.1:{base + 4},http://127.0.0.1:{base + 14}"
     assert environ["TASMOE_DATABASE_URL"] == cluster_env["TASMOE_DATABASE_URL"]
     assert environ["TASMOE_REDIS_URL"] == redis_url
 
@@ -185,7 +241,7 @@ def test_cluster_up_serves_all_six_and_the_worker_then_down_stops_them(
 
     status = _run("status", "--state-dir", str(state), env=cluster_env)
     assert status.returncode == 0
-    assert status.stdout.count("healthy") == len(SERVICES) and "answers ping" in status.stdout
+    assert status.stdout.count("healthy") == len(SERVICES) + len(replicas) and "answers ping" in status.stdout
 
     # one process restarted (issue 17): a new pid that answers, and `down` below stops it too
     res = _run("restart", "thermal", "--state-dir", str(state), env=cluster_env)
@@ -195,6 +251,12 @@ def test_cluster_up_serves_all_six_and_the_worker_then_down_stops_them(
     assert json.loads((state / "cluster.json").read_text())["processes"]["thermal"]["pid"] == new_pid
     assert cluster._health(f"http://127.0.0.1:{base + 4}") is not None
     pids["thermal"] = new_pid
+    res = _run("restart", "lowering-1", "--state-dir", str(state), env=cluster_env)
+    assert res.returncode == 0, res.stderr + res.stdout
+    pids["lowering-1"] = int((state / "lowering-1.pid").read_text().strip())
+    assert cluster._health(f"http://127.0.0.1:{base + 13}") is not None
+    res = _run("restart", "orchestrator-1", "--state-dir", str(state), env=cluster_env)
+    assert res.returncode == 1 and "no process 'orchestrator-1'" in res.stderr
     assert stat.S_IMODE((state / "config.json").stat().st_mode) == 0o600  # it holds the database URL
 
     # a second `up` on the same state dir is refused while this one runs
@@ -209,7 +271,7 @@ def test_cluster_up_serves_all_six_and_the_worker_then_down_stops_them(
         time.sleep(0.1)
     assert not [n for n, p in pids.items() if cluster.group_members(p)], "processes left after down"
     assert not list(state.glob("*.pid"))
-    assert all(cluster._port_free("127.0.0.1", base + i) for i in range(len(SERVICES)))
+    assert all(cluster._port_free("127.0.0.1", base + i) for i in (*range(len(SERVICES)), *range(11, 16)))
 
 
 def _fake_serve(failing: str | None) -> Callable[[str, cluster.ClusterConfig], list[str]]:
