@@ -2,7 +2,7 @@
 ``tests/orchestrator/test_hotspot_tacs.py`` (every Mixtral expert on core 27, the seed's arrivals, Thot 0.5 K above
 the hottest other core of a short baseline run), run for N windows as baseline and tacs; prints JSON.
 
-    .venv/bin/python -m scripts.hotspot_report 1000 [--lookahead N]   # N > 0: TACS's look-ahead over N windows
+    .venv/bin/python -m scripts.hotspot_report 1000 [--lookahead N] [--power-over window]
 
 To compare with another commit, copy this file into a checkout of it and run it there (it uses only the test's
 ``_derived_thot``, ``_run``, ``_tas`` and ``HOT``).
@@ -21,15 +21,16 @@ from shared.settings import Settings
 from tests.conftest import CONFIGS
 
 
-def report(n_windows: int, lookahead: int = 0) -> dict[str, Any]:
+def report(n_windows: int, lookahead: int = 0, power_over: str = "residency") -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="hotspot-"))
     settings = Settings(results_dir=tmp / "results", configs_dir=CONFIGS)
     thot = hs._derived_thot(tmp / "a", settings)
     tas = hs._tas(thot)
-    if lookahead:
-        tas = tas.model_copy(update={"tacs": tas.tacs.model_copy(update={"lookahead_windows": lookahead})})
+    tas = tas.model_copy(update={"tacs": tas.tacs.model_copy(update={"lookahead_windows": lookahead,
+                                                                     "power_over": power_over})})
     res = hs._run(tmp / "b", settings, ["baseline", "tacs"], tas, windows=n_windows)
-    out: dict[str, Any] = {"thot_c": thot, "windows": n_windows, "lookahead_windows": lookahead}
+    out: dict[str, Any] = {"thot_c": thot, "windows": n_windows, "lookahead_windows": lookahead,
+                           "power_over": power_over}
     for sc, rows in res.items():
         hot = [float(m["temps_core_c"][hs.HOT]) for m, _, _ in rows]
         peak = [float(m["T_peak_logic"]) for m, _, _ in rows]
@@ -47,5 +48,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("windows", nargs="?", type=int, default=150)
     ap.add_argument("--lookahead", type=int, default=0, help="TACS's lookahead_windows (default 0: reactive)")
+    ap.add_argument("--power-over", choices=("residency", "window"), default="residency",
+                    help="TACS's power_over: the pending energy over the residency (default) or over the window")
     args = ap.parse_args()
-    print(json.dumps(report(args.windows, args.lookahead), indent=1))
+    print(json.dumps(report(args.windows, args.lookahead, args.power_over), indent=1))

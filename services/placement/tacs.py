@@ -12,7 +12,8 @@ Per call (temperatures °C, times ns, powers W, energies J):
    work on s: its FLOPs at ``mac_pj/2`` and its weight reads at the DRAM access energy, shared/energy.py, spread
    over the horizon τ below): a *reroute* (to another of its replicas; no weights move) or a *migration* (a
    single-core expert and its weight shards). With H the steady-state influence matrix (K/W) and
-   τ = max(``min_residency_ms``, window) the horizon the move holds for:
+   τ = max(``min_residency_ms``, window) the horizon the move holds for (``power_over: window`` spreads the pending
+   energy over the window instead of τ: a sensitivity setting that takes the pending work as continuous):
    - benefit ``B = min(w·(H[s,s] − H[s,d]), x_s) · max(0, 1 − t_stream/τ)``: the hot core's drop, counted only up to
      its excess over Thot, and only after the weights have streamed (``t_stream = bytes / vault bandwidth``; 0 for a
      reroute);
@@ -212,6 +213,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
             on_core[c].append(eid)
 
     horizon_s = max(params.min_residency_ms * 1e-3, window_s)  # tau: the horizon a move holds for
+    power_s = window_s if params.power_over == "window" else horizon_s  # the pending energy's time base (params)
     # instance power estimate (W) per (expert, core); mb ids per expert from the pending window
     e_flop = EnergyModel.from_arch(arch).mac_j / 2  # J per FLOP (one MAC = 2 FLOPs; shared/energy.py)
     tokens: dict[str, float] = {}
@@ -239,8 +241,8 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
                 # the mean power over the horizon a move holds for (the energy of the pending work over tau; the
                 # influence matrix H is steady-state, so a 3 ms burst must not count as sustained power)
                 inst_power[eid] = ((flops_e.get(eid, 0.0) * e_flop + bytes_e.get(eid, 0.0) * e_byte)
-                                   / horizon_s / len(cores_of[eid]))
-                inst_vault[eid] = bytes_e.get(eid, 0.0) * e_byte / horizon_s / len(cores_of[eid])
+                                   / power_s / len(cores_of[eid]))
+                inst_vault[eid] = bytes_e.get(eid, 0.0) * e_byte / power_s / len(cores_of[eid])
     else:
         peak_flops = arch.core.array[0] * arch.core.array[1] * 2 * max(arch.dvfs.domains[0].steps_ghz) * 1e9
         for c in range(n):

@@ -56,6 +56,10 @@ class TacsParams(StrictModel):
     # look-ahead (issue 16): 0 = the reactive benefit-versus-cost rule; N > 0 = pick the move (or none) with the lowest
     # predicted peak of the core temperatures over the next N windows, from the thermal model's pulse responses
     lookahead_windows: int = Field(default=0, ge=0, le=64)
+    # the time the pending window's energy is spread over to give the power a move shifts (issue 16, a sensitivity
+    # setting): "residency" = max(min_residency_ms, window), the default (a 3 ms burst is not sustained power);
+    # "window" = the window itself (the work goes on at the pending window's rate for as long as the move holds)
+    power_over: Literal["residency", "window"] = "residency"
 
     @model_validator(mode="after")
     def _check(self) -> TacsParams:

@@ -73,6 +73,24 @@ def test_a_move_whose_relief_lies_past_the_horizon_is_not_made(tas: TasParams) -
     assert moved == [0, 1]
 
 
+def test_power_over_the_window_counts_the_pending_work_as_continuous(tas: TasParams) -> None:
+    """``power_over``: the pending window's energy over the 15 ms residency (default) or over the 3 ms window (the
+    work goes on at that rate: 5x the power a move shifts). A 0.3 W expert is not worth moving on the first
+    assumption and is on the second, for the reactive rule and the look-ahead alike."""
+    hot = [60.0] * 16
+    hot[6] = 81.0
+    plc = placement_from(ARCH4, {"L0E0": [6]})
+    late = window(10, {"L0E0": 0.3})
+    moved = {}
+    for over in ("residency", "window"):
+        for n in (0, 8):
+            params = _ahead(tas.tacs, n).model_copy(update={"power_over": over})
+            ov, _, _ = tacs_step(Telemetry(temps_core=hot, util_core=[0.5] * 16), plc, ReplicaState(), params, ARCH4,
+                                 H4, late, None, late.t0_ns, pulse=first_order_pulse(H4, 8) if n else None)
+            moved[over, n] = ov.migrate.obj_type.count("expert")
+    assert moved == {("residency", 0): 0, ("residency", 8): 0, ("window", 0): 1, ("window", 8): 1}
+
+
 def test_every_hot_core_can_act_not_only_the_hottest(tas: TasParams) -> None:
     """Two hot spots far apart: the cooler one's move cannot lower the chip's peak (the other core), yet it is
     relieved too (each source scores the field as seen from it)."""
