@@ -1,11 +1,13 @@
-"""The local cluster without Docker: six uvicorn services and a Celery worker on loopback.
+"""The local cluster without Docker: six uvicorn services (the five compute services in ``--replicas`` copies) and a
+Celery worker on loopback.
 
     python -m scripts.cluster up      # make cluster
     python -m scripts.cluster status
     python -m scripts.cluster down    # make cluster-down
 
 ``up`` checks PostgreSQL (creating the database when it is missing) and Redis, runs the orchestrator's migrations when
-they exist, starts ``tasmoe serve <name> --port <base+i>`` for the six services and ``celery -A
+they exist, starts ``tasmoe serve <name> --port <base+i>`` for the six services (replica r of a compute service,
+process ``<name>-<r>``, on ``base + 10·r + i``, with ``TASMOE_REPLICA=r``) and ``celery -A
 services.orchestrator.celery_app worker``, each in its own process group, with ``TASMOE_MODE=cluster``, the database
 and Redis URLs and every ``TASMOE_<SERVICE>_URL`` pointing at loopback. It writes ``<state-dir>/<name>.pid`` and
 ``<name>.log`` per process and ``cluster.json``, then waits until every ``/healthz`` answers (as the right service)
@@ -178,6 +180,8 @@ def _state_file(state_dir: Path) -> Path:
 
 
 def _start(name: str, cmd: list[str], cfg: ClusterConfig, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    if name in cfg.processes():  # a service replica calls its peers' replicas of the same number
+        env = {**env, "TASMOE_REPLICA": str(cfg.processes()[name][1])}
     log = _log_file(cfg.state_dir, name).open("wb")
     try:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
@@ -304,19 +308,23 @@ def _ours(pid: int, name: str, starts: dict[str, int]) -> bool:
     return now is None or name not in starts or now == starts[name]
 
 
+def _process_key(name: str) -> tuple[int, int] | None:
+    """(place in service order, replica) of a cluster process name (``thermal``, ``thermal-1``, ``worker``); None for
+    any other name."""
+    order = {n: i for i, n in enumerate((*SERVICES, WORKER))}
+    if name in order:
+        return order[name], 0
+    base, sep, r = name.rpartition("-")
+    if sep and r.isdigit() and int(r) >= 1 and base in SERVICES and base != "orchestrator":
+        return order[base], int(r)
+    return None
+
+
 def _names(state_dir: Path) -> list[str]:
-    """The processes a previous `up` from ``state_dir`` recorded: the services (and their replicas) in service order,
-    then the worker."""
-    found = {p.stem for p in state_dir.glob("*.pid")}
-    order = {name: i for i, name in enumerate((*SERVICES, WORKER))}
-
-    def key(name: str) -> tuple[int, int]:
-        base, sep, r = name.rpartition("-")
-        if sep and r.isdigit() and base in order:
-            return order[base], int(r)
-        return order.get(name, len(order)), 0
-
-    return sorted(found, key=key)
+    """The processes of this cluster's state folder: the six services, the worker and any replica with a pid file
+    (a process name `up` gives, nothing else found there), in service order."""
+    found = {p.stem for p in state_dir.glob("*.pid") if _process_key(p.stem) is not None}
+    return sorted(found | {*SERVICES, WORKER}, key=lambda n: _process_key(n) or (0, 0))
 
 
 def _running(state_dir: Path) -> dict[str, int]:
@@ -357,6 +365,8 @@ def up(cfg: ClusterConfig, *, out: TextIO | None = None) -> int:
     busy = [f"{n}:{cfg.port(*sr)}" for n, sr in procs_of.items() if not _port_free(cfg.host, cfg.port(*sr))]
     if busy:
         raise ClusterError(f"ports already in use on {cfg.host}: {', '.join(busy)} (choose --base-port)")
+    for stale in cfg.state_dir.glob("*.pid"):  # none runs (above): pid files an earlier `up` left behind
+        stale.unlink(missing_ok=True)
     print(check_database(cfg.database_url), file=out)
     print(check_redis(cfg.redis_url), file=out)
     env = cfg.env()
@@ -473,6 +483,7 @@ def _load_config(state_dir: Path) -> ClusterConfig:
     try:
         data = json.loads(_config_file(state_dir).read_text(encoding="utf-8"))
         data["state_dir"] = Path(data["state_dir"])
+        data.setdefault("replicas", 1)  # a cluster started before replicas existed ran one of each
         return ClusterConfig(**data)
     except (OSError, ValueError, TypeError, KeyError) as exc:
         raise ClusterError(f"no cluster started from {state_dir} (its config.json: {exc}); run `up` first") from None
@@ -628,7 +639,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise ClusterError(f"--worker-concurrency {args.worker_concurrency}: must be >= 1")
             replicas = args.worker_concurrency if args.replicas is None else args.replicas
             if not 1 <= replicas <= 64:
-                raise ClusterError(f"--replicas {replicas}: must be in 1..64")
+                given = f"--replicas {replicas}" if args.replicas is not None else \
+                    f"--replicas (default: --worker-concurrency {replicas})"
+                raise ClusterError(f"{given}: must be in 1..64")
             if args.base_port + REPLICA_PORT_STEP * (replicas - 1) + len(SERVICES) - 1 > 65535:
                 raise ClusterError(f"--base-port {args.base_port} with --replicas {replicas}: the replicas' ports "
                                    "must lie in 1..65535")

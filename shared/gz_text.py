@@ -1,8 +1,10 @@
 """Text files the runs append to window by window, compressed or not by their name: a file whose name ends in
 ``.gz`` gets one gzip member per append (no file name, time 0: the same text gives the same bytes; readers see the
 members as one stream, and a crash-safe resume can truncate the file to an earlier member boundary), any other name
-gets the UTF-8 text. One owner for the run files (``services.orchestrator.run_files``) and the window series
-(``shared.window_series``, ``services.metrics.series``)."""
+gets the UTF-8 text. One owner for the files appended to and read back: the run files
+(``services.orchestrator.run_files``) and the window series (``services.metrics.series``). A whole window series
+written at once streams through one gzip member instead (``shared.window_series.write_windows_jsonl``); this module
+reads it back like any other."""
 
 from __future__ import annotations
 

@@ -49,11 +49,13 @@ def close_peers(apps: Mapping[str, Any]) -> None:
 
 
 def peers_of(app: Any) -> ServiceClients:
-    """The app's clients to its peers: the wired ones, else URL clients from its settings (built once)."""
+    """The app's clients to its peers: the wired ones, else URL clients from its settings (built once; where a peer's
+    URL lists replicas, its replica ``TASMOE_REPLICA``)."""
     with _lock:
         peers: ServiceClients | None = getattr(app.state, "peers", None)
         if peers is None:
-            peers = ServiceClients(app.state.settings)
+            settings = app.state.settings
+            peers = ServiceClients(settings, replica=settings.replica)  # the peers' replica of this one's number
             app.state.peers = peers
         return peers
 

@@ -75,8 +75,18 @@ class Settings(BaseSettings):
     milp_time_limit_max_s: float = Field(default=600.0, gt=0, le=3600.0,
                                          description="cap on a MILP placement job's HiGHS time limit (s)")
 
+    replica: int = Field(default=0, ge=0, le=1023,
+                         description="this process's replica number: its calls to peers whose URLs list several "
+                                     "replicas go to this one of each (modulo their number)")
+
     def effective_keys_file(self) -> Path:
         return self.keys_file if self.keys_file is not None else self.results_dir / "keys.json"
+
+    def effective_models_dir(self) -> Path:
+        return self.models_dir if self.models_dir is not None else self.results_dir / "models"
+
+    def effective_traces_dir(self) -> Path:
+        return self.traces_dir if self.traces_dir is not None else self.configs_dir / "traces"
 
     @field_validator("log_level")
     @classmethod
@@ -104,7 +114,7 @@ class Settings(BaseSettings):
     @classmethod
     def _urls(cls, v: str) -> str:
         urls = [u.strip() for u in v.split(",")]
-        if not all(urls) or not all(u.startswith(("http://", "https://")) for u in urls):
+        if not all(urls) or not all(u.lower().startswith(("http://", "https://")) for u in urls):
             raise ValueError("must be one http(s):// URL, or several separated by commas (the service's replicas)")
         return v
 

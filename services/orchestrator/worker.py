@@ -51,8 +51,10 @@ def compute_clients(settings: Settings, factory: str | None = None,
             finally:
                 clients.close()
         finally:
-            portal.call(stack.__aexit__, None, None, None)
-            close_peers(apps)
+            try:
+                portal.call(stack.__aexit__, None, None, None)
+            finally:
+                close_peers(apps)
 
 
 @contextmanager

@@ -239,7 +239,8 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
         for eid in set(flops_e) | set(bytes_e):
             if eid in cores_of:
                 # the mean power over the horizon a move holds for (the energy of the pending work over tau; the
-                # influence matrix H is steady-state, so a 3 ms burst must not count as sustained power)
+                # influence matrix H is steady-state, so a 3 ms burst must not count as sustained power), or over
+                # the window itself with power_over: window (the work taken as continuous)
                 inst_power[eid] = ((flops_e.get(eid, 0.0) * e_flop + bytes_e.get(eid, 0.0) * e_byte)
                                    / power_s / len(cores_of[eid]))
                 inst_vault[eid] = bytes_e.get(eid, 0.0) * e_byte / power_s / len(cores_of[eid])

@@ -38,8 +38,7 @@ class RecordedFiles:
     @classmethod
     def from_settings(cls, settings: Settings) -> RecordedFiles:
         """``TASMOE_TRACES_DIR`` (default ``<configs_dir>/traces``) and ``TASMOE_CACHE_SIZE`` of ``settings``."""
-        d = settings.traces_dir if settings.traces_dir is not None else settings.configs_dir / "traces"
-        return cls(d, settings.cache_size)
+        return cls(settings.effective_traces_dir(), settings.cache_size)
 
     def dirs(self) -> list[Path]:
         return [self.traces_dir, SAMPLES_DIR] if self.traces_dir is not None else [SAMPLES_DIR]

@@ -7,6 +7,7 @@ too, and default to `packaged` (the shipped models and samples only: package dat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from services.workload.recorded_files import RecordedFiles
 from services.workload.zoo import ModelZoo
@@ -25,5 +26,11 @@ class WorkloadSources:
 
     @classmethod
     def packaged(cls) -> WorkloadSources:
-        """The shipped models and sample traces only (nothing registered, no folder read)."""
-        return cls(ModelZoo(), RecordedFiles())
+        """The shipped models and sample traces only (nothing registered, no folder read): package data, the same in
+        every process, so one object serves every caller (its LRUs keep a parsed sample trace across calls)."""
+        return _packaged()
+
+
+@cache
+def _packaged() -> WorkloadSources:
+    return WorkloadSources(ModelZoo(), RecordedFiles())

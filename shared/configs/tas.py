@@ -58,7 +58,8 @@ class TacsParams(StrictModel):
     lookahead_windows: int = Field(default=0, ge=0, le=64)
     # the time the pending window's energy is spread over to give the power a move shifts (issue 16, a sensitivity
     # setting): "residency" = max(min_residency_ms, window), the default (a 3 ms burst is not sustained power);
-    # "window" = the window itself (the work goes on at the pending window's rate for as long as the move holds)
+    # "window" = the window itself (the work goes on at the pending window's rate for as long as the move holds).
+    # Without a pending window (power from utilisation) it has no effect.
     power_over: Literal["residency", "window"] = "residency"
 
     @model_validator(mode="after")

@@ -23,8 +23,8 @@ def test_an_experiment_on_a_users_config_json(tmp_path: Path) -> None:
     wl.write_text("model: {config: my_moe.json}\n"
                   "routing: {topk: 2, seed: 7, zipf_s: 1.0}\n"
                   "sequence: {tokens: 256, micro_batch: 4, steps: 2, step_interval_ms: 3.0}\n")
-    assert "my-moe" not in ModelZoo().known_models()  # not in the zoo, not registered
     settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS)
+    assert "my-moe" not in ModelZoo.from_settings(settings).known_models()  # not in the zoo, not registered
     with compute_clients(settings) as clients:
         res = run_local(arch=CONFIGS / "arch_8x8_32x32x8.yaml", workload=wl, tas=CONFIGS / "tas_params.yaml",
                         out=tmp_path / "out", scenarios=["baseline", "tas"], windows=40, settings=settings,
@@ -37,6 +37,7 @@ def test_an_experiment_on_a_users_config_json(tmp_path: Path) -> None:
         assert len(rows) == 1 and rows[0]["workload"] == "my-moe"
         assert float(rows[0]["ips"]) > 0, rows[0]  # tokens of the user's model completed
         assert float(rows[0]["T_peak_logic"]) > 20.0
+    assert "my-moe" not in ModelZoo.from_settings(settings).known_models()  # an inline config registers nothing
 
 
 def test_submission_checks_an_inline_config_json_naming_its_key(tmp_path: Path) -> None:

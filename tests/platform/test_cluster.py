@@ -90,9 +90,18 @@ def test_replicas_of_the_compute_services(tmp_path: Path, monkeypatch: pytest.Mo
         assert clients["orchestrator"].base_url == "http://127.0.0.1:18000"
     finally:
         clients.close()
-    for name in ("thermal", "thermal-1", "worker", "orchestrator"):
+    # a service replica's own calls go to its peers' replica of its number (TASMOE_REPLICA, set per process by `up`)
+    from types import SimpleNamespace
+
+    from shared.peers import close_peers, peers_of
+
+    app = SimpleNamespace(state=SimpleNamespace(settings=settings.model_copy(update={"replica": 1})))
+    assert peers_of(app)["thermal"].base_url == "http://127.0.0.1:18014"
+    close_peers({"placement": app})
+    for name in ("thermal-1", "worker", "orchestrator", "notes", "orchestrator-1", "thermal-x"):
         (tmp_path / f"{name}.pid").write_text("1\n")
-    assert cluster._names(tmp_path) == ["orchestrator", "thermal", "thermal-1", "worker"]
+    names = cluster._names(tmp_path)  # only process names `up` gives; every service and the worker
+    assert names == [*SERVICES[:4], "thermal", "thermal-1", "metrics", "worker"], names
 
 
 def test_bad_replica_urls_name_the_variable() -> None:
@@ -159,7 +168,7 @@ def cluster_env(postgres_url: str, redis_url: str) -> Iterator[dict[str, str]]:
 @pytest.fixture()
 def running_cluster(tmp_path: Path, cluster_env: dict[str, str]) -> Iterator[tuple[Path, int]]:
     state = tmp_path / "cluster"
-    base = _free_block()
+    base = _free_block(16)  # the services and their second replicas (base + 11 .. base + 15)
     res = _run("up", "--base-port", str(base), "--state-dir", str(state), "--timeout", "180",
                "--worker-concurrency", "2", env=cluster_env)  # two pool processes: two replicas of each service
     try:

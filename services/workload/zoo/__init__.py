@@ -88,8 +88,7 @@ class ModelZoo:
     @classmethod
     def from_settings(cls, settings: Settings) -> ModelZoo:
         """``TASMOE_MODELS_DIR`` (default ``<results_dir>/models``) and ``TASMOE_CACHE_SIZE`` of ``settings``."""
-        d = settings.models_dir if settings.models_dir is not None else settings.results_dir / "models"
-        return cls(d, settings.cache_size)
+        return cls(settings.effective_models_dir(), settings.cache_size)
 
     # --- the registered models' folder ----------------------------------------------------------------------
     def _persisted(self, name: str) -> tuple[str, ModelConfig] | None:
