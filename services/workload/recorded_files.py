@@ -11,12 +11,11 @@ new trace ids.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from pathlib import Path
 
 from services.workload.recorded import RecordedRouting, read_routing
 from shared.errors import BadInput
+from shared.lru import LRU
 from shared.settings import Settings
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "samples"
@@ -31,9 +30,8 @@ class RecordedFiles:
     def __init__(self, traces_dir: Path | None = None, cache_size: int = 64) -> None:
         self.traces_dir = traces_dir
         self.cache_size = max(1, int(cache_size))
-        self._lock = threading.Lock()
-        self._cache: OrderedDict[tuple[str, int, int, str | None], RecordedRouting] = OrderedDict()
-        self._hashes: OrderedDict[tuple[str, int, int], str] = OrderedDict()
+        self._cache: LRU[tuple[str, int, int, str | None], RecordedRouting] = LRU(self.cache_size)
+        self._hashes: LRU[tuple[str, int, int], str] = LRU(4 * self.cache_size)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RecordedFiles:
@@ -66,37 +64,28 @@ class RecordedFiles:
         """The parsed trace (cached); parse errors name the file and the row, under field ``routing.trace``."""
         p = self.path(name)
         key = (*_stat_key(p), fmt)
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-                return hit
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
         try:
             rec = read_routing(p, fmt)
         except BadInput as exc:
             raise BadInput(f"routing.trace: {exc.message}", field="routing.trace") from None
-        with self._lock:
-            self._cache[key] = rec
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+        self._cache.put(key, rec)
         return rec
 
     def sha256(self, name: str) -> str:
         """SHA-256 (hex) of the trace file's bytes."""
         p = self.path(name)
         key = _stat_key(p)
-        with self._lock:
-            h = self._hashes.get(key)
+        h = self._hashes.get(key)
         if h is None:
             digest = hashlib.sha256()
             with p.open("rb") as f:
                 for block in iter(lambda: f.read(1 << 20), b""):
                     digest.update(block)
             h = digest.hexdigest()
-            with self._lock:
-                self._hashes[key] = h
-                while len(self._hashes) > 4 * self.cache_size:
-                    self._hashes.popitem(last=False)
+            self._hashes.put(key, h)
         return h
 
 

@@ -21,7 +21,6 @@ import os
 import re
 import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -31,6 +30,7 @@ from services.workload.ir.hf_config import from_hf_config
 from services.workload.ir.model_config import ModelConfig
 from shared.configs.workload import InlineModel
 from shared.errors import BadInput, Conflict, NotFound, QuotaExceeded
+from shared.lru import LRU
 from shared.settings import Settings
 
 ZOO_DIR = Path(__file__).resolve().parent
@@ -83,7 +83,7 @@ class ModelZoo:
         self.cache_size = max(1, int(cache_size))
         self._lock = threading.Lock()
         self._registered: dict[str, tuple[str, ModelConfig]] = {}  # name -> (sha256, config): this object's view
-        self._inline: OrderedDict[str, ModelConfig] = OrderedDict()  # sha256:generic -> config (LRU)
+        self._inline: LRU[str, ModelConfig] = LRU(self.cache_size)  # sha256:generic -> config
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ModelZoo:
@@ -152,20 +152,15 @@ class ModelZoo:
                            "(tasmoe inlines files it loads); send the config.json object itself",
                            field="model.config")
         key = f"{config_hash(model.config)}:{int(model.generic)}"
-        with self._lock:
-            mc = self._inline.get(key)
-            if mc is not None:
-                self._inline.move_to_end(key)
-                return mc
+        mc = self._inline.get(key)
+        if mc is not None:
+            return mc
         try:
             mc = from_hf_config(model.config, name=model.label, generic=model.generic)
         except BadInput as exc:  # the key inside the workload: model.config.<key> (as the orchestrator names it)
             field = f"model.config.{exc.field}" if exc.field and exc.field != "config" else "model.config"
             raise BadInput(f"model.config: {exc.message}", field=field) from None
-        with self._lock:
-            self._inline[key] = mc
-            while len(self._inline) > self.cache_size:
-                self._inline.popitem(last=False)
+        self._inline.put(key, mc)
         return mc
 
     # --- registration ---------------------------------------------------------------------------------------
