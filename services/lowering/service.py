@@ -76,8 +76,6 @@ def physicalize(req: PhysicalizeRequest, data: RunData | None = None) -> Physica
         raise
     ref, _ = data.states.put(st)
     deposit = deposit_of_events(c, m, arch).to_contract()
-    changed = st.replicas != state.replicas
     return PhysicalizeResponse(
         compute=c if req.events else None, memory=m if req.events else None, deposit=deposit,
-        state=st if req.return_state else None, state_ref=ref,
-        replicas=st.replicas if changed and not req.return_state else None, timing=tm)
+        state=st if req.return_state else None, state_ref=ref, timing=tm)

@@ -121,7 +121,6 @@ class PhysicalResult:
     deposit: RawJson  # their `EnergyDeposit` (forwarded to the thermal step unparsed)
     state: dict[str, Any] | None  # `PhysicalState` as JSON, when asked for (a checkpoint)
     state_ref: str  # its name at the lowering service (the next window's ``state_ref``)
-    replicas: dict[str, Any] | None  # the `ReplicaState` when this window changed it (and no state came back)
     timing: WindowTiming
 
 
@@ -422,7 +421,7 @@ class Pipeline:
         """One window's physical events (``events``: also the events themselves, else only their energy deposit);
         ``run``: the run's arch and placement registered with lowering. The previous state inline or named by
         ``state_ref`` (`StateMissing` when the service no longer keeps it), ``replicas`` replacing its replica
-        state (after a TACS step)."""
+        state (the TACS step's answer: the placement service owns it; the physicalizer never changes it)."""
         parts: dict[str, Any] = {"window": window, "logical": logical, "overlays": overlays}
         if state is not None or state_ref is None:
             parts["state"] = state
@@ -434,7 +433,7 @@ class Pipeline:
                       "n_layers": n_layers, "return_state": return_state, "events": events})
         r = self._post_stateful("lowering", "/v1/physicalize", parts, run, self._key(tag + "phys", window))
         return PhysicalResult(compute=r.get("compute"), memory=r.get("memory"), deposit=RawJson.of(r["deposit"]),
-                              state=r.get("state"), state_ref=str(r["state_ref"]), replicas=r.get("replicas"),
+                              state=r.get("state"), state_ref=str(r["state_ref"]),
                               timing=WindowTiming.model_validate(r["timing"]))
 
     # ------------------------------------------------------------------------------------------------ metrics

@@ -7,7 +7,7 @@
     for k in next_window .. n-1:
         L  = workload.GET /traces/{id}/windows/{k}
         ov, #reps = placement.POST /tacs/step(telemetry of k-1, #plc, #reps, pending=L)   (tacs, tas)
-        D, #phys = lowering.POST /physicalize(k, L, #plc, ov, #phys [+ reps TACS changed], freq, BW_eff of k-1)
+        D, #phys = lowering.POST /physicalize(k, L, #plc, ov, #phys [+ reps TACS answered], freq, BW_eff of k-1)
         #state, snap = thermal.POST /step(k, #model, #state, D)       (D: the events' energy deposit)
         append the window's files, then commit window k (snapshot + metrics + frontier) in ONE fenced transaction
     (#x: x named by the hash the service that keeps it answered; whole every CHECKPOINT_EVERY windows, see Frontier)
@@ -243,7 +243,7 @@ class _Step:
     P: PhysicalResult
     th: ThermalResult
     replicas: dict[str, Any]  # the replica state after the window
-    replicas_ref: str | None  # its name at the placement service (None: the physicalizer changed it after TACS)
+    replicas_ref: str | None  # its name at the placement service (its only owner: TACS answers it)
     times: tuple[float, float, float, float, float]
 
     @property
@@ -511,16 +511,13 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
                              replicas=None if phys_whole or replicas == fr.replicas else replicas,
                              freq_ghz=fr.freq_ghz, window_ms=window_ms, bw_eff_factor=fr.bw_eff_factor,
                              n_layers=trace.n_layers, return_state=keep, events=files.events and not tag, tag=tag)
-        after = P.state["replicas"] if P.state is not None else P.replicas if P.replicas is not None else replicas
-        if after is not replicas and after != replicas:
-            replicas_ref = None  # the physicalizer changed what TACS named: TACS gets the state whole next window
         t3 = time.perf_counter()
         th_whole = fr.thermal is not None and (whole or fr.thermal_ref is None)
         th = pipe.thermal_step(run=rundata.thermal, window=k, window_ms=window_ms,
                                state=fr.thermal if th_whole else None, state_ref=None if th_whole else fr.thermal_ref,
                                deposit=P.deposit, return_state=keep, tag=tag)
         t4 = time.perf_counter()
-        return _Step(L=L, overlays=overlays, smoothed=smoothed, P=P, th=th, replicas=dict(after),
+        return _Step(L=L, overlays=overlays, smoothed=smoothed, P=P, th=th, replicas=dict(replicas),
                      replicas_ref=replicas_ref, times=(t0, t1, t2, t3, t4))
 
     def advance_or_rebuild(k: int, fr: Frontier) -> _Step:

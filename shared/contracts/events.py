@@ -194,8 +194,10 @@ class PhysicalizeRequest(BaseModel):
     overlays: Overlays = Field(default_factory=Overlays)
     state: PhysicalState | None = None  # None (and no state_ref): a fresh state
     state_ref: ContentHash | None = None  # or the previous state by the name its answer gave (404 unknown_...)
-    replicas: ReplicaState | None = None  # replaces the named state's replicas (e.g. after a TACS step)
-    return_state: bool = True  # false: answer only ``state_ref`` (+ ``replicas`` when this window changed them)
+    # replaces the state's replicas: the replica state after this window's overlays (the placement service owns it,
+    # e.g. the TACS step's answer); the physicalizer reads it and carries it into the next state, never changes it
+    replicas: ReplicaState | None = None
+    return_state: bool = True  # false: answer only ``state_ref``
     events: bool = True  # false: answer the events' energy ``deposit`` only (what the thermal step needs)
     arch: ArchConfig | None = None
     arch_hash: ContentHash | None = None
@@ -207,13 +209,11 @@ class PhysicalizeRequest(BaseModel):
 
 class PhysicalizeResponse(BaseModel):
     """The window's events (unless ``events: false``) and their energy ``deposit`` (the thermal step takes either),
-    the state for the next window (unless ``return_state: false``) and its name ``state_ref``, ``replicas`` when the
-    state is not returned and this window's overlays changed them, and the timing."""
+    the state for the next window (unless ``return_state: false``) and its name ``state_ref``, and the timing."""
 
     compute: ComputeEvents | None = None
     memory: MemoryEvents | None = None
     deposit: EnergyDeposit | None = None
     state: PhysicalState | None = None
     state_ref: ContentHash | None = None
-    replicas: ReplicaState | None = None
     timing: WindowTiming

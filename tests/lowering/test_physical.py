@@ -13,9 +13,18 @@ from services.lowering.synthetic import default_placement, synthetic_window
 from shared.chip import Chip
 from shared.configs.arch import ArchConfig
 from shared.contracts.events import ComputeEvents, MemoryEvents, PhysicalState, WindowTiming
-from shared.contracts.placement import ExpertPlacement, OverlayMigrate, OverlayReroute, Overlays, Placement
+from shared.contracts.placement import (
+    ExpertPlacement,
+    OverlayMigrate,
+    OverlayReroute,
+    Overlays,
+    Placement,
+    ReplicaEntry,
+    ReplicaState,
+)
 from shared.contracts.workload import LogicalWindow
 from shared.errors import BadInput
+from tests.lowering.replicas import after_migrations
 
 # the first wave's 32 x 32 x 8 banks (vaults of 4 x 4 per die): the bank ids below are written for that grid
 ARCH = ArchConfig.model_validate({"schedule": {"max_open_mb": 16}, "dram": {"banks": [32, 32, 8]}})
@@ -201,15 +210,15 @@ def test_replicas_split_by_least_loaded() -> None:
     assert _fc_flops_on(c2, 20) == 0.0
 
 
-def test_expert_migration_costs_memory_events_and_updates_state() -> None:
+def test_expert_migration_costs_memory_events_and_runs_where_the_replica_state_says() -> None:
     lw = small_window()
     plc = default_placement(ARCH, n_layers=2)
     ov = Overlays(migrate=OverlayMigrate(t_apply_ns=[0], obj_type=["expert"], obj_id=["L0E0"], src=["0"],
                                          dst=["27"], size_bytes=[64 * 2**20], cost=[1.0]))
-    c, m, st, tm = run(lw, placement=plc, overlays=ov, window_ms=10_000.0)
+    state = after_migrations(PhysicalState(), ov, plc)
+    c, m, st, tm = run(lw, placement=plc, overlays=ov, state=state, window_ms=10_000.0)
     assert tm.migrations == 1
-    assert st.replicas.experts["L0E0"].cores == [27]
-    assert st.replicas.experts["L0E0"].prev_cores == [0]
+    assert st.replicas == state.replicas  # carried as the placement service gave it
     mig = [(b, rw, h) for b, rw, h, q in zip(m.bytes, m.rw, m.hops, m.noc_qos, strict=True) if q == "migration"]
     assert sorted(rw for _, rw, _ in mig) == ["r", "w"]
     assert all(b == 64 * 2**20 for b, _, _ in mig)
@@ -221,21 +230,34 @@ def test_expert_migration_costs_memory_events_and_updates_state() -> None:
     assert 27 in {core for core, o in zip(c2.core_id, c2.op, strict=True) if o == "fc"}
 
 
-def test_migration_leaves_the_callers_state_unchanged() -> None:
-    """The replica state is copied per call (entries replaced, never mutated): the state passed in is the previous
-    window's, which a caller (a replayed window, the orchestrator's frontier) may use again."""
+def test_the_physicalizer_never_writes_the_replica_state() -> None:
+    """ARCHITECTURE §3: the replica state has one owner, the placement service. The physicalizer reads it, carries it
+    into its next state unchanged and refuses an expert migration the state it is given does not reflect (naming the
+    row), instead of applying the move a second time by its own rule."""
     lw = small_window()
     plc = default_placement(ARCH, n_layers=2)
     ov = Overlays(migrate=OverlayMigrate(t_apply_ns=[0], obj_type=["expert"], obj_id=["L0E0"], src=["0"],
                                          dst=["27"], size_bytes=[64 * 2**20], cost=[1.0]))
-    _, _, st, _ = run(lw, placement=plc, overlays=ov, window_ms=10_000.0)
-    before = st.model_dump()
-    ov2 = Overlays(migrate=OverlayMigrate(t_apply_ns=[0], obj_type=["expert"], obj_id=["L0E0"], src=["27"],
-                                          dst=["5"], size_bytes=[64 * 2**20], cost=[1.0]))
-    _, _, st2, _ = run(small_window(1), placement=plc, overlays=ov2, state=st, window_ms=10_000.0)
-    assert st2.replicas.experts["L0E0"].cores == [5]
-    assert st.model_dump() == before
-    assert st.replicas.experts["L0E0"].cores == [27]
+    with pytest.raises(BadInput) as exc:  # the state still puts L0E0 on its placement core 0
+        run(lw, placement=plc, overlays=ov, window_ms=10_000.0)
+    assert exc.value.field == "overlays.migrate[0].dst"
+    both = PhysicalState(replicas=ReplicaState(experts={"L0E0": ReplicaEntry(cores=[0, 27], ts_created_ns=0)}))
+    with pytest.raises(BadInput) as exc:  # 27 added but 0 not left
+        run(lw, placement=plc, overlays=ov, state=both, window_ms=10_000.0)
+    assert exc.value.field == "overlays.migrate[0].src"
+    moved = after_migrations(PhysicalState(), ov, plc)
+    before = moved.model_dump()
+    _, _, st, _ = run(lw, placement=plc, overlays=ov, state=moved, window_ms=10_000.0)
+    assert st.replicas.model_dump() == before["replicas"]
+    assert moved.model_dump() == before  # the caller's state is not changed either
+    # a replica added (no src): its bytes come from the expert's other core
+    add = Overlays(migrate=OverlayMigrate(t_apply_ns=[0], obj_type=["expert"], obj_id=["L0E0"], src=[""],
+                                          dst=["27"], size_bytes=[1000], cost=[1.0]))
+    _, m, st2, tm = run(lw, placement=plc, overlays=add, state=after_migrations(PhysicalState(), add, plc),
+                        window_ms=10_000.0)
+    assert st2.replicas.experts["L0E0"].cores == [0, 27] and tm.migrations == 1
+    hops = {h for h, q in zip(m.hops, m.noc_qos, strict=True) if q == "migration"}
+    assert max(hops) == 3 + 3  # core 0's vault -> core 27's
 
 
 def test_weight_migration_moves_reads() -> None:
@@ -382,7 +404,7 @@ def test_rerouted_or_migrated_expert_takes_its_open_work_along(kind: str) -> Non
         ov = Overlays(migrate=OverlayMigrate(t_apply_ns=[t_next], obj_type=["expert"], obj_id=["L1E0"], src=["5"],
                                              dst=["40"], size_bytes=[0], cost=[1.0]))
     res_plain, _ = drain_from(lw, plc, None, st0, wms)
-    res_moved, _ = drain_from(lw, plc, ov, st0, wms)
+    res_moved, _ = drain_from(lw, plc, ov, after_migrations(st0, ov, plc), wms)
     assert sum(_fc_flops_on(r[0], 40) for r in res_plain) == 0.0
     on40 = sum(_fc_flops_on(r[0], 40) for r in res_moved)
     assert on40 == pytest.approx(_expert_flops(lw, 1, 0), rel=1e-9)  # all of L1E0, nothing else

@@ -18,6 +18,7 @@ from shared.contracts.events import ComputeEvents, MemoryEvents, PhysicalState, 
 from shared.contracts.placement import OverlayMigrate, Overlays, Placement
 from shared.contracts.workload import LogicalWindow
 from shared.energy import EnergyModel, deposit_memory, noc_only_mask
+from tests.lowering.replicas import after_migrations
 
 Result = tuple[ComputeEvents, MemoryEvents, PhysicalState, WindowTiming]
 F = 2.0
@@ -48,6 +49,7 @@ def _run_stream(windows: list[LogicalWindow], plc: Placement, arch: ArchConfig, 
     while k < len(windows) or not _drained(st):
         lw = windows[k] if k < len(windows) else _empty(t0, k, window_ms)
         ov = overlays[k] if overlays is not None and k < len(overlays) else None
+        st = after_migrations(st, ov, plc)  # the replica state is the placement service's (TACS answers it)
         r = physicalize_window(k, lw, plc, ov, st, arch, [F] * arch.mesh.n_cores, window_ms, 1.0, n_layers=n_layers)
         out.append(r)
         st = r[2]

@@ -35,7 +35,7 @@ from shared.contracts.placement_api import JobAccepted, JobStatus
 from shared.contracts.thermal import InfluenceMatrix, RefreshReport, ThermalSnapshot, ThermalState
 from shared.contracts.workload import ExpertLoad, LogicalCompute, LogicalMemory, LogicalWindow, TraceSummary
 from shared.energy import deposit_of_events
-from shared.errors import Conflict, NotFound
+from shared.errors import BadInput, Conflict, NotFound
 from shared.service_app import create_service_app
 from shared.settings import Settings
 
@@ -362,12 +362,11 @@ def lowering_app(settings: Settings) -> FastAPI:
         state = PhysicalState.model_validate(kept_state(body, states, "physical_state") or {})
         if body.get("replicas") is not None:
             state.replicas = ReplicaState.model_validate(body["replicas"])
-        before = state.replicas.model_copy(deep=True)
         freq = body["freq_ghz"]
         ov = Overlays.model_validate(body["overlays"])
-        for obj, dst in zip(ov.migrate.obj_id, ov.migrate.dst, strict=True):
-            if obj in state.replicas.experts:
-                state.replicas.experts[obj].cores = [int(dst)]
+        for obj, dst in zip(ov.migrate.obj_id, ov.migrate.dst, strict=True):  # the replica state is TACS's alone
+            if obj in state.replicas.experts and int(dst) not in state.replicas.experts[obj].cores:
+                raise BadInput(f"{obj} moves to core {dst} the replica state does not list", field="overlays.migrate")
         c = lw.compute
         evt = state.next_evt_id
         comp: dict[str, list[Any]] = {name: [] for name in ComputeEvents.model_fields}
@@ -398,8 +397,6 @@ def lowering_app(settings: Settings) -> FastAPI:
         rest: dict[str, Any] = {"deposit": deposit.model_dump(mode="json"), "timing": timing.model_dump(mode="json")}
         if body.get("events", True):
             rest.update(compute=ComputeEvents(**comp).model_dump(mode="json"), memory=memv.model_dump(mode="json"))
-        if not body.get("return_state", True) and new.replicas != before:
-            rest["replicas"] = new.replicas.model_dump(mode="json")
         return answer_state(body, states, new.model_dump(mode="json"), rest)
 
     app = create_service_app("lowering", settings, [router])

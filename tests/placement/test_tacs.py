@@ -317,7 +317,7 @@ def test_bank_outside_the_chip_names_the_tensor(tas: TasParams) -> None:
 
 def test_overlays_are_accepted_by_the_physicalizer(arch: ArchConfig, tas: TasParams, kernel64: np.ndarray) -> None:
     """Contract check against the lowering service's ``physicalize_window``: TACS rows parse, the migrated expert
-    runs on its new core and the physicalizer's replica state agrees with TACS's."""
+    runs on its new core with TACS's replica state, which the physicalizer carries unchanged."""
     from services.lowering.physical import physicalize_window
     from shared.contracts.events import PhysicalState
 
@@ -336,7 +336,10 @@ def test_overlays_are_accepted_by_the_physicalizer(arch: ArchConfig, tas: TasPar
     moved = {oid: int(dst) for typ, oid, dst in zip(ov.migrate.obj_type, ov.migrate.obj_id, ov.migrate.dst,
                                                     strict=True) if typ == "expert"}
     assert moved and "L0E8" in "".join(ov.reroute.mb_ids_json)
-    C, _, phys, _ = physicalize_window(6, pend, plc, ov, PhysicalState(), arch, [2.0] * 64, 3.0)
+    with pytest.raises(BadInput):  # the replica state is TACS's: the physicalizer does not apply the moves itself
+        physicalize_window(6, pend, plc, ov, PhysicalState(), arch, [2.0] * 64, 3.0)
+    C, _, phys, _ = physicalize_window(6, pend, plc, ov, PhysicalState(replicas=state), arch, [2.0] * 64, 3.0)
+    assert phys.replicas == state
     for eid, dst in moved.items():
         assert phys.replicas.experts[eid].cores == state.experts[eid].cores == [dst]
         assert dst in set(C.core_id)

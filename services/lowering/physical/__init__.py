@@ -2,7 +2,8 @@
 
 A pipeline of pure stages, each in its own module with its own tests:
 
-1. ``overlays``: migrations update the replica state / tensor banks and become transfers; reroutes become rules.
+1. ``overlays``: migrations become transfers (weight moves update the tensor banks; the replica state, the
+   placement service's, is read, never written); reroutes become rules.
 2. admission (here): a micro-batch arriving when ``arch.schedule.max_open_mb`` are in flight is shed
    (``tokens_dropped``); the others' rows join the open rows carried from earlier windows.
 3. ``assign``: rows → pieces on cores (attention mapping, replicas, reroutes).
@@ -224,8 +225,7 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     _validate_rows(logical.compute)
     _validate_rows(q.open_compute, "state.queue.open_compute")
     _validate_running(q, n)
-    # the caller's state is not changed: entries are replaced in this copy of the dict, never mutated in place
-    replicas = state.replicas.model_copy(update={"experts": dict(state.replicas.experts)})
+    replicas = state.replicas  # the placement service's (read only here; carried into the next state as given)
     tensor_banks = dict(state.tensor_banks)
     vault_bw = chip.vault_bw_bytes_per_ns * eff  # bytes/ns per vault
 

@@ -1,9 +1,12 @@
-"""Stage 1: TACS/TAPS overlays (seed 001 §3.3). Migrations update the replica state / tensor banks and become
-transfers; reroute rows are parsed into rules that ``assign`` applies to work generated at or after ``t_apply_ns``.
+"""Stage 1: TACS/TAPS overlays (seed 001 §3.3). Migrations become transfers (and weight moves update the tensor
+banks); reroute rows are parsed into rules that ``assign`` applies to work generated at or after ``t_apply_ns``.
 
 Migrate rows: ``obj_type = "expert"`` moves/adds/drops an expert instance's core (``src``/``dst`` are core ids; an
-empty or ``-1`` src adds a replica, an empty or ``-1`` dst drops one) and updates ``ReplicaState``; its bytes move
-from a bank of the source core's vault to one of the destination's. ``obj_type = "weight"`` moves one weight tensor
+empty or ``-1`` src adds a replica, an empty or ``-1`` dst drops one); its bytes move from a bank of the source
+core's vault to one of the destination's. The replica state (``ReplicaState``: which cores run an expert) has one
+owner, the placement service (TACS answers the state after its overlays): the physicalizer reads it, never writes
+it, and refuses an expert row the state it is given does not reflect (``dst`` not among the expert's cores, or
+``src`` still among them). ``obj_type = "weight"`` moves one weight tensor
 between banks (kept in ``PhysicalState.tensor_banks``). A transfer reads at the source bank and writes at the
 destination bank with ``noc_qos = "migration"``; ``schedule`` gives it both vaults' channels for ``bytes / W``.
 """
@@ -17,7 +20,7 @@ import numpy as np
 
 from shared.chip import Chip, stable_hash
 from shared.contracts.ids import expert_id, parse_expert_id
-from shared.contracts.placement import Overlays, Placement, ReplicaEntry, ReplicaState
+from shared.contracts.placement import Overlays, Placement, ReplicaState
 from shared.errors import BadInput
 
 _NONE = ("", "-1", "none", "None")
@@ -82,8 +85,9 @@ def expert_cores(key: str, placement: Placement, replicas: ReplicaState, chip: C
 
 def apply_migrations(overlays: Overlays, placement: Placement, replicas: ReplicaState,
                      tensor_banks: dict[str, str], chip: Chip, t0: float) -> tuple[list[Transfer], int]:
-    """Update ``replicas`` / ``tensor_banks`` in place; return the transfers and the number of objects moved (an
-    expert with its shards counts once, a lone weight shard once)."""
+    """The transfers of the migrate rows and the number of objects moved (an expert with its shards counts once, a
+    lone weight shard once); ``tensor_banks`` is updated in place. ``replicas``: the replica state after the
+    overlays (read only; an expert row it does not reflect is refused)."""
     out: list[Transfer] = []
     moved: set[str] = set()
     mig = overlays.migrate
@@ -107,25 +111,26 @@ def apply_migrations(overlays: Overlays, placement: Placement, replicas: Replica
                 raise BadInput(str(exc), field=f"{f}.obj_id") from None
             key = expert_id(layer, e)
             moved.add(key)
-            cores = expert_cores(key, placement, replicas, chip)
+            cores = expert_cores(key, placement, replicas, chip)  # after the migration (the placement's state)
             try:
                 s_core = None if src.strip() in _NONE else chip.check_core(int(src), f"{f}.src")
                 d_core = None if dst.strip() in _NONE else chip.check_core(int(dst), f"{f}.dst")
             except ValueError:
                 raise BadInput(f"src/dst of an expert migration are core ids, got {src!r} -> {dst!r}",
                                field=f"{f}.src") from None
-            new = [c for c in cores if c != s_core] if s_core is not None else list(cores)
-            if d_core is not None and d_core not in new:
-                new.append(d_core)
-            if not new:
-                raise BadInput(f"migration would leave {key} on no core", field=f)
-            if new != cores:  # not yet applied (TACS may already have updated the replica state itself)
-                prev = replicas.experts.get(key)
-                replicas.experts[key] = ReplicaEntry(
-                    cores=new, ts_created_ns=prev.ts_created_ns if prev is not None else int(t_apply),
-                    last_change_ns=int(t_apply), prev_cores=cores)
+            if d_core is not None and d_core not in cores:
+                raise BadInput(f"{key} moves to core {d_core} but the replica state puts it on {cores}: send the "
+                               "replica state after the overlays (the placement service's, e.g. the TACS step's "
+                               "answer) as `replicas`", field=f"{f}.dst")
+            if s_core is not None and s_core != d_core and s_core in cores:
+                raise BadInput(f"{key} leaves core {s_core} but the replica state still puts it on {cores}: send "
+                               "the replica state after the overlays as `replicas`", field=f"{f}.src")
             if d_core is not None and size > 0:  # the instance's weights, when no weight rows list them
-                from_core = s_core if s_core is not None else cores[0]
+                ent = replicas.experts.get(key)
+                others = [c for c in cores if c != d_core] or (list(ent.prev_cores) if ent and ent.prev_cores
+                                                                else list(placement.experts[key].cores)
+                                                                if key in placement.experts else [d_core])
+                from_core = s_core if s_core is not None else others[0]
                 key_h = np.array([stable_hash(key)])
                 sb = int(chip.vault_bank(np.array([from_core]), key_h)[0])
                 db = int(chip.vault_bank(np.array([d_core]), key_h)[0])
