@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
-from collections import OrderedDict
 from typing import Generic, TypeVar
 
 from pydantic import BaseModel
@@ -22,6 +20,7 @@ from pydantic import BaseModel
 from shared.configs.arch import ArchConfig
 from shared.contracts.placement import Placement
 from shared.errors import BadInput, NotFound
+from shared.lru import LRU
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -55,8 +54,7 @@ class ContentStore(Generic[M]):
         self.origin = f"POST {path}" if path is not None else "an earlier answer of this service"
         self.again = f"POST {path} with it again" if path is not None else f"send it inline (`{inline}`) again"
         self.fast_key = fast_key  # key = SHA-256 of pydantic's JSON in field order (states: no sorting, ~1 ms)
-        self._items: OrderedDict[str, M] = OrderedDict()
-        self._lock = threading.Lock()
+        self._items: LRU[str, M] = LRU(capacity)
 
     @property
     def code(self) -> str:
@@ -66,27 +64,18 @@ class ContentStore(Generic[M]):
         """(hash, canonical JSON bytes) of ``obj``, kept (an object already known keeps its first copy)."""
         text = obj.model_dump_json() if self.fast_key else canonical_json(obj)
         key = hashlib.sha256(text.encode()).hexdigest()
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-            else:
-                self._items[key] = obj
-                while len(self._items) > self.capacity:
-                    self._items.popitem(last=False)
+        self._items.keep(key, obj)
         return key, len(text)
 
     def get(self, key: str) -> M:
-        with self._lock:
-            obj = self._items.get(key)
-            if obj is None:
-                raise NotFound(f"unknown {self.kind} {key!r} (not in this replica's cache): {self.again}",
-                               field=self.field, code=self.code)
-            self._items.move_to_end(key)
-            return obj
+        obj = self._items.get(key)
+        if obj is None:
+            raise NotFound(f"unknown {self.kind} {key!r} (not in this replica's cache): {self.again}",
+                           field=self.field, code=self.code)
+        return obj
 
     def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
+        self._items.clear()
 
     def __len__(self) -> int:
         return len(self._items)

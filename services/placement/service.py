@@ -6,8 +6,6 @@ a model. ``peers`` None: a request must carry those facts itself (a 422 names th
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +31,7 @@ from shared.contracts.placement_api import (
 )
 from shared.contracts.registry import Registered
 from shared.errors import BadInput, TasmoeError, UpstreamError
+from shared.lru import LRU
 from shared.peers import influence_array, pulse_arrays, routed_experts, thermal_influence, thermal_pulse_response
 
 
@@ -128,18 +127,14 @@ class PulseCache:
     chip) and used by every window of every run on that chip."""
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = max(1, capacity)
-        self._items: OrderedDict[tuple[str, float, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._items: LRU[tuple[str, float, int], tuple[np.ndarray, np.ndarray]] = LRU(capacity)
 
     def get(self, arch: ArchConfig, slot_ms: float, lags: int, peers: ServiceClients | None
             ) -> tuple[np.ndarray, np.ndarray]:
         key = (content_hash(arch), float(slot_ms), int(lags))
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is not None:
-                self._items.move_to_end(key)
-                return hit
+        hit = self._items.get(key)
+        if hit is not None:
+            return hit
         if peers is None:
             raise BadInput("params.lookahead_windows > 0 needs the thermal service's pulse responses, and this "
                            "service has no way to it here", field="params.lookahead_windows")
@@ -148,16 +143,10 @@ class PulseCache:
         except BadInput as exc:  # e.g. a stack too large for the pulse responses
             raise BadInput(f"params.lookahead_windows: the thermal service cannot give the pulse responses: "
                            f"{exc.message}", field="params.lookahead_windows") from None
-        Dc, Dv = pulse_arrays(r)
-        with self._lock:
-            self._items[key] = (Dc, Dv)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-        return Dc, Dv
+        return self._items.keep(key, pulse_arrays(r))
 
     def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
+        self._items.clear()
 
 
 @dataclass(frozen=True)

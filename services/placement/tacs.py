@@ -61,8 +61,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +83,7 @@ from shared.contracts.placement import (
 from shared.contracts.workload import LogicalWindow
 from shared.energy import EnergyModel
 from shared.errors import BadInput
+from shared.lru import LRU
 
 ACT_BYTES_PER_TOKEN = 2 * 4096  # activation bytes a rerouted token carries each way (bf16, hidden 4096)
 
@@ -96,8 +95,7 @@ class _PlacementIndex:
     used: np.ndarray  # (n_cores, vault_banks) bytes
 
 
-_INDEX_CACHE: OrderedDict[tuple[int, tuple[int, ...]], tuple[Placement, _PlacementIndex]] = OrderedDict()
-_INDEX_LOCK = threading.Lock()
+_INDEX_CACHE: LRU[tuple[int, tuple[int, ...]], tuple[Placement, _PlacementIndex]] = LRU(8)
 
 
 def _index(placement: Placement, geom: ChipGeometry) -> _PlacementIndex:
@@ -106,11 +104,9 @@ def _index(placement: Placement, geom: ChipGeometry) -> _PlacementIndex:
     the key: the same placement on another chip is parsed again). One regex pass over all bank ids, then vectorised
     index arithmetic."""
     key = (id(placement), (geom.mesh_x, geom.mesh_y, geom.banks_x, geom.banks_y, geom.n_dram_layers))
-    with _INDEX_LOCK:
-        hit = _INDEX_CACHE.get(key)
-        if hit is not None and hit[0] is placement:
-            _INDEX_CACHE.move_to_end(key)
-            return hit[1]
+    hit = _INDEX_CACHE.get(key)
+    if hit is not None and hit[0] is placement:
+        return hit[1]
     banks: list[str] = []
     sizes: list[int] = []
     for tp in placement.tensors.values():
@@ -136,10 +132,7 @@ def _index(placement: Placement, geom: ChipGeometry) -> _PlacementIndex:
     used = np.zeros((geom.n_cores, geom.vault_banks))
     np.add.at(used, (core, slot), np.asarray(sizes, dtype=float))
     idx = _PlacementIndex(used=used)
-    with _INDEX_LOCK:
-        _INDEX_CACHE[key] = (placement, idx)
-        while len(_INDEX_CACHE) > 8:
-            _INDEX_CACHE.popitem(last=False)
+    _INDEX_CACHE.put(key, (placement, idx))
     return idx
 
 

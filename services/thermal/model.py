@@ -15,8 +15,6 @@ columns ``[x·nx/X, (x+1)·nx/X)`` of the logic layer; bank ``B(bx,by,d)`` cover
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -28,6 +26,7 @@ from services.thermal.network import LayerSpec, NetworkSpec, PackageSpec, RCNetw
 from services.thermal.spectral import SpectralSolver
 from shared.configs import ArchConfig
 from shared.limits import over_thermal_budget
+from shared.lru import LRU
 
 KELVIN = 273.15
 HOTSPOT_C_CONVEC = 140.4  # J/K, HotSpot's default convection capacitance (temperature.c), hotspot variant only
@@ -285,26 +284,17 @@ def build_model(arch: ArchConfig) -> StackModel:
     return StackModel(arch.content_hash(), arch, net, logic, dram, cores, banks)
 
 
-_MODELS: OrderedDict[str, StackModel] = OrderedDict()
-_MODELS_LOCK = threading.Lock()
+# process-wide (a model of a large stack holds GBs; every app of the process shares it), bounded by the thermal budget
+MODELS: LRU[str, StackModel] = LRU(over=lambda ms: over_thermal_budget(len(ms), sum(m.net.n_nodes for m in ms)))
 
 
 def get_model(arch: ArchConfig) -> StackModel:
-    """The cached ``StackModel`` of ``arch`` (LRU by content hash)."""
+    """The cached ``StackModel`` of ``arch`` (LRU by content hash; built outside the cache's lock, the first copy
+    kept)."""
     key = arch.content_hash()
-    with _MODELS_LOCK:
-        m = _MODELS.get(key)
-        if m is not None:
-            _MODELS.move_to_end(key)
-            return m
-    m = build_model(arch)
-    with _MODELS_LOCK:
-        _MODELS[key] = m
-        while over_thermal_budget(len(_MODELS), sum(x.net.n_nodes for x in _MODELS.values())):
-            _MODELS.popitem(last=False)
-    return m
+    m = MODELS.get(key)
+    return m if m is not None else MODELS.keep(key, build_model(arch))
 
 
 def lookup_model(key: str) -> StackModel | None:
-    with _MODELS_LOCK:
-        return _MODELS.get(key)
+    return MODELS.get(key)

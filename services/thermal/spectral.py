@@ -31,6 +31,7 @@ import numpy as np
 from services.thermal.network import N_RING, RCNetwork
 from services.thermal.rational import exp_poles
 from shared.limits import over_thermal_budget
+from shared.lru import LRU
 
 MAX_FACTORS = 24  # cached shifts per solver: 0 (steady), 1/(d·h) (TR-BDF2), z_k/dt (the exponential step's poles)
 
@@ -535,19 +536,12 @@ class SpectralSolver:
         return self.from_modes(xh, xr)
 
 
-_CACHE: dict[str, SpectralSolver] = {}
-_CACHE_LOCK = threading.Lock()
+_SOLVERS: LRU[str, SpectralSolver] = LRU(over=lambda ss: over_thermal_budget(len(ss),
+                                                                           sum(s.net.n_nodes for s in ss)))
 
 
 def make_solver(net: RCNetwork) -> SpectralSolver:
-    """The spectral solver of ``net``, cached by the network spec's content hash (LRU of
-    ``TASMOE_THERMAL_CACHE_SIZE``)."""
-    key = net.spec.content_hash()
-    with _CACHE_LOCK:
-        s = _CACHE.pop(key, None)
-        if s is None:
-            s = SpectralSolver(net)
-        _CACHE[key] = s
-        while over_thermal_budget(len(_CACHE), sum(x.net.n_nodes for x in _CACHE.values())):
-            _CACHE.pop(next(iter(_CACHE)))
-        return s
+    """The spectral solver of ``net``, cached by the network spec's content hash (LRU within the thermal budget:
+    ``TASMOE_THERMAL_CACHE_SIZE`` entries, ``THERMAL_CACHE_NODES`` nodes); built under the cache's lock (its factors
+    can take GBs: two concurrent builds must not both hold them)."""
+    return _SOLVERS.get_or_build(net.spec.content_hash(), lambda: SpectralSolver(net))

@@ -8,7 +8,6 @@ the config. A trace id that fell out of the LRU answers 404 ``unknown_trace``: t
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,6 +31,7 @@ from services.workload.zoo import normalize_name, read_config_file
 from shared.configs import WorkloadConfig
 from shared.contracts.workload import ExpertLoad, LogicalWindow, RoutingStats, TraceSummary
 from shared.errors import NotFound, TasmoeError
+from shared.lru import LRU
 
 Phase = Literal["prefill", "decode"]
 
@@ -160,29 +160,18 @@ class TraceCache:
     """LRU of trace entries by id (thread-safe: sync endpoints run in a thread pool)."""
 
     def __init__(self, capacity: int = 32) -> None:
-        self.capacity = capacity
-        self._items: OrderedDict[str, TraceEntry] = OrderedDict()
-        self._lock = threading.Lock()
+        self._items: LRU[str, TraceEntry] = LRU(capacity)
 
     def put(self, entry: TraceEntry) -> TraceEntry:
-        with self._lock:
-            old = self._items.get(entry.trace_id)
-            if old is not None:
-                self._items.move_to_end(entry.trace_id)
-                return old
-            self._items[entry.trace_id] = entry
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-            return entry
+        """The entry kept under its id: the first one (its routing may be computed already), else ``entry``."""
+        return self._items.keep(entry.trace_id, entry)
 
     def get(self, trace_id: str) -> TraceEntry:
-        with self._lock:
-            entry = self._items.get(trace_id)
-            if entry is None:
-                raise NotFound(f"unknown trace {trace_id!r} (not in this replica's cache): POST /v1/traces again",
-                               field="trace_id", code="unknown_trace")
-            self._items.move_to_end(trace_id)
-            return entry
+        entry = self._items.get(trace_id)
+        if entry is None:
+            raise NotFound(f"unknown trace {trace_id!r} (not in this replica's cache): POST /v1/traces again",
+                           field="trace_id", code="unknown_trace")
+        return entry
 
     def __len__(self) -> int:
         return len(self._items)

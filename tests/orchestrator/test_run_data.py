@@ -44,8 +44,7 @@ def test_services_forgetting_the_run_data_mid_run_change_nothing(sqlite: Db, set
         if k == 2:
             apps["lowering"].app.state.run_data.clear()
             apps["placement"].app.state.run_data.clear()
-            with thermal_models._MODELS_LOCK:
-                thermal_models._MODELS.clear()
+            thermal_models.MODELS.clear()
         return True
 
     exp, _ = create_experiment(sessions=sqlite.sessions, spec=spec, settings=settings, out_dir=tmp_path / "forgot")
