@@ -14,19 +14,18 @@ H. Without it, a change of the spectral solver's round-off (1e-15 relative) move
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from services.thermal.model import StackModel, get_model
 from shared.configs import ArchConfig
 from shared.errors import BadInput
 from shared.limits import thermal_cache_size
+from shared.lru import LRU
 
 H_DECIMALS = 9
 INFLUENCE_MAX_CELLS = 2**25  # cores × grid nodes of one influence matrix: its power and field columns (256 MB each)
-_H: dict[str, np.ndarray] = {}
-_LOCK = threading.Lock()
+# H and H_vault of TASMOE_THERMAL_CACHE_SIZE models (the setting read when an entry is added)
+_H: LRU[str, np.ndarray] = LRU(over=lambda hs: len(hs) > 2 * thermal_cache_size())
 
 
 def check_influence_size(model: StackModel) -> None:
@@ -41,8 +40,7 @@ def check_influence_size(model: StackModel) -> None:
 
 def influence_for_model(model: StackModel) -> np.ndarray:
     check_influence_size(model)
-    with _LOCK:
-        H = _H.get(model.key)
+    H = _H.get(model.key)
     if H is not None:
         return H.copy()
     n = model.n_cores
@@ -50,18 +48,13 @@ def influence_for_model(model: StackModel) -> np.ndarray:
     P = np.stack([model.node_power(np.eye(n)[j], np.zeros((nd, nb))) for j in range(n)], axis=1)
     T = model.solver.solve(0.0, P)  # G·ΔT = P: the rise over ambient
     H = np.round(np.stack([model.core_temps(T[:, j]) for j in range(n)], axis=1), H_DECIMALS)
-    with _LOCK:
-        _H[model.key] = H
-        while len(_H) > 2 * thermal_cache_size():  # H and H_vault of TASMOE_THERMAL_CACHE_SIZE models
-            _H.pop(next(iter(_H)))
-    return H.copy()
+    return _H.keep(model.key, H).copy()
 
 
 def vault_influence_for_model(model: StackModel) -> np.ndarray:
     check_influence_size(model)
     key = model.key + ":vault"
-    with _LOCK:
-        H = _H.get(key)
+    H = _H.get(key)
     if H is not None:
         return H.copy()
     n = model.n_cores
@@ -76,11 +69,7 @@ def vault_influence_for_model(model: StackModel) -> np.ndarray:
         cols.append(model.node_power(np.zeros(n), bw))
     T = model.solver.solve(0.0, np.stack(cols, axis=1))
     H = np.round(np.stack([model.core_temps(T[:, j]) for j in range(n)], axis=1), H_DECIMALS)
-    with _LOCK:
-        _H[key] = H
-        while len(_H) > 2 * thermal_cache_size():  # H and H_vault of TASMOE_THERMAL_CACHE_SIZE models
-            _H.pop(next(iter(_H)))
-    return H.copy()
+    return _H.keep(key, H).copy()
 
 
 def influence_vault_matrix(arch: ArchConfig) -> np.ndarray:
@@ -96,7 +85,8 @@ def influence_matrix(arch: ArchConfig) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------ pulse responses
 
 PULSE_MAX_WORK = 2e8  # transient steps × grid nodes per answer (the default stack: 2 · 10 orbits · 12 · 49164 = 1.2e7)
-_PULSES: dict[tuple[str, float, int], tuple[np.ndarray, np.ndarray]] = {}
+_PULSES: LRU[tuple[str, float, int], tuple[np.ndarray, np.ndarray]] = LRU(
+    over=lambda ps: len(ps) > thermal_cache_size())
 
 
 def pulse_work(model: StackModel, lags: int) -> float:
@@ -119,8 +109,7 @@ def pulse_response(model: StackModel, slot_s: float, lags: int) -> tuple[np.ndar
     ``2 · cores · lags`` transient steps of the model's own integrator (``StackModel.step``), cached per (model,
     slot, lags); rounded to ``H_DECIMALS`` like H."""
     key = (model.key, round(float(slot_s), 12), int(lags))
-    with _LOCK:
-        hit = _PULSES.get(key)
+    hit = _PULSES.get(key)
     if hit is not None:
         return hit[0].copy(), hit[1].copy()
     n = model.n_cores
@@ -154,11 +143,7 @@ def pulse_response(model: StackModel, slot_s: float, lags: int) -> tuple[np.ndar
             if r != c:
                 D[:, p, c] = D[:, :, r]
         out.append(np.round(D, H_DECIMALS))
-    Dc, Dv = out[0], out[1]
-    with _LOCK:
-        _PULSES[key] = (Dc, Dv)
-        while len(_PULSES) > thermal_cache_size():
-            _PULSES.pop(next(iter(_PULSES)))
+    Dc, Dv = _PULSES.keep(key, (out[0], out[1]))
     return Dc.copy(), Dv.copy()
 
 
