@@ -37,7 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         import services.orchestrator.window_loop as window_loop
 
         window_loop.freeze_heap = lambda: None
+    from services.orchestrator.jobs import start_method
     from services.orchestrator.local import run_local
+
+    if start_method() != "fork":  # a spawned worker would import the services afresh: the fast path, whatever asked
+        ap.error("the variants need the run workers forked from this process (it runs threads already)")
     from shared.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix="json-ab-") as d:

@@ -194,9 +194,10 @@ class PhysicalizeRequest(BaseModel):
     overlays: Overlays = Field(default_factory=Overlays)
     state: PhysicalState | None = None  # None (and no state_ref): a fresh state
     state_ref: ContentHash | None = None  # or the previous state by the name its answer gave (404 unknown_...)
-    # replaces the state's replicas: the replica state after this window's overlays (the placement service owns it,
-    # e.g. the TACS step's answer); the physicalizer reads it and carries it into the next state, never changes it
-    replicas: ReplicaState | None = None
+    replicas: ReplicaState | None = Field(default=None, description=(
+        "Replaces the state's replicas: the replica state after this window's overlays (the placement service owns "
+        "it, e.g. the TACS step's answer). The physicalizer reads it and carries it into its next state unchanged; "
+        "an expert migration row it does not reflect is a 422 naming overlays.migrate[i].dst / .src."))
     return_state: bool = True  # false: answer only ``state_ref``
     events: bool = True  # false: answer the events' energy ``deposit`` only (what the thermal step needs)
     arch: ArchConfig | None = None

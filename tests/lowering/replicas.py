@@ -7,7 +7,7 @@ from shared.contracts.events import PhysicalState
 from shared.contracts.ids import expert_id, parse_expert_id
 from shared.contracts.placement import Overlays, Placement, ReplicaEntry, ReplicaState
 
-_NONE = ("", "-1")
+_NONE = ("", "-1", "none", "None")  # no core (services/lowering/physical/overlays.py)
 
 
 def after_migrations(state: PhysicalState, overlays: Overlays | None, placement: Placement) -> PhysicalState:

@@ -85,6 +85,26 @@ def test_replicas_replace_those_of_the_named_state(settings: Settings) -> None:
     assert plain["state_ref"] != a["state_ref"]  # the replicas did reach the window
 
 
+def test_a_migration_the_replicas_do_not_reflect_is_a_422_naming_the_row(settings: Settings) -> None:
+    """The replica state is the placement service's: the physicalizer refuses to apply a move by its own rule."""
+    c = _client(settings)
+    placement = _body()["placement"]
+    assert isinstance(placement, dict)
+    key = sorted(placement["experts"])[0]
+    home = placement["experts"][key]["cores"][0]
+    dst = (home + 27) % 64
+    migrate = {"t_apply_ns": [0], "obj_type": ["expert"], "obj_id": [key], "src": [str(home)], "dst": [str(dst)],
+               "size_bytes": [1000], "cost": [1.0]}
+    body = {**_body(), "overlays": {"migrate": migrate}}
+    r = c.post("/v1/physicalize", json=body)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "overlays.migrate[0].dst"
+    moved = {"experts": {key: {"cores": [dst], "ts_created_ns": 0, "prev_cores": [home]}}}
+    r = c.post("/v1/physicalize", json={**body, "replicas": moved})
+    assert r.status_code == 200
+    ent = r.json()["state"]["replicas"]["experts"][key]
+    assert ent["cores"] == [dst] and ent["prev_cores"] == [home]  # carried as given
+
+
 def test_physicalize_bad_input_names_the_field(settings: Settings) -> None:
     c = _client(settings)
     body = _body()
