@@ -8,7 +8,8 @@ and the trace windows theirs next to the code that allocates (shared/configs/arc
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Sequence
+from typing import Annotated, Protocol
 
 from pydantic import Field
 
@@ -54,9 +55,20 @@ def thermal_cache_size() -> int:
 THERMAL_CACHE_NODES = 2**22  # grid nodes of the stack models (and their solvers) a thermal process keeps at once
 
 
-def over_thermal_budget(n_entries: int, nodes: int) -> bool:
-    """Whether a thermal cache holding ``n_entries`` entries of ``nodes`` grid nodes in all must evict its oldest:
-    more entries than ``TASMOE_THERMAL_CACHE_SIZE``, or more nodes than ``THERMAL_CACHE_NODES`` (a model of 2^20
-    nodes with its solver's factors takes GBs: eight of them filled a 24 GiB machine); the newest entry always
-    stays."""
-    return n_entries > 1 and (n_entries > thermal_cache_size() or nodes > THERMAL_CACHE_NODES)
+class _Nodes(Protocol):
+    @property
+    def n_nodes(self) -> int: ...
+
+
+class _OnNetwork(Protocol):  # a stack model or a solver: its RC network's grid nodes
+    @property
+    def net(self) -> _Nodes: ...
+
+
+def over_thermal_budget(entries: Sequence[_OnNetwork]) -> bool:
+    """Whether a thermal cache holding ``entries`` (stack models or solvers, each on its RC network) must evict its
+    oldest: more entries than ``TASMOE_THERMAL_CACHE_SIZE``, or more grid nodes in all than ``THERMAL_CACHE_NODES`` (a
+    model of 2^20 nodes with its solver's factors takes GBs: eight of them filled a 24 GiB machine); the newest entry
+    always stays. The ``over`` rule of those caches (`shared.lru.LRU`)."""
+    n = len(entries)
+    return n > 1 and (n > thermal_cache_size() or sum(e.net.n_nodes for e in entries) > THERMAL_CACHE_NODES)

@@ -285,7 +285,7 @@ def build_model(arch: ArchConfig) -> StackModel:
 
 
 # process-wide (a model of a large stack holds GBs; every app of the process shares it), bounded by the thermal budget
-MODELS: LRU[str, StackModel] = LRU(over=lambda ms: over_thermal_budget(len(ms), sum(m.net.n_nodes for m in ms)))
+MODELS: LRU[str, StackModel] = LRU(over=over_thermal_budget)
 
 
 def get_model(arch: ArchConfig) -> StackModel:

@@ -536,8 +536,7 @@ class SpectralSolver:
         return self.from_modes(xh, xr)
 
 
-_SOLVERS: LRU[str, SpectralSolver] = LRU(over=lambda ss: over_thermal_budget(len(ss),
-                                                                           sum(s.net.n_nodes for s in ss)))
+_SOLVERS: LRU[str, SpectralSolver] = LRU(over=over_thermal_budget)
 
 
 def make_solver(net: RCNetwork) -> SpectralSolver:

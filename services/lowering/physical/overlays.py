@@ -126,11 +126,14 @@ def apply_migrations(overlays: Overlays, placement: Placement, replicas: Replica
                 raise BadInput(f"{key} leaves core {s_core} but the replica state still puts it on {cores}: send "
                                "the replica state after the overlays as `replicas`", field=f"{f}.src")
             if d_core is not None and size > 0:  # the instance's weights, when no weight rows list them
-                ent = replicas.experts.get(key)
-                others = [c for c in cores if c != d_core] or (list(ent.prev_cores) if ent and ent.prev_cores
-                                                                else list(placement.experts[key].cores)
-                                                                if key in placement.experts else [d_core])
-                from_core = s_core if s_core is not None else others[0]
+                if s_core is not None:
+                    from_core = s_core
+                else:  # a replica added: its bytes come from another core of the expert, else the one it left
+                    ent = replicas.experts.get(key)
+                    plc = placement.experts.get(key)
+                    sources = ([c for c in cores if c != d_core], ent.prev_cores if ent else None,
+                               plc.cores if plc else None)
+                    from_core = next((s[0] for s in sources if s), d_core)
                 key_h = np.array([stable_hash(key)])
                 sb = int(chip.vault_bank(np.array([from_core]), key_h)[0])
                 db = int(chip.vault_bank(np.array([d_core]), key_h)[0])
