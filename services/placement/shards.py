@@ -5,7 +5,14 @@ read, and the banks at one position of a vault on every DRAM die form a column a
 streams an expert's whole copy of the weights per micro-batch, shard after shard; with its shards stacked in one
 column (the default mapping's slot order: dies first) that spot takes the whole ~7 ms burst and becomes the chip's
 hottest cell. TAPS spreads them: a shard goes to the vault position (column) with the least read demand so far, then
-the least busy bank in it.
+the least busy bank in it, and among banks alike, the one on the DRAM die nearest the heat sink. The heat of a bank
+read leaves through the dies between it and the sink, and every layer on the far side of it (the logic die, the dies
+under it) warms by that heat times that resistance (1-D: ``ΔT = P·R(die → sink)``), so the die nearest the sink
+warms the chip least; the thermal model agrees on both shipped chips (``tests/placement/test_taps.py``). Bank layer
+``d`` is the ``d``-th DRAM die of ``arch.geometry.stack``, which lists the layers farthest from the sink first: layer
+``L − 1`` is the die nearest the sink. With the dies taken in slot order instead (the lowest layer, next to the logic
+die, first), TAPS put the most-read shards of every vault on die 1: on the seed's chip (DRAM at 2 W/(m·K)) its logic
+peak was 4.8 K above baseline's (``tasmoe run --quick --arch configs/arch_seed.yaml``; README).
 
 Units: bytes and bytes/s inside; ``weight_shard_mb`` and ``bank_capacity_mb`` are MiB (2^20 bytes), ``bank_bw_gbps``
 is GB/s (1e9 bytes/s).
@@ -32,11 +39,13 @@ def shard_sizes(expert_bytes: int, weight_shard_mb: float) -> list[int]:
 def spread_pick(load: np.ndarray, used: np.ndarray, mask: np.ndarray, n_dram_layers: int) -> int:
     """The slot of one vault (``mask``: the allowed ones) for a new shard: least ``load`` in the slot's column (the
     banks at its position on every DRAM die, slots ``pos·L .. pos·L + L − 1``: their array energy heats the same spot
-    of the logic die), then least ``load`` in the bank, then least used, then lowest slot (deterministic). ``load``:
-    read demand (TAPS's bank book) or, where demand is not known, the bytes held (TACS)."""
+    of the logic die), then least ``load`` in the bank, then least used, then the die nearest the heat sink (layer
+    ``slot mod L``, highest first: see the module docstring), then lowest slot (deterministic). ``load``: read demand
+    (TAPS's bank book) or, where demand is not known, the bytes held (TACS)."""
     idx = np.flatnonzero(mask)
     col = load.reshape(-1, n_dram_layers).sum(axis=1)[idx // n_dram_layers]
-    key = np.lexsort((idx, used[idx], load[idx], col))
+    sink_first = -(idx % n_dram_layers)  # layer L − 1, the die nearest the heat sink, first
+    key = np.lexsort((idx, sink_first, used[idx], load[idx], col))
     return int(idx[key[0]])
 
 

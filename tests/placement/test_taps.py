@@ -343,3 +343,51 @@ def test_bank_book_spreads_the_read_demand_over_each_vaults_columns() -> None:
     col = book.bw.reshape(geom.n_cores, -1, L).sum(axis=2)  # (vaults, columns)
     used = col.sum(axis=1) > 0
     assert np.all(col.max(axis=1)[used] - col.min(axis=1)[used] <= biggest + 1e-9)
+
+
+def test_bank_book_fills_each_column_from_the_die_nearest_the_heat_sink() -> None:
+    """Among banks alike (empty, in the least-loaded column), a shard goes to the DRAM die nearest the heat sink
+    (bank layer L − 1); the next shards of equal demand take the other columns' top dies, then the dies below."""
+    from services.placement.geometry import MIB
+    from services.placement.shards import BankBook
+
+    arch = ArchConfig().model_copy(update={"dram": ArchConfig().dram.model_copy(update={"banks": (32, 32, 8)})})
+    geom = ChipGeometry.of(arch)
+    L = geom.n_dram_layers
+    n_cols = geom.vault_banks // L
+    book = BankBook(geom, arch.dram.bank_capacity_mb * MIB, 1e18)
+    slots = [book.place(9, MIB, 1.0)[1] for _ in range(2 * n_cols)]
+    layers = [s % L for s in slots]
+    assert layers == [L - 1] * n_cols + [L - 2] * n_cols, layers
+    assert sorted(s // L for s in slots[:n_cols]) == list(range(n_cols))
+
+
+@pytest.mark.parametrize("config", ["arch_8x8_32x32x8.yaml", "arch_seed.yaml"])
+def test_a_bank_read_warms_the_chip_least_on_the_die_nearest_the_sink(config: str) -> None:
+    """The premise of the bank book's die order, from the thermal service's own model: 1 W in one bank of a
+    central vault, in the steady state, raises the logic die's hottest cell less the nearer its die is to the heat
+    sink (bank layer 0 is next to the logic die, layer L − 1 next to the sink), and the DRAM dies' hottest cell least
+    from the die nearest the sink, on both shipped chips. (The DRAM peak is not monotone on the seed's chip: with
+    dies at 2 W/(m·K) a bank between two dies spreads its heat worst, 1 W in die 4 gives +307 K at its cell, die 1
+    +152 K, die 8 +134 K.) A premise test: were the bank layers or the stack ordered otherwise it would fail."""
+    from services.thermal.model import build_model
+    from services.thermal.solvers import steady
+    from shared.configs.loader import load_arch
+    from tests.conftest import CONFIGS
+
+    arch = load_arch(CONFIGS / config)
+    model = build_model(arch)
+    geom = ChipGeometry.of(arch)
+    L = geom.n_dram_layers
+    core = geom.mesh_x * (geom.mesh_y // 2) + geom.mesh_x // 2
+    logic, dram = [], []
+    for d in range(L):
+        bx, by, layer = geom.slot_bank(core, d)  # column 0 of the vault, die d
+        assert layer == d
+        bank_w = np.zeros((L, model.n_banks_per_layer))
+        bank_w[d, by * arch.dram.banks[0] + bx] = 1.0
+        T = steady(model.solver, model.node_power(np.zeros(geom.n_cores), bank_w))
+        logic.append(float(model.layer_cells(T, model.logic_layer).max()))
+        dram.append(max(float(model.layer_cells(T, x).max()) for x in model.dram_layers))
+    assert np.all(np.diff(logic) < 0), logic
+    assert int(np.argmin(dram)) == L - 1, dram
