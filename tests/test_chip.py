@@ -51,12 +51,11 @@ def test_one_dvfs_domain_rule_across_the_services(order: str) -> None:
     columns; every other core at 2.0 GHz."""
     from services.lowering.service import default_freqs
     from services.orchestrator.window_loop import initial_freqs
-    from services.thermal.dvfs import freq_volt
-    from services.thermal.power import volts_for
     from shared.chip import core_domains
     from shared.contracts.events import PhysicalizeRequest
     from shared.contracts.placement import Placement
     from shared.contracts.workload import LogicalCompute, LogicalMemory, LogicalWindow
+    from shared.dvfs import freq_volt, volts_for
 
     doms: list[dict[str, object]] = [{"cores": "all", "steps_ghz": [2.0, 1.0], "trip_c": [85.0]},
                                      {"cores": [0, 1], "steps_ghz": [1.5, 1.0], "trip_c": [85.0]}]

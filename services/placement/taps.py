@@ -6,7 +6,9 @@ Model (SI inside):
   profile may be counts or probabilities: only its shape per layer matters);
 - FLOP rate of an instance ``f = share·R·flops_per_token / replicas`` (FLOP/s), power ``p̂ = E · steps/s`` with
   ``E`` its energy per step as the physicalizer prices it (``instance_energy``: MACs, scratchpad accesses and the
-  stream of its copy of the weights, shared/energy.py); every core also leaks ``logic_leak_w_per_core``;
+  stream of its copy of the weights, shared/energy.py), its MACs and scratchpad accesses at the voltage of the DVFS
+  level the cores settle at (``base_power``: the governor of ``shared/dvfs.py`` on the predicted mean field); every
+  core also leaks (``shared.energy.static_power`` at its predicted temperature and voltage);
 - temperatures ``T̂ = H·p̂ + T_amb`` (°C; H in K/W, cores × cores);
 - objective ``w_peak·max(T̂) + w_var·var(T̂) + w_smooth·Σ_(i,j) adjacent (T̂_i − T̂_j)²``; with the thermal service's
   pulse responses, ``placer`` refines the answer on the slot model (``slots.py``: the peak over a micro-batch period,
@@ -42,6 +44,7 @@ from shared.configs import ArchConfig, WorkloadConfig
 from shared.configs.tas import TapsParams
 from shared.contracts.ids import expert_id, weight_tensor_id
 from shared.contracts.placement import ExpertPlacement, Placement, PlacementMeta, TensorPlacement
+from shared.dvfs import dynamic_scale, freq_volt, step_levels
 from shared.energy import EnergyModel, dtype_bytes, spm_accesses, static_power
 from shared.errors import BadInput
 
@@ -245,8 +248,7 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     inst_expert = np.repeat(np.arange(n_layers * n_e), reps)
     tok_step = (share.ravel() * routed_tokens_per_step(wl) / reps)[inst_expert]
     flops = tok_step * steps_per_s * expert_flops_per_token
-    e_logic, e_vault = instance_energy(arch, tok_step, expert_flops_per_token, float(expert_bytes))
-    power = (e_logic + e_vault) * steps_per_s  # W, mean (the steady model counts all of it at the core: H is per core)
+    e_compute, e_ctrl, e_vault = instance_energy(arch, tok_step, expert_flops_per_token, float(expert_bytes))
     total = float(flops.sum())
     cap = taps.capacity.core_flops_tps
     if total > cap * n:
@@ -256,15 +258,20 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
         notes.append(f"demand {total:.3g} FLOP/s exceeds the chip's {cap * n:.3g} FLOP/s: rates scaled by {rho:.3g} to "
                      f"the sustainable throughput (mean core utilisation {1 / CAPACITY_HEADROOM:.0%})")
         flops = flops * rho
-        power = power * rho
         steps_per_s = steps_per_s * rho  # micro-batches keep their size; fewer of them per second
     if flops.size and flops.max() > cap:
         notes.append(f"the busiest instance needs {flops.max():.3g} FLOP/s, more than a core's {cap:.3g}: per-core "
                      "capacity relaxed to it")
         cap = float(flops.max()) * (1 + 1e-9)
     t_amb = arch.geometry.cooling.ambient_c
-    base_core, base_vault = base_power(arch, H, H_vault, steps_per_s, nonexpert_flops_per_step,
-                                       nonexpert_bytes_per_step, float(power.sum()) if power.size else 0.0)
+    base = base_power(arch, H, H_vault, steps_per_s, nonexpert_flops_per_step, nonexpert_bytes_per_step,
+                      float(e_compute.sum()) * steps_per_s, float((e_ctrl + e_vault).sum()) * steps_per_s)
+    base_core, base_vault = base.core_w, base.vault_w
+    notes.extend(base.notes)
+    # the instances' MACs and scratchpad accesses at the cores' mean (V/V0)²: exact when every core settles at one
+    # DVFS level (both shipped chips; a placement that moves a core across a trip is not modelled)
+    e_logic = e_compute * float(base.dyn_scale.mean()) + e_ctrl
+    power = (e_logic + e_vault) * steps_per_s  # W, mean (the steady model counts all of it at the core: H is per core)
     t_base = t_amb + H @ base_core + (H @ base_vault if H_vault is None else check_h(H_vault, n) @ base_vault)
     obj = taps.objective
     inst_bytes = None
@@ -297,58 +304,97 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
                    base_core_w=base_core)
 
 
-def work_energy(arch: ArchConfig, macs: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(logic J, vault J) of pieces of work of ``macs`` MACs streaming ``nbytes`` from the local vault, priced as the
-    physicalizer prices a piece (shared/energy.py): MACs at ``mac_pj``, the scratchpad accesses of both
-    (``spm_accesses``), the DRAM access energy of the bytes split by ``dram.energy_split`` (controller share on the
-    logic core; array and TSV/IO shares in the vault)."""
+def work_energy(arch: ArchConfig, macs: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(compute J at V0, controller J, vault J) of pieces of work of ``macs`` MACs streaming ``nbytes`` from the
+    local vault, priced as the physicalizer prices a piece (shared/energy.py): MACs at ``mac_pj`` and the scratchpad
+    accesses of both (``spm_accesses``), at the reference voltage V0 (the thermal service scales them by ``(V/V0)²``,
+    ``shared.dvfs.dynamic_scale``); the DRAM access energy of the bytes split by ``dram.energy_split``: the
+    controller share on the logic core, the array and TSV/IO shares in the vault (not voltage-scaled)."""
     em = EnergyModel.from_arch(arch)
     R, C = arch.core.array
     spm = spm_accesses(macs, nbytes, R, C, dtype_bytes(arch.core.dtype, "arch.core.dtype"))
     dram = nbytes * em.dram_j_per_byte
-    e_logic = em.compute_j(macs, spm) + em.split_controller * dram
-    e_vault = (em.split_array + em.split_tsv_io) * dram
-    return np.asarray(e_logic, dtype=float), np.asarray(e_vault, dtype=float)
+    return (np.asarray(em.compute_j(macs, spm), dtype=float), np.asarray(em.split_controller * dram, dtype=float),
+            np.asarray((em.split_array + em.split_tsv_io) * dram, dtype=float))
+
+
+@dataclass(frozen=True)
+class BaseField:
+    """The placement-independent power TAPS's temperatures sit on (`base_power`)."""
+
+    core_w: np.ndarray  # (n,) W on the logic die under each core
+    vault_w: np.ndarray  # (n,) W in each core's vault (DRAM dies)
+    temps_c: np.ndarray  # (n,) °C: the predicted mean field (base + the instances' power spread evenly)
+    levels: np.ndarray  # (n,) the DVFS level each core settles at on that field
+    dyn_scale: np.ndarray  # (n,) (V/V0)² at that level
+    notes: list[str]
+
+
+BASE_FIELD_PASSES = 60  # fixed-point passes at most; leakage settles in ~3, each DVFS step adds a few
 
 
 def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, steps_per_s: float,
                nonexpert_flops_per_step: float, nonexpert_bytes_per_step: float,
-               expert_w: float) -> tuple[np.ndarray, np.ndarray]:
-    """(per core W on the logic die, per vault W in the DRAM dies): the placement-independent power TAPS's
-    temperatures sit on.
+               expert_compute_w: float, expert_other_w: float) -> BaseField:
+    """The placement-independent power TAPS's temperatures sit on, per core on the logic die and per vault.
 
     - Non-expert work (attention with its KV traffic, router, shared/dense FFN, head): per micro-batch step
       ``nonexpert_flops_per_step`` FLOPs and ``nonexpert_bytes_per_step`` DRAM bytes, split over the attention
       cores (``shared.chip.attention_share``) and read from each core's own vault, priced by `work_energy`, times
       ``steps_per_s``.
-    - Static power (``shared.energy.static_power``, the thermal service's own model): logic leakage per core, DRAM
-      leakage and refresh of each vault's banks, at the temperatures of the mean field (the base plus
-      ``expert_w``, the instances' power, spread evenly: the placement moves it, not its total), found by
-      fixed-point iteration from 45 °C (leakage changes by ~1 %/K: three passes settle it to < 1 mK here); a
-      vault's banks are taken at its core's temperature (the stack is a few hundred µm thick)."""
+    - Static power (``shared.energy.static_power``, the thermal service's own model): logic leakage per core at its
+      voltage, DRAM leakage and refresh of each vault's banks; a vault's banks are taken at its core's temperature
+      (the stack is a few hundred µm thick).
+    - The DVFS level of each core (``shared.dvfs``, the governor the thermal service steps every window): the
+      compute energy (non-expert and the instances', ``expert_compute_w`` at V0) scales by ``(V/V0)²`` at it,
+      leakage by the voltage.
+
+    All at the temperatures of the mean field (the base plus the instances' power, ``expert_compute_w`` scaled and
+    ``expert_other_w``, spread evenly over the cores: the placement moves it, not its total), by fixed-point
+    iteration from 45 °C at level 0 (where the thermal service's warm start begins), stepping the governor once a
+    pass, until the levels hold and the field moves < 1 mK (leakage changes by ~1 %/K: a few passes), at most
+    ``BASE_FIELD_PASSES`` (a governor that cycles between two levels is noted and its last level kept)."""
     n = arch.mesh.n_cores
     share = attention_share(arch)
-    e_logic, e_vault = work_energy(arch, share * nonexpert_flops_per_step / 2, share * nonexpert_bytes_per_step)
-    dyn_core, dyn_vault = e_logic * steps_per_s, e_vault * steps_per_s
+    e_comp, e_ctrl, e_vault = work_energy(arch, share * nonexpert_flops_per_step / 2, share * nonexpert_bytes_per_step)
     Hv = H if H_vault is None else H_vault
     banks = ChipGeometry.of(arch).vault_banks
     t_amb = arch.geometry.cooling.ambient_c
     T = np.full(n, 45.0)
-    for _ in range(3):
-        leak, bank_leak, bank_ref = static_power(arch, T, T)
-        core_w, vault_w = dyn_core + leak, dyn_vault + (bank_leak + bank_ref) * banks
-        T = t_amb + H @ (core_w + expert_w / n) + Hv @ vault_w
-    return core_w, vault_w
+    levels = np.zeros(n, dtype=int)
+    notes: list[str] = []
+    for k in range(BASE_FIELD_PASSES):
+        V = freq_volt(levels, arch)[1]
+        scale = dynamic_scale(V, arch)
+        leak, bank_leak, bank_ref = static_power(arch, T, T, V)
+        core_w = (e_comp * scale + e_ctrl) * steps_per_s + leak
+        vault_w = e_vault * steps_per_s + (bank_leak + bank_ref) * banks
+        expert_w = expert_compute_w * float(scale.mean()) + expert_other_w
+        T_new = t_amb + H @ (core_w + expert_w / n) + Hv @ vault_w
+        new_levels = step_levels(T_new, levels, arch)
+        settled = np.array_equal(new_levels, levels) and float(np.abs(T_new - T).max()) < 1e-3
+        T, levels = T_new, new_levels
+        if settled:
+            break
+        if k == BASE_FIELD_PASSES - 1:
+            notes.append(f"DVFS: the predicted levels did not settle in {BASE_FIELD_PASSES} passes (a governor "
+                         "cycling between levels): the last one is used")
+    if levels.any():
+        f = freq_volt(levels, arch)[0]
+        notes.append(f"DVFS: the predicted mean field ({T.min():.1f}-{T.max():.1f} °C) holds the cores at "
+                     f"{f.min():g}-{f.max():g} GHz: compute energy priced at (V/V0)² = {scale.min():.3g}-"
+                     f"{scale.max():.3g}")
+    return BaseField(core_w=core_w, vault_w=vault_w, temps_c=T, levels=levels, dyn_scale=scale, notes=notes)
 
 
 def instance_energy(arch: ArchConfig, tok_step: np.ndarray, expert_flops_per_token: float,
-                    expert_bytes: float) -> tuple[np.ndarray, np.ndarray]:
-    """(logic J, vault J) per micro-batch step of each instance, priced as the physicalizer prices its pieces
-    (shared/energy.py): ``macs = tokens·flops_per_token/2`` at ``mac_pj``; the scratchpad accesses of those MACs and
-    of the weight stream (``spm_accesses``); the stream itself, ``P(active)·expert_bytes`` at the DRAM access energy
-    (decode reads every weight of an expert it routes a token to; ``P(active) = 1 − e^(−tokens)``, Poisson arrivals
-    of the expected ``tokens`` per step), split by ``dram.energy_split``: the controller share on the logic core,
-    the array and TSV/IO shares in the vault."""
+                    expert_bytes: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(compute J at V0, controller J, vault J) per micro-batch step of each instance, priced as the physicalizer
+    prices its pieces (`work_energy`, shared/energy.py): ``macs = tokens·flops_per_token/2`` at ``mac_pj``; the
+    scratchpad accesses of those MACs and of the weight stream (``spm_accesses``); the stream itself,
+    ``P(active)·expert_bytes`` at the DRAM access energy (decode reads every weight of an expert it routes a token
+    to; ``P(active) = 1 − e^(−tokens)``, Poisson arrivals of the expected ``tokens`` per step), split by
+    ``dram.energy_split``: the controller share on the logic core, the array and TSV/IO shares in the vault."""
     macs = tok_step * expert_flops_per_token / 2
     stream = -np.expm1(-tok_step) * expert_bytes
     return work_energy(arch, np.asarray(macs, dtype=float), np.asarray(stream, dtype=float))

@@ -14,7 +14,7 @@ Per window of length Δt (powers are window averages):
   scaling", TCAD 2005; ×1.44 at 65 °C, ×1.72 at 85 °C vs 25 °C) or ``exp(β·(T − 45 °C))`` (row note "~0.9 %/K near
   85C") or none.
 - DRAM refresh, per bank: ``refresh_energy_nj / tREFI(T_bank)`` with tREFI from the refresh curve
-  (services/thermal/dvfs.py; rows "refresh,DDR3 tREFI normal/extended").
+  (shared/energy.py; rows "refresh,DDR3 tREFI normal/extended").
 """
 
 from __future__ import annotations
@@ -23,24 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.thermal.dvfs import core_domains
 from shared.configs import ArchConfig
 from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.thermal import PowerBreakdown
+from shared.dvfs import dynamic_scale, volts_for
 from shared.energy import WindowDeposit, deposit_of_events, static_power
 from shared.errors import BadInput
-
-
-def volts_for(freq_ghz: np.ndarray, arch: ArchConfig) -> np.ndarray:
-    """Core voltage for its frequency: the domain's step nearest to f (its ``volts`` or V0·f/f_max)."""
-    dom = core_domains(arch)
-    v = np.empty(len(freq_ghz))
-    for c, (f, d) in enumerate(zip(freq_ghz, dom, strict=True)):
-        spec = arch.dvfs.domains[d]
-        steps = np.array(spec.steps_ghz)
-        lvl = int(np.argmin(np.abs(steps - f)))
-        v[c] = spec.volts[lvl] if spec.volts is not None else arch.power.v0 * f / steps[0]
-    return v
 
 
 @dataclass(frozen=True)
@@ -73,11 +61,10 @@ def compute_power(dep: WindowDeposit, arch: ArchConfig, *, core_temp_c: np.ndarr
     if not window_s > 0:
         raise BadInput("window length must be > 0", field="window_ms")
     bx_n, by_n, n_dies = arch.dram.banks
-    pw = arch.power
     V = volts_for(np.asarray(freq_ghz, dtype=float), arch)
 
     # logic dynamic: the events' energy at V0 (MACs + scratchpad, shared/energy.py) scaled by (V/V0)²
-    vscale = (V / pw.v0) ** 2
+    vscale = dynamic_scale(V, arch)
     core_dyn = dep.core_compute_j * vscale / window_s
     # the MAC part (reported); the rest is scratchpad accesses. Both sit on the core; the power map is core_dyn.
     mac_w = float((dep.core_mac_j * vscale).sum() / window_s)

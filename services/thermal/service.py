@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.thermal import solvers
-from services.thermal.dvfs import busy_fraction, dvfs_step, freq_volt, refresh_mhz
+from services.thermal.dvfs import busy_fraction, refresh_mhz
 from services.thermal.model import KELVIN, StackModel, get_model, lookup_model
 from services.thermal.power import WindowPower, compute_power
 from shared.chip import Chip
@@ -38,6 +38,7 @@ from shared.contracts.thermal import (
     ThermalState,
     WarmStartRequest,
 )
+from shared.dvfs import freq_volt, step_levels
 from shared.energy import WindowDeposit, deposit_of_events, refresh_multiplier, trefi_us
 from shared.errors import BadInput, Conflict, NotFound
 
@@ -212,7 +213,7 @@ def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: Thermal
     # what the next window starts from is the float32 state: decide on exactly that
     T1 = np.asarray(T1, dtype="<f4").astype(np.float64)
     core_c = model.core_temps(T1) - KELVIN
-    next_levels = dvfs_step(core_c, levels, arch)
+    next_levels = step_levels(core_c, levels, arch)
     next_freq, _ = freq_volt(next_levels, arch)
     peak, mean = _layer_stats(model, T1)
     snap = ThermalSnapshot(

@@ -83,15 +83,15 @@ def test_placement_output_consistent_with_model(arch: ArchConfig, mixtral: Workl
             p[c] += j * steps
             p_logic[c] += j_logic * steps
     # the base: leakage and each vault's DRAM leakage and refresh (shared.energy.static_power) at the mean field's
-    # temperatures (the instances' power spread evenly), settled by fixed-point iteration; the vault power counts
-    # at its core here (no H_vault given)
+    # temperatures (the instances' power spread evenly), settled by fixed-point iteration (to < 1 mK); the vault
+    # power counts at its core here (no H_vault given); every core stays at DVFS level 0 (V0) on this chip
     from shared.energy import static_power
 
     p_inst = p - arch.power.logic_leak_w_per_core
     vault_banks = arch.dram.banks[0] * arch.dram.banks[1] * arch.dram.banks[2] // 64
     amb = arch.geometry.cooling.ambient_c
     Tm = np.full(64, 45.0)
-    for _ in range(3):
+    for _ in range(30):
         leak, bank_leak, bank_ref = static_power(arch, Tm, Tm)
         base = leak + (bank_leak + bank_ref) * vault_banks
         Tm = amb + kernel64 @ (base + p_inst.sum() / 64)
@@ -391,3 +391,39 @@ def test_a_bank_read_warms_the_chip_least_on_the_die_nearest_the_sink(config: st
         dram.append(max(float(model.layer_cells(T, x).max()) for x in model.dram_layers))
     assert np.all(np.diff(logic) < 0), logic
     assert int(np.argmin(dram)) == L - 1, dram
+
+
+@pytest.mark.parametrize("config", ["arch_8x8_32x32x8.yaml", "arch_seed.yaml"])
+def test_taps_base_field_runs_at_the_dvfs_level_the_governor_settles_at(config: str) -> None:
+    """TAPS's base field is a fixed point of the thermal service's own governor (``shared.dvfs``) and power model:
+    the level each core is predicted at is the one the governor keeps at the predicted temperature; the logic
+    power is the non-expert work's compute energy at (V/V0)² of that level plus its controller share plus
+    ``static_power`` at that temperature and voltage. The default chip stays at level 0 (~50 °C, trips from 80 °C);
+    the seed's chip (~130 °C) sits at the lowest step, 1.2 GHz at 0.6 V, where the compute energy is 0.36 of V0's."""
+    from services.placement.taps import base_power, work_energy
+    from services.thermal.influence import influence_for_model, vault_influence_for_model
+    from services.thermal.model import build_model
+    from shared.chip import attention_share
+    from shared.configs.loader import load_arch
+    from shared.dvfs import dynamic_scale, freq_volt, step_levels
+    from shared.energy import static_power
+    from tests.conftest import CONFIGS
+
+    arch = load_arch(CONFIGS / config)
+    model = build_model(arch)
+    H, Hv = influence_for_model(model), vault_influence_for_model(model)
+    flops, nbytes, sps = 4e11, 2e9, 1e3 / 300  # one micro-batch's non-expert work, 3.3 micro-batches/s
+    base = base_power(arch, H, Hv, sps, flops, nbytes, expert_compute_w=5.0, expert_other_w=15.0)
+    np.testing.assert_array_equal(step_levels(base.temps_c, base.levels, arch), base.levels)
+    f, V = freq_volt(base.levels, arch)
+    np.testing.assert_allclose(base.dyn_scale, dynamic_scale(V, arch))
+    share = attention_share(arch)
+    e_comp, e_ctrl, _ = work_energy(arch, share * flops / 2, share * nbytes)
+    leak = static_power(arch, base.temps_c, base.temps_c, V)[0]
+    # core_w is priced at the last pass's input field, < 1 mK from temps_c (leakage changes by ~1 %/K)
+    np.testing.assert_allclose(base.core_w, (e_comp * base.dyn_scale + e_ctrl) * sps + leak, rtol=1e-4)
+    if config == "arch_seed.yaml":
+        assert base.temps_c.min() > 90 and np.all(f == 1.2) and np.allclose(base.dyn_scale, 0.36)
+        assert any("DVFS" in n for n in base.notes)
+    else:
+        assert base.temps_c.max() < 77 and not base.levels.any() and not base.notes

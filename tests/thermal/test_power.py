@@ -5,18 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.thermal.dvfs import (
-    busy_fraction,
-    bw_eff_factor,
-    dvfs_level_step,
-    dvfs_step,
-    freq_volt,
-    refresh_mhz,
-)
+from services.thermal.dvfs import busy_fraction, bw_eff_factor, refresh_mhz
 from services.thermal.power import WindowPower, compute_power_from_events
 from shared.configs import ArchConfig
 from shared.configs.arch import DvfsDomain, RefreshConfig
 from shared.contracts.events import ComputeEvents, MemoryEvents
+from shared.dvfs import freq_volt, level_step, step_levels
 from shared.energy import leakage_scale, liao, refresh_multiplier, trefi_us
 from shared.errors import BadInput
 
@@ -117,7 +111,7 @@ def test_dvfs_trips_and_hysteresis() -> None:
     dom = DvfsDomain()  # steps 2.0/1.8/1.6/1.2 GHz, trips 80/85/90 °C, hysteresis 3 K
     seq, lv = [], 0
     for t in (70, 80, 79, 77.5, 76.9, 95, 88, 86.9, 60):
-        lv = dvfs_level_step(t, lv, dom)
+        lv = level_step(t, lv, dom)
         seq.append(lv)
     assert seq == [0, 1, 1, 1, 0, 3, 3, 2, 0]
 
@@ -125,7 +119,7 @@ def test_dvfs_trips_and_hysteresis() -> None:
 def test_dvfs_per_core_and_frequencies(arch_small: ArchConfig) -> None:
     temps = np.full(16, 50.0)
     temps[5] = 86.0
-    lv = dvfs_step(temps, np.zeros(16, dtype=int), arch_small)
+    lv = step_levels(temps, np.zeros(16, dtype=int), arch_small)
     assert lv[5] == 2 and np.delete(lv, 5).sum() == 0
     f, v = freq_volt(lv, arch_small)
     assert f[5] == 1.6 and f[0] == 2.0 and v[5] == pytest.approx(0.8)
