@@ -43,7 +43,8 @@ def slot_model(pb: Problem, pulse: PulseFn, H_vault: np.ndarray) -> SlotModel | 
         return None
     Dc, Dv = got
     inst_slot = pb.expert_layer[pb.inst_expert].astype(np.int64) % S
-    return SlotModel(S=S, slot_s=slot_s, Rc=periodic_response(Dc, pb.H, S), Rv=periodic_response(Dv, H_vault, S),
+    H_core = pb.H if pb.H_core is None else pb.H_core  # the logic die's own response (pb.H mixes in the vaults')
+    return SlotModel(S=S, slot_s=slot_s, Rc=periodic_response(Dc, H_core, S), Rv=periodic_response(Dv, H_vault, S),
                      inst_slot=inst_slot, inst_pc=pb.inst_e_logic / slot_s, inst_pv=pb.inst_e_vault / slot_s)
 
 

@@ -9,7 +9,9 @@ Model (SI inside):
   stream of its copy of the weights, shared/energy.py), its MACs and scratchpad accesses at the voltage of the DVFS
   level the cores settle at (``base_power``: the governor of ``shared/dvfs.py`` on the predicted mean field); every
   core also leaks (``shared.energy.static_power`` at its predicted temperature and voltage);
-- temperatures ``T̂ = H·p̂ + T_amb`` (°C; H in K/W, cores × cores);
+- temperatures ``T̂ = T_base + H_inst·p̂`` (°C; K/W, cores × cores): an instance's heat enters where it is
+  dissipated, its logic share on the logic die (the thermal service's ``H``), its vault share in the DRAM dies
+  above (``H_vault``), mixed at the instances' mean shares (``instance_influence``);
 - objective ``w_peak·max(T̂) + w_var·var(T̂) + w_smooth·Σ_(i,j) adjacent (T̂_i − T̂_j)²``; with the thermal service's
   pulse responses, ``placer`` refines the answer on the slot model (``slots.py``: the peak over a micro-batch period,
   where the bursts of the weight streams are, not only of the mean).
@@ -62,7 +64,7 @@ class Problem:
     """Everything the optimisers need, as arrays. ``m`` instances, ``n`` cores."""
 
     geom: ChipGeometry
-    H: np.ndarray  # (n, n) K/W
+    H: np.ndarray  # (n, n) K/W: rise at core i per W of an instance on core j (`instance_influence`)
     t_base: np.ndarray  # (n,) °C: ambient + the base field (`base_power`: leakage, refresh, non-expert work)
     w_peak: float
     w_var: float
@@ -89,6 +91,7 @@ class Problem:
     inst_e_logic: np.ndarray | None = None  # (m,)
     inst_e_vault: np.ndarray | None = None  # (m,)
     base_core_w: np.ndarray | None = None  # (n,) W: the base field's logic-die power per core (`base_power`)
+    H_core: np.ndarray | None = None  # (n, n) K/W: rise per W on the logic die alone (the thermal service's H)
     # derived (filled by __post_init__)
     adj_i: np.ndarray = field(init=False)
     adj_j: np.ndarray = field(init=False)
@@ -265,13 +268,16 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
         cap = float(flops.max()) * (1 + 1e-9)
     t_amb = arch.geometry.cooling.ambient_c
     base = base_power(arch, H, H_vault, steps_per_s, nonexpert_flops_per_step, nonexpert_bytes_per_step,
-                      float(e_compute.sum()) * steps_per_s, float((e_ctrl + e_vault).sum()) * steps_per_s)
+                      float(e_compute.sum()) * steps_per_s, float(e_ctrl.sum()) * steps_per_s,
+                      float(e_vault.sum()) * steps_per_s)
     base_core, base_vault = base.core_w, base.vault_w
     notes.extend(base.notes)
     # the instances' MACs and scratchpad accesses at the cores' mean (V/V0)²: exact when every core settles at one
     # DVFS level (both shipped chips; a placement that moves a core across a trip is not modelled)
     e_logic = e_compute * float(base.dyn_scale.mean()) + e_ctrl
-    power = (e_logic + e_vault) * steps_per_s  # W, mean (the steady model counts all of it at the core: H is per core)
+    power = (e_logic + e_vault) * steps_per_s  # W, mean
+    H_core = H
+    H = instance_influence(H, None if H_vault is None else check_h(H_vault, n), e_logic, e_vault)
     t_base = t_amb + H @ base_core + (H @ base_vault if H_vault is None else check_h(H_vault, n) @ base_vault)
     obj = taps.objective
     inst_bytes = None
@@ -296,7 +302,8 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     if critical_path_tol is not None:
         inst_time, inst_budget = layer_budgets(arch, taps, tok_step * expert_flops_per_token, expert_bytes,
                                                expert_layer[inst_expert], critical_path_tol)
-    return Problem(geom=geom, H=H, t_base=t_base, w_peak=obj.w_peak, w_var=obj.w_var, w_smooth=obj.w_smooth,
+    return Problem(geom=geom, H=H, H_core=H_core, t_base=t_base, w_peak=obj.w_peak, w_var=obj.w_var,
+                   w_smooth=obj.w_smooth,
                    inst_expert=inst_expert, inst_power=power, inst_flops=flops, inst_tokens_step=tok_step,
                    expert_layer=expert_layer, expert_e=expert_e, cap_flops=cap, steps_per_s=steps_per_s,
                    t_amb=t_amb, notes=notes, h_source=source, inst_time=inst_time, inst_budget=inst_budget,
@@ -333,9 +340,26 @@ class BaseField:
 BASE_FIELD_PASSES = 60  # fixed-point passes at most; leakage settles in ~3, each DVFS step adds a few
 
 
+def instance_influence(H: np.ndarray, H_vault: np.ndarray | None, e_logic: np.ndarray,
+                       e_vault: np.ndarray) -> np.ndarray:
+    """(n, n) K/W: the rise at core i per W of an instance on core j, ``a·H + (1 − a)·H_vault`` with
+    ``a = Σ e_logic / Σ (e_logic + e_vault)`` the instances' logic share of their energy: its MACs, scratchpad and
+    DRAM controller heat the logic die under the core (``H``), the array and TSV/IO shares of its weight reads the
+    core's vault in the DRAM dies (``H_vault``). One mix for every instance keeps the optimisers' single column per
+    core; an instance's own share differs from the mean (decode: more tokens, more MACs against the same stream),
+    so the split is exact for the total, not per instance (the slot model, which picks among the candidates, keeps
+    the two apart). Without ``H_vault`` (library use): ``H``. The seed's chip (DRAM at 2 W/(m·K)) is where it
+    matters: counting the reads' heat at the core put TAPS's mean field ~11 K above the simulated one."""
+    if H_vault is None:
+        return H
+    tot = float(e_logic.sum() + e_vault.sum())
+    a = float(e_logic.sum()) / tot if tot > 0 else 1.0
+    return np.asarray(a * H + (1.0 - a) * H_vault, dtype=float)
+
+
 def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, steps_per_s: float,
                nonexpert_flops_per_step: float, nonexpert_bytes_per_step: float,
-               expert_compute_w: float, expert_other_w: float) -> BaseField:
+               expert_compute_w: float, expert_ctrl_w: float, expert_vault_w: float) -> BaseField:
     """The placement-independent power TAPS's temperatures sit on, per core on the logic die and per vault.
 
     - Non-expert work (attention with its KV traffic, router, shared/dense FFN, head): per micro-batch step
@@ -349,8 +373,9 @@ def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, step
       compute energy (non-expert and the instances', ``expert_compute_w`` at V0) scales by ``(V/V0)²`` at it,
       leakage by the voltage.
 
-    All at the temperatures of the mean field (the base plus the instances' power, ``expert_compute_w`` scaled and
-    ``expert_other_w``, spread evenly over the cores: the placement moves it, not its total), by fixed-point
+    All at the temperatures of the mean field (the base plus the instances' power spread evenly over the cores: the
+    placement moves it, not its total; ``expert_compute_w`` scaled and ``expert_ctrl_w`` on the logic die,
+    ``expert_vault_w`` in the vaults), by fixed-point
     iteration from 45 °C at level 0 (where the thermal service's warm start begins), stepping the governor once a
     pass, until the levels hold and the field moves < 1 mK (leakage changes by ~1 %/K: a few passes), at most
     ``BASE_FIELD_PASSES`` (a governor that cycles between two levels is noted and its last level kept)."""
@@ -369,8 +394,8 @@ def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, step
         leak, bank_leak, bank_ref = static_power(arch, T, T, V)
         core_w = (e_comp * scale + e_ctrl) * steps_per_s + leak
         vault_w = e_vault * steps_per_s + (bank_leak + bank_ref) * banks
-        expert_w = expert_compute_w * float(scale.mean()) + expert_other_w
-        T_new = t_amb + H @ (core_w + expert_w / n) + Hv @ vault_w
+        expert_logic_w = expert_compute_w * float(scale.mean()) + expert_ctrl_w
+        T_new = t_amb + H @ (core_w + expert_logic_w / n) + Hv @ (vault_w + expert_vault_w / n)
         new_levels = step_levels(T_new, levels, arch)
         settled = np.array_equal(new_levels, levels) and float(np.abs(T_new - T).max()) < 1e-3
         T, levels = T_new, new_levels

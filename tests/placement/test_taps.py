@@ -413,7 +413,7 @@ def test_taps_base_field_runs_at_the_dvfs_level_the_governor_settles_at(config: 
     model = build_model(arch)
     H, Hv = influence_for_model(model), vault_influence_for_model(model)
     flops, nbytes, sps = 4e11, 2e9, 1e3 / 300  # one micro-batch's non-expert work, 3.3 micro-batches/s
-    base = base_power(arch, H, Hv, sps, flops, nbytes, expert_compute_w=5.0, expert_other_w=15.0)
+    base = base_power(arch, H, Hv, sps, flops, nbytes, expert_compute_w=5.0, expert_ctrl_w=1.0, expert_vault_w=14.0)
     np.testing.assert_array_equal(step_levels(base.temps_c, base.levels, arch), base.levels)
     f, V = freq_volt(base.levels, arch)
     np.testing.assert_allclose(base.dyn_scale, dynamic_scale(V, arch))
