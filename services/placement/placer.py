@@ -101,7 +101,7 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
         temps = [sm.temps(pb, a) for _, a in tried]
         scored = [(objective_terms(pb, T), name, a, T) for (name, a), T in zip(tried, temps, strict=True)]
         terms, name, best, T_best = min(scored, key=lambda t: t[0]["objective"])
-        T = T_best.mean(axis=0)  # the slot model's mean field (the steady model's, by construction)
+        T = T_best.mean(axis=0)  # the slot model's mean field (each instance's shares through H and H_vault)
         summary = "; ".join(f"{n}: {t['objective']:.6g} (peak {t['peak_c']:.3f} °C)" for t, n, _, _ in scored)
         note = (f"slot model ({sm.S} slots of {sm.slot_s * 1e3:.3g} ms per micro-batch period, the bursts of the "
                 f"weight streams): {summary}; kept: {name}")

@@ -16,7 +16,9 @@ Model (SI inside; temperatures °C):
   shares), priced by ``shared.energy`` as the physicalizer prices them.
 - Periodic responses from the thermal service's pulse responses ``D`` (``lags`` slots after a 1 W pulse) and the
   steady H: ``R[j] = Σ_(m: m mod S = j) D[m] + (H − Σ_m D[m]) / S`` (the response's tail beyond ``lags`` is spread
-  evenly over the period; so ``mean_j R[j] = H / S`` and the slot model's mean is the steady model's mean field).
+  evenly over the period; so ``mean_j R[j] = H / S``: the slot model's mean is the mean field of the instances'
+  logic share through H and vault share through H_vault, instance by instance; the steady model mixes the two at
+  the instances' mean share, `taps.instance_influence`, so the two agree in total, not core by core).
 - ``T[k, s] = t_base[k] + Σ_i pc_i·Rc[(s − slot_i) mod S][k, core_i] + pv_i·Rv[(s − slot_i) mod S][k, core_i]``.
 - Objective: ``w_peak·max_(k,s) T[k, s] + w_var·var(T̄) + w_smooth·Σ_adjacent (T̄_i − T̄_j)²`` with ``T̄ = mean_s T``.
 """

@@ -92,6 +92,7 @@ class Problem:
     inst_e_vault: np.ndarray | None = None  # (m,)
     base_core_w: np.ndarray | None = None  # (n,) W: the base field's logic-die power per core (`base_power`)
     H_core: np.ndarray | None = None  # (n, n) K/W: rise per W on the logic die alone (the thermal service's H)
+    base_field: BaseField | None = None  # what ``t_base`` and ``base_core_w`` come from (`base_power`)
     # derived (filled by __post_init__)
     adj_i: np.ndarray = field(init=False)
     adj_j: np.ndarray = field(init=False)
@@ -216,8 +217,8 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     """The placement problem; ``replicate_hot_k`` (default ``taps.replicate_hot_k``): the most loaded experts of each
     layer that get a second replica in it. ``nonexpert_*_per_step``: one micro-batch's non-expert work (the workload
     service's trace summary), part of the placement-independent base field with the static power (`base_power`);
-    ``H_vault`` (cores × vaults K/W, the thermal service's): where the vault shares of that base heat the cores
-    (None: counted at the core, like the steady model's instance power)."""
+    ``H_vault`` (cores × vaults K/W, the thermal service's): where the vault shares of the base and of the
+    instances heat the cores (`base_power`, `instance_influence`; None: counted at the core)."""
     loads = validate_loads(expert_load)
     n_layers, n_e = loads.shape
     check_size(n_layers * n_e, arch.mesh.n_cores)
@@ -276,9 +277,10 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     # DVFS level (both shipped chips; a placement that moves a core across a trip is not modelled)
     e_logic = e_compute * float(base.dyn_scale.mean()) + e_ctrl
     power = (e_logic + e_vault) * steps_per_s  # W, mean
-    H_core = H
-    H = instance_influence(H, None if H_vault is None else check_h(H_vault, n), e_logic, e_vault)
-    t_base = t_amb + H @ base_core + (H @ base_vault if H_vault is None else check_h(H_vault, n) @ base_vault)
+    Hv = None if H_vault is None else check_h(H_vault, n)
+    # the base field through the logic die's own H and the vaults' H_vault; the instances through their mix
+    t_base = t_amb + H @ base_core + (H if Hv is None else Hv) @ base_vault
+    H_inst = instance_influence(H, Hv, e_logic, e_vault)
     obj = taps.objective
     inst_bytes = None
     vault_cap = math.inf
@@ -302,7 +304,7 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     if critical_path_tol is not None:
         inst_time, inst_budget = layer_budgets(arch, taps, tok_step * expert_flops_per_token, expert_bytes,
                                                expert_layer[inst_expert], critical_path_tol)
-    return Problem(geom=geom, H=H, H_core=H_core, t_base=t_base, w_peak=obj.w_peak, w_var=obj.w_var,
+    return Problem(geom=geom, H=H_inst, H_core=H, base_field=base, t_base=t_base, w_peak=obj.w_peak, w_var=obj.w_var,
                    w_smooth=obj.w_smooth,
                    inst_expert=inst_expert, inst_power=power, inst_flops=flops, inst_tokens_step=tok_step,
                    expert_layer=expert_layer, expert_e=expert_e, cap_flops=cap, steps_per_s=steps_per_s,
@@ -337,7 +339,7 @@ class BaseField:
     notes: list[str]
 
 
-BASE_FIELD_PASSES = 60  # fixed-point passes at most; leakage settles in ~3, each DVFS step adds a few
+BASE_FIELD_PASSES = 60  # fixed-point passes at most (to < 1 mK: 3 on the default chip, 8 on the seed's)
 
 
 def instance_influence(H: np.ndarray, H_vault: np.ndarray | None, e_logic: np.ndarray,
@@ -378,7 +380,8 @@ def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, step
     ``expert_vault_w`` in the vaults), by fixed-point
     iteration from 45 °C at level 0 (where the thermal service's warm start begins), stepping the governor once a
     pass, until the levels hold and the field moves < 1 mK (leakage changes by ~1 %/K: a few passes), at most
-    ``BASE_FIELD_PASSES`` (a governor that cycles between two levels is noted and its last level kept)."""
+    ``BASE_FIELD_PASSES`` (a field that does not settle is noted, with its cause, and its last pass used: the levels,
+    their scale and the powers priced at them belong together)."""
     n = arch.mesh.n_cores
     share = attention_share(arch)
     e_comp, e_ctrl, e_vault = work_energy(arch, share * nonexpert_flops_per_step / 2, share * nonexpert_bytes_per_step)
@@ -389,7 +392,7 @@ def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, step
     levels = np.zeros(n, dtype=int)
     notes: list[str] = []
     for k in range(BASE_FIELD_PASSES):
-        V = freq_volt(levels, arch)[1]
+        V = freq_volt(levels, arch)[1]  # this pass's levels: returned with the scale and powers priced at them
         scale = dynamic_scale(V, arch)
         leak, bank_leak, bank_ref = static_power(arch, T, T, V)
         core_w = (e_comp * scale + e_ctrl) * steps_per_s + leak
@@ -397,13 +400,17 @@ def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, step
         expert_logic_w = expert_compute_w * float(scale.mean()) + expert_ctrl_w
         T_new = t_amb + H @ (core_w + expert_logic_w / n) + Hv @ (vault_w + expert_vault_w / n)
         new_levels = step_levels(T_new, levels, arch)
-        settled = np.array_equal(new_levels, levels) and float(np.abs(T_new - T).max()) < 1e-3
-        T, levels = T_new, new_levels
-        if settled:
+        moved = float(np.abs(T_new - T).max())
+        T = T_new
+        if np.array_equal(new_levels, levels) and moved < 1e-3:
             break
         if k == BASE_FIELD_PASSES - 1:
-            notes.append(f"DVFS: the predicted levels did not settle in {BASE_FIELD_PASSES} passes (a governor "
-                         "cycling between levels): the last one is used")
+            cause = ("the DVFS levels kept changing (a governor cycling between levels)"
+                     if not np.array_equal(new_levels, levels) else
+                     f"the field still moved {moved:.3g} K a pass (leakage feeding back on temperature)")
+            notes.append(f"base field: not settled in {BASE_FIELD_PASSES} passes: {cause}; the last pass is used")
+            break
+        levels = new_levels
     if levels.any():
         f = freq_volt(levels, arch)[0]
         notes.append(f"DVFS: the predicted mean field ({T.min():.1f}-{T.max():.1f} °C) holds the cores at "

@@ -427,3 +427,35 @@ def test_taps_base_field_runs_at_the_dvfs_level_the_governor_settles_at(config: 
         assert any("DVFS" in n for n in base.notes)
     else:
         assert base.temps_c.max() < 77 and not base.levels.any() and not base.notes
+
+
+def test_the_base_field_and_the_instances_heat_add_up_to_the_mean_field(mixtral: WorkloadConfig,
+                                                                          tas: TasParams) -> None:
+    """On the seed's chip (H and H_vault differ most: DRAM at 2 W/(m·K)) the problem's temperatures split cleanly:
+    ``t_base`` is the base field's logic-die power through the logic die's own H plus its vault power through
+    H_vault (not through the instances' mix); the instances' matrix is ``a·H + (1 − a)·H_vault`` at their mean logic
+    share; and the instances spread evenly on ``t_base`` give back the base field's mean field (its fixed point)."""
+    from services.placement.taps import BaseField, instance_influence
+    from services.thermal.influence import influence_for_model, vault_influence_for_model
+    from services.thermal.model import build_model
+    from shared.configs.loader import load_arch
+    from tests.conftest import CONFIGS
+
+    arch = load_arch(CONFIGS / "arch_seed.yaml")
+    model = build_model(arch)
+    H, Hv = influence_for_model(model), vault_influence_for_model(model)
+    loads = zipf_loads(4, 8)
+    pb = build_problem(arch, mixtral, tas.taps, loads, FLOPS, H, moe_layers=list(range(4)), expert_bytes=BYTES,
+                       nonexpert_flops_per_step=4e11, nonexpert_bytes_per_step=2e9, H_vault=Hv)
+    bf = pb.base_field
+    assert isinstance(bf, BaseField) and pb.H_core is not None and pb.inst_e_logic is not None
+    assert pb.inst_e_vault is not None
+    np.testing.assert_allclose(pb.H_core, H)
+    t_amb = arch.geometry.cooling.ambient_c
+    np.testing.assert_allclose(pb.t_base, t_amb + H @ bf.core_w + Hv @ bf.vault_w, rtol=1e-12)
+    a = pb.inst_e_logic.sum() / (pb.inst_e_logic.sum() + pb.inst_e_vault.sum())
+    assert 0 < a < 1
+    np.testing.assert_allclose(pb.H, a * H + (1 - a) * Hv, rtol=1e-12)
+    np.testing.assert_allclose(instance_influence(H, None, pb.inst_e_logic, pb.inst_e_vault), H)
+    spread = np.full(pb.n, pb.inst_power.sum() / pb.n)
+    np.testing.assert_allclose(pb.t_base + pb.H @ spread, bf.temps_c, atol=2e-3)
