@@ -5,7 +5,7 @@ leakage, its share of the non-expert work, its instances' MACs, scratchpad and D
 of the simulated one (the run's ``P_core_<i>_w`` columns, time-weighted over its windows), core by core; and its
 mean field's hottest core is the simulated mean field's hottest within 0.2 K. TAPS predicts the mean over many
 micro-batches, so the simulated side needs more than two: with two, the routing of 64 tokens per layer decides a
-core's MACs (per core −8.5..+11 %, mean |error| 2.5 %), with eight −2.7..+2.2 % (0.8 %). On it, and on two
+core's MACs (per core −8.5..+11 %, mean |error| 2.5 %), with eight −2.6..+2.6 % (0.7 %). On it, and on two
 micro-batches under other routing, taps is not hotter than baseline at the same throughput. The real services, in
 process."""
 
@@ -88,8 +88,8 @@ def test_on_the_seed_chip_taps_is_not_hotter_and_predicts_the_throttled_power(tm
     ~120 °C) cut to two micro-batches: taps is not hotter than baseline at the logic or the DRAM peak at the same
     throughput (with an expert's shards filled from the die next to the logic, it was 4.8 K hotter at the logic
     peak), and TAPS's predicted power of each core's area of the logic die is within 25 % of the simulated one
-    (priced at V0 and 2.0 GHz it was +64..+110 %; with the weight reads' heat counted at the core its mean field was
-    ~11 K too warm and its leakage up to +24 %; now −7..+13 %, two micro-batches' routing included)."""
+    (priced at V0 and 2.0 GHz it was +64..+110 %; now −10..+19 %, two micro-batches' routing included; its mean field
+    is still ~10 K too warm on this chip, which its leakage follows: README, "The seed's chip")."""
     settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS)
     out = tmp_path / "seed"
     with compute_clients(settings) as clients:
