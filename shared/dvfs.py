@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.chip import core_domains as chip_core_domains
+from shared.chip import core_domains
 from shared.configs import ArchConfig
 from shared.configs.arch import DvfsDomain
 
 
-def core_domains(arch: ArchConfig) -> np.ndarray:
+def _domains(arch: ArchConfig) -> np.ndarray:
     """(cores,) index of each core's DVFS domain (the one rule: ``shared.chip.core_domains``)."""
-    return np.asarray(chip_core_domains(arch), dtype=int)
+    return np.asarray(core_domains(arch), dtype=int)
 
 
 def level_step(temp_c: float, level: int, domain: DvfsDomain) -> int:
@@ -35,7 +35,7 @@ def level_step(temp_c: float, level: int, domain: DvfsDomain) -> int:
 
 def step_levels(temps_c: np.ndarray, levels: np.ndarray, arch: ArchConfig) -> np.ndarray:
     """(cores,) next DVFS levels from per-core temperatures (°C) and current levels."""
-    dom = core_domains(arch)
+    dom = _domains(arch)
     return np.array([level_step(float(t), int(lv), arch.dvfs.domains[d])
                      for t, lv, d in zip(temps_c, levels, dom, strict=True)], dtype=int)
 
@@ -46,7 +46,7 @@ def _volt(spec: DvfsDomain, lvl: int, v0: float) -> float:
 
 def freq_volt(levels: np.ndarray, arch: ArchConfig) -> tuple[np.ndarray, np.ndarray]:
     """(GHz, V) per core for the given levels."""
-    dom = core_domains(arch)
+    dom = _domains(arch)
     f = np.empty(len(levels))
     v = np.empty(len(levels))
     for c, (lv, d) in enumerate(zip(levels, dom, strict=True)):
@@ -57,9 +57,14 @@ def freq_volt(levels: np.ndarray, arch: ArchConfig) -> tuple[np.ndarray, np.ndar
     return f, v
 
 
+def top_freqs(arch: ArchConfig) -> list[float]:
+    """Per core, the top step of its DVFS domain (level 0: where every run starts), GHz."""
+    return [float(f) for f in freq_volt(np.zeros(arch.mesh.n_cores, dtype=int), arch)[0]]
+
+
 def volts_for(freq_ghz: np.ndarray, arch: ArchConfig) -> np.ndarray:
     """Core voltage for its frequency: the voltage of the domain's step nearest to f."""
-    dom = core_domains(arch)
+    dom = _domains(arch)
     v = np.empty(len(freq_ghz))
     for c, (f, d) in enumerate(zip(freq_ghz, dom, strict=True)):
         spec = arch.dvfs.domains[d]

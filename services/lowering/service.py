@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.lowering.physical import physicalize_window
-from shared.chip import Chip
 from shared.configs import ArchConfig
 from shared.content import ContentStore, arch_store, object_or_hash, placement_store, state_store
 from shared.contracts.events import PhysicalizeRequest, PhysicalizeResponse, PhysicalState
 from shared.contracts.placement import Placement, check_cores_in_mesh
 from shared.contracts.registry import Registered
+from shared.dvfs import top_freqs
 from shared.energy import deposit_of_events
 from shared.errors import BadInput
 
@@ -48,10 +48,8 @@ def register_placement(data: RunData, placement: Placement) -> Registered:
 
 
 def default_freqs(arch: ArchConfig) -> list[float]:
-    """Every core at the top step of its DVFS domain."""
-    chip = Chip.from_arch(arch)
-    steps = [d.steps_ghz[0] for d in arch.dvfs.domains]
-    return [steps[d] for d in chip.core_domain]
+    """Every core at the top step of its DVFS domain (``shared.dvfs.top_freqs``)."""
+    return top_freqs(arch)
 
 
 def physicalize(req: PhysicalizeRequest, data: RunData | None = None) -> PhysicalizeResponse:

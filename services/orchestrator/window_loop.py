@@ -53,13 +53,13 @@ from services.orchestrator.run_files import RunFiles, power_json_path, result_cs
 from services.orchestrator.run_log import RunLog, run_log
 from services.orchestrator.schemas import ExperimentSpec
 from services.orchestrator.settings import orchestrator_settings
-from shared.chip import core_domains
 from shared.client import ServiceClients
 from shared.configs import ArchConfig
 from shared.contracts.events import PhysicalState, WindowTiming
 from shared.contracts.metrics import WindowMetrics
 from shared.contracts.placement import Placement, ReplicaEntry, ReplicaState, Telemetry
 from shared.contracts.thermal import ThermalSnapshot, ThermalState
+from shared.dvfs import top_freqs
 from shared.errors import ServiceUnavailable
 from shared.logging import bind_run_id
 
@@ -97,8 +97,8 @@ class RunOutcome:
 
 
 def initial_freqs(arch: ArchConfig) -> list[float]:
-    """Per core, the top step of its DVFS domain (``shared.chip.core_domains``: the rule lowering and thermal use)."""
-    return [arch.dvfs.domains[d].steps_ghz[0] for d in core_domains(arch)]
+    """Per core, the top step of its DVFS domain (``shared.dvfs.top_freqs``: the rule lowering and thermal use)."""
+    return top_freqs(arch)
 
 
 def ambient_telemetry(arch: ArchConfig) -> Telemetry:

@@ -88,7 +88,9 @@ class BankBook:
                 self.over_bw += 1
             self._add(v, slot, size, demand)
             return v, slot
-        slot = int(np.lexsort((np.arange(self.geom.vault_banks), self.used[core]))[0])
+        slots = np.arange(self.geom.vault_banks)
+        # the chip is full: the least used bank of the core's own vault, the die nearest the sink among equals
+        slot = int(np.lexsort((slots, -(slots % self.geom.n_dram_layers), self.used[core]))[0])
         self.over_capacity += 1
         self._add(core, slot, size, demand)
         return core, slot

@@ -81,6 +81,7 @@ from shared.contracts.placement import (
     check_cores_in_mesh,
 )
 from shared.contracts.workload import LogicalWindow
+from shared.dvfs import top_freqs
 from shared.energy import EnergyModel
 from shared.errors import BadInput
 from shared.lru import LRU
@@ -238,9 +239,10 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
                                    / power_s / len(cores_of[eid]))
                 inst_vault[eid] = bytes_e.get(eid, 0.0) * e_byte / power_s / len(cores_of[eid])
     else:
-        peak_flops = arch.core.array[0] * arch.core.array[1] * 2 * max(arch.dvfs.domains[0].steps_ghz) * 1e9
+        top = top_freqs(arch)  # GHz per core, its domain's top step
         for c in range(n):
             if on_core[c]:
+                peak_flops = arch.core.array[0] * arch.core.array[1] * 2 * top[c] * 1e9
                 share = q[c] * peak_flops * e_flop / len(on_core[c])
                 for eid in on_core[c]:
                     inst_power[eid] = share  # identical share on every core of a replicated expert

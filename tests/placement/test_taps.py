@@ -360,6 +360,11 @@ def test_bank_book_fills_each_column_from_the_die_nearest_the_heat_sink() -> Non
     layers = [s % L for s in slots]
     assert layers == [L - 1] * n_cols + [L - 2] * n_cols, layers
     assert sorted(s // L for s in slots[:n_cols]) == list(range(n_cols))
+    # a full chip (every bank holds a shard): over capacity, the core's own vault, again the top die first
+    full = BankBook(geom, MIB, 1e18)
+    full.used[:] = MIB
+    v, slot = full.place(9, MIB, 1.0)
+    assert (v, slot % L, full.over_capacity) == (9, L - 1, 1)
 
 
 @pytest.mark.parametrize("config", ["arch_8x8_32x32x8.yaml", "arch_seed.yaml"])
