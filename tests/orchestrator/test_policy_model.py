@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,25 +30,13 @@ def test_taps_predicts_the_simulated_per_core_power(tmp_path: Path) -> None:
     assert "steps: 2," in text
     wl = tmp_path / "workload_8.yaml"
     wl.write_text(text.replace("steps: 2,", "steps: 8,"), encoding="utf-8")
-    settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS)
-    out = tmp_path / "quick"
-    with compute_clients(settings) as clients:
-        res = run_local(arch=REPO / "configs/arch_8x8_32x32x8.yaml", workload=wl,
-                        tas=REPO / "configs/tas_params.yaml", out=out, scenarios=["baseline", "taps"],
-                        settings=settings, clients=clients, traces=False, warmup_ms=QUICK_WARMUP_MS,
-                        database_url=f"sqlite:///{tmp_path / 'runs.sqlite3'}")
-    assert res.status == {"baseline": "succeeded", "taps": "succeeded"}, res.errors
+    out = _baseline_and_taps(tmp_path, REPO / "configs/arch_8x8_32x32x8.yaml", wl)
     _not_hotter_at_the_same_throughput(out)
-    table = read_series_table(next((out / "taps").glob("*.series.csv.gz")))
-    cols = sorted((c for c in table if c.startswith("P_core_")), key=lambda c: int(c.split("_")[2]))
-    assert len(cols) == 64
-    dt = np.asarray(table["dt_ms"])
-    sim = np.array([np.asarray(table[c]) @ dt / dt.sum() for c in cols])
-    meta = json.loads((out / "runs" / "taps" / "mapping" / "placement.json").read_text())["meta"]
-    pred = np.asarray(meta["predicted_core_power_w"])
-    err = pred / sim - 1
+    table, meta, err = _predicted_power_error(out)
+    assert len(err) == 64
     assert np.all(np.abs(err) <= 0.10), {int(i): round(float(err[i]), 3) for i in np.flatnonzero(np.abs(err) > 0.1)}
     t_cols = sorted((c for c in table if c.startswith("T_core_")), key=lambda c: int(c.split("_")[2]))
+    dt = np.asarray(table["dt_ms"])
     t_sim = np.array([np.asarray(table[c]) @ dt / dt.sum() for c in t_cols])
     assert abs(max(meta["predicted_core_temps_c"]) - t_sim.max()) <= 0.2
 
@@ -60,14 +49,7 @@ def test_taps_is_not_hotter_than_baseline_under_other_routing(tmp_path: Path) ->
     assert "seed: 42, zipf_s: 1.2" in text
     wl = tmp_path / "workload_variant.yaml"
     wl.write_text(text.replace("seed: 42, zipf_s: 1.2", "seed: 3, zipf_s: 1.5"), encoding="utf-8")
-    settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS)
-    out = tmp_path / "variant"
-    with compute_clients(settings) as clients:
-        res = run_local(arch=REPO / "configs/arch_8x8_32x32x8.yaml", workload=wl,
-                        tas=REPO / "configs/tas_params.yaml", out=out, scenarios=["baseline", "taps"],
-                        settings=settings, clients=clients, traces=False, warmup_ms=QUICK_WARMUP_MS,
-                        database_url=f"sqlite:///{tmp_path / 'runs.sqlite3'}")
-    assert res.status == {"baseline": "succeeded", "taps": "succeeded"}, res.errors
+    out = _baseline_and_taps(tmp_path, REPO / "configs/arch_8x8_32x32x8.yaml", wl)
     _not_hotter_at_the_same_throughput(out)
 
 
@@ -90,19 +72,31 @@ def test_on_the_seed_chip_taps_is_not_hotter_and_predicts_the_throttled_power(tm
     peak), and TAPS's predicted power of each core's area of the logic die is within 25 % of the simulated one
     (priced at V0 and 2.0 GHz it was +64..+110 %; now −10..+19 %, two micro-batches' routing included; its mean field
     is still ~10 K too warm on this chip, which its leakage follows: README, "The seed's chip")."""
-    settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS)
-    out = tmp_path / "seed"
-    with compute_clients(settings) as clients:
-        res = run_local(arch=REPO / "configs/arch_seed.yaml", workload=REPO / QUICK_WORKLOAD,
-                        tas=REPO / "configs/tas_params.yaml", out=out, scenarios=["baseline", "taps"],
-                        settings=settings, clients=clients, traces=False, warmup_ms=QUICK_WARMUP_MS,
-                        database_url=f"sqlite:///{tmp_path / 'runs.sqlite3'}")
-    assert res.status == {"baseline": "succeeded", "taps": "succeeded"}, res.errors
+    out = _baseline_and_taps(tmp_path, REPO / "configs/arch_seed.yaml", REPO / QUICK_WORKLOAD)
     _not_hotter_at_the_same_throughput(out)
+    _, _, err = _predicted_power_error(out)
+    assert np.all(np.abs(err) <= 0.25), {int(i): round(float(err[i]), 3) for i in np.flatnonzero(np.abs(err) > 0.25)}
+
+
+def _baseline_and_taps(tmp_path: Path, arch: Path, workload: Path) -> Path:
+    """Run baseline and taps of ``arch`` and ``workload`` (the default TAS parameters, a 300 ms warm-up) on the real
+    services in process; the results folder."""
+    settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS)
+    out = tmp_path / "out"
+    with compute_clients(settings) as clients:
+        res = run_local(arch=arch, workload=workload, tas=REPO / "configs/tas_params.yaml", out=out,
+                        scenarios=["baseline", "taps"], settings=settings, clients=clients, traces=False,
+                        warmup_ms=QUICK_WARMUP_MS, database_url=f"sqlite:///{tmp_path / 'runs.sqlite3'}")
+    assert res.status == {"baseline": "succeeded", "taps": "succeeded"}, res.errors
+    return out
+
+
+def _predicted_power_error(out: Path) -> tuple[dict[str, Any], dict[str, Any], np.ndarray]:
+    """(taps's series table, its placement's meta, predicted / simulated − 1 of each core's logic-die power,
+    the simulated side time-weighted over the run's windows)."""
     table = read_series_table(next((out / "taps").glob("*.series.csv.gz")))
     cols = sorted((c for c in table if c.startswith("P_core_")), key=lambda c: int(c.split("_")[2]))
     dt = np.asarray(table["dt_ms"])
     sim = np.array([np.asarray(table[c]) @ dt / dt.sum() for c in cols])
     meta = json.loads((out / "runs" / "taps" / "mapping" / "placement.json").read_text())["meta"]
-    err = np.asarray(meta["predicted_core_power_w"]) / sim - 1
-    assert np.all(np.abs(err) <= 0.25), {int(i): round(float(err[i]), 3) for i in np.flatnonzero(np.abs(err) > 0.25)}
+    return table, meta, np.asarray(meta["predicted_core_power_w"]) / sim - 1
