@@ -2,7 +2,8 @@
 
 Variables: ``x[i, c] ∈ {0, 1}`` (instance i on core c) and the peak ``t`` (°C). Minimise ``t`` subject to
 - ``Σ_c x[i, c] = 1`` for every instance;
-- ``t_base[k] + Σ_{i,c} H[k, c]·p_i·x[i, c] ≤ t`` for every core k (the peak of ``H·p + T_amb``, linear in x);
+- ``t_base[k] + Σ_{i,c} H[k, c]·p_i·x[i, c] ≤ t`` for every core k (the peak of the steady model's ``T̂``, linear in
+  x; ``H`` the instances' matrix, ``taps.instance_influence``);
 - ``Σ_i f_i·x[i, c] ≤ core_flops_tps`` for every core (capacity, FLOP/s);
 - ``Σ_{r ∈ replicas(e)} x[r, c] ≤ 1`` for every replicated expert e and core c;
 - symmetry breaking: the most powerful instance sits in the fundamental domain of the mesh symmetries that leave H

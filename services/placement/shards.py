@@ -68,7 +68,8 @@ class BankBook:
     def place(self, core: int, size: float, demand: float) -> tuple[int, int]:
         """Place one shard for ``core``: its own vault when a bank has room and bandwidth, else the nearest vault with
         both, else the nearest with room (bandwidth exceeded), else the least-used bank of its own vault (over
-        capacity). Returns (vault core, slot)."""
+        capacity); within a vault, `spread_pick` (least-demanded column, least-demanded bank, the die nearest the
+        sink). Returns (vault core, slot)."""
         room = np.asarray(self.used + size <= self.cap + 1e-6, dtype=bool)
         bw_ok = np.asarray(self.bw + demand <= self.bw_cap * (1 + 1e-9), dtype=bool)
         order = vault_order(self.geom.mesh_x, self.geom.mesh_y)[core]
@@ -88,9 +89,10 @@ class BankBook:
                 self.over_bw += 1
             self._add(v, slot, size, demand)
             return v, slot
-        slots = np.arange(self.geom.vault_banks)
-        # the chip is full: the least used bank of the core's own vault, the die nearest the sink among equals
-        slot = int(np.lexsort((slots, -(slots % self.geom.n_dram_layers), self.used[core]))[0])
+        # the chip is full: the least used bank of the core's own vault (`spread_pick` with no demand to weigh: the
+        # least used, then the die nearest the sink, then the lowest slot)
+        banks = self.geom.vault_banks
+        slot = spread_pick(np.zeros(banks), self.used[core], np.ones(banks, dtype=bool), self.geom.n_dram_layers)
         self.over_capacity += 1
         self._add(core, slot, size, demand)
         return core, slot

@@ -90,9 +90,8 @@ class Problem:
     # energy per micro-batch step of each instance (J): in its core and in its vault (``instance_energy``)
     inst_e_logic: np.ndarray | None = None  # (m,)
     inst_e_vault: np.ndarray | None = None  # (m,)
-    base_core_w: np.ndarray | None = None  # (n,) W: the base field's logic-die power per core (`base_power`)
     H_core: np.ndarray | None = None  # (n, n) K/W: rise per W on the logic die alone (the thermal service's H)
-    base_field: BaseField | None = None  # what ``t_base`` and ``base_core_w`` come from (`base_power`)
+    base_field: BaseField | None = None  # what ``t_base`` comes from (`base_power`); None: leakage-free library use
     # derived (filled by __post_init__)
     adj_i: np.ndarray = field(init=False)
     adj_j: np.ndarray = field(init=False)
@@ -124,7 +123,7 @@ class Problem:
         if self.inst_e_logic is not None and self.inst_e_vault is not None:
             tot = self.inst_e_logic + self.inst_e_vault
             p = p * np.divide(self.inst_e_logic, tot, out=np.ones_like(tot), where=tot > 0)
-        base = np.zeros(self.n) if self.base_core_w is None else self.base_core_w
+        base = np.zeros(self.n) if self.base_field is None else self.base_field.core_w
         return base + np.bincount(assign, weights=p, minlength=self.n)
 
     def temps(self, assign: np.ndarray) -> np.ndarray:
@@ -268,19 +267,16 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
                      "capacity relaxed to it")
         cap = float(flops.max()) * (1 + 1e-9)
     t_amb = arch.geometry.cooling.ambient_c
-    base = base_power(arch, H, H_vault, steps_per_s, nonexpert_flops_per_step, nonexpert_bytes_per_step,
+    Hv = None if H_vault is None else check_h(H_vault, n)
+    base = base_power(arch, H, Hv, steps_per_s, nonexpert_flops_per_step, nonexpert_bytes_per_step,
                       float(e_compute.sum()) * steps_per_s, float(e_ctrl.sum()) * steps_per_s,
                       float(e_vault.sum()) * steps_per_s)
-    base_core, base_vault = base.core_w, base.vault_w
     notes.extend(base.notes)
     # the instances' MACs and scratchpad accesses at the cores' mean (V/V0)²: exact when every core settles at one
     # DVFS level (both shipped chips; a placement that moves a core across a trip is not modelled)
     e_logic = e_compute * float(base.dyn_scale.mean()) + e_ctrl
     power = (e_logic + e_vault) * steps_per_s  # W, mean
-    Hv = None if H_vault is None else check_h(H_vault, n)
-    # the base field through the logic die's own H and the vaults' H_vault; the instances through their mix
-    t_base = t_amb + H @ base_core + (H if Hv is None else Hv) @ base_vault
-    H_inst = instance_influence(H, Hv, e_logic, e_vault)
+    H_inst = instance_influence(H, Hv, e_logic, e_vault)  # the instances' heat; the base field's is in t_base
     obj = taps.objective
     inst_bytes = None
     vault_cap = math.inf
@@ -304,13 +300,12 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     if critical_path_tol is not None:
         inst_time, inst_budget = layer_budgets(arch, taps, tok_step * expert_flops_per_token, expert_bytes,
                                                expert_layer[inst_expert], critical_path_tol)
-    return Problem(geom=geom, H=H_inst, H_core=H, base_field=base, t_base=t_base, w_peak=obj.w_peak, w_var=obj.w_var,
-                   w_smooth=obj.w_smooth,
+    return Problem(geom=geom, H=H_inst, H_core=H, base_field=base, t_base=base.t_base_c, w_peak=obj.w_peak,
+                   w_var=obj.w_var, w_smooth=obj.w_smooth,
                    inst_expert=inst_expert, inst_power=power, inst_flops=flops, inst_tokens_step=tok_step,
                    expert_layer=expert_layer, expert_e=expert_e, cap_flops=cap, steps_per_s=steps_per_s,
                    t_amb=t_amb, notes=notes, h_source=source, inst_time=inst_time, inst_budget=inst_budget,
-                   inst_bytes=inst_bytes, vault_cap=vault_cap, inst_e_logic=e_logic, inst_e_vault=e_vault,
-                   base_core_w=base_core)
+                   inst_bytes=inst_bytes, vault_cap=vault_cap, inst_e_logic=e_logic, inst_e_vault=e_vault)
 
 
 def work_energy(arch: ArchConfig, macs: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -334,6 +329,7 @@ class BaseField:
     core_w: np.ndarray  # (n,) W on the logic die under each core
     vault_w: np.ndarray  # (n,) W in each core's vault (DRAM dies)
     temps_c: np.ndarray  # (n,) °C: the predicted mean field (base + the instances' power spread evenly)
+    t_base_c: np.ndarray  # (n,) °C: ambient + the base alone (core_w through H, vault_w through H_vault)
     levels: np.ndarray  # (n,) the DVFS level each core settles at on that field
     dyn_scale: np.ndarray  # (n,) (V/V0)² at that level
     notes: list[str]
@@ -351,7 +347,9 @@ def instance_influence(H: np.ndarray, H_vault: np.ndarray | None, e_logic: np.nd
     core; an instance's own share differs from the mean (decode: more tokens, more MACs against the same stream),
     so the split is exact for the total, not per instance (the slot model, which picks among the candidates, keeps
     the two apart). Without ``H_vault`` (library use): ``H``. The seed's chip (DRAM at 2 W/(m·K)) is where it
-    matters: counting the reads' heat at the core put TAPS's mean field ~11 K above the simulated one."""
+    matters: with the reads' heat counted at the core TAPS's mean field was 11.5 K above the simulated one, with it
+    in the DRAM dies ~10 K (`H_vault` spreads a vault's watt over all its dies, the bank book fills the top ones
+    first; README, "The seed's chip")."""
     if H_vault is None:
         return H
     tot = float(e_logic.sum() + e_vault.sum())
@@ -398,7 +396,8 @@ def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, step
         core_w = (e_comp * scale + e_ctrl) * steps_per_s + leak
         vault_w = e_vault * steps_per_s + (bank_leak + bank_ref) * banks
         expert_logic_w = expert_compute_w * float(scale.mean()) + expert_ctrl_w
-        T_new = t_amb + H @ (core_w + expert_logic_w / n) + Hv @ (vault_w + expert_vault_w / n)
+        t_base = t_amb + H @ core_w + Hv @ vault_w
+        T_new = t_base + H @ np.full(n, expert_logic_w / n) + Hv @ np.full(n, expert_vault_w / n)
         new_levels = step_levels(T_new, levels, arch)
         moved = float(np.abs(T_new - T).max())
         T = T_new
@@ -416,7 +415,8 @@ def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, step
         notes.append(f"DVFS: the predicted mean field ({T.min():.1f}-{T.max():.1f} °C) holds the cores at "
                      f"{f.min():g}-{f.max():g} GHz: compute energy priced at (V/V0)² = {scale.min():.3g}-"
                      f"{scale.max():.3g}")
-    return BaseField(core_w=core_w, vault_w=vault_w, temps_c=T, levels=levels, dyn_scale=scale, notes=notes)
+    return BaseField(core_w=core_w, vault_w=vault_w, temps_c=T, t_base_c=t_base, levels=levels, dyn_scale=scale,
+                     notes=notes)
 
 
 def instance_energy(arch: ArchConfig, tok_step: np.ndarray, expert_flops_per_token: float,

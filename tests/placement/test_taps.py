@@ -439,7 +439,8 @@ def test_the_base_field_and_the_instances_heat_add_up_to_the_mean_field(mixtral:
     """On the seed's chip (H and H_vault differ most: DRAM at 2 W/(m·K)) the problem's temperatures split cleanly:
     ``t_base`` is the base field's logic-die power through the logic die's own H plus its vault power through
     H_vault (not through the instances' mix); the instances' matrix is ``a·H + (1 − a)·H_vault`` at their mean logic
-    share; and the instances spread evenly on ``t_base`` give back the base field's mean field (its fixed point)."""
+    share; and the instances spread evenly on ``t_base`` give back the mean field the base field was priced on (the
+    instances' power at the same DVFS scale as the base's)."""
     from services.placement.taps import BaseField, instance_influence
     from services.thermal.influence import influence_for_model, vault_influence_for_model
     from services.thermal.model import build_model
@@ -463,4 +464,26 @@ def test_the_base_field_and_the_instances_heat_add_up_to_the_mean_field(mixtral:
     np.testing.assert_allclose(pb.H, a * H + (1 - a) * Hv, rtol=1e-12)
     np.testing.assert_allclose(instance_influence(H, None, pb.inst_e_logic, pb.inst_e_vault), H)
     spread = np.full(pb.n, pb.inst_power.sum() / pb.n)
-    np.testing.assert_allclose(pb.t_base + pb.H @ spread, bf.temps_c, atol=2e-3)
+    np.testing.assert_allclose(pb.t_base + pb.H @ spread, bf.temps_c, rtol=1e-12)
+
+
+def test_an_unsettled_base_field_says_why_and_keeps_one_passs_levels_and_scale(monkeypatch: pytest.MonkeyPatch
+                                                                                ) -> None:
+    """On the seed's chip the governor steps down over several passes; cut to one pass, the base field is not
+    settled: a note says so and why (the levels kept changing), and the levels, their (V/V0)² and the powers
+    returned are those of the one pass (level 0 everywhere), not the next pass's levels with this pass's scale."""
+    import services.placement.taps as taps_mod
+    from services.thermal.influence import influence_for_model, vault_influence_for_model
+    from services.thermal.model import build_model
+    from shared.configs.loader import load_arch
+    from shared.dvfs import dynamic_scale, freq_volt
+    from tests.conftest import CONFIGS
+
+    arch = load_arch(CONFIGS / "arch_seed.yaml")
+    model = build_model(arch)
+    H, Hv = influence_for_model(model), vault_influence_for_model(model)
+    monkeypatch.setattr(taps_mod, "BASE_FIELD_PASSES", 1)
+    base = taps_mod.base_power(arch, H, Hv, 1e3 / 300, 4e11, 2e9, 5.0, 1.0, 14.0)
+    assert any("not settled" in n and "levels kept changing" in n for n in base.notes), base.notes
+    np.testing.assert_allclose(base.dyn_scale, dynamic_scale(freq_volt(base.levels, arch)[1], arch))
+    assert not base.levels.any()
