@@ -390,7 +390,7 @@ def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, step
     levels = np.zeros(n, dtype=int)
     notes: list[str] = []
     for k in range(BASE_FIELD_PASSES):
-        V = freq_volt(levels, arch)[1]  # this pass's levels: returned with the scale and powers priced at them
+        f, V = freq_volt(levels, arch)  # this pass's levels: returned with the scale and powers priced at them
         scale = dynamic_scale(V, arch)
         leak, bank_leak, bank_ref = static_power(arch, T, T, V)
         core_w = (e_comp * scale + e_ctrl) * steps_per_s + leak
@@ -399,19 +399,18 @@ def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, step
         t_base = t_amb + H @ core_w + Hv @ vault_w
         T_new = t_base + H @ np.full(n, expert_logic_w / n) + Hv @ np.full(n, expert_vault_w / n)
         new_levels = step_levels(T_new, levels, arch)
+        held = np.array_equal(new_levels, levels)
         moved = float(np.abs(T_new - T).max())
         T = T_new
-        if np.array_equal(new_levels, levels) and moved < 1e-3:
+        if held and moved < 1e-3:
             break
         if k == BASE_FIELD_PASSES - 1:
-            cause = ("the DVFS levels kept changing (a governor cycling between levels)"
-                     if not np.array_equal(new_levels, levels) else
+            cause = ("the DVFS levels kept changing (a governor cycling between levels)" if not held else
                      f"the field still moved {moved:.3g} K a pass (leakage feeding back on temperature)")
             notes.append(f"base field: not settled in {BASE_FIELD_PASSES} passes: {cause}; the last pass is used")
             break
         levels = new_levels
     if levels.any():
-        f = freq_volt(levels, arch)[0]
         notes.append(f"DVFS: the predicted mean field ({T.min():.1f}-{T.max():.1f} °C) holds the cores at "
                      f"{f.min():g}-{f.max():g} GHz: compute energy priced at (V/V0)² = {scale.min():.3g}-"
                      f"{scale.max():.3g}")
