@@ -104,7 +104,8 @@ def initial_freqs(arch: ArchConfig) -> list[float]:
 def ambient_telemetry(arch: ArchConfig) -> Telemetry:
     t = arch.geometry.cooling.ambient_c
     n = arch.mesh.n_cores
-    return Telemetry(temps_core=[t] * n, temps_bank=[t] * n, util_core=[0.0] * n, noc_load=0.0, ts_ns=0)
+    return Telemetry(temps_core=[t] * n, temps_bank=[t] * n, util_core=[0.0] * n, noc_load=0.0, ts_ns=0,
+                     freq_ghz=initial_freqs(arch))
 
 
 def initial_replicas(placement: Placement) -> ReplicaState:
@@ -141,10 +142,11 @@ def build_window_metrics(*, window: int, t0_ns: int, t1_ns: int, snap: ThermalSn
 
 
 def next_telemetry(snap: ThermalSnapshot, timing: WindowTiming, t1_ns: int) -> Telemetry:
-    """What TACS sees before the next window: raw core temperatures, hottest DRAM layer per vault, utilisation."""
+    """What TACS sees before the next window: raw core temperatures, hottest DRAM layer per vault, utilisation and
+    the clocks of the next window (the DVFS governor's, after this one)."""
     banks = [max(v) for v in snap.temps_bank_c] if snap.temps_bank_c else list(snap.temps_core_c)
     return Telemetry(temps_core=snap.temps_core_c, temps_bank=banks, util_core=timing.util_core,
-                     noc_load=_mean(timing.noc_link_util), ts_ns=t1_ns)
+                     noc_load=_mean(timing.noc_link_util), ts_ns=t1_ns, freq_ghz=snap.freq_ghz)
 
 
 # ----------------------------------------------------------------------------------------------------- frontier

@@ -8,15 +8,17 @@ Per call (temperatures °C, times ns, powers W, energies J):
    but cool core) never triggers a move.
 3. Candidate sources: the ``top_k_hot`` hottest cores (by T̃; a set that does not depend on Thot) that are sources.
    Sinks of a source: the cores within ``hop_radius`` hops plus the ``top_k_hot`` coolest cores: O(K·deg) edges.
-4. Benefit versus cost (Science III, issue 16). An action moves instance power ``w`` from s to d (the expert's pending
-   work on s: its FLOPs at ``mac_pj/2`` and its weight reads at the DRAM access energy, shared/energy.py, spread
-   over the horizon τ below): a *reroute* (to another of its replicas; no weights move) or a *migration* (a
+4. Benefit versus cost (Science III, issue 16). An action moves an instance's work from s to d (the expert's pending
+   work on s: its FLOPs at ``mac_pj/2`` times ``(V/V0)²`` of the core that runs them, and its weight reads at the
+   DRAM access energy, shared/energy.py, spread over the horizon τ below; so ``w_s`` on s and ``w_d`` on d, each
+   core at its clock for the coming window, ``telemetry.freq_ghz``, else its domain's top step, with the voltage of
+   shared/dvfs.py): a *reroute* (to another of its replicas; no weights move) or a *migration* (a
    single-core expert and its weight shards). With H the steady-state influence matrix (K/W) and
    τ = max(``min_residency_ms``, window) the horizon the move holds for (``power_over: window`` spreads the pending
    energy over the window instead of τ: a sensitivity setting that takes the pending work as continuous):
-   - benefit ``B = min(w·(H[s,s] − H[s,d]), x_s) · max(0, 1 − t_stream/τ)``: the hot core's drop, counted only up to
-     its excess over Thot, and only after the weights have streamed (``t_stream = bytes / vault bandwidth``; 0 for a
-     reroute);
+   - benefit ``B = min(w_s·H[s,s] − w_d·H[s,d], x_s) · max(0, 1 − t_stream/τ)``: the hot core's drop, counted only
+     up to its excess over Thot, and only after the weights have streamed (``t_stream = bytes / vault bandwidth``;
+     0 for a reroute);
    - heat ``Q = (E_read·H[s,s] + E_write·H[s,d] + E_noc·H[s,s]) / τ``: the move's own energy over the horizon, seen at
      the hot core (``E_read = E_write = bytes · dram J/B``, ``E_noc = bytes · hops · NoC J/B/hop``; shared/energy.py);
      a reroute's bytes are the activations its tokens carry both ways;
@@ -24,11 +26,11 @@ Per call (temperatures °C, times ns, powers W, energies J):
      NoC load.
    A move is made when ``net = B − Q − μ·ΔNoĈ > 0`` (the reactive rule; step 6 replaces this test), the
    destination is not overloaded (``q_d ≤ q_tgt``) and stays cooler than the relieved source (rise
-   ``w·(H[d,d] − H[d,s])``; a Thot-independent rule, so that raising Thot cannot add destinations). Each source makes
-   at most one move: the one of largest net (ties: ``λ·hops + η·rise``, then the lower core), a migration only among the
-   ``min(top_k_hot, max_parallel_migrations)`` hottest candidates. A reroute moves no weights, so where it relieves
-   as much it wins. Hence a higher Thot can only remove moves, and a higher μ can only pick moves with less NoC load
-   (the argmax of ``B − Q − μ·ΔNoĈ`` has a non-increasing ΔNoĈ in μ).
+   ``w_d·H[d,d] − w_s·H[d,s]``; a Thot-independent rule, so that raising Thot cannot add destinations). Each source
+   makes at most one move: the one of largest net (ties: ``λ·hops + η·rise``, then the lower core), a migration
+   only among the ``min(top_k_hot, max_parallel_migrations)`` hottest candidates. A reroute moves no weights, so
+   where it relieves as much it wins. Hence a higher Thot can only remove moves, and a higher μ can only pick moves
+   with less NoC load (the argmax of ``B − Q − μ·ΔNoĈ`` has a non-increasing ΔNoĈ in μ).
 5. Migrations respect ``min_residency_ms`` (since the expert's last change), the undo cool-down (no move back to its
    previous cores within ``undo_cooldown_ms``), the NoC guard (none while ``noc_load > noc_guard``), bank capacity
    (free banks in the destination vault, from the LIVE occupancy: the placement's banks with every earlier TACS move
@@ -44,8 +46,9 @@ Per call (temperatures °C, times ns, powers W, energies J):
    or spread over vault c, during window 0; the exact discrete model, linear in power) on today's temperatures:
    ``T̂[t, k] = T̃[k] + ΔT[t, k]``, with ``C = cumsum(D)`` the response to power sustained from window 0 and
    - the shifted power, sustained from the window its weights have streamed (``m = ceil(t_stream / window)``; 0 for
-     a reroute): ``w_core·(Cc[t−m][k, d] − Cc[t−m][k, s]) + w_vault·(Cv[t−m][k, d] − Cv[t−m][k, s])``, the powers
-     of step 4 (the pending work's FLOP energy at the core, its weight reads' DRAM energy at the vault, over τ);
+     a reroute): ``w_d,core·Cc[t−m][k, d] − w_s,core·Cc[t−m][k, s] + w_vault·(Cv[t−m][k, d] − Cv[t−m][k, s])``,
+     the powers of step 4 (the pending work's FLOP energy at each core's voltage, its weight reads' DRAM energy at
+     the vault, over τ);
    - the move's own energy during windows 0..m−1: reads at vault s, writes at vault d, NoC at core s (for a reroute,
      its activations' NoC energy over τ, sustained).
    Source s scores among the cores not hotter than it now (hotter ones are other sources' to relieve; the move's
@@ -81,7 +84,7 @@ from shared.contracts.placement import (
     check_cores_in_mesh,
 )
 from shared.contracts.workload import LogicalWindow
-from shared.dvfs import top_freqs
+from shared.dvfs import dynamic_scale, top_freqs, volts_for
 from shared.energy import EnergyModel
 from shared.errors import BadInput
 from shared.lru import LRU
@@ -154,6 +157,9 @@ def validate_inputs(tele: Telemetry, placement: Placement, state: ReplicaState, 
                        field="telemetry.util_core")
     if not all(math.isfinite(t) for t in tele.temps_core):
         raise BadInput("telemetry.temps_core must be finite", field="telemetry.temps_core")
+    if tele.freq_ghz and len(tele.freq_ghz) != n:
+        raise BadInput(f"telemetry.freq_ghz has {len(tele.freq_ghz)} values, the mesh has {n} cores",
+                       field="telemetry.freq_ghz")
     if smoothed is not None and len(smoothed) != n:
         raise BadInput(f"smoothed has {len(smoothed)} values, the mesh has {n} cores", field="smoothed")
     check_cores_in_mesh({k: v.cores for k, v in placement.experts.items()}, n, "placement.experts")
@@ -211,7 +217,11 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
     # instance power estimate (W) per (expert, core); mb ids per expert from the pending window
     e_flop = EnergyModel.from_arch(arch).mac_j / 2  # J per FLOP (one MAC = 2 FLOPs; shared/energy.py)
     tokens: dict[str, float] = {}
-    inst_power: dict[str, float] = {}
+    # the clock of each core in the coming window (telemetry; else its domain's top step) and its dynamic-energy
+    # factor (V/V0)^2 (shared/dvfs.py): compute energy is priced at V0 (shared/energy.py), then scaled per core
+    f_core = np.asarray(tele.freq_ghz if tele.freq_ghz else top_freqs(arch), dtype=float)
+    v_scale = dynamic_scale(volts_for(f_core, arch), arch)
+    inst_power: dict[str, float] = {}  # W per core of the expert at V0 (compute) plus its vault part
     inst_vault: dict[str, float] = {}  # the part of inst_power spent in the expert's vault (its weight reads)
     if pending_window is not None and len(pending_window.compute):
         comp = pending_window.compute
@@ -239,10 +249,9 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
                                    / power_s / len(cores_of[eid]))
                 inst_vault[eid] = bytes_e.get(eid, 0.0) * e_byte / power_s / len(cores_of[eid])
     else:
-        top = top_freqs(arch)  # GHz per core, its domain's top step
         for c in range(n):
             if on_core[c]:
-                peak_flops = arch.core.array[0] * arch.core.array[1] * 2 * top[c] * 1e9
+                peak_flops = arch.core.array[0] * arch.core.array[1] * 2 * f_core[c] * 1e9  # at its clock
                 share = q[c] * peak_flops * e_flop / len(on_core[c])
                 for eid in on_core[c]:
                     inst_power[eid] = share  # identical share on every core of a replicated expert
@@ -277,8 +286,11 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
     def evaluate(kind: str, eid: str, s: int, d: int, w: float, nbytes: float, stream_s: float
                  ) -> _Action | None:
         """The move's net benefit (module docstring, step 4); None when it is not worth making or not allowed."""
-        drop = w * (H[s, s] - H[s, d])
-        rise = w * (H[d, d] - H[d, s])
+        wv = inst_vault.get(eid, 0.0)
+        ws = (w - wv) * float(v_scale[s]) + wv  # the instance's power on s, and the same work's on d (its voltage)
+        wd = (w - wv) * float(v_scale[d]) + wv
+        drop = ws * H[s, s] - wd * H[s, d]
+        rise = wd * H[d, d] - ws * H[d, s]
         if not (drop > 0 and T[d] + rise < T[s] - drop and q[d] <= params.q_target):
             return None
         benefit = min(drop, float(excess[s])) * max(0.0, 1.0 - stream_s / tau_s)
@@ -289,9 +301,8 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
         net = benefit - heat - mu * added
         delta = None
         if look is not None:  # step 6: the predicted peak decides, not net
-            wv = inst_vault.get(eid, 0.0)
             m = 0 if kind == "reroute" else max(1, math.ceil(stream_s / window_s - 1e-9))
-            delta = look.shift(s, d, w - wv, wv, start=m)
+            delta = look.shift(s, d, ws - wv, wd - wv, wv, start=m)
             if kind == "reroute":
                 delta += look.sustained(look.Cc, s, e_noc / tau_s, 0, look.n_windows)
             else:
@@ -401,10 +412,13 @@ class _Lookahead:
             out[stop:] -= C[: N - stop, :, c]
         return out * watts
 
-    def shift(self, s: int, d: int, w_core: float, w_vault: float, *, start: int) -> np.ndarray:
-        """(N, n) K: the power of an expert's work moved from core s (and vault s) to d from window ``start`` on."""
+    def shift(self, s: int, d: int, w_core_s: float, w_core_d: float, w_vault: float, *, start: int
+              ) -> np.ndarray:
+        """(N, n) K: an expert's work moved from core s (and vault s) to d from window ``start`` on: ``w_core_s``
+        leaves core s, ``w_core_d`` (the same work at d's voltage) arrives at d, ``w_vault`` moves vault."""
         N = self.n_windows
-        out: np.ndarray = self.sustained(self.Cc, d, w_core, start, N) - self.sustained(self.Cc, s, w_core, start, N)
+        out: np.ndarray = self.sustained(self.Cc, d, w_core_d, start, N) \
+            - self.sustained(self.Cc, s, w_core_s, start, N)
         out += self.sustained(self.Cv, d, w_vault, start, N) - self.sustained(self.Cv, s, w_vault, start, N)
         return out
 

@@ -6,7 +6,7 @@ Owner: placement service. Consumers: lowering (physicalize), orchestrator (files
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
@@ -110,6 +110,10 @@ class Telemetry(BaseModel):
     util_core: list[float] = Field(default_factory=list)  # 0..1
     noc_load: float = Field(default=0.0, ge=0)
     ts_ns: int = 0
+    # GHz per core, the clock of the coming window (thermal's DVFS governor after the last one: its snapshot's
+    # freq_ghz); empty: each domain's top step.
+    # TACS prices a core's compute energy at its voltage, (V/V0)^2 (shared/dvfs.py).
+    freq_ghz: list[Annotated[float, Field(gt=0, le=1e3)]] = Field(default_factory=list)
 
 
 def check_cores_in_mesh(cores_of: Mapping[str, Sequence[int]], n_cores: int, where: str, *,

@@ -18,10 +18,13 @@ from services.orchestrator.models import RunStatus, ScenarioRun, WindowRecord
 from services.orchestrator.run_files import RunFiles, result_csv_path, run_dir_for
 from services.orchestrator.schemas import ExperimentRequest
 from services.orchestrator.service import create_experiment, resolve_spec
-from services.orchestrator.window_loop import run_scenario
+from services.orchestrator.window_loop import ambient_telemetry, next_telemetry, run_scenario
 from shared import gz_text
 from shared.client import ServiceClients
-from shared.configs import WorkloadConfig
+from shared.configs import ArchConfig, WorkloadConfig
+from shared.configs.arch import DvfsConfig, DvfsDomain
+from shared.contracts.events import WindowTiming
+from shared.contracts.thermal import ThermalSnapshot
 from shared.settings import Settings
 from tests.conftest import CONFIGS
 from tests.orchestrator import fakes
@@ -373,3 +376,17 @@ def test_a_warm_up_pass_whose_states_are_lost_goes_on_from_its_last_whole_states
     assert "going on from window 2 with the states kept then" in (
         run_dir_for(tmp_path / "lost", "tas") / "run.log").read_text()
     assert _tree(tmp_path / "lost") == _tree(tmp_path / "ref")
+
+
+def test_tacs_is_told_the_clocks_of_the_window_it_decides_for() -> None:
+    """TACS prices compute at each core's voltage: its telemetry carries the thermal snapshot's clocks for the next
+    window (the DVFS governor's, per core), and before the first window every core's top step."""
+    arch = ArchConfig(dvfs=DvfsConfig(domains=(DvfsDomain(), DvfsDomain(cores=(0, 1), steps_ghz=(1.5, 1.0),
+                                                                         trip_c=(80.0,)))))
+    first = ambient_telemetry(arch).freq_ghz
+    assert first[:2] == [1.5, 1.5] and set(first[2:]) == {2.0}  # shared.chip.core_domains: a listed core's domain
+    n = arch.mesh.n_cores
+    clocks = [1.2 if c % 3 == 0 else 2.0 for c in range(n)]
+    snap = ThermalSnapshot(window=4, temps_core_c=[50.0] * n, freq_ghz=clocks)
+    tele = next_telemetry(snap, WindowTiming(util_core=[0.5] * n), 9_000_000)
+    assert tele.freq_ghz == clocks and tele.ts_ns == 9_000_000

@@ -287,6 +287,7 @@ def test_cool_chip_does_nothing(tas: TasParams) -> None:
 @pytest.mark.parametrize(("mutate", "field"), [
     (lambda d: d.update(temps_core=[50.0] * 3), "telemetry.temps_core"),
     (lambda d: d.update(util_core=[0.5] * 3), "telemetry.util_core"),
+    (lambda d: d.update(freq_ghz=[2.0] * 3), "telemetry.freq_ghz"),
 ])
 def test_bad_telemetry_names_the_field(tas: TasParams, mutate: object, field: str) -> None:
     plc = placement_from(ARCH4, {"L0E0": [0]})
@@ -428,6 +429,27 @@ def test_a_busy_cool_chip_and_a_move_not_worth_its_heat_do_nothing(tas: TasParam
     ov, _, _ = tacs_step(Telemetry(temps_core=hot, util_core=[0.5] * 16), small, ReplicaState(), tas.tacs, ARCH4,
                          H4, late, None, late.t0_ns)
     assert ov.migrate.obj_type.count("expert") == 1
+
+
+def test_a_cores_clock_prices_its_work_at_its_voltage(tas: TasParams) -> None:
+    """TACS prices an instance's FLOPs at ``(V/V0)²`` of the core that runs them (``telemetry.freq_ghz``, the
+    governor's clocks for the coming window; shared/dvfs.py). 1 W of work (priced at V0) on hot core 6 is worth
+    moving at the top step; with every core at the lowest step (1.2 GHz, V ∝ f: 0.6 V, 0.36× the energy) the same
+    work draws 0.36 W, and the hot core's drop no longer pays for streaming its weights. No clocks given means each
+    domain's top step."""
+    hot = [60.0] * 16
+    hot[6] = 81.0
+    small = placement_from(ARCH4, {"L0E0": [6]})
+    late = window(10, {"L0E0": 1.0})
+
+    def migrations(freq: list[float]) -> int:
+        ov, _, _ = tacs_step(Telemetry(temps_core=hot, util_core=[0.5] * 16, freq_ghz=freq), small, ReplicaState(),
+                             tas.tacs, ARCH4, H4, late, None, late.t0_ns)
+        return ov.migrate.obj_type.count("expert")
+
+    top = ARCH4.dvfs.domains[0].steps_ghz
+    assert migrations([top[0]] * 16) == migrations([]) == 1
+    assert migrations([top[-1]] * 16) == 0
 
 
 def test_the_bank_index_of_one_placement_object_follows_the_chip() -> None:
