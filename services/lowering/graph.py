@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from services.lowering.costmodel import RESIDENT_FRACTION, dtype_bytes, gemm_cost_for_arch, vector_cost
 from shared.configs.arch import ArchConfig
+from shared.dvfs import top_freqs
 from shared.errors import BadInput
 from shared.limits import MAX_ITEMS, Dim, DimOrZero
 
@@ -421,9 +422,9 @@ def fuse(dag: Dag, prof: FusionProfile, arch: ArchConfig, kind: str = "") -> Gra
     materialized = {e.tensor for e in edges if e.decision == "materialize"}
     fused = inputs_read + sum(dag.tensors[t].nbytes(eb) for t in materialized) + \
         sum(e.bytes for e in edges) + sum(t.nbytes(eb) for t in finals)
-    # DRAM time added to compute (groups run one after another; all vaults stream in parallel), cycles at the top
-    # DVFS step of the first domain
-    f_ghz = arch.dvfs.domains[0].steps_ghz[0]
+    # DRAM time added to compute (groups run one after another; all vaults stream in parallel), in cycles of the
+    # slowest core's top DVFS step (shared.dvfs.top_freqs): a group split over every core ends with its slowest one
+    f_ghz = min(top_freqs(arch))
     bw = arch.dram.vault_bw_gbps / f_ghz * prof.n_cores  # bytes per core cycle, all vaults
     cost = {
         "dram_bytes_unfused": float(unfused),

@@ -15,7 +15,7 @@ from services.lowering.graph import (
     expand,
     plan_graph,
 )
-from shared.configs.arch import ArchConfig
+from shared.configs.arch import ArchConfig, DvfsConfig, DvfsDomain
 
 ARCH = ArchConfig()
 
@@ -80,6 +80,20 @@ def test_fusion_lowers_dram_bytes() -> None:
     M, d, f = 64, 4096, 14336
     reads = (M * d * 2 + 2 * d * f + f * d + M * d) * eb  # X (gate, up), Wg, Wu, Wd, X (residual)
     assert p.cost["dram_bytes_fused"] == reads + M * d * eb
+
+
+def test_the_dram_time_is_counted_in_cycles_of_the_slowest_cores_clock() -> None:
+    """A graph split over every core ends with its slowest one: the DRAM time added to the compute cycles is in
+    cycles of the slowest core's top DVFS step, whichever domain lists it (``shared.dvfs.top_freqs``)."""
+    spec = FusedOpSpec(kind="SwiGLU", tokens=64)
+    one = plan(spec).cost
+    slow = DvfsDomain(cores=(5,), steps_ghz=(1.0, 0.8), trip_c=(80.0,))
+    for domains in ((DvfsDomain(), slow), (slow, DvfsDomain())):
+        two = plan(spec, ArchConfig(dvfs=DvfsConfig(domains=domains))).cost
+        assert two["compute_cycles"] == one["compute_cycles"]
+        f0 = ARCH.dvfs.domains[0].steps_ghz[0]
+        dram = one["cycles_fused"] - one["compute_cycles"]
+        assert two["cycles_fused"] - two["compute_cycles"] == pytest.approx(dram * 1.0 / f0, rel=1e-12)
 
 
 def test_gqa_shapes_and_materialised_kv() -> None:
