@@ -13,7 +13,7 @@ service's influence matrix and the workload service's model facts.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -66,26 +66,33 @@ def thermal_model(clients: ServiceClients, arch: ArchConfig, **kw: Any) -> str:
     return str(r["model"])
 
 
-def thermal_influence(clients: ServiceClients, arch: ArchConfig, model_hash: str | None = None,
-                      **kw: Any) -> InfluenceMatrix:
+def _dies_params(vault_dies: Sequence[float] | None) -> dict[str, list[str]]:
+    return {} if vault_dies is None else {"vault_dies": [repr(float(x)) for x in vault_dies]}
+
+
+def thermal_influence(clients: ServiceClients, arch: ArchConfig, model_hash: str | None = None, *,
+                      vault_dies: Sequence[float] | None = None, **kw: Any) -> InfluenceMatrix:
     """The thermal service's influence matrix of ``arch`` (its model built first when the service does not know it:
-    a new model hash, a restart, an evicted cache)."""
+    a new model hash, a restart, an evicted cache); ``vault_dies``: the share of a vault's watt per DRAM die its
+    ``H_vault`` is for (None: evenly)."""
     key = model_hash or thermal_model(clients, arch, **kw)
+    params = _dies_params(vault_dies)
     try:
-        r = clients["thermal"].get_json(f"/v1/models/{key}/influence")
+        r = clients["thermal"].get_json(f"/v1/models/{key}/influence", params=params)
     except NotFound:
         key = thermal_model(clients, arch, **kw)
-        r = clients["thermal"].get_json(f"/v1/models/{key}/influence")
+        r = clients["thermal"].get_json(f"/v1/models/{key}/influence", params=params)
     return InfluenceMatrix.model_validate(r)
 
 
-def thermal_pulse_response(clients: ServiceClients, arch: ArchConfig, slot_ms: float, lags: int,
-                           **kw: Any) -> PulseResponse:
+def thermal_pulse_response(clients: ServiceClients, arch: ArchConfig, slot_ms: float, lags: int, *,
+                           vault_dies: Sequence[float] | None = None, **kw: Any) -> PulseResponse:
     """The thermal service's short-time responses of ``arch`` (``GET /v1/models/{hash}/pulse-response``), its model
-    built (or found) first."""
+    built (or found) first; ``vault_dies`` as in ``thermal_influence``."""
     key = thermal_model(clients, arch, **kw)
     r = clients["thermal"].get_json(f"/v1/models/{key}/pulse-response",
-                                    params={"slot_ms": repr(float(slot_ms)), "lags": str(int(lags))})
+                                    params={"slot_ms": repr(float(slot_ms)), "lags": str(int(lags)),
+                                            **_dies_params(vault_dies)})
     return PulseResponse.model_validate(r)
 
 

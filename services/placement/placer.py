@@ -24,8 +24,9 @@ from shared.configs.tas import TapsParams
 from shared.contracts.placement import Placement
 from shared.errors import BadInput
 
-# (slot seconds, lags) -> (Dc, Dv) pulse responses (lags, cores, cores) K/W from the thermal service, or None
-PulseFn = Callable[[float, int], tuple[np.ndarray, np.ndarray] | None]
+# (slot seconds, lags, a vault's watt per DRAM die or None: evenly) -> (Dc, Dv) pulse responses (lags, cores, cores)
+# K/W from the thermal service, or None
+PulseFn = Callable[[float, int, np.ndarray | None], tuple[np.ndarray, np.ndarray] | None]
 
 
 def slot_model(pb: Problem, pulse: PulseFn, H_vault: np.ndarray) -> SlotModel | None:
@@ -38,13 +39,14 @@ def slot_model(pb: Problem, pulse: PulseFn, H_vault: np.ndarray) -> SlotModel | 
     n_layers = int(pb.expert_layer.max()) + 1
     S = slot_count(period, float(pb.inst_time.max()), n_layers)
     slot_s = period / S
-    got = pulse(slot_s, PULSE_LAGS)
+    got = pulse(slot_s, PULSE_LAGS, pb.read_dies)  # the vault sources where the instances' shards are
     if got is None:
         return None
     Dc, Dv = got
     inst_slot = pb.expert_layer[pb.inst_expert].astype(np.int64) % S
     H_core = pb.H if pb.H_core is None else pb.H_core  # the logic die's own response (pb.H mixes in the vaults')
-    return SlotModel(S=S, slot_s=slot_s, Rc=periodic_response(Dc, H_core, S), Rv=periodic_response(Dv, H_vault, S),
+    H_reads = H_vault if pb.H_vault_reads is None else pb.H_vault_reads  # Dv's steady sum: the same die shares
+    return SlotModel(S=S, slot_s=slot_s, Rc=periodic_response(Dc, H_core, S), Rv=periodic_response(Dv, H_reads, S),
                      inst_slot=inst_slot, inst_pc=pb.inst_e_logic / slot_s, inst_pv=pb.inst_e_vault / slot_s)
 
 
@@ -53,7 +55,8 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
                     H: np.ndarray | None = None, *, moe_layers: Sequence[int] | None = None, expert_bytes: int = 0,
                     method: str | None = None, H_vault: np.ndarray | None = None,
                     pulse: PulseFn | None = None, nonexpert_flops_per_step: float = 0.0,
-                    nonexpert_bytes_per_step: float = 0.0) -> Placement:
+                    nonexpert_bytes_per_step: float = 0.0,
+                    vault_influence: Callable[[np.ndarray], np.ndarray] | None = None) -> Placement:
     """TAPS placement (``method``: ``heuristic`` (default from ``taps.method``) or ``milp``).
 
     ``expert_load[l][e]``: load profile of MoE layer ``moe_layers[l]`` (default ``0..L-1``), any non-negative scale;
@@ -65,6 +68,8 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
     service passes both): the heuristic's answer is refined on the slot model (``slots.py``), and so is the default
     mapping; the lower slot objective wins, and when nothing beats the default mapping itself, TAPS keeps its cores
     (its shards laid out by TAPS's bank book, ``shards.py``; noted). Without them: the steady model alone.
+    ``vault_influence`` (the thermal service's H_vault for a vault's watt in given shares per DRAM die): where the
+    instances' weight reads heat the dies (``build_problem``); the pulse responses are asked for the same shares.
     """
     method = method or taps.method
     if method not in ("heuristic", "milp"):
@@ -74,7 +79,8 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
         pb = build_problem(arch, workload, taps, expert_load, expert_flops_per_token, H, moe_layers=moe_layers,
                            expert_bytes=float(expert_bytes), critical_path_tol=CRITICAL_PATH_TOL,
                            replicate_hot_k=k_hot, nonexpert_flops_per_step=nonexpert_flops_per_step,
-                           nonexpert_bytes_per_step=nonexpert_bytes_per_step, H_vault=H_vault)
+                           nonexpert_bytes_per_step=nonexpert_bytes_per_step, H_vault=H_vault,
+                           vault_influence=vault_influence)
         if method == "heuristic":
             assign, notes = heuristic_assign(pb, taps.local_search_iters, workload.routing.seed)
             sm = None if pulse is None or H_vault is None else slot_model(pb, pulse, H_vault)

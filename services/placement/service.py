@@ -6,6 +6,7 @@ a model. ``peers`` None: a request must carry those facts itself (a 422 names th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,7 +94,7 @@ def placement_for(req: PlacementRequest, peers: ServiceClients | None = None) ->
         raise BadInput(f"expert_load is required with method={req.method}", field="expert_load")
     loads = validate_loads(expert_load)  # a bad request is refused before another service is asked anything
     check_size(loads.shape[0] * loads.shape[1], req.arch.mesh.n_cores)
-    H_vault, pulse = None, None
+    H_vault, pulse, vault_influence = None, None, None
     if peers is not None and req.method == "heuristic":
         infl = thermal_influence(peers, req.arch)
         H_thermal = influence_array(infl)
@@ -102,23 +103,32 @@ def placement_for(req: PlacementRequest, peers: ServiceClients | None = None) ->
             req = req.model_copy(update={"H": infl.H})
             H_vault = np.asarray(infl.H_vault, dtype=float) if infl.H_vault else None
             pulse = _pulse_fn(req, peers)
+            vault_influence = _vault_influence_fn(req, peers)
     req = with_thermal_h(req, peers)
     H = None if req.H is None else np.asarray(req.H, dtype=float)
     return build_placement(req.arch, req.workload, req.tas.taps, expert_load, req.expert_flops_per_token, H,
                            moe_layers=req.moe_layers, expert_bytes=int(req.expert_bytes), method=req.method,
                            H_vault=H_vault, pulse=pulse, nonexpert_flops_per_step=req.nonexpert_flops_per_step,
-                           nonexpert_bytes_per_step=req.nonexpert_bytes_per_step)
+                           nonexpert_bytes_per_step=req.nonexpert_bytes_per_step, vault_influence=vault_influence)
 
 
 def _pulse_fn(req: PlacementRequest, peers: ServiceClients) -> PulseFn:
     """The thermal service's pulse responses of the request's arch, as the placer asks for them."""
-    def pulse(slot_s: float, lags: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def pulse(slot_s: float, lags: int, vault_dies: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
         try:
-            r = thermal_pulse_response(peers, req.arch, slot_s * 1e3, lags)
+            r = thermal_pulse_response(peers, req.arch, slot_s * 1e3, lags,
+                                       vault_dies=None if vault_dies is None else vault_dies.tolist())
         except BadInput:  # a stack too large for the pulse responses: the steady model alone (placer notes it)
             return None
         return pulse_arrays(r)
     return pulse
+
+
+def _vault_influence_fn(req: PlacementRequest, peers: ServiceClients) -> Callable[[np.ndarray], np.ndarray]:
+    """The thermal service's H_vault of the request's arch for a vault's watt in given shares per DRAM die."""
+    def vault_influence(vault_dies: np.ndarray) -> np.ndarray:
+        return np.asarray(thermal_influence(peers, req.arch, vault_dies=vault_dies.tolist()).H_vault, dtype=float)
+    return vault_influence
 
 
 class PulseCache:

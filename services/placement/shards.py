@@ -49,6 +49,26 @@ def spread_pick(load: np.ndarray, used: np.ndarray, mask: np.ndarray, n_dram_lay
     return int(idx[key[0]])
 
 
+def read_die_profile(geom: ChipGeometry, shards_per_vault: float) -> np.ndarray:
+    """(DRAM dies,) the share of a vault's weight reads on each die (bank layer order), when the book fills an empty
+    vault with ``shards_per_vault`` shards of equal read demand by `spread_pick` (so the dies nearest the sink first:
+    one shard per column on the top die, then the next die down). A fractional count weighs its last shard by the
+    fraction; none: evenly. TAPS's model puts its instances' weight-read heat in the dies by this profile (the
+    thermal service's ``vault_dies``); it is the mean vault's, and equal demand: the book gives the hottest shards
+    the top die first, so the reads sit nearer the sink than this says."""
+    L, banks = geom.n_dram_layers, geom.vault_banks
+    share = np.zeros(L)
+    k = max(float(shards_per_vault), 0.0)
+    load, used = np.zeros(banks), np.zeros(banks)
+    everywhere = np.ones(banks, dtype=bool)
+    for i in range(math.ceil(k - 1e-9)):
+        slot = spread_pick(load, used, everywhere, L)
+        load[slot] += 1.0
+        used[slot] += 1.0
+        share[slot % L] += min(1.0, k - i)
+    return share / share.sum() if share.sum() > 0 else np.full(L, 1.0 / L)
+
+
 class BankBook:
     """Occupancy (bytes) and read-bandwidth demand (bytes/s) of every bank, shaped (n_cores, vault_banks)."""
 

@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from services.placement.geometry import MIB, ChipGeometry, adjacent_pairs, analytic_influence, check_h, hops_matrix
-from services.placement.shards import BankBook, shard_sizes
+from services.placement.shards import BankBook, read_die_profile, shard_sizes
 from shared.chip import attention_share
 from shared.configs import ArchConfig, WorkloadConfig
 from shared.configs.tas import TapsParams
@@ -91,6 +91,10 @@ class Problem:
     inst_e_logic: np.ndarray | None = None  # (m,)
     inst_e_vault: np.ndarray | None = None  # (m,)
     H_core: np.ndarray | None = None  # (n, n) K/W: rise per W on the logic die alone (the thermal service's H)
+    # where the instances' weight reads heat the DRAM dies: the share per die (`shards.read_die_profile`) and the
+    # vault influence for it (cores × vaults K/W); None: evenly over the dies (`H_vault`)
+    read_dies: np.ndarray | None = None
+    H_vault_reads: np.ndarray | None = None
     base_field: BaseField | None = None  # what ``t_base`` comes from (`base_power`); None: leakage-free library use
     # derived (filled by __post_init__)
     adj_i: np.ndarray = field(init=False)
@@ -212,12 +216,16 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
                   moe_layers: Sequence[int] | None = None, expert_bytes: float = 0.0,
                   critical_path_tol: float | None = None, replicate_hot_k: int | None = None,
                   nonexpert_flops_per_step: float = 0.0, nonexpert_bytes_per_step: float = 0.0,
-                  H_vault: np.ndarray | None = None) -> Problem:
+                  H_vault: np.ndarray | None = None,
+                  vault_influence: Callable[[np.ndarray], np.ndarray] | None = None) -> Problem:
     """The placement problem; ``replicate_hot_k`` (default ``taps.replicate_hot_k``): the most loaded experts of each
     layer that get a second replica in it. ``nonexpert_*_per_step``: one micro-batch's non-expert work (the workload
     service's trace summary), part of the placement-independent base field with the static power (`base_power`);
     ``H_vault`` (cores × vaults K/W, the thermal service's): where the vault shares of the base and of the
-    instances heat the cores (`base_power`, `instance_influence`; None: counted at the core)."""
+    instances heat the cores (`base_power`, `instance_influence`; None: counted at the core). The base's (refresh,
+    leakage, non-expert traffic) heats every DRAM die alike; the instances' weight reads heat the dies the bank book
+    puts their shards on: ``vault_influence(shares)`` (the thermal service's H_vault for a vault's watt in those
+    shares per die) at `shards.read_die_profile` of the mean vault's shards; None: ``H_vault`` for both."""
     loads = validate_loads(expert_load)
     n_layers, n_e = loads.shape
     check_size(n_layers * n_e, arch.mesh.n_cores)
@@ -276,10 +284,10 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     # DVFS level (both shipped chips; a placement that moves a core across a trip is not modelled)
     e_logic = e_compute * float(base.dyn_scale.mean()) + e_ctrl
     power = (e_logic + e_vault) * steps_per_s  # W, mean
-    H_inst = instance_influence(H, Hv, e_logic, e_vault)  # the instances' heat; the base field's is in t_base
     obj = taps.objective
     inst_bytes = None
     vault_cap = math.inf
+    read_dies = H_reads = None
     if expert_bytes > 0:
         sizes = shard_sizes(int(expert_bytes), wl.tensors.weight_shard_mb)
         bank_cap = arch.dram.bank_capacity_mb * MIB
@@ -296,6 +304,11 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
                            f"{len(sizes)} shards of <= {max(sizes) / MIB:.0f} MiB = {int(need)} banks "
                            f"({inst_expert.shape[0] * sum(sizes) / 2**30:.1f} GiB), the chip has {int(have)} banks "
                            f"({n} vaults x {geom.vault_banks} banks of {bank_cap / MIB:.0f} MiB)", field="expert_bytes")
+    if inst_bytes is not None and Hv is not None and vault_influence is not None:  # the mean vault's shards
+        read_dies = read_die_profile(geom, float(inst_bytes.sum()) / n)
+        H_reads = check_h(vault_influence(read_dies), n)
+    # the instances' heat (the base field's is in t_base): their vault share where their shards are
+    H_inst = instance_influence(H, Hv if H_reads is None else H_reads, e_logic, e_vault)
     inst_time = inst_budget = None
     if critical_path_tol is not None:
         inst_time, inst_budget = layer_budgets(arch, taps, tok_step * expert_flops_per_token, expert_bytes,
@@ -305,7 +318,8 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
                    inst_expert=inst_expert, inst_power=power, inst_flops=flops, inst_tokens_step=tok_step,
                    expert_layer=expert_layer, expert_e=expert_e, cap_flops=cap, steps_per_s=steps_per_s,
                    t_amb=t_amb, notes=notes, h_source=source, inst_time=inst_time, inst_budget=inst_budget,
-                   inst_bytes=inst_bytes, vault_cap=vault_cap, inst_e_logic=e_logic, inst_e_vault=e_vault)
+                   inst_bytes=inst_bytes, vault_cap=vault_cap, inst_e_logic=e_logic, inst_e_vault=e_vault,
+                   read_dies=read_dies, H_vault_reads=H_reads)
 
 
 def work_energy(arch: ArchConfig, macs: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -346,10 +360,11 @@ def instance_influence(H: np.ndarray, H_vault: np.ndarray | None, e_logic: np.nd
     core's vault in the DRAM dies (``H_vault``). One mix for every instance keeps the optimisers' single column per
     core; an instance's own share differs from the mean (decode: more tokens, more MACs against the same stream),
     so the split is exact for the total, not per instance (the slot model, which picks among the candidates, keeps
-    the two apart). Without ``H_vault`` (library use): ``H``. The seed's chip (DRAM at 2 W/(m·K)) is where it
-    matters: with the reads' heat counted at the core TAPS's mean field was 11.5 K above the simulated one, with it
-    in the DRAM dies ~10 K (`H_vault` spreads a vault's watt over all its dies, the bank book fills the top ones
-    first; README, "The seed's chip")."""
+    the two apart). Without ``H_vault`` (library use): ``H``. ``build_problem`` passes the vault matrix of the
+    dies the bank book fills (`shards.read_die_profile`). The seed's chip (DRAM at 2 W/(m·K)) is where it matters:
+    with the reads' heat counted at the core TAPS's mean field was 11.5 K above the simulated one, spread evenly over
+    a vault's eight dies 9.8 K, in the dies the book fills (nearest the sink) 3.3 K (two micro-batches; README,
+    "The seed's chip")."""
     if H_vault is None:
         return H
     tot = float(e_logic.sum() + e_vault.sum())

@@ -11,8 +11,10 @@ from services.thermal.influence import (
     influence_for_model,
     pulse_response,
     pulse_work,
+    vault_die_shares,
     vault_influence_for_model,
 )
+from services.thermal.model import StackModel
 from shared.content import ContentStore, state_store
 from shared.contracts.thermal import (
     HotspotExportRequest,
@@ -34,6 +36,10 @@ from shared.service_app import ERROR_RESPONSES, JsonBodyRoute, create_service_ap
 from shared.settings import Settings, get_settings
 
 router = APIRouter(tags=["thermal"], responses=ERROR_RESPONSES, route_class=JsonBodyRoute)
+# a vault's watt over its DRAM dies: one share per die (bank layer order, the die farthest from the sink first),
+# normalised; absent: evenly
+VAULT_DIES = Query(None, max_length=256, description="share of a vault's watt on each DRAM die (bank layer order: "
+                   "the die farthest from the heat sink first), normalised to sum 1; absent: evenly over the dies")
 
 
 @router.post("/models", response_model=ModelInfo)
@@ -71,28 +77,36 @@ def solve(req: SolveRequest) -> SolveResult:
 
 
 @router.get("/models/{model_hash}/influence", response_model=InfluenceMatrix)
-def influence(model_hash: str) -> InfluenceMatrix:
-    """H (cores × cores, K/W) of a model built earlier with ``POST /v1/models`` (404 when unknown)."""
+def influence(model_hash: str, vault_dies: list[float] | None = VAULT_DIES) -> InfluenceMatrix:
+    """H (cores × cores, K/W) of a model built earlier with ``POST /v1/models`` (404 when unknown), and H_vault
+    (cores × vaults) for 1 W spread over a vault's DRAM dies, evenly or in the shares ``vault_dies``."""
     model = service.model_named(model_hash, field="model_hash")
     H = influence_for_model(model)
     return InfluenceMatrix(model=model.key, cores=model.n_cores, H=H.tolist(),
-                           H_vault=vault_influence_for_model(model).tolist())
+                           H_vault=vault_influence_for_model(model, vault_dies).tolist(),
+                           vault_dies=_shares(model, vault_dies))
 
 
 @router.get("/models/{model_hash}/pulse-response", response_model=PulseResponse)
 def pulse(model_hash: str, slot_ms: float = Query(gt=0, le=1e4, allow_inf_nan=False),
-          lags: int = Query(ge=1, le=64)) -> PulseResponse:
+          lags: int = Query(ge=1, le=64), vault_dies: list[float] | None = VAULT_DIES) -> PulseResponse:
     """Short-time responses of a model built earlier (404 when unknown): the rise of every core at the end of each
-    of ``lags`` slots of ``slot_ms`` after a 1 W pulse in one core (or its vault) during the first slot (TAPS's slot
-    model). ``2 · cores · lags`` transient steps, at most 8192 (422 beyond: ask fewer lags)."""
+    of ``lags`` slots of ``slot_ms`` after a 1 W pulse in one core (or its vault: over its DRAM dies evenly, or in
+    the shares ``vault_dies``) during the first slot (TAPS's slot model). ``2 · cores · lags`` transient steps, at
+    most 8192 (422 beyond: ask fewer lags)."""
     model = service.model_named(model_hash, field="model_hash")
     work = pulse_work(model, lags)
     if work > PULSE_MAX_WORK:
         raise BadInput(f"lags: {lags} lags on a {model.n_cores}-core stack of {model.net.n_nodes} nodes take "
                        f"{work:.3g} step-nodes, more than {PULSE_MAX_WORK:.3g}: ask fewer lags", field="lags")
-    Dc, Dv = pulse_response(model, slot_ms * 1e-3, lags)
+    Dc, Dv = pulse_response(model, slot_ms * 1e-3, lags, vault_dies)
     return PulseResponse(model=model.key, cores=model.n_cores, slot_ms=slot_ms, lags=lags, core=Dc.tolist(),
-                         vault=Dv.tolist() if model.dram_layers else [])
+                         vault=Dv.tolist() if model.dram_layers else [], vault_dies=_shares(model, vault_dies))
+
+
+def _shares(model: StackModel, vault_dies: list[float] | None) -> list[float] | None:
+    shares = vault_die_shares(model, vault_dies)
+    return None if shares is None else [float(x) for x in shares]
 
 
 @router.post("/hotspot/export", response_model=HotspotFiles)

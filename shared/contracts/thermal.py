@@ -163,6 +163,7 @@ class InfluenceMatrix(BaseModel):
     cores: int
     H: list[list[float]]
     H_vault: list[list[float]] = Field(default_factory=list)  # [core i][vault j] K/W per W spread over vault j
+    vault_dies: list[float] | None = None  # the share of a vault's watt per DRAM die H_vault is for (None: evenly)
 
 
 class PulseResponse(BaseModel):
@@ -176,6 +177,7 @@ class PulseResponse(BaseModel):
     lags: int
     core: list[list[list[float]]]
     vault: list[list[list[float]]] = Field(default_factory=list)
+    vault_dies: list[float] | None = None  # the share of a vault's watt per DRAM die ``vault`` is for (None: evenly)
 
 
 class HotspotExportRequest(BaseModel):

@@ -35,10 +35,7 @@ def test_taps_predicts_the_simulated_per_core_power(tmp_path: Path) -> None:
     table, meta, err = _predicted_power_error(out)
     assert len(err) == 64
     assert np.all(np.abs(err) <= 0.10), {int(i): round(float(err[i]), 3) for i in np.flatnonzero(np.abs(err) > 0.1)}
-    t_cols = sorted((c for c in table if c.startswith("T_core_")), key=lambda c: int(c.split("_")[2]))
-    dt = np.asarray(table["dt_ms"])
-    t_sim = np.array([np.asarray(table[c]) @ dt / dt.sum() for c in t_cols])
-    assert abs(max(meta["predicted_core_temps_c"]) - t_sim.max()) <= 0.2
+    assert abs(max(meta["predicted_core_temps_c"]) - _simulated_mean_field(table).max()) <= 0.2
 
 
 def test_taps_is_not_hotter_than_baseline_under_other_routing(tmp_path: Path) -> None:
@@ -70,12 +67,14 @@ def test_on_the_seed_chip_taps_is_not_hotter_and_predicts_the_throttled_power(tm
     ~120 °C) cut to two micro-batches: taps is not hotter than baseline at the logic or the DRAM peak at the same
     throughput (with an expert's shards filled from the die next to the logic, it was 4.8 K hotter at the logic
     peak), and TAPS's predicted power of each core's area of the logic die is within 25 % of the simulated one
-    (priced at V0 and 2.0 GHz it was +64..+110 %; now −10..+19 %, two micro-batches' routing included; its mean field
-    is still ~10 K too warm on this chip, which its leakage follows: README, "The seed's chip")."""
+    (priced at V0 and 2.0 GHz it was +64..+110 %; now −7..+14 %, two micro-batches' routing included), and its mean
+    field's hottest core within 5 K of the simulated one's (+2.4 K; with the instances' weight reads spread evenly
+    over a vault's eight dies instead of the dies the bank book fills, +9.5 K: README, "The seed's chip")."""
     out = _baseline_and_taps(tmp_path, REPO / "configs/arch_seed.yaml", REPO / QUICK_WORKLOAD)
     _not_hotter_at_the_same_throughput(out)
-    _, _, err = _predicted_power_error(out)
+    table, meta, err = _predicted_power_error(out)
     assert np.all(np.abs(err) <= 0.25), {int(i): round(float(err[i]), 3) for i in np.flatnonzero(np.abs(err) > 0.25)}
+    assert abs(max(meta["predicted_core_temps_c"]) - _simulated_mean_field(table).max()) <= 5.0
 
 
 def _baseline_and_taps(tmp_path: Path, arch: Path, workload: Path) -> Path:
@@ -89,6 +88,13 @@ def _baseline_and_taps(tmp_path: Path, arch: Path, workload: Path) -> Path:
                         warmup_ms=QUICK_WARMUP_MS, database_url=f"sqlite:///{tmp_path / 'runs.sqlite3'}")
     assert res.status == {"baseline": "succeeded", "taps": "succeeded"}, res.errors
     return out
+
+
+def _simulated_mean_field(table: dict[str, Any]) -> np.ndarray:
+    """(cores,) °C: each core's temperature time-weighted over the run's windows (its series table)."""
+    t_cols = sorted((c for c in table if c.startswith("T_core_")), key=lambda c: int(c.split("_")[2]))
+    dt = np.asarray(table["dt_ms"])
+    return np.array([np.asarray(table[c]) @ dt / dt.sum() for c in t_cols])
 
 
 def _predicted_power_error(out: Path) -> tuple[dict[str, Any], dict[str, Any], np.ndarray]:

@@ -465,6 +465,66 @@ def test_the_base_field_and_the_instances_heat_add_up_to_the_mean_field(mixtral:
     np.testing.assert_allclose(instance_influence(H, None, pb.inst_e_logic, pb.inst_e_vault), H)
     spread = np.full(pb.n, pb.inst_power.sum() / pb.n)
     np.testing.assert_allclose(pb.t_base + pb.H @ spread, bf.temps_c, rtol=1e-12)
+    assert pb.read_dies is None and pb.H_vault_reads is None  # no die shares asked for: evenly over the dies
+
+
+def test_the_instances_weight_reads_heat_the_dies_the_bank_book_fills(mixtral: WorkloadConfig,
+                                                                      tas: TasParams) -> None:
+    """With the thermal service's H_vault for given die shares (``vault_influence``), the instances' vault share
+    goes through H_vault at the bank book's die profile of the mean vault (``read_die_profile``: the dies nearest
+    the sink first), the base field's (refresh, leakage) still through the even H_vault. On the seed's chip the
+    reads near the sink heat every core less than spread over all eight dies."""
+    from services.placement.shards import read_die_profile, shard_sizes
+    from services.thermal.influence import influence_for_model, vault_influence_for_model
+    from services.thermal.model import build_model
+    from shared.configs.loader import load_arch
+    from tests.conftest import CONFIGS
+
+    arch = load_arch(CONFIGS / "arch_seed.yaml")
+    model = build_model(arch)
+    H, Hv = influence_for_model(model), vault_influence_for_model(model)
+    asked: list[np.ndarray] = []
+
+    def vault_influence(dies: np.ndarray) -> np.ndarray:
+        asked.append(dies)
+        return vault_influence_for_model(model, dies.tolist())
+
+    kw = {"moe_layers": list(range(4)), "expert_bytes": BYTES, "nonexpert_flops_per_step": 4e11,
+          "nonexpert_bytes_per_step": 2e9, "H_vault": Hv}
+    even = build_problem(arch, mixtral, tas.taps, zipf_loads(4, 8), FLOPS, H, **kw)  # type: ignore[arg-type]
+    pb = build_problem(arch, mixtral, tas.taps, zipf_loads(4, 8), FLOPS, H, vault_influence=vault_influence,
+                       **kw)  # type: ignore[arg-type]
+    shards = pb.m * len(shard_sizes(BYTES, mixtral.tensors.weight_shard_mb)) / pb.n
+    assert pb.read_dies is not None and pb.H_vault_reads is not None and len(asked) == 1
+    np.testing.assert_allclose(pb.read_dies, read_die_profile(pb.geom, shards))
+    assert pb.read_dies[-1] > 0 and pb.read_dies[0] == 0  # the die nearest the sink holds reads, the lowest none
+    np.testing.assert_allclose(pb.t_base, even.t_base, rtol=1e-12)  # the base field's heat: evenly, as before
+    Hr = vault_influence_for_model(model, pb.read_dies.tolist())
+    assert pb.inst_e_logic is not None and pb.inst_e_vault is not None
+    a = pb.inst_e_logic.sum() / (pb.inst_e_logic.sum() + pb.inst_e_vault.sum())
+    np.testing.assert_allclose(pb.H, a * H + (1 - a) * Hr, rtol=1e-12)
+    assert np.all(np.diag(Hr) < np.diag(Hv)) and np.all(pb.H <= even.H + 1e-12)
+
+
+def test_the_read_die_profile_is_the_bank_books_fill() -> None:
+    """The die shares TAPS's model gives a vault's reads are the dies the bank book puts equal-demand shards on:
+    the profile of k shards equals the per-die count of k shards the book places in an empty vault; a fractional
+    count weighs its last shard by the fraction; no shards, evenly."""
+    from services.placement.geometry import MIB
+    from services.placement.shards import BankBook, read_die_profile
+
+    geom = ChipGeometry.of(ArchConfig())
+    L = geom.n_dram_layers
+    for k in (1, 3, geom.vault_banks // L + 1, 24, geom.vault_banks):
+        book = BankBook(geom, MIB, 1e18)
+        layers = [book.place(5, MIB, 1.0)[1] % L for _ in range(k)]
+        assert book.spilled == 0
+        np.testing.assert_allclose(read_die_profile(geom, k), np.bincount(layers, minlength=L) / k)
+    half = read_die_profile(geom, 1.5)
+    cols = geom.vault_banks // L
+    if cols >= 2:
+        np.testing.assert_allclose(half[L - 1], 1.0)  # both shards' columns' top die
+    np.testing.assert_allclose(read_die_profile(geom, 0), np.full(L, 1 / L))
 
 
 def test_an_unsettled_base_field_says_why_and_keeps_one_passs_levels_and_scale(monkeypatch: pytest.MonkeyPatch

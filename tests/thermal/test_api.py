@@ -91,6 +91,19 @@ def test_influence_matrix_predicts_steady_solve(arch_small: ArchConfig) -> None:
     res = solve_power_map(arch_small, [0.0] * 16, bank_w.tolist())
     assert np.allclose(np.array(res.temps_core_c), Hv @ q + amb, atol=1e-8)
     assert np.all(np.argmax(Hv, axis=0) == np.arange(16))  # a vault heats its own core most
+    # a vault's watt in given shares per DRAM die: the steady solve of that bank map, linear in the shares, and the
+    # shares are normalised (2·w is w); even shares are the default's H_vault
+    shares = np.array([0.25, 0.75])
+    Hd = influence_vault_matrix(arch_small, (2 * shares).tolist())
+    bank_w = np.zeros((2, 64))
+    for j in range(16):
+        bank_w[:, vault == j] = (q[j] * shares / 4)[:, None]
+    res = solve_power_map(arch_small, [0.0] * 16, bank_w.tolist())
+    assert np.allclose(np.array(res.temps_core_c), Hd @ q + amb, atol=1e-8)
+    per_die = [influence_vault_matrix(arch_small, [1.0 - d, float(d)]) for d in (0, 1)]
+    assert np.allclose(Hd, 0.25 * per_die[0] + 0.75 * per_die[1], atol=1e-8)
+    assert np.allclose(influence_vault_matrix(arch_small, [1.0, 1.0]), Hv, atol=1e-12)
+    assert not np.allclose(per_die[0], per_die[1], atol=1e-6)
 
 
 def test_transient_solve_returns_state(arch_small: ArchConfig) -> None:
@@ -130,6 +143,17 @@ def test_http_models_step_influence(client: TestClient, arch_small: ArchConfig) 
     assert r.status_code == 409 and r.json()["error"]["field"] == "state.window"
     r = client.get(f"/v1/models/{info['model']}/influence")
     assert r.status_code == 200 and len(r.json()["H"]) == 16 and len(r.json()["H_vault"]) == 16
+    assert r.json()["vault_dies"] is None
+    r = client.get(f"/v1/models/{info['model']}/influence", params={"vault_dies": ["1", "3"]})
+    assert r.status_code == 200 and r.json()["vault_dies"] == [0.25, 0.75]
+    assert np.allclose(r.json()["H_vault"], influence_vault_matrix(arch_small, [0.25, 0.75]), atol=1e-12)
+    for bad in (["1"], ["1", "-1"], ["0", "0"], ["nan", "1"]):
+        for path, extra in (("influence", {}), ("pulse-response", {"slot_ms": "5", "lags": "2"})):
+            r = client.get(f"/v1/models/{info['model']}/{path}", params={"vault_dies": bad, **extra})
+            assert r.status_code == 422 and r.json()["error"]["field"] == "vault_dies", (path, bad, r.text)
+    r = client.get(f"/v1/models/{info['model']}/pulse-response",
+                   params={"slot_ms": "5", "lags": "2", "vault_dies": ["0", "1"]})
+    assert r.status_code == 200 and r.json()["vault_dies"] == [0.0, 1.0] and len(r.json()["vault"]) == 2
     assert client.get("/v1/models/0123456789abcdef/influence").status_code == 404
     r = client.post("/v1/solve", json={"arch": arch_small.model_dump(mode="json"), "core_w": [1.0] * 16})
     assert r.status_code == 200 and len(r.json()["temps_core_c"]) == 16
