@@ -177,7 +177,8 @@ class PhysicalState(BaseModel):
     replicas: ReplicaState = Field(default_factory=ReplicaState)
     queue: CoreQueueState = Field(default_factory=CoreQueueState)
     next_evt_id: int = 0
-    tensor_banks: dict[str, str] = Field(default_factory=dict)  # weight tensors moved by migrate overlays
+    # weight tensors moved by migrate overlays that the replica state does not record (its ``shard_banks`` do)
+    tensor_banks: dict[str, str] = Field(default_factory=dict)
 
 
 class PhysicalizeRequest(BaseModel):

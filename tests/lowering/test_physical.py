@@ -355,6 +355,17 @@ def test_tacs_style_migration_keeps_its_replica_state() -> None:
     reads = {b for b, q, core in zip(m.dst_bank, m.noc_qos, m.src_core, strict=True) if q == "normal" and core == 27}
     assert set(state.replicas.experts["L0E0"].shard_banks or []) <= reads
     assert 27 in {k for k, o in zip(c.core_id, c.op, strict=True) if o == "fc"}
+    # the replica state is the shards' one record: the physical state keeps no second copy of their banks, and a
+    # weight row that disagrees with it is refused (naming the row)
+    assert st.tensor_banks == {}
+    stale = PhysicalState(replicas=state.replicas, tensor_banks={"W_L0E0_0": "B(0,0,0)"})
+    _, _, st2, _ = run(lw, placement=plc, overlays=ov, state=stale, window_ms=10_000.0)
+    assert st2.tensor_banks == {}
+    wrong = ov.model_copy(update={"migrate": ov.migrate.model_copy(update={
+        "dst": ["27", "B(13,13,0)", "B(15,13,1)"]})})
+    with pytest.raises(BadInput) as exc:
+        run(lw, placement=plc, overlays=wrong, state=state, window_ms=10_000.0)
+    assert exc.value.field == "overlays.migrate[2].dst"
 
 
 def test_replicas_read_their_own_copies() -> None:

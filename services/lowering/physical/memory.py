@@ -1,7 +1,8 @@
 """Stage 3: the memory traffic of pieces: which bank each piece reads or writes, how many bytes, how far.
 
-- Weight tensors ``W_*`` of a routed expert are read from (first match): ``state.tensor_banks`` (weight overlays, or
-  ``L{l}E{e}_*`` after an expert migration) > the replica state's ``shard_banks`` > ``placement.tensors`` (a
+- Weight tensors ``W_*`` of a routed expert are read from (first match): ``state.tensor_banks`` (weight overlays the
+  replica state does not record, or ``L{l}E{e}_*`` after an expert row with bytes) > the replica state's
+  ``shard_banks`` (TACS's migrations) > ``placement.tensors`` (a
   replica reads its own copy in ``replica_banks``) > a bank of the home core's vault chosen by CRC-32 of the tensor
   id. A placement bank is used only by the core it was placed for (the instance's first core).
 - KV, activations and the weights of split (non-expert) rows live in the executing core's own vault: a split piece

@@ -7,7 +7,8 @@ core's vault to one of the destination's. The replica state (``ReplicaState``: w
 owner, the placement service (TACS answers the state after its overlays): the physicalizer reads it, never writes
 it, and refuses an expert row the state it is given does not reflect (``dst`` not among the expert's cores, or
 ``src`` still among them). ``obj_type = "weight"`` moves one weight tensor
-between banks (kept in ``PhysicalState.tensor_banks``). A transfer reads at the source bank and writes at the
+between banks: where the replica state records the shard's bank (``shard_banks``, TACS's migrations), the row must
+agree with it and that is its one record; otherwise ``PhysicalState.tensor_banks`` keeps it. A transfer reads at the source bank and writes at the
 destination bank with ``noc_qos = "migration"``; ``schedule`` gives it both vaults' channels for ``bytes / W``.
 """
 
@@ -83,11 +84,29 @@ def expert_cores(key: str, placement: Placement, replicas: ReplicaState, chip: C
     return list(cores)
 
 
+def replica_shard_bank(tensor_id: str, replicas: ReplicaState) -> str | None:
+    """The bank the replica state records for weight shard ``W_L{l}E{e}_{k}`` (its expert's ``shard_banks[k]``,
+    written by TACS when it migrates the expert), else None."""
+    key, _, k = tensor_id[2:].rpartition("_") if tensor_id.startswith("W_") else ("", "", "")
+    if not key or not k.isdigit():
+        return None
+    try:
+        layer, e = parse_expert_id(key)
+    except ValueError:
+        return None
+    ent = replicas.experts.get(expert_id(layer, e))
+    banks = ent.shard_banks if ent is not None else None
+    return banks[int(k)] if banks and int(k) < len(banks) else None
+
+
 def apply_migrations(overlays: Overlays, placement: Placement, replicas: ReplicaState,
                      tensor_banks: dict[str, str], chip: Chip, t0: float) -> tuple[list[Transfer], int]:
     """The transfers of the migrate rows and the number of objects moved (an expert with its shards counts once, a
     lone weight shard once); ``tensor_banks`` is updated in place. ``replicas``: the replica state after the
-    overlays (read only; an expert row it does not reflect is refused)."""
+    overlays (read only; an expert row it does not reflect is refused). A weight row of a shard the replica state
+    records (``shard_banks``: TACS's migrations) must agree with it and leaves ``tensor_banks`` without the shard:
+    the replica state is its one record. ``tensor_banks`` keeps the moves no replica state records (a hand-written
+    weight row; ``L{l}E{e}_*`` for an expert row that carries its bytes)."""
     out: list[Transfer] = []
     moved: set[str] = set()
     mig = overlays.migrate
@@ -100,7 +119,14 @@ def apply_migrations(overlays: Overlays, placement: Placement, replicas: Replica
         if obj_type == "weight":
             sb = chip.parse_bank(src, f"{f}.src")
             db = chip.parse_bank(dst, f"{f}.dst")
-            tensor_banks[obj_id] = chip.bank_str(db)
+            owned = replica_shard_bank(obj_id, replicas)
+            if owned is None:  # a move the replica state does not record: this state keeps it
+                tensor_banks[obj_id] = chip.bank_str(db)
+            elif chip.parse_bank(owned, f"state.replicas.experts.{obj_id[2:].rpartition('_')[0]}.shard_banks") != db:
+                raise BadInput(f"{obj_id} moves to {dst} but the replica state keeps it in {owned}: send the replica "
+                               "state after the overlays as `replicas`", field=f"{f}.dst")
+            else:  # the replica state (the placement service's) is the one record of where it lives
+                tensor_banks.pop(obj_id, None)
             moved.add(obj_id[2:].rpartition("_")[0] if obj_id.startswith("W_") else obj_id)
             if size > 0:
                 out.append(Transfer(sb, db, float(size), float(max(t_apply, t0))))
