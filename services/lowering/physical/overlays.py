@@ -8,8 +8,9 @@ owner, the placement service (TACS answers the state after its overlays): the ph
 it, and refuses an expert row the state it is given does not reflect (``dst`` not among the expert's cores, or
 ``src`` still among them). ``obj_type = "weight"`` moves one weight tensor
 between banks: where the replica state records the shard's bank (``shard_banks``, TACS's migrations), the row must
-agree with it and that is its one record; otherwise ``PhysicalState.tensor_banks`` keeps it. A transfer reads at the source bank and writes at the
-destination bank with ``noc_qos = "migration"``; ``schedule`` gives it both vaults' channels for ``bytes / W``.
+agree with it and that is its one record; otherwise ``PhysicalState.tensor_banks`` keeps it. A transfer reads at
+the source bank and writes at the destination bank with ``noc_qos = "migration"``; ``schedule`` gives it both
+vaults' channels for ``bytes / W``.
 """
 
 from __future__ import annotations
