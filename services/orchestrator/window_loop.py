@@ -141,12 +141,13 @@ def build_window_metrics(*, window: int, t0_ns: int, t1_ns: int, snap: ThermalSn
         power_core_w=snap.power_core_w)
 
 
-def next_telemetry(snap: ThermalSnapshot, timing: WindowTiming, t1_ns: int) -> Telemetry:
+def next_telemetry(snap: ThermalSnapshot, timing: WindowTiming, t1_ns: int, freq_ghz: list[float]) -> Telemetry:
     """What TACS sees before the next window: raw core temperatures, hottest DRAM layer per vault, utilisation and
-    the clocks of the next window (the DVFS governor's, after this one)."""
+    ``freq_ghz``, the clocks the next window runs at (the DVFS governor's after this one: the frontier's, which the
+    physicalizer is given too)."""
     banks = [max(v) for v in snap.temps_bank_c] if snap.temps_bank_c else list(snap.temps_core_c)
     return Telemetry(temps_core=snap.temps_core_c, temps_bank=banks, util_core=timing.util_core,
-                     noc_load=_mean(timing.noc_link_util), ts_ns=t1_ns, freq_ghz=snap.freq_ghz)
+                     noc_load=_mean(timing.noc_link_util), ts_ns=t1_ns, freq_ghz=freq_ghz)
 
 
 # ----------------------------------------------------------------------------------------------------- frontier
@@ -254,9 +255,10 @@ class _Step:
 
     def frontier(self, before: Frontier, *, ckpt: int, files: dict[str, int]) -> Frontier:
         """The frontier after this window (``before``: the one it started from)."""
+        freq = list(self.snap.freq_ghz) or before.freq_ghz  # the next window's clocks (a snapshot without: kept)
         return Frontier(thermal=self.th.state, physical=self.P.state, smoothed=self.smoothed,
-                        telemetry=next_telemetry(self.snap, self.P.timing, self.L.t1_ns),
-                        freq_ghz=list(self.snap.freq_ghz) or before.freq_ghz,
+                        telemetry=next_telemetry(self.snap, self.P.timing, self.L.t1_ns, freq),
+                        freq_ghz=freq,
                         bw_eff_factor=self.snap.refresh.bw_eff_factor, files=files, replicas=self.replicas,
                         thermal_ref=self.th.state_ref, physical_ref=self.P.state_ref,
                         replicas_ref=self.replicas_ref, ckpt=ckpt)

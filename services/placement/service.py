@@ -118,8 +118,11 @@ def _pulse_fn(req: PlacementRequest, peers: ServiceClients) -> PulseFn:
         try:
             r = thermal_pulse_response(peers, req.arch, slot_s * 1e3, lags,
                                        vault_dies=None if vault_dies is None else vault_dies.tolist())
-        except BadInput:  # a stack too large for the pulse responses: the steady model alone (placer notes it)
+        except BadInput as exc:  # a stack too large for the pulse responses: the steady model alone (placer notes it)
+            if exc.field != "lags":
+                raise
             return None
+        _check_dies_answered(vault_dies, r.vault_dies, "pulse-response")
         return pulse_arrays(r)
     return pulse
 
@@ -127,8 +130,17 @@ def _pulse_fn(req: PlacementRequest, peers: ServiceClients) -> PulseFn:
 def _vault_influence_fn(req: PlacementRequest, peers: ServiceClients) -> Callable[[np.ndarray], np.ndarray]:
     """The thermal service's H_vault of the request's arch for a vault's watt in given shares per DRAM die."""
     def vault_influence(vault_dies: np.ndarray) -> np.ndarray:
-        return np.asarray(thermal_influence(peers, req.arch, vault_dies=vault_dies.tolist()).H_vault, dtype=float)
+        infl = thermal_influence(peers, req.arch, vault_dies=vault_dies.tolist())
+        _check_dies_answered(vault_dies, infl.vault_dies, "influence")
+        return np.asarray(infl.H_vault, dtype=float)
     return vault_influence
+
+
+def _check_dies_answered(asked: np.ndarray | None, answered: list[float] | None, what: str) -> None:
+    """The thermal service answered for the die shares asked (one that ignores ``vault_dies`` answers None)."""
+    if asked is not None and (answered is None or not np.allclose(answered, asked / asked.sum(), atol=1e-9)):
+        raise UpstreamError(f"the thermal service's {what} did not answer for vault_dies {asked.tolist()} "
+                            f"(it answered {answered}): an older thermal service?")
 
 
 class PulseCache:

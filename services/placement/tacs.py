@@ -287,10 +287,14 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
                  ) -> _Action | None:
         """The move's net benefit (module docstring, step 4); None when it is not worth making or not allowed."""
         wv = inst_vault.get(eid, 0.0)
-        ws = (w - wv) * float(v_scale[s]) + wv  # the instance's power on s, and the same work's on d (its voltage)
-        wd = (w - wv) * float(v_scale[d]) + wv
-        drop = ws * H[s, s] - wd * H[s, d]
-        rise = wd * H[d, d] - ws * H[d, s]
+        # the instance's power on s, and the same work's on d, each core's compute at its voltage; at V0 (factor
+        # 1: every core at its top step with V ∝ f) exactly w, as before the factor was counted
+        ws = w if v_scale[s] == 1.0 else (w - wv) * float(v_scale[s]) + wv
+        wd = w if v_scale[d] == 1.0 else (w - wv) * float(v_scale[d]) + wv
+        if ws == wd:
+            drop, rise = ws * (H[s, s] - H[s, d]), ws * (H[d, d] - H[d, s])
+        else:
+            drop, rise = ws * H[s, s] - wd * H[s, d], wd * H[d, d] - ws * H[d, s]
         if not (drop > 0 and T[d] + rise < T[s] - drop and q[d] <= params.q_target):
             return None
         benefit = min(drop, float(excess[s])) * max(0.0, 1.0 - stream_s / tau_s)

@@ -276,14 +276,6 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
         cap = float(flops.max()) * (1 + 1e-9)
     t_amb = arch.geometry.cooling.ambient_c
     Hv = None if H_vault is None else check_h(H_vault, n)
-    base = base_power(arch, H, Hv, steps_per_s, nonexpert_flops_per_step, nonexpert_bytes_per_step,
-                      float(e_compute.sum()) * steps_per_s, float(e_ctrl.sum()) * steps_per_s,
-                      float(e_vault.sum()) * steps_per_s)
-    notes.extend(base.notes)
-    # the instances' MACs and scratchpad accesses at the cores' mean (V/V0)²: exact when every core settles at one
-    # DVFS level (both shipped chips; a placement that moves a core across a trip is not modelled)
-    e_logic = e_compute * float(base.dyn_scale.mean()) + e_ctrl
-    power = (e_logic + e_vault) * steps_per_s  # W, mean
     obj = taps.objective
     inst_bytes = None
     vault_cap = math.inf
@@ -307,6 +299,14 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     if inst_bytes is not None and Hv is not None and vault_influence is not None:  # the mean vault's shards
         read_dies = read_die_profile(geom, float(inst_bytes.sum()) / n)
         H_reads = check_h(vault_influence(read_dies), n)
+    base = base_power(arch, H, Hv, steps_per_s, nonexpert_flops_per_step, nonexpert_bytes_per_step,
+                      float(e_compute.sum()) * steps_per_s, float(e_ctrl.sum()) * steps_per_s,
+                      float(e_vault.sum()) * steps_per_s, H_reads)
+    notes.extend(base.notes)
+    # the instances' MACs and scratchpad accesses at the cores' mean (V/V0)²: exact when every core settles at one
+    # DVFS level (both shipped chips; a placement that moves a core across a trip is not modelled)
+    e_logic = e_compute * float(base.dyn_scale.mean()) + e_ctrl
+    power = (e_logic + e_vault) * steps_per_s  # W, mean
     # the instances' heat (the base field's is in t_base): their vault share where their shards are
     H_inst = instance_influence(H, Hv if H_reads is None else H_reads, e_logic, e_vault)
     inst_time = inst_budget = None
@@ -374,7 +374,8 @@ def instance_influence(H: np.ndarray, H_vault: np.ndarray | None, e_logic: np.nd
 
 def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, steps_per_s: float,
                nonexpert_flops_per_step: float, nonexpert_bytes_per_step: float,
-               expert_compute_w: float, expert_ctrl_w: float, expert_vault_w: float) -> BaseField:
+               expert_compute_w: float, expert_ctrl_w: float, expert_vault_w: float,
+               H_vault_reads: np.ndarray | None = None) -> BaseField:
     """The placement-independent power TAPS's temperatures sit on, per core on the logic die and per vault.
 
     - Non-expert work (attention with its KV traffic, router, shared/dense FFN, head): per micro-batch step
@@ -390,7 +391,8 @@ def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, step
 
     All at the temperatures of the mean field (the base plus the instances' power spread evenly over the cores: the
     placement moves it, not its total; ``expert_compute_w`` scaled and ``expert_ctrl_w`` on the logic die,
-    ``expert_vault_w`` in the vaults), by fixed-point
+    ``expert_vault_w`` in the vaults, through ``H_vault_reads``, the dies the bank book fills, when given), by
+    fixed-point
     iteration from 45 °C at level 0 (where the thermal service's warm start begins), stepping the governor once a
     pass, until the levels hold and the field moves < 1 mK (leakage changes by ~1 %/K: a few passes), at most
     ``BASE_FIELD_PASSES`` (a field that does not settle is noted, with its cause, and its last pass used: the levels,
@@ -399,6 +401,7 @@ def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, step
     share = attention_share(arch)
     e_comp, e_ctrl, e_vault = work_energy(arch, share * nonexpert_flops_per_step / 2, share * nonexpert_bytes_per_step)
     Hv = H if H_vault is None else H_vault
+    Hr = Hv if H_vault_reads is None else H_vault_reads  # the instances' weight reads (build_problem)
     banks = ChipGeometry.of(arch).vault_banks
     t_amb = arch.geometry.cooling.ambient_c
     T = np.full(n, 45.0)
@@ -412,7 +415,7 @@ def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, step
         vault_w = e_vault * steps_per_s + (bank_leak + bank_ref) * banks
         expert_logic_w = expert_compute_w * float(scale.mean()) + expert_ctrl_w
         t_base = t_amb + H @ core_w + Hv @ vault_w
-        T_new = t_base + H @ np.full(n, expert_logic_w / n) + Hv @ np.full(n, expert_vault_w / n)
+        T_new = t_base + H @ np.full(n, expert_logic_w / n) + Hr @ np.full(n, expert_vault_w / n)
         new_levels = step_levels(T_new, levels, arch)
         held = np.array_equal(new_levels, levels)
         moved = float(np.abs(T_new - T).max())

@@ -29,8 +29,10 @@ from shared.lru import LRU
 
 H_DECIMALS = 9
 INFLUENCE_MAX_CELLS = 2**25  # cores × grid nodes of one influence matrix: its power and field columns (256 MB each)
-# H and H_vault of TASMOE_THERMAL_CACHE_SIZE models (the setting read when an entry is added)
+# H and H_vault of TASMOE_THERMAL_CACHE_SIZE models (the setting read when an entry is added); H_vault for given die
+# shares apart, so that asking for many shares never evicts a model's H
 _H: LRU[str, np.ndarray] = LRU(over=lambda hs: len(hs) > 2 * thermal_cache_size())
+_H_DIES: LRU[str, np.ndarray] = LRU(over=lambda hs: len(hs) > thermal_cache_size())
 
 
 def check_influence_size(model: StackModel) -> None:
@@ -52,8 +54,9 @@ def vault_die_shares(model: StackModel, vault_dies: Sequence[float] | None) -> n
     w = np.asarray(vault_dies, dtype=float)
     if w.shape != (nd,):
         raise BadInput(f"vault_dies has {w.size} shares, the stack has {nd} DRAM dies", field="vault_dies")
-    if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.max() > 0:
         raise BadInput("vault_dies: shares must be finite, >= 0 and not all 0", field="vault_dies")
+    w = w / w.max()  # (1e308, 1e308) must not overflow the sum
     return np.asarray(w / w.sum(), dtype=float)
 
 
@@ -91,14 +94,15 @@ def vault_influence_for_model(model: StackModel, vault_dies: Sequence[float] | N
     check_influence_size(model)
     shares = vault_die_shares(model, vault_dies)
     key = model.key + ":vault" + _shares_key(shares)
-    H = _H.get(key)
+    cache = _H if shares is None else _H_DIES
+    H = cache.get(key)
     if H is not None:
         return H.copy()
     n = model.n_cores
     cols = [model.node_power(np.zeros(n), _vault_source(model, j, shares)) for j in range(n)]
     T = model.solver.solve(0.0, np.stack(cols, axis=1))
     H = np.round(np.stack([model.core_temps(T[:, j]) for j in range(n)], axis=1), H_DECIMALS)
-    return _H.keep(key, H).copy()
+    return cache.keep(key, H).copy()
 
 
 def influence_vault_matrix(arch: ArchConfig, vault_dies: Sequence[float] | None = None) -> np.ndarray:
@@ -115,8 +119,9 @@ def influence_matrix(arch: ArchConfig) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------ pulse responses
 
 PULSE_MAX_WORK = 2e8  # transient steps × grid nodes per answer (the default stack: 2 · 10 orbits · 12 · 49164 = 1.2e7)
-# one entry per (model, slot, lags, source kind: "core", or "vault" and its die shares)
+# one entry per (model, slot, lags, source kind: "core", or "vault" and its die shares); given die shares apart
 _PULSES: LRU[tuple[str, float, int, str], np.ndarray] = LRU(over=lambda ps: len(ps) > 2 * thermal_cache_size())
+_PULSES_DIES: LRU[tuple[str, float, int, str], np.ndarray] = LRU(over=lambda ps: len(ps) > thermal_cache_size())
 
 
 def pulse_work(model: StackModel, lags: int) -> float:
@@ -151,7 +156,8 @@ def _pulse_side(model: StackModel, slot_s: float, lags: int, key: tuple[str, flo
                 shares: np.ndarray | None) -> np.ndarray:
     """(lags, cores, cores) K/W of one source kind, cached: the core sources (``key[3] == "core"``) or the vault
     sources in ``shares`` per die (the core side does not depend on them, so it is solved once for every share)."""
-    hit = _PULSES.get(key)
+    cache = _PULSES if shares is None else _PULSES_DIES
+    hit = cache.get(key)
     if hit is not None:
         return hit
     n = model.n_cores
@@ -164,7 +170,7 @@ def _pulse_side(model: StackModel, slot_s: float, lags: int, key: tuple[str, flo
     side = key[3]
     D = np.zeros((lags, n, n))
     if side != "core" and not nd:
-        return _PULSES.keep(key, D)  # no DRAM: no vault source
+        return cache.keep(key, D)  # no DRAM: no vault source
     for c in np.unique(rep):
         core_w, bank_w = zc.copy(), zb.copy()
         if side == "core":
@@ -180,7 +186,7 @@ def _pulse_side(model: StackModel, slot_s: float, lags: int, key: tuple[str, flo
         r, p = int(rep[c]), group[to_c[c]]
         if r != c:
             D[:, p, c] = D[:, :, r]
-    return _PULSES.keep(key, np.round(D, H_DECIMALS))
+    return cache.keep(key, np.round(D, H_DECIMALS))
 
 
 def mesh_symmetries(model: StackModel) -> list[np.ndarray]:

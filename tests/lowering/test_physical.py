@@ -358,14 +358,21 @@ def test_tacs_style_migration_keeps_its_replica_state() -> None:
     # the replica state is the shards' one record: the physical state keeps no second copy of their banks, and a
     # weight row that disagrees with it is refused (naming the row)
     assert st.tensor_banks == {}
-    stale = PhysicalState(replicas=state.replicas, tensor_banks={"W_L0E0_0": "B(0,0,0)"})
-    _, _, st2, _ = run(lw, placement=plc, overlays=ov, state=stale, window_ms=10_000.0)
-    assert st2.tensor_banks == {}
+    # an older physical state's copies (a shard's bank, the expert's "_*") are dropped, and the reads follow the
+    # replica state even with no overlay this window; a move no replica state records stays
+    stale = PhysicalState(replicas=state.replicas, tensor_banks={"W_L0E0_0": "B(31,0,7)", "L0E0_*": "B(0,31,7)",
+                                                                 "W_L1E0_0": "B(31,31,7)"})
+    _, m2, st2, _ = run(lw, placement=plc, state=stale, window_ms=10_000.0)
+    assert st2.tensor_banks == {"W_L1E0_0": "B(31,31,7)"}
+    reads2 = {b for b, q, core in zip(m2.dst_bank, m2.noc_qos, m2.src_core, strict=True)
+              if q == "normal" and core == 27}
+    assert set(state.replicas.experts["L0E0"].shard_banks or []) <= reads2
+    assert not {"B(31,0,7)", "B(0,31,7)"} & set(m2.dst_bank)
     wrong = ov.model_copy(update={"migrate": ov.migrate.model_copy(update={
         "dst": ["27", "B(13,13,0)", "B(15,13,1)"]})})
     with pytest.raises(BadInput) as exc:
         run(lw, placement=plc, overlays=wrong, state=state, window_ms=10_000.0)
-    assert exc.value.field == "overlays.migrate[2].dst"
+    assert exc.value.field == "overlays.migrate[2].dst" and "replica state keeps it in B(14,13,1)" in str(exc.value)
 
 
 def test_replicas_read_their_own_copies() -> None:

@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from services.orchestrator.models import RunStatus, ScenarioRun, WindowRecord
 from services.orchestrator.run_files import RunFiles, result_csv_path, run_dir_for
 from services.orchestrator.schemas import ExperimentRequest
 from services.orchestrator.service import create_experiment, resolve_spec
-from services.orchestrator.window_loop import ambient_telemetry, next_telemetry, run_scenario
+from services.orchestrator.window_loop import Frontier, _Step, ambient_telemetry, run_scenario
 from shared import gz_text
 from shared.client import ServiceClients
 from shared.configs import ArchConfig, WorkloadConfig
@@ -387,6 +388,19 @@ def test_tacs_is_told_the_clocks_of_the_window_it_decides_for() -> None:
     assert first[:2] == [1.5, 1.5] and set(first[2:]) == {2.0}  # shared.chip.core_domains: a listed core's domain
     n = arch.mesh.n_cores
     clocks = [1.2 if c % 3 == 0 else 2.0 for c in range(n)]
-    snap = ThermalSnapshot(window=4, temps_core_c=[50.0] * n, freq_ghz=clocks)
-    tele = next_telemetry(snap, WindowTiming(util_core=[0.5] * n), 9_000_000)
-    assert tele.freq_ghz == clocks and tele.ts_ns == 9_000_000
+    before = Frontier(thermal=None, physical=None, smoothed=None, telemetry=ambient_telemetry(arch),
+                      freq_ghz=clocks, bw_eff_factor=1.0, files={})
+
+    def after(snap_clocks: list[float]) -> Frontier:
+        snap = ThermalSnapshot(window=4, temps_core_c=[50.0] * n, freq_ghz=snap_clocks)
+        P: Any = SimpleNamespace(state={}, state_ref=None, timing=WindowTiming(util_core=[0.5] * n))
+        th: Any = SimpleNamespace(snapshot=snap, state={}, state_ref=None)
+        step = _Step(L=SimpleNamespace(t1_ns=9_000_000), overlays={}, smoothed=None, P=P, th=th, replicas={},
+                     replicas_ref=None, times=(0.0,) * 5)
+        return step.frontier(before, ckpt=-1, files={})
+
+    slow = [1.6] * n
+    nxt = after(slow)  # the governor's clocks for the next window reach TACS and the physicalizer alike
+    assert nxt.telemetry.freq_ghz == nxt.freq_ghz == slow and nxt.telemetry.ts_ns == 9_000_000
+    kept = after([])  # a snapshot without clocks: both keep the window's own
+    assert kept.telemetry.freq_ghz == kept.freq_ghz == clocks

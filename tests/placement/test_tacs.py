@@ -452,6 +452,48 @@ def test_a_cores_clock_prices_its_work_at_its_voltage(tas: TasParams) -> None:
     assert migrations([top[-1]] * 16) == 0
 
 
+def test_a_moves_drop_weighs_the_work_at_the_source_and_at_the_destination_voltage(tas: TasParams) -> None:
+    """The hot core's drop of a move is ``w_s·H[s,s] − w_d·H[s,d]``: the work leaves s at s's voltage and arrives
+    at d at d's (the reroute row's ``expected_gain``). With every core at the top step it is ``w·(H[s,s] − H[s,d])``;
+    with the source at the top step and every other core at the lowest (0.36× the energy), the same work heats the
+    destination less, so the source's drop is larger, by ``0.64·w·H[s,d]`` exactly."""
+    hot = [60.0] * 16
+    hot[6] = 81.0
+    small = placement_from(ARCH4, {"L0E0": [6]})
+    late = window(10, {"L0E0": 3.0})
+    top, low = ARCH4.dvfs.domains[0].steps_ghz[0], ARCH4.dvfs.domains[0].steps_ghz[-1]
+
+    def move(freq: list[float]) -> tuple[int, float]:
+        ov, _, _ = tacs_step(Telemetry(temps_core=hot, util_core=[0.5] * 16, freq_ghz=freq), small, ReplicaState(),
+                             tas.tacs, ARCH4, H4, late, None, late.t0_ns)
+        assert ov.reroute.from_core == [6]
+        return ov.reroute.to_core[0], ov.reroute.expected_gain[0]
+
+    d, gain = move([top] * 16)
+    w = gain / (H4[6, 6] - H4[6, d])  # W of the expert's work at V0
+    mixed = [low] * 16
+    mixed[6] = top
+    d2, gain2 = move(mixed)
+    assert gain2 == pytest.approx(w * H4[6, 6] - 0.36 * w * H4[6, d2], rel=1e-4)
+    assert gain2 > w * (H4[6, 6] - H4[6, d2]) + 1e-3
+
+
+def test_the_lookahead_shift_moves_each_cores_own_power() -> None:
+    """Look-ahead (step 6): the shifted power leaves core s as ``w_core_s`` and arrives at d as ``w_core_d`` (each at
+    its own voltage), and its vault part moves vault."""
+    from services.placement.tacs import _Lookahead
+
+    rng = np.random.default_rng(5)
+    Dc, Dv = rng.random((4, 16, 16)), rng.random((4, 16, 16))
+    look = _Lookahead.of(np.full(16, 60.0), (Dc, Dv), 4)
+    Cc, Cv = np.cumsum(Dc, axis=0), np.cumsum(Dv, axis=0)
+    got = look.shift(6, 9, 0.5, 2.0, 0.25, start=0)
+    np.testing.assert_allclose(got, 2.0 * Cc[:, :, 9] - 0.5 * Cc[:, :, 6] + 0.25 * (Cv[:, :, 9] - Cv[:, :, 6]))
+    later = look.shift(6, 9, 0.5, 2.0, 0.25, start=2)
+    np.testing.assert_allclose(later[:2], 0.0)
+    np.testing.assert_allclose(later[2:], got[:2])
+
+
 def test_the_bank_index_of_one_placement_object_follows_the_chip() -> None:
     """A registered placement is one object shared by every window's request: its parsed bank occupancy is cached,
     keyed by the chip layout too, so the same object on a chip with the same counts but another vault shape is

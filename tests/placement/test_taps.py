@@ -498,12 +498,20 @@ def test_the_instances_weight_reads_heat_the_dies_the_bank_book_fills(mixtral: W
     assert pb.read_dies is not None and pb.H_vault_reads is not None and len(asked) == 1
     np.testing.assert_allclose(pb.read_dies, read_die_profile(pb.geom, shards))
     assert pb.read_dies[-1] > 0 and pb.read_dies[0] == 0  # the die nearest the sink holds reads, the lowest none
-    np.testing.assert_allclose(pb.t_base, even.t_base, rtol=1e-12)  # the base field's heat: evenly, as before
     Hr = vault_influence_for_model(model, pb.read_dies.tolist())
     assert pb.inst_e_logic is not None and pb.inst_e_vault is not None
     a = pb.inst_e_logic.sum() / (pb.inst_e_logic.sum() + pb.inst_e_vault.sum())
     np.testing.assert_allclose(pb.H, a * H + (1 - a) * Hr, rtol=1e-12)
     assert np.all(np.diag(Hr) < np.diag(Hv)) and np.all(pb.H <= even.H + 1e-12)
+    # one mean field: the base field's own heat (refresh, leakage, non-expert traffic) evenly over the dies, and the
+    # field it was priced at holds the instances' reads where the optimisers put them (cooler than evenly)
+    bf = pb.base_field
+    assert bf is not None and even.base_field is not None
+    t_amb = arch.geometry.cooling.ambient_c
+    np.testing.assert_allclose(pb.t_base, t_amb + H @ bf.core_w + Hv @ bf.vault_w, rtol=1e-12)
+    spread = np.full(pb.n, pb.inst_power.sum() / pb.n)
+    np.testing.assert_allclose(pb.t_base + pb.H @ spread, bf.temps_c, rtol=1e-12)
+    assert bf.temps_c.max() < even.base_field.temps_c.max() - 1.0
 
 
 def test_the_read_die_profile_is_the_bank_books_fill() -> None:

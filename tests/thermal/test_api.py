@@ -103,6 +103,7 @@ def test_influence_matrix_predicts_steady_solve(arch_small: ArchConfig) -> None:
     per_die = [influence_vault_matrix(arch_small, [1.0 - d, float(d)]) for d in (0, 1)]
     assert np.allclose(Hd, 0.25 * per_die[0] + 0.75 * per_die[1], atol=1e-8)
     assert np.allclose(influence_vault_matrix(arch_small, [1.0, 1.0]), Hv, atol=1e-12)
+    assert np.allclose(influence_vault_matrix(arch_small, [1e308, 1e308]), Hv, atol=1e-12)  # no overflow to 0
     assert not np.allclose(per_die[0], per_die[1], atol=1e-6)
 
 
@@ -147,7 +148,7 @@ def test_http_models_step_influence(client: TestClient, arch_small: ArchConfig) 
     r = client.get(f"/v1/models/{info['model']}/influence", params={"vault_dies": ["1", "3"]})
     assert r.status_code == 200 and r.json()["vault_dies"] == [0.25, 0.75]
     assert np.allclose(r.json()["H_vault"], influence_vault_matrix(arch_small, [0.25, 0.75]), atol=1e-12)
-    for bad in (["1"], ["1", "-1"], ["0", "0"], ["nan", "1"]):
+    for bad in (["1"], ["1", "-1"], ["0", "0"], ["nan", "1"], ["inf", "1"], ["1"] * 3):
         for path, extra in (("influence", {}), ("pulse-response", {"slot_ms": "5", "lags": "2"})):
             r = client.get(f"/v1/models/{info['model']}/{path}", params={"vault_dies": bad, **extra})
             assert r.status_code == 422 and r.json()["error"]["field"] == "vault_dies", (path, bad, r.text)

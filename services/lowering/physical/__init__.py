@@ -30,7 +30,7 @@ from services.lowering.physical import deposit
 from services.lowering.physical.assign import Pieces, Rows, assign, attention_cores
 from services.lowering.physical.cost import cost
 from services.lowering.physical.memory import Traffic, prepare, row_bytes, traffic
-from services.lowering.physical.overlays import Reroute, apply_migrations, parse_reroutes
+from services.lowering.physical.overlays import Reroute, apply_migrations, drop_recorded, parse_reroutes
 from services.lowering.physical.schedule import Stages, list_schedule, schedule_transfers
 from shared.chip import Chip
 from shared.configs.arch import ArchConfig
@@ -227,6 +227,7 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     _validate_running(q, n)
     replicas = state.replicas  # the placement service's (read only here; carried into the next state as given)
     tensor_banks = dict(state.tensor_banks)
+    drop_recorded(tensor_banks, replicas)  # the replica state is the one record of the shards it lists
     vault_bw = chip.vault_bw_bytes_per_ns * eff  # bytes/ns per vault
 
     # ---- 1. overlays ------------------------------------------------------------------------------------------

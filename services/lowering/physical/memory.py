@@ -1,8 +1,8 @@
 """Stage 3: the memory traffic of pieces: which bank each piece reads or writes, how many bytes, how far.
 
-- Weight tensors ``W_*`` of a routed expert are read from (first match): ``state.tensor_banks`` (weight overlays the
-  replica state does not record, or ``L{l}E{e}_*`` after an expert row with bytes) > the replica state's
-  ``shard_banks`` (TACS's migrations) > ``placement.tensors`` (a
+- Weight tensors ``W_*`` of a routed expert are read from (first match): the replica state's ``shard_banks`` (TACS's
+  migrations: where it records a shard, it is the one record) > ``state.tensor_banks`` (weight overlays the replica
+  state does not record, or ``L{l}E{e}_*`` after an expert row with bytes) > ``placement.tensors`` (a
   replica reads its own copy in ``replica_banks``) > a bank of the home core's vault chosen by CRC-32 of the tensor
   id. A placement bank is used only by the core it was placed for (the instance's first core).
 - KV, activations and the weights of split (non-expert) rows live in the executing core's own vault: a split piece
@@ -112,15 +112,16 @@ def prepare(lm: LogicalMemory, rows: Rows, placement: Placement,
                 info = ("", [])
             key_info[key_s] = info
         key, cores = info
-        k_shard = int(shard_s) if shard_s.isdigit() else -1
+        k_shard = int(shard_s) if shard_s.isdecimal() else -1
         ent = replicas.experts.get(key) if key else None
         tp = placement.tensors.get(t)
-        bank_s = tensor_banks.get(t) or (tensor_banks.get(f"{key}_*") if key else None)
-        if bank_s is not None:
-            where = f"state.tensor_banks.{t}"
-        elif ent is not None and ent.shard_banks and 0 <= k_shard < len(ent.shard_banks):
+        bank_s: str | None = None
+        if ent is not None and ent.shard_banks and 0 <= k_shard < len(ent.shard_banks):
             bank_s, where = ent.shard_banks[k_shard], f"state.replicas.experts.{key}.shard_banks"
-        elif tp is not None:
+        else:
+            bank_s = tensor_banks.get(t) or (tensor_banks.get(f"{key}_*") if key else None)
+            where = f"state.tensor_banks.{t}"
+        if bank_s is None and tp is not None:
             bank_s, where = tp.dram_bank, f"placement.tensors.{t}.dram_bank"
         if bank_s is not None:
             t_bank[j] = chip.parse_bank(bank_s, where)

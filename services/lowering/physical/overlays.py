@@ -85,11 +85,20 @@ def expert_cores(key: str, placement: Placement, replicas: ReplicaState, chip: C
     return list(cores)
 
 
+def owner_key(tensor_id: str) -> str:
+    """The expert id ``L{l}E{e}`` of weight shard ``W_L{l}E{e}_{k}`` (as written when it does not parse)."""
+    raw = tensor_id[2:].rpartition("_")[0]
+    try:
+        return expert_id(*parse_expert_id(raw))
+    except ValueError:
+        return raw
+
+
 def replica_shard_bank(tensor_id: str, replicas: ReplicaState) -> str | None:
     """The bank the replica state records for weight shard ``W_L{l}E{e}_{k}`` (its expert's ``shard_banks[k]``,
     written by TACS when it migrates the expert), else None."""
     key, _, k = tensor_id[2:].rpartition("_") if tensor_id.startswith("W_") else ("", "", "")
-    if not key or not k.isdigit():
+    if not key or not k.isdecimal():
         return None
     try:
         layer, e = parse_expert_id(key)
@@ -98,6 +107,23 @@ def replica_shard_bank(tensor_id: str, replicas: ReplicaState) -> str | None:
     ent = replicas.experts.get(expert_id(layer, e))
     banks = ent.shard_banks if ent is not None else None
     return banks[int(k)] if banks and int(k) < len(banks) else None
+
+
+def drop_recorded(tensor_banks: dict[str, str], replicas: ReplicaState) -> None:
+    """Remove from ``tensor_banks`` (in place) every entry the replica state records: a shard with a bank in its
+    expert's ``shard_banks``, and an expert's ``L{l}E{e}_*`` when its entry lists shard banks (the replica state is
+    then where its shards live; an older physical state may still hold a copy)."""
+    for key in list(tensor_banks):
+        if key.endswith("_*"):
+            try:
+                layer, e = parse_expert_id(key[:-2])
+            except ValueError:
+                continue
+            ent = replicas.experts.get(expert_id(layer, e))
+            if ent is not None and ent.shard_banks:
+                del tensor_banks[key]
+        elif replica_shard_bank(key, replicas) is not None:
+            del tensor_banks[key]
 
 
 def apply_migrations(overlays: Overlays, placement: Placement, replicas: ReplicaState,
@@ -123,7 +149,7 @@ def apply_migrations(overlays: Overlays, placement: Placement, replicas: Replica
             owned = replica_shard_bank(obj_id, replicas)
             if owned is None:  # a move the replica state does not record: this state keeps it
                 tensor_banks[obj_id] = chip.bank_str(db)
-            elif chip.parse_bank(owned, f"state.replicas.experts.{obj_id[2:].rpartition('_')[0]}.shard_banks") != db:
+            elif chip.parse_bank(owned, f"state.replicas.experts.{owner_key(obj_id)}.shard_banks") != db:
                 raise BadInput(f"{obj_id} moves to {dst} but the replica state keeps it in {owned}: send the replica "
                                "state after the overlays as `replicas`", field=f"{f}.dst")
             else:  # the replica state (the placement service's) is the one record of where it lives
