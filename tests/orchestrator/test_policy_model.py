@@ -67,9 +67,9 @@ def test_on_the_seed_chip_taps_is_not_hotter_and_predicts_the_throttled_power(tm
     ~120 °C) cut to two micro-batches: taps is not hotter than baseline at the logic or the DRAM peak at the same
     throughput (with an expert's shards filled from the die next to the logic, it was 4.8 K hotter at the logic
     peak), and TAPS's predicted power of each core's area of the logic die is within 25 % of the simulated one
-    (priced at V0 and 2.0 GHz it was +64..+110 %; now −7..+14 %, two micro-batches' routing included), and its mean
-    field's hottest core within 5 K of the simulated one's (+2.4 K; with the instances' weight reads spread evenly
-    over a vault's eight dies instead of the dies the bank book fills, +9.5 K: README, "The seed's chip")."""
+    (priced at V0 and 2.0 GHz it was +64..+110 %; now −12..+13 %, two micro-batches' routing included), and its
+    mean field's hottest core within 5 K of the simulated one's (+1.5 K; with the instances' weight reads spread
+    evenly over a vault's eight dies instead of the dies the bank book fills, +9.5 K: README, "The seed's chip")."""
     out = _baseline_and_taps(tmp_path, REPO / "configs/arch_seed.yaml", REPO / QUICK_WORKLOAD)
     _not_hotter_at_the_same_throughput(out)
     table, meta, err = _predicted_power_error(out)
