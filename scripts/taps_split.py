@@ -78,7 +78,10 @@ class Inputs:
 
 
 def problem(inp: Inputs, replicate_hot_k: int) -> Problem:
-    """TAPS's problem as `placer.build_placement` builds it (``replicate_hot_k`` 0: no replicas)."""
+    """TAPS's problem as `placer.build_placement` builds it (``replicate_hot_k`` 0: no replicas), but without the
+    thermal service's die shares (``vault_influence``): its temperatures differ from the service's, its banks do
+    not (the bank book reads the instances' read demand only), and banks are all this script takes from it (checked
+    against TAPS's own)."""
     return build_problem(inp.arch, inp.workload, inp.tas.taps, inp.expert_load, inp.trace.flops_per_token_expert,
                          inp.H, moe_layers=inp.trace.moe_layers, expert_bytes=float(int(inp.trace.expert_bytes)),
                          critical_path_tol=CRITICAL_PATH_TOL, replicate_hot_k=replicate_hot_k,

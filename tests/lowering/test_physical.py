@@ -358,12 +358,13 @@ def test_tacs_style_migration_keeps_its_replica_state() -> None:
     # the replica state is the shards' one record: the physical state keeps no second copy of their banks, and a
     # weight row that disagrees with it is refused (naming the row)
     assert st.tensor_banks == {}
-    # an older physical state's copies (a shard's bank, the expert's "_*") are dropped, and the reads follow the
-    # replica state even with no overlay this window; a move no replica state records stays
+    # an older physical state's copy of a shard's bank is dropped, and the reads follow the replica state even with
+    # no overlay this window; a move no replica state records stays
     stale = PhysicalState(replicas=state.replicas, tensor_banks={"W_L0E0_0": "B(31,0,7)", "L0E0_*": "B(0,31,7)",
                                                                  "W_L1E0_0": "B(31,31,7)"})
     _, m2, st2, _ = run(lw, placement=plc, state=stale, window_ms=10_000.0)
-    assert st2.tensor_banks == {"W_L1E0_0": "B(31,31,7)"}
+    # (this placement lists no shards, so how many L0E0 has is not known: its "_*" stays, behind shard_banks)
+    assert st2.tensor_banks == {"L0E0_*": "B(0,31,7)", "W_L1E0_0": "B(31,31,7)"}
     reads2 = {b for b, q, core in zip(m2.dst_bank, m2.noc_qos, m2.src_core, strict=True)
               if q == "normal" and core == 27}
     assert set(state.replicas.experts["L0E0"].shard_banks or []) <= reads2
@@ -373,6 +374,27 @@ def test_tacs_style_migration_keeps_its_replica_state() -> None:
     with pytest.raises(BadInput) as exc:
         run(lw, placement=plc, overlays=wrong, state=state, window_ms=10_000.0)
     assert exc.value.field == "overlays.migrate[2].dst" and "replica state keeps it in B(14,13,1)" in str(exc.value)
+    # an expert row that carries bytes would move shards the replica state records elsewhere: refused
+    heavy = ov.model_copy(update={"migrate": ov.migrate.model_copy(update={"size_bytes": [1000, 1000, 2000]})})
+    with pytest.raises(BadInput) as exc:
+        run(lw, placement=plc, overlays=heavy, state=state, window_ms=10_000.0)
+    assert exc.value.field == "overlays.migrate[0].size_bytes"
+    # a shorter shard_banks list records only its shards: the expert's "_*" still serves the others, and stays
+    short = PhysicalState(replicas=ReplicaState(experts={"L0E0": state.replicas.experts["L0E0"].model_copy(
+        update={"shard_banks": ["B(13,13,0)", "B(14,13,1)"]})}), tensor_banks={"L0E0_*": "B(12,12,6)"})
+    _, m3, st3, _ = run(lw, placement=plc, state=short, window_ms=10_000.0)
+    assert st3.tensor_banks == {"L0E0_*": "B(12,12,6)"}
+    reads3 = {b for b, q, core in zip(m3.dst_bank, m3.noc_qos, m3.src_core, strict=True)
+              if q == "normal" and core == 27}
+    assert {"B(13,13,0)", "B(14,13,1)", "B(12,12,6)"} <= reads3
+    # with the placement listing L0E0's six shards, six recorded banks cover them all: the "_*" copy goes; two do not
+    from shared.contracts.placement import TensorPlacement
+    listed = plc.model_copy(update={"tensors": {f"W_L0E0_{k}": TensorPlacement(dram_bank=f"B(0,0,{k})",
+                                                                                size_bytes=1000) for k in range(6)}})
+    _, _, st4, _ = run(lw, placement=listed, state=stale, window_ms=10_000.0)
+    assert st4.tensor_banks == {"W_L1E0_0": "B(31,31,7)"}
+    _, _, st5, _ = run(lw, placement=listed, state=short, window_ms=10_000.0)
+    assert st5.tensor_banks == {"L0E0_*": "B(12,12,6)"}
 
 
 def test_replicas_read_their_own_copies() -> None:

@@ -107,6 +107,21 @@ def test_influence_matrix_predicts_steady_solve(arch_small: ArchConfig) -> None:
     assert not np.allclose(per_die[0], per_die[1], atol=1e-6)
 
 
+def test_die_share_matrices_never_evict_a_models_influence_matrix(arch_small: ArchConfig) -> None:
+    """H_vault for given die shares has its own cache: asking for more shares than the cache holds keeps the
+    model's H (n steady solves) and its even H_vault."""
+    from services.thermal import influence as infl
+    from shared.limits import thermal_cache_size
+
+    model = get_model(arch_small)
+    influence_matrix(arch_small)
+    influence_vault_matrix(arch_small)
+    for i in range(2 * thermal_cache_size() + 2):  # more than one shared cache of H and H_vault would hold
+        influence_vault_matrix(arch_small, [1.0, float(i + 1)])
+    assert infl._H.get(model.key) is not None and infl._H.get(model.key + ":vault") is not None
+    assert len(infl._H_DIES) <= thermal_cache_size()
+
+
 def test_transient_solve_returns_state(arch_small: ArchConfig) -> None:
     res = solve_power_map(arch_small, [1.0] * 16, mode="transient", duration_ms=5.0)
     assert res.state is not None

@@ -227,7 +227,7 @@ def physicalize_window(win_idx: int, logical: LogicalWindow, placement: Placemen
     _validate_running(q, n)
     replicas = state.replicas  # the placement service's (read only here; carried into the next state as given)
     tensor_banks = dict(state.tensor_banks)
-    drop_recorded(tensor_banks, replicas)  # the replica state is the one record of the shards it lists
+    drop_recorded(tensor_banks, replicas, placement)  # the replica state is the one record of the shards it lists
     vault_bw = chip.vault_bw_bytes_per_ns * eff  # bytes/ns per vault
 
     # ---- 1. overlays ------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.chip import Chip, stable_hash
-from shared.contracts.ids import expert_id, parse_expert_id
+from shared.contracts.ids import expert_id, parse_expert_id, weight_tensor_id
 from shared.contracts.placement import Overlays, Placement, ReplicaState
 from shared.errors import BadInput
 
@@ -94,6 +94,11 @@ def owner_key(tensor_id: str) -> str:
         return raw
 
 
+def weight_tensor_id_of(eid: str, k: int) -> str:
+    """``W_L{l}E{e}_{k}``: shard k of expert ``eid``."""
+    return weight_tensor_id(*parse_expert_id(eid), k)
+
+
 def replica_shard_bank(tensor_id: str, replicas: ReplicaState) -> str | None:
     """The bank the replica state records for weight shard ``W_L{l}E{e}_{k}`` (its expert's ``shard_banks[k]``,
     written by TACS when it migrates the expert), else None."""
@@ -109,18 +114,25 @@ def replica_shard_bank(tensor_id: str, replicas: ReplicaState) -> str | None:
     return banks[int(k)] if banks and int(k) < len(banks) else None
 
 
-def drop_recorded(tensor_banks: dict[str, str], replicas: ReplicaState) -> None:
+def drop_recorded(tensor_banks: dict[str, str], replicas: ReplicaState, placement: Placement) -> None:
     """Remove from ``tensor_banks`` (in place) every entry the replica state records: a shard with a bank in its
-    expert's ``shard_banks``, and an expert's ``L{l}E{e}_*`` when its entry lists shard banks (the replica state is
-    then where its shards live; an older physical state may still hold a copy)."""
+    expert's ``shard_banks``, and an expert's ``L{l}E{e}_*`` when its ``shard_banks`` cover every shard the
+    placement lists for it (the replica state is then where all its shards live; an older physical state may still
+    hold a copy). A ``_*`` entry still serves the shards a shorter list leaves out, and stays when the placement
+    lists no shards of the expert (how many there are is not known here; the lookup takes ``shard_banks`` first)."""
     for key in list(tensor_banks):
         if key.endswith("_*"):
             try:
-                layer, e = parse_expert_id(key[:-2])
+                eid = expert_id(*parse_expert_id(key[:-2]))
             except ValueError:
                 continue
-            ent = replicas.experts.get(expert_id(layer, e))
-            if ent is not None and ent.shard_banks:
+            ent = replicas.experts.get(eid)
+            if ent is None or not ent.shard_banks:
+                continue
+            n_shards = 0
+            while weight_tensor_id_of(eid, n_shards) in placement.tensors:
+                n_shards += 1
+            if n_shards and len(ent.shard_banks) >= n_shards:
                 del tensor_banks[key]
         elif replica_shard_bank(key, replicas) is not None:
             del tensor_banks[key]
@@ -178,6 +190,11 @@ def apply_migrations(overlays: Overlays, placement: Placement, replicas: Replica
             if s_core is not None and s_core != d_core and s_core in cores:
                 raise BadInput(f"{key} leaves core {s_core} but the replica state still puts it on {cores}: send "
                                "the replica state after the overlays as `replicas`", field=f"{f}.src")
+            ent_now = replicas.experts.get(key)
+            if size > 0 and ent_now is not None and ent_now.shard_banks:
+                raise BadInput(f"{key} carries {size} bytes but the replica state records where its shards are "
+                               "(shard_banks): move them with weight rows (as TACS does) or send a replica state "
+                               "without shard_banks", field=f"{f}.size_bytes")
             if d_core is not None and size > 0:  # the instance's weights, when no weight rows list them
                 if s_core is not None:
                     from_core = s_core
