@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shared.contracts.ids import bank_id, parse_bank_id, parse_bank_ids
+from shared.contracts.ids import bank_id, parse_bank_id, parse_bank_ids, parse_weight_tensor_id, weight_tensor_id
 
 
 def test_parse_bank_ids_agrees_with_the_one_by_one_parser() -> None:
@@ -28,3 +28,10 @@ def test_parse_bank_ids_names_the_first_bad_id(ids: list[str], where: str) -> No
     with pytest.raises(ValueError) as ei:
         parse_bank_ids(ids)
     assert str(ei.value).startswith(where)
+
+
+def test_weight_tensor_ids_round_trip_and_anything_else_is_refused() -> None:
+    assert parse_weight_tensor_id(weight_tensor_id(31, 7, 5)) == (31, 7, 5)
+    for bad in ("W_L1E2", "W_L1E2_x", "L1E2_0", "W_L1E2_0_1", "W_LxE2_0", "KV_L1E2_0", "L1E2_*"):
+        with pytest.raises(ValueError):
+            parse_weight_tensor_id(bad)

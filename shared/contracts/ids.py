@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 _EXPERT = re.compile(r"^L(\d+)E(\d+)$")
 _BANK = re.compile(r"^B\((\d+),(\d+),(\d+)\)$")
+_WEIGHT = re.compile(r"^W_L(\d+)E(\d+)_(\d+)$")
 
 
 def expert_id(layer: int, expert: int) -> str:
@@ -31,6 +32,14 @@ def parse_expert_id(s: str) -> tuple[int, int]:
 
 def weight_tensor_id(layer: int, expert: int, shard: int) -> str:
     return f"W_L{layer}E{expert}_{shard}"
+
+
+def parse_weight_tensor_id(s: str) -> tuple[int, int, int]:
+    """(layer, expert, shard) of ``W_L{layer}E{expert}_{shard}``; ValueError for anything else."""
+    m = _WEIGHT.match(s)
+    if not m:
+        raise ValueError(f"not a weight shard id (W_L<layer>E<expert>_<shard>): {s!r}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
 def bank_id(x: int, y: int, layer: int) -> str:

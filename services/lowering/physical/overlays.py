@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.chip import Chip, stable_hash
-from shared.contracts.ids import expert_id, parse_expert_id, weight_tensor_id
+from shared.contracts.ids import expert_id, parse_expert_id, parse_weight_tensor_id, weight_tensor_id
 from shared.contracts.placement import Overlays, Placement, ReplicaState
 from shared.errors import BadInput
 
@@ -85,33 +85,17 @@ def expert_cores(key: str, placement: Placement, replicas: ReplicaState, chip: C
     return list(cores)
 
 
-def owner_key(tensor_id: str) -> str:
-    """The expert id ``L{l}E{e}`` of weight shard ``W_L{l}E{e}_{k}`` (as written when it does not parse)."""
-    raw = tensor_id[2:].rpartition("_")[0]
+def replica_shard_bank(tensor_id: str, replicas: ReplicaState) -> tuple[str, str] | None:
+    """(expert id, bank) the replica state records for weight shard ``W_L{l}E{e}_{k}`` (its expert's
+    ``shard_banks[k]``, written by TACS when it migrates the expert), else None."""
     try:
-        return expert_id(*parse_expert_id(raw))
-    except ValueError:
-        return raw
-
-
-def weight_tensor_id_of(eid: str, k: int) -> str:
-    """``W_L{l}E{e}_{k}``: shard k of expert ``eid``."""
-    return weight_tensor_id(*parse_expert_id(eid), k)
-
-
-def replica_shard_bank(tensor_id: str, replicas: ReplicaState) -> str | None:
-    """The bank the replica state records for weight shard ``W_L{l}E{e}_{k}`` (its expert's ``shard_banks[k]``,
-    written by TACS when it migrates the expert), else None."""
-    key, _, k = tensor_id[2:].rpartition("_") if tensor_id.startswith("W_") else ("", "", "")
-    if not key or not k.isdecimal():
-        return None
-    try:
-        layer, e = parse_expert_id(key)
+        layer, e, k = parse_weight_tensor_id(tensor_id)
     except ValueError:
         return None
-    ent = replicas.experts.get(expert_id(layer, e))
+    eid = expert_id(layer, e)
+    ent = replicas.experts.get(eid)
     banks = ent.shard_banks if ent is not None else None
-    return banks[int(k)] if banks and int(k) < len(banks) else None
+    return (eid, banks[k]) if banks and k < len(banks) else None
 
 
 def drop_recorded(tensor_banks: dict[str, str], replicas: ReplicaState, placement: Placement) -> None:
@@ -129,8 +113,9 @@ def drop_recorded(tensor_banks: dict[str, str], replicas: ReplicaState, placemen
             ent = replicas.experts.get(eid)
             if ent is None or not ent.shard_banks:
                 continue
+            layer, e = parse_expert_id(eid)
             n_shards = 0
-            while weight_tensor_id_of(eid, n_shards) in placement.tensors:
+            while weight_tensor_id(layer, e, n_shards) in placement.tensors:
                 n_shards += 1
             if n_shards and len(ent.shard_banks) >= n_shards:
                 del tensor_banks[key]
@@ -161,9 +146,9 @@ def apply_migrations(overlays: Overlays, placement: Placement, replicas: Replica
             owned = replica_shard_bank(obj_id, replicas)
             if owned is None:  # a move the replica state does not record: this state keeps it
                 tensor_banks[obj_id] = chip.bank_str(db)
-            elif chip.parse_bank(owned, f"state.replicas.experts.{owner_key(obj_id)}.shard_banks") != db:
-                raise BadInput(f"{obj_id} moves to {dst} but the replica state keeps it in {owned}: send the replica "
-                               "state after the overlays as `replicas`", field=f"{f}.dst")
+            elif chip.parse_bank(owned[1], f"state.replicas.experts.{owned[0]}.shard_banks") != db:
+                raise BadInput(f"{obj_id} moves to {dst} but the replica state keeps it in {owned[1]}: send the "
+                               "replica state after the overlays as `replicas`", field=f"{f}.dst")
             else:  # the replica state (the placement service's) is the one record of where it lives
                 tensor_banks.pop(obj_id, None)
             moved.add(obj_id[2:].rpartition("_")[0] if obj_id.startswith("W_") else obj_id)
