@@ -9,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from services.orchestrator import boundary_bytes
+from services.orchestrator import boundary_bytes, window_overhead
 from services.orchestrator import repository as repo
 from services.orchestrator.acceptance import check_results, policy_findings
 from services.orchestrator.db import open_database
@@ -73,6 +73,7 @@ def _cluster_run(tmp: Path, timeout_s: float = 1800.0) -> tuple[float, dict[str,
 
 
 V3_WINDOWS = 30
+OVERHEAD_WINDOWS = 300  # windows of the whole-window-against-compute row
 
 
 def _deepseek_v3_window(tmp: Path, settings: Settings) -> BenchRow:
@@ -122,6 +123,11 @@ def bench() -> list[BenchRow]:
                              f"{total / 1e3:.0f} kB", "<= 200 kB", total <= 200e3,
                              f"kB in + out per service: {detail}; {n_win} windows incl. warm-up "
                              "(python -m services.orchestrator.boundary_bytes)"))
+        o = window_overhead.measure(OVERHEAD_WINDOWS)
+        rows.append(BenchRow(f"a tas window against its pure compute (embedded, first {OVERHEAD_WINDOWS} windows of "
+                             "the default experiment, trace files written)", f"{o.ratio:.2f}x", "<= 1.3x",
+                             o.ratio <= 1.3, f"{window_overhead.describe(o)} (python -m "
+                             "services.orchestrator.window_overhead)"))
         settings = Settings(results_dir=tmp / "results", configs_dir=REPO / "configs")
         settings_pool = orchestrator_settings(settings).pool_workers
         rows.append(_deepseek_v3_window(tmp, settings))

@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -200,12 +199,44 @@ def set_n_windows(*, sessions: sessionmaker[Session], run_id: str, owner: str, n
         return _rowcount(res) == 1
 
 
-def _insert_ignore(dialect: str) -> Any:
-    if dialect == "postgresql":
-        return postgresql.insert
-    if dialect == "sqlite":
-        return sqlite.insert
-    raise RuntimeError(f"unsupported database dialect {dialect!r} (use SQLite or PostgreSQL)")
+@dataclass(frozen=True)
+class _CommitStatements:
+    """`commit_window`'s three statements, built once per dialect with bound parameters (Core, not the ORM): the
+    statement objects and their compiled form are reused window after window, where building them per call cost
+    more than the database's own work (SQLAlchemy's coercion and cache key of every value, ~4 ms a window)."""
+
+    advance: Any  # the fenced update of the run: next_window, lease, compute time
+    insert: Any  # the window's row (a replay of a committed window changes nothing)
+    drop: Any  # the frontier state of earlier windows, no longer needed
+
+
+_COMMIT: dict[str, _CommitStatements] = {}
+
+
+def _commit_statements(dialect: sa.Dialect) -> _CommitStatements:
+    got = _COMMIT.get(dialect.name)
+    if got is None:
+        runs, W = cast(sa.Table, ScenarioRun.__table__), cast(sa.Table, WindowRecord.__table__)
+        R = runs.c
+        advance = (sa.update(runs)
+                   .where(R.id == sa.bindparam("b_run"), R.lease_owner == sa.bindparam("b_owner"),
+                          R.next_window == sa.bindparam("b_window"), R.status == RunStatus.running)
+                   .values(next_window=sa.bindparam("b_next"), lease_expires_at=sa.bindparam("b_lease"),
+                           compute_s=R.compute_s + sa.bindparam("b_compute_s", type_=sa.Float)))
+        # the dialects' own ``insert().on_conflict_do_nothing()`` is never cached (SQLAlchemy 2.0 gives it no cache
+        # key: compiled again every window); the same statement as text is, with the columns' types on its
+        # parameters (JSON through shared.json_codec). ON CONFLICT ... DO NOTHING: PostgreSQL, SQLite >= 3.24
+        q = dialect.identifier_preparer.quote
+        names = [c.name for c in W.columns]
+        insert = sa.text(f"INSERT INTO {q(W.name)} ({', '.join(q(n) for n in names)}) "
+                         f"VALUES ({', '.join(':' + n for n in names)}) "
+                         f"ON CONFLICT ({q('run_id')}, {q('window')}) DO NOTHING"
+                         ).bindparams(*(sa.bindparam(c.name, type_=c.type) for c in W.columns))
+        drop = (sa.update(W).where(W.c.run_id == sa.bindparam("b_run"),
+                                   W.c.window.in_(sa.bindparam("b_drop", expanding=True)))
+                .values(frontier=None))
+        got = _COMMIT[dialect.name] = _CommitStatements(advance=advance, insert=insert, drop=drop)
+    return got
 
 
 def commit_window(*, sessions: sessionmaker[Session], run_id: str, owner: str, window: int,
@@ -214,26 +245,20 @@ def commit_window(*, sessions: sessionmaker[Session], run_id: str, owner: str, w
     """Commit window ``window`` (the frontier moves to window+1) in one transaction; False = lease lost, stop.
     ``drop_frontiers``: the earlier windows whose frontier state is no longer needed (default: window - 1, so only
     the newest keeps one; the window loop also keeps its last checkpoint's)."""
-    R, W = ScenarioRun, WindowRecord
     now = utcnow()
     with sessions() as s, s.begin():
-        res = s.execute(
-            sa.update(R)
-            .where(R.id == run_id, R.lease_owner == owner, R.next_window == window, R.status == RunStatus.running)
-            .values(next_window=window + 1, lease_expires_at=now + timedelta(seconds=lease_s),
-                    compute_s=R.compute_s + compute_s)
-            .execution_options(synchronize_session=False))
+        conn = s.connection()
+        st = _commit_statements(conn.dialect)
+        res = conn.execute(st.advance, {"b_run": run_id, "b_owner": owner, "b_window": window, "b_next": window + 1,
+                                        "b_lease": now + timedelta(seconds=lease_s), "b_compute_s": compute_s})
         if _rowcount(res) != 1:
             s.rollback()
             return False
-        ins = _insert_ignore(s.get_bind().dialect.name)(W).values(
-            run_id=run_id, window=window, snapshot=snapshot, metrics=metrics, frontier=frontier, worker=owner,
-            created_at=now)
-        s.execute(ins.on_conflict_do_nothing(index_elements=["run_id", "window"]))
+        conn.execute(st.insert, {"run_id": run_id, "window": window, "snapshot": snapshot, "metrics": metrics,
+                                 "frontier": frontier, "worker": owner, "created_at": now})
         drop = [window - 1] if drop_frontiers is None else [w for w in drop_frontiers if 0 <= w < window]
         if window > 0 and drop:  # only the newest window (and a checkpoint) keeps its frontier state
-            s.execute(sa.update(W).where(W.run_id == run_id, W.window.in_(drop)).values(frontier=None)
-                      .execution_options(synchronize_session=False))
+            conn.execute(st.drop, {"b_run": run_id, "b_drop": drop})
     return True
 
 

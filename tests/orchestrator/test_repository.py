@@ -65,6 +65,32 @@ def test_fenced_commit_refuses_wrong_owner_and_wrong_window(db: Db) -> None:
         assert repo.window_count(session=s, run_id=run_id) == 1
 
 
+def test_commit_keeps_a_row_already_there_and_adds_up_its_compute_time(db: Db) -> None:
+    """A window row that exists already (a run put back to an earlier frontier that a worker had passed) is kept as
+    it is: the commit moves the frontier and inserts nothing (ON CONFLICT DO NOTHING); the fenced update adds the
+    window's compute time and renews the lease; checkpoints named in ``drop_frontiers`` keep or lose their state."""
+    run_id = _experiment(db)
+    assert repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=30).ok
+    for k in range(3):
+        assert repo.commit_window(sessions=db.sessions, run_id=run_id, owner="w1", window=k, snapshot={"w": k},
+                                  metrics={"w": k}, frontier={"k": k}, lease_s=30, compute_s=0.25,
+                                  drop_frontiers=[] if k < 2 else [1])
+    with db.sessions.begin() as s:
+        s.execute(sa.update(ScenarioRun).where(ScenarioRun.id == run_id).values(next_window=1))
+    before = utcnow()
+    assert repo.commit_window(sessions=db.sessions, run_id=run_id, owner="w1", window=1, snapshot={"w": "again"},
+                              metrics={"w": "again"}, frontier={"k": "again"}, lease_s=60, compute_s=0.5)
+    with db.sessions() as s:
+        rows = {r.window: r for r in s.scalars(sa.select(WindowRecord).where(WindowRecord.run_id == run_id))}
+        assert sorted(rows) == [0, 1, 2]
+        assert rows[1].snapshot == {"w": 1} and rows[1].metrics == {"w": 1}  # the first commit's row, untouched
+        # window 2 dropped window 1's state; the replay of window 1 dropped window 0's (the default: window - 1)
+        assert [rows[k].frontier for k in range(3)] == [None, None, {"k": 2}]
+        run = s.get(ScenarioRun, run_id)
+        assert run is not None and run.next_window == 2 and run.compute_s == pytest.approx(1.25)
+        assert run.lease_expires_at is not None and run.lease_expires_at >= before + timedelta(seconds=59)
+
+
 def test_live_lease_blocks_expired_lease_is_reclaimed(db: Db) -> None:
     run_id = _experiment(db)
     assert repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=30).ok
