@@ -72,7 +72,13 @@ from services.placement.geometry import MIB, ChipGeometry, check_h, hops_matrix
 from services.placement.shards import spread_pick
 from shared.configs import ArchConfig
 from shared.configs.tas import TacsParams
-from shared.contracts.ids import parse_bank_ids
+from shared.contracts.ids import (
+    expert_id,
+    parse_bank_ids,
+    parse_expert_id,
+    parse_weight_tensor_id,
+    weight_tensor_id,
+)
 from shared.contracts.placement import (
     OverlayMigrate,
     OverlayReroute,
@@ -229,16 +235,23 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
         for layer, ex, tok, fl in zip(comp.layer, comp.expert, comp.tokens, comp.flops, strict=True):
             if ex < 0:
                 continue
-            eid = f"L{layer}E{ex}"
+            eid = expert_id(layer, ex)
             flops_e[eid] = flops_e.get(eid, 0.0) + fl
             tokens[eid] = tokens.get(eid, 0.0) + tok
         # + the weight stream: the DRAM access energy of the expert's weight reads (it moves with the expert)
         bytes_e: dict[str, float] = {}
         mem = pending_window.memory
+        owner: dict[str, str] = {}  # weight shard id -> its expert's id ("" for any other tensor)
         for tid, nb in zip(mem.tensor_id, mem.bytes, strict=True):
-            if tid.startswith("W_"):
-                eid = tid[2:].rsplit("_", 1)[0]
-                bytes_e[eid] = bytes_e.get(eid, 0.0) + nb
+            who = owner.get(tid)
+            if who is None:
+                try:
+                    lv, ex, _ = parse_weight_tensor_id(tid)
+                    who = owner[tid] = expert_id(lv, ex)
+                except ValueError:
+                    who = owner[tid] = ""
+            if who:
+                bytes_e[who] = bytes_e.get(who, 0.0) + nb
         e_byte = EnergyModel.from_arch(arch).dram_j_per_byte
         for eid in set(flops_e) | set(bytes_e):
             if eid in cores_of:
@@ -439,11 +452,15 @@ def _current_shards(eid: str, ent: ReplicaEntry | None, placement: Placement, co
     replica state after a TACS migration; else the placement's bank while its vault core still hosts the expert; else
     (the expert moved and the state does not say where its shards went) the same slot in the current core's vault —
     the physicalizer tracks the true banks, this only prices the move."""
-    out = []
+    out: list[tuple[str, int, int, int]] = []
     k = 0
     moved = ent.shard_banks if ent is not None and ent.shard_banks else None
+    try:
+        layer, expert = parse_expert_id(eid)
+    except ValueError:  # not an expert's id: no weight shard is its
+        return out
     while True:
-        tid = f"W_{eid}_{k}"
+        tid = weight_tensor_id(layer, expert, k)
         tp = placement.tensors.get(tid)
         if tp is None:
             break
@@ -465,8 +482,12 @@ def _live_used(idx: _PlacementIndex, placement: Placement, state: ReplicaState, 
     for eid, ent in sorted(state.experts.items()):
         if not ent.shard_banks:
             continue
+        try:
+            layer, expert = parse_expert_id(eid)
+        except ValueError:  # not an expert's id: no weight shard is its
+            continue
         for k, bank in enumerate(ent.shard_banks):
-            tp = placement.tensors.get(f"W_{eid}_{k}")
+            tp = placement.tensors.get(weight_tensor_id(layer, expert, k))
             if tp is None:
                 continue
             size = float(tp.size_bytes or 0)

@@ -3,18 +3,18 @@
 
 from __future__ import annotations
 
+import numpy as np
 from fastapi import APIRouter, FastAPI, Query, Request
 
 from services.thermal import hotspot_files, service
 from services.thermal.influence import (
     PULSE_MAX_WORK,
     influence_for_model,
-    pulse_response,
+    pulse_response_at,
     pulse_work,
     vault_die_shares,
-    vault_influence_for_model,
+    vault_influence_at,
 )
-from services.thermal.model import StackModel
 from shared.content import ContentStore, state_store
 from shared.contracts.thermal import (
     HotspotExportRequest,
@@ -81,10 +81,10 @@ def influence(model_hash: str, vault_dies: list[float] | None = VAULT_DIES) -> I
     """H (cores × cores, K/W) of a model built earlier with ``POST /v1/models`` (404 when unknown), and H_vault
     (cores × vaults) for 1 W spread over a vault's DRAM dies, evenly or in the shares ``vault_dies``."""
     model = service.model_named(model_hash, field="model_hash")
+    shares = vault_die_shares(model, vault_dies)  # checked and normalised once: what is used is what is echoed
     H = influence_for_model(model)
     return InfluenceMatrix(model=model.key, cores=model.n_cores, H=H.tolist(),
-                           H_vault=vault_influence_for_model(model, vault_dies).tolist(),
-                           vault_dies=_shares(model, vault_dies))
+                           H_vault=vault_influence_at(model, shares).tolist(), vault_dies=_listed(shares))
 
 
 @router.get("/models/{model_hash}/pulse-response", response_model=PulseResponse)
@@ -95,17 +95,17 @@ def pulse(model_hash: str, slot_ms: float = Query(gt=0, le=1e4, allow_inf_nan=Fa
     the shares ``vault_dies``) during the first slot (TAPS's slot model). ``2 · cores · lags`` transient steps, at
     most 8192 (422 beyond: ask fewer lags)."""
     model = service.model_named(model_hash, field="model_hash")
+    shares = vault_die_shares(model, vault_dies)
     work = pulse_work(model, lags)
     if work > PULSE_MAX_WORK:
         raise BadInput(f"lags: {lags} lags on a {model.n_cores}-core stack of {model.net.n_nodes} nodes take "
                        f"{work:.3g} step-nodes, more than {PULSE_MAX_WORK:.3g}: ask fewer lags", field="lags")
-    Dc, Dv = pulse_response(model, slot_ms * 1e-3, lags, vault_dies)
+    Dc, Dv = pulse_response_at(model, slot_ms * 1e-3, lags, shares)
     return PulseResponse(model=model.key, cores=model.n_cores, slot_ms=slot_ms, lags=lags, core=Dc.tolist(),
-                         vault=Dv.tolist() if model.dram_layers else [], vault_dies=_shares(model, vault_dies))
+                         vault=Dv.tolist() if model.dram_layers else [], vault_dies=_listed(shares))
 
 
-def _shares(model: StackModel, vault_dies: list[float] | None) -> list[float] | None:
-    shares = vault_die_shares(model, vault_dies)
+def _listed(shares: np.ndarray | None) -> list[float] | None:
     return None if shares is None else [float(x) for x in shares]
 
 

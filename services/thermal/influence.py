@@ -91,8 +91,12 @@ def influence_for_model(model: StackModel) -> np.ndarray:
 
 def vault_influence_for_model(model: StackModel, vault_dies: Sequence[float] | None = None) -> np.ndarray:
     """(cores × vaults) K/W of 1 W in vault j, spread over its dies in the shares ``vault_dies`` (evenly: None)."""
+    return vault_influence_at(model, vault_die_shares(model, vault_dies))
+
+
+def vault_influence_at(model: StackModel, shares: np.ndarray | None) -> np.ndarray:
+    """`vault_influence_for_model` at die shares already checked and normalised (`vault_die_shares`)."""
     check_influence_size(model)
-    shares = vault_die_shares(model, vault_dies)
     key = model.key + ":vault" + _shares_key(shares)
     cache = _H if shares is None else _H_DIES
     H = cache.get(key)
@@ -145,7 +149,12 @@ def pulse_response(model: StackModel, slot_s: float, lags: int, vault_dies: Sequ
 
     ``2 · cores · lags`` transient steps of the model's own integrator (``StackModel.step``), cached per (model,
     slot, lags) and side (the vault side per die shares); rounded to ``H_DECIMALS`` like H."""
-    shares = vault_die_shares(model, vault_dies)
+    return pulse_response_at(model, slot_s, lags, vault_die_shares(model, vault_dies))
+
+
+def pulse_response_at(model: StackModel, slot_s: float, lags: int, shares: np.ndarray | None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """`pulse_response` at die shares already checked and normalised (`vault_die_shares`)."""
     base = (model.key, round(float(slot_s), 12), int(lags))
     Dc = _pulse_side(model, slot_s, lags, (*base, "core"), None)
     Dv = _pulse_side(model, slot_s, lags, (*base, "vault" + _shares_key(shares)), shares)

@@ -17,7 +17,15 @@ from services.placement.tacs import ACT_BYTES_PER_TOKEN, replica_state_from_plac
 from services.thermal.influence import influence_matrix
 from shared.configs import ArchConfig, TasParams
 from shared.configs.tas import TacsParams
-from shared.contracts.placement import Overlays, Placement, ReplicaState, Telemetry, TensorPlacement
+from shared.contracts.placement import (
+    Overlays,
+    Placement,
+    ReplicaEntry,
+    ReplicaState,
+    Telemetry,
+    TensorPlacement,
+)
+from shared.contracts.workload import LogicalMemory
 from shared.errors import BadInput
 from tests.placement.conftest import small_arch
 from tests.placement.tacs_helpers import cores_now, placement_from, temps, window
@@ -511,3 +519,28 @@ def test_the_bank_index_of_one_placement_object_follows_the_chip() -> None:
     tacs_mod._INDEX_CACHE.clear()
     assert np.array_equal(second, tacs_mod._index(plc, gb).used)
     assert not np.array_equal(first, second)  # the two layouts put the bank in different vaults
+
+
+def test_ids_that_name_no_expert_shard_change_nothing(tas: TasParams) -> None:
+    """A weight row whose id is no expert's shard (``W_`` then anything) in the pending window, and a replica-state
+    entry under a key that is no expert's id with banks recorded, are ignored (the ids' one parser,
+    ``shared.contracts.ids``): the step is the one without them, not an error."""
+    cores, watts = _mixed_placement()
+    plc = placement_from(ARCH4, cores)
+    t = [60.0] * 16
+    t[5] = 95.0
+    u = [0.6] * 16
+    pend = window(2, watts)
+    extra = LogicalMemory.from_columns({"event_id": [0], "tensor_id": ["W_junk_0"], "access": ["read"],
+                                        "bytes": [1e9], "locality_hint": ["shard0"]})
+    odd_pend = pend.model_copy(update={"memory": LogicalMemory.concat([pend.memory, extra])})
+    state = replica_state_from_placement(plc, 0)
+    odd_state = state.model_copy(update={"experts": {**state.experts,
+                                                     "junk": ReplicaEntry(cores=[3], shard_banks=["B(0,0,0)"])}})
+    ov, new, _ = tacs_step(Telemetry(temps_core=t, util_core=u), plc, state, tas.tacs, ARCH4, H4, pend, None,
+                           pend.t0_ns)
+    ov2, new2, _ = tacs_step(Telemetry(temps_core=t, util_core=u), plc, odd_state, tas.tacs, ARCH4, H4, odd_pend,
+                             None, pend.t0_ns)
+    assert not ov.is_empty()  # the hot core is relieved: the comparison sees a decision
+    assert ov2 == ov
+    assert {k: v for k, v in new2.experts.items() if k != "junk"} == new.experts

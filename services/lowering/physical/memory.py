@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from services.lowering.physical.assign import Pieces, Rows
 from services.lowering.physical.overlays import expert_cores
 from shared.chip import Chip, stable_hash
-from shared.contracts.ids import expert_id, parse_expert_id
+from shared.contracts.ids import expert_id, parse_weight_tensor_id
 from shared.contracts.placement import Placement, ReplicaState
 from shared.contracts.workload import LogicalMemory
 from shared.errors import BadInput
@@ -101,18 +101,19 @@ def prepare(lm: LogicalMemory, rows: Rows, placement: Placement,
     for j, t in enumerate(names if any_info else []):
         if not t_is_w[j]:
             continue
-        key_s, _, shard_s = t[2:].rpartition("_")
+        try:
+            lv, e, k_shard = parse_weight_tensor_id(t)
+            key_s = expert_id(lv, e)
+        except ValueError:  # a "W_" tensor that is no expert's shard: no expert's bank, the tensor's own rules
+            key_s, k_shard = "", -1
         info = key_info.get(key_s)
         if info is None:
             try:
-                lv, e = parse_expert_id(key_s)
-                k_ = expert_id(lv, e)
-                info = (k_, expert_cores(k_, placement, replicas, chip))
-            except (ValueError, BadInput):
+                info = (key_s, expert_cores(key_s, placement, replicas, chip)) if key_s else ("", [])
+            except BadInput:
                 info = ("", [])
             key_info[key_s] = info
         key, cores = info
-        k_shard = int(shard_s) if shard_s.isdecimal() else -1
         ent = replicas.experts.get(key) if key else None
         tp = placement.tensors.get(t)
         bank_s: str | None = None
