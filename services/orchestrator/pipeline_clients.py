@@ -20,13 +20,30 @@ from shared.client import ServiceClients
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
 from shared.configs.tas import TacsParams
 from shared.configs.workload import InlineModel
-from shared.contracts.events import WindowTiming
-from shared.contracts.metrics import WindowMetrics
+from shared.contracts.events import PhysicalizeRequest, WindowTiming
+from shared.contracts.metrics import (
+    CompareRequest,
+    CompareResponse,
+    FoldRequest,
+    PlotRequest,
+    PowerTableRequest,
+    PowerTableResponse,
+    ReduceRequest,
+    ReduceResponse,
+    WindowMetrics,
+)
 from shared.contracts.placement import Overlays, Placement, Telemetry
-from shared.contracts.placement_api import InfluenceRegistration, JobAccepted, JobStatus, PlacementRequest
+from shared.contracts.placement_api import (
+    InfluenceRegistration,
+    JobAccepted,
+    JobStatus,
+    PlacementRequest,
+    TacsStepRequest,
+)
 from shared.contracts.registry import Registered
-from shared.contracts.thermal import ThermalSnapshot
+from shared.contracts.thermal import StepRequest, ThermalSnapshot, WarmStartRequest
 from shared.contracts.workload import ExpertLoad, TraceSummary
+from shared.contracts.workload_api import IrRequest, TraceRequest
 from shared.errors import BadInput, NotFound, UpstreamError
 from shared.peers import thermal_influence, thermal_model
 
@@ -63,6 +80,20 @@ def encode_body(parts: Mapping[str, Any]) -> bytes:
             text = json_codec.dumps_str(value)
         out.append(f"{json_codec.dumps_str(key)}:{text}")
     return ("{" + ",".join(out) + "}").encode()
+
+
+def encode_request(model: type[BaseModel], parts: Mapping[str, Any]) -> bytes:
+    """`encode_body` of a request to a route that takes ``model`` (a `shared.contracts` request): every key a field of
+    the model and every required field given, checked on each call (a `TypeError`: a misspelt optional key would be
+    dropped by the service and the run would silently use its default). The values are not validated here: most
+    pass through unparsed (`RawJson`, states as the services answered them); the service validates them, and
+    ``tests/orchestrator/test_contract_bodies.py`` checks a run's bodies against the models."""
+    fields = model.model_fields
+    unknown = [k for k in parts if k not in fields]
+    missing = [k for k, f in fields.items() if f.is_required() and k not in parts]
+    if unknown or missing:
+        raise TypeError(f"a {model.__name__} body with unknown keys {unknown} and without the required {missing}")
+    return encode_body(parts)
 
 
 @dataclass(frozen=True)
@@ -247,15 +278,15 @@ class Pipeline:
         self.register_all(data.objects())
         return data
 
-    def _post_naming(self, service: str, path: str, parts: Mapping[str, Any], run: RunObjects,
-                     idempotency_key: str) -> Any:
+    def _post_naming(self, service: str, path: str, model: type[BaseModel], parts: Mapping[str, Any],
+                     run: RunObjects, idempotency_key: str) -> Any:
         """POST ``parts`` plus the hashes of ``run`` (by field) and parse the answer. A service that does not know
         one of them (404 ``unknown_<kind>``: restart, eviction, another replica) gets them registered again, and the
         request is repeated once (as `logical_window` re-creates a forgotten trace)."""
         client = self.clients[service]
 
         def body() -> bytes:
-            return encode_body({**parts, **{field: obj.key for field, obj in run.items()}})
+            return encode_request(model, {**parts, **{field: obj.key for field, obj in run.items()}})
 
         try:
             resp = client.request("POST", path, content=body(), idempotency_key=idempotency_key)
@@ -267,16 +298,23 @@ class Pipeline:
             resp = client.request("POST", path, content=body(), idempotency_key=idempotency_key)
         return json_codec.loads(resp.content)
 
-    def _post_stateful(self, service: str, path: str, parts: Mapping[str, Any], run: RunObjects,
-                       idempotency_key: str) -> Any:
+    def _post_stateful(self, service: str, path: str, model: type[BaseModel], parts: Mapping[str, Any],
+                       run: RunObjects, idempotency_key: str) -> Any:
         """`_post_naming` for a request that names a window state: `StateMissing` when the service no longer keeps
         it (404 ``unknown_<kind>_state``)."""
         try:
-            return self._post_naming(service, path, parts, run, idempotency_key)
+            return self._post_naming(service, path, model, parts, run, idempotency_key)
         except NotFound as exc:
             if exc.code in STATE_CODES:
                 raise StateMissing(f"{service}: {exc}") from exc
             raise
+
+    def _post(self, service: str, path: str, model: type[BaseModel], parts: Mapping[str, Any], *,
+              idempotency_key: str | None = None, params: Mapping[str, Any] | None = None) -> bytes:
+        """POST a ``model`` request (`encode_request`) and return the answer's body."""
+        resp = self.clients[service].request("POST", path, content=encode_request(model, parts), params=params,
+                                             idempotency_key=idempotency_key)
+        return resp.content
 
     def check_model(self, model: str | InlineModel) -> None:
         """The workload service knows the model (its zoo or a registered one), or builds the inline config.json;
@@ -285,7 +323,7 @@ class Pipeline:
         if not isinstance(model, str):
             body = {"model": model.label, "config": model.config, "generic": model.generic}
             try:
-                self.clients["workload"].post_json("/v1/ir", body)
+                self._post("workload", "/v1/ir", IrRequest, body)
             except BadInput as exc:
                 field = f"workload.model.config.{exc.field}" if exc.field else "workload.model.config"
                 raise BadInput(f"workload.model: {exc.message}", field=field) from None
@@ -297,9 +335,9 @@ class Pipeline:
 
     # ----------------------------------------------------------------------------------------------- workload
     def create_trace(self, workload: WorkloadConfig, window_ms: float) -> TraceInfo:
-        body = {"workload": workload.model_dump(mode="json"), "window_ms": window_ms}
-        r = TraceSummary.model_validate(self.clients["workload"].post_json("/v1/traces", body,
-                                                                           idempotency_key=self._key("trace")))
+        body = {"workload": workload, "window_ms": window_ms}
+        r = TraceSummary.model_validate_json(self._post("workload", "/v1/traces", TraceRequest, body,
+                                                        idempotency_key=self._key("trace")))
         return TraceInfo(trace_id=r.trace_id, n_windows=r.n_windows, n_layers=r.n_layers, n_experts=r.n_experts,
                          moe_layers=list(r.moe_layers), tokens_total=r.tokens_total,
                          flops_per_token_expert=r.flops_per_token_expert, expert_bytes=float(r.expert_bytes),
@@ -351,7 +389,7 @@ class Pipeline:
             parts["state_ref"] = state_ref
         else:
             parts["state"] = state
-        r = self._post_stateful("thermal", "/v1/step", parts, run, self._key(tag + "step", window))
+        r = self._post_stateful("thermal", "/v1/step", StepRequest, parts, run, self._key(tag + "step", window))
         st = r.get("state")
         return ThermalResult(state=dict(st) if st is not None else None, state_ref=str(r["state_ref"]),
                              snapshot=ThermalSnapshot.model_validate(r["snapshot"]))
@@ -361,7 +399,8 @@ class Pipeline:
         """The `ThermalState` (JSON) window 0 starts from after a warm-up pass whose last state is ``state`` (or is
         named ``state_ref``)."""
         part = {"state": state} if state is not None else {"state_ref": state_ref}
-        return dict(self._post_stateful("thermal", "/v1/warm_start", part, run, self._key("warm_start")))
+        return dict(self._post_stateful("thermal", "/v1/warm_start", WarmStartRequest, part, run,
+                                        self._key("warm_start")))
 
     # ---------------------------------------------------------------------------------------------- placement
     def placement(self, *, arch: ArchConfig, workload: WorkloadConfig, tas: TasParams, method: PlacementMethod,
@@ -372,8 +411,7 @@ class Pipeline:
                                expert_bytes=trace.expert_bytes, H=H,
                                nonexpert_flops_per_step=trace.nonexpert_flops_per_step,
                                nonexpert_bytes_per_step=trace.nonexpert_bytes_per_step)
-        resp = self.clients["placement"].request("POST", "/v1/placements",
-                                                 content=json_codec.dumps(req.model_dump(mode="json")),
+        resp = self.clients["placement"].request("POST", "/v1/placements", content=req.model_dump_json().encode(),
                                                  idempotency_key=self._key("placement", method))
         if resp.status_code == 202:
             return self._poll_placement_job(JobAccepted.model_validate(json_codec.loads(resp.content)).job_id)
@@ -404,12 +442,12 @@ class Pipeline:
             parts["pending"] = pending
         key = self._key(tag + "tacs", window)
         try:
-            r = self._post_naming("placement", "/v1/tacs/step",
+            r = self._post_naming("placement", "/v1/tacs/step", TacsStepRequest,
                                   {**parts, **({"state_ref": state_ref} if state_ref else {"state": state})}, run, key)
         except NotFound as exc:
             if exc.code != "unknown_replica_state":
                 raise
-            r = self._post_naming("placement", "/v1/tacs/step", {**parts, "state": state}, run, key)
+            r = self._post_naming("placement", "/v1/tacs/step", TacsStepRequest, {**parts, "state": state}, run, key)
         return TacsResult(overlays=r["overlays"], state=r.get("state"), state_ref=r.get("state_ref"),
                           smoothed=r.get("smoothed"))
 
@@ -431,7 +469,8 @@ class Pipeline:
             parts["replicas"] = replicas
         parts.update({"freq_ghz": freq_ghz, "window_ms": window_ms, "bw_eff_factor": bw_eff_factor,
                       "n_layers": n_layers, "return_state": return_state, "events": events})
-        r = self._post_stateful("lowering", "/v1/physicalize", parts, run, self._key(tag + "phys", window))
+        r = self._post_stateful("lowering", "/v1/physicalize", PhysicalizeRequest, parts, run,
+                                self._key(tag + "phys", window))
         return PhysicalResult(compute=r.get("compute"), memory=r.get("memory"), deposit=RawJson.of(r["deposit"]),
                               state=r.get("state"), state_ref=str(r["state_ref"]),
                               timing=WindowTiming.model_validate(r["timing"]))
@@ -444,26 +483,30 @@ class Pipeline:
         wins = [w.model_dump(mode="json") if isinstance(w, WindowMetrics) else w for w in windows]
         body = {"scenario": scenario, "workload": workload, "thot_c": thot_c, "bw_raw_gbps": bw_raw_gbps,
                 "windows": wins, "partial": partial}
-        r = self.clients["metrics"].post_json("/v1/reduce", body, idempotency_key=self._key("reduce"))
-        return ReduceResult(row=dict(r["row"]), csv=str(r["csv"]), power=r.get("power"))
+        raw = json_codec.loads(self._post("metrics", "/v1/reduce", ReduceRequest, body,
+                                          idempotency_key=self._key("reduce")))
+        r = ReduceResponse.model_validate(raw)  # the answer is a ReduceResponse; its row and report kept as answered
+        return ReduceResult(row=dict(raw["row"]), csv=r.csv, power=raw.get("power"))
 
     def power_table(self, reports: dict[str, dict[str, Any]]) -> str:
         """Markdown table of the scenarios' power reports (metrics ``POST /v1/power/table``)."""
-        r = self.clients["metrics"].post_json("/v1/power/table", {"reports": reports},
-                                              idempotency_key=self._key("power-table"))
-        return str(r["markdown"])
+        answer = self._post("metrics", "/v1/power/table", PowerTableRequest, {"reports": reports},
+                            idempotency_key=self._key("power-table"))
+        return PowerTableResponse.model_validate_json(answer).markdown
 
     def reduce_fold(self, *, thot_c: float, windows: list[dict[str, Any]], partial: dict[str, Any] | None,
                     chunk: int) -> dict[str, Any]:
         """Fold chunk number ``chunk`` of a run's windows into ``partial`` (metrics ``POST /v1/reduce/fold``)."""
         body = {"thot_c": thot_c, "windows": windows, "partial": partial}
-        r = self.clients["metrics"].post_json("/v1/reduce/fold", body, idempotency_key=self._key("fold", chunk))
-        return dict(r)
+        r = json_codec.loads(self._post("metrics", "/v1/reduce/fold", FoldRequest, body,
+                                        idempotency_key=self._key("fold", chunk)))
+        return dict(r)  # a `ReducePartial`, passed back to the next fold unread
 
     def compare(self, rows: list[dict[str, Any]]) -> tuple[str, str]:
         """(CSV, Markdown) of the scenario comparison with deltas against baseline."""
-        r = self.clients["metrics"].post_json("/v1/compare", {"rows": rows}, idempotency_key=self._key("compare"))
-        return str(r["csv"]), str(r["markdown"])
+        r = CompareResponse.model_validate_json(self._post("metrics", "/v1/compare", CompareRequest, {"rows": rows},
+                                                           idempotency_key=self._key("compare")))
+        return r.csv, r.markdown
 
     def plot(self, kind: str, *, workload: str, rows: list[dict[str, Any]],
              windows: dict[str, list[dict[str, Any]]], mesh: tuple[int, int] | None, thot_c: float | None,
@@ -471,6 +514,5 @@ class Pipeline:
         """The figure's bytes (metrics ``POST /v1/plots/{kind}?format=``)."""
         body = {"workload": workload, "rows": rows, "windows": windows, "mesh": list(mesh) if mesh else None,
                 "thot_c": thot_c, "warmup_ms": warmup_ms}
-        resp = self.clients["metrics"].request("POST", f"/v1/plots/{kind}", json=body, params={"format": fmt},
-                                               idempotency_key=self._key("plot", kind))
-        return resp.content
+        return self._post("metrics", f"/v1/plots/{kind}", PlotRequest, body, params={"format": fmt},
+                          idempotency_key=self._key("plot", kind))

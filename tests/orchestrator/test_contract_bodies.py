@@ -1,8 +1,9 @@
 """Every body the orchestrator's pipeline sends is a request of the contract its route takes (issue 21, item 2).
 
-The pipeline encodes its bodies itself (the logical window is spliced in unparsed, `RawJson`), so nothing in the
-type system ties a key it writes to the contract's field: a misspelt optional key would be ignored by the service
-(pydantic drops unknown keys) and the run would silently use the default. This test runs a small `tas` experiment
+The pipeline encodes its bodies itself (the logical window is spliced in unparsed, `RawJson`), so the type system
+does not tie a key it writes to the contract's field: a misspelt optional key would be ignored by the service
+(pydantic drops unknown keys) and the run would silently use the default. `encode_request` checks every body's top
+level keys against the route's request model on each call; this test runs a small `tas` experiment
 (TACS, physicalizer, thermal step, registries, metrics) on the real services and checks each recorded request body
 against the request model of the route that served it: it validates, and it names no key the model does not have,
 at any depth (the keys of the model's own dump of what was set)."""
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.types import Message, Receive, Scope, Send
@@ -131,3 +133,19 @@ def test_the_check_sees_a_misspelt_key() -> None:
     assert unknown_keys(good, PhysicalizeRequest.model_validate(good).model_dump(
         mode="json", by_alias=True, exclude_unset=True)) == []
     assert unknown_keys(body, kept) == ["retrun_state", "state.replicaz"]
+
+
+def test_a_body_is_checked_against_its_request_model_on_every_call() -> None:
+    """`encode_request` refuses a key the route's model lacks (a misspelt optional key would be dropped by the
+    service and the run would use its default) and a body without a required field; what passes is `encode_body`'s
+    JSON, the unparsed parts spliced in as they are."""
+    from services.orchestrator.pipeline_clients import RawJson, encode_request
+    from shared.contracts.thermal import StepRequest
+
+    body = encode_request(StepRequest, {"window": 3, "window_ms": 3.0, "deposit": RawJson('{"x":1}'),
+                                        "return_state": False})
+    assert json.loads(body) == {"window": 3, "window_ms": 3.0, "deposit": {"x": 1}, "return_state": False}
+    with pytest.raises(TypeError, match="retrun_state"):
+        encode_request(StepRequest, {"window": 3, "window_ms": 3.0, "retrun_state": False})
+    with pytest.raises(TypeError, match="window_ms"):
+        encode_request(StepRequest, {"window": 3})
