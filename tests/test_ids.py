@@ -32,6 +32,8 @@ def test_parse_bank_ids_names_the_first_bad_id(ids: list[str], where: str) -> No
 
 def test_weight_tensor_ids_round_trip_and_anything_else_is_refused() -> None:
     assert parse_weight_tensor_id(weight_tensor_id(31, 7, 5)) == (31, 7, 5)
-    for bad in ("W_L1E2", "W_L1E2_x", "L1E2_0", "W_L1E2_0_1", "W_LxE2_0", "KV_L1E2_0", "L1E2_*"):
+    assert parse_weight_tensor_id("W_L0E0_0") == (0, 0, 0)
+    for bad in ("W_L1E2", "W_L1E2_x", "L1E2_0", "W_L1E2_0_1", "W_LxE2_0", "KV_L1E2_0", "L1E2_*", "W_L01E2_0",
+                "W_L1E02_0", "W_L1E2_00", "W_L1E2_gate"):
         with pytest.raises(ValueError):
             parse_weight_tensor_id(bad)

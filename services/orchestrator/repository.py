@@ -211,6 +211,7 @@ class _CommitStatements:
 
 
 _COMMIT: dict[str, _CommitStatements] = {}
+_WINDOW_ROW = frozenset({"run_id", "window", "snapshot", "metrics", "frontier", "worker", "created_at"})
 
 
 def _commit_statements(dialect: sa.Dialect) -> _CommitStatements:
@@ -228,6 +229,8 @@ def _commit_statements(dialect: sa.Dialect) -> _CommitStatements:
         # parameters (JSON through shared.json_codec). ON CONFLICT ... DO NOTHING: PostgreSQL, SQLite >= 3.24
         q = dialect.identifier_preparer.quote
         names = [c.name for c in W.columns]
+        if set(names) != _WINDOW_ROW:  # the text lists every column: a new one needs its value in commit_window
+            raise RuntimeError(f"windows has columns {sorted(names)}; commit_window writes {sorted(_WINDOW_ROW)}")
         insert = sa.text(f"INSERT INTO {q(W.name)} ({', '.join(q(n) for n in names)}) "
                          f"VALUES ({', '.join(':' + n for n in names)}) "
                          f"ON CONFLICT ({q('run_id')}, {q('window')}) DO NOTHING"
@@ -254,8 +257,9 @@ def commit_window(*, sessions: sessionmaker[Session], run_id: str, owner: str, w
         if _rowcount(res) != 1:
             s.rollback()
             return False
-        conn.execute(st.insert, {"run_id": run_id, "window": window, "snapshot": snapshot, "metrics": metrics,
-                                 "frontier": frontier, "worker": owner, "created_at": now})
+        row = {"run_id": run_id, "window": window, "snapshot": snapshot, "metrics": metrics, "frontier": frontier,
+               "worker": owner, "created_at": now}  # every column of `_WINDOW_ROW`
+        conn.execute(st.insert, row)
         drop = [window - 1] if drop_frontiers is None else [w for w in drop_frontiers if 0 <= w < window]
         if window > 0 and drop:  # only the newest window (and a checkpoint) keeps its frontier state
             conn.execute(st.drop, {"b_run": run_id, "b_drop": drop})

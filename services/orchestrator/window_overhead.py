@@ -4,9 +4,11 @@ The compute services run in process (the embedded wiring, one event loop on a po
 their endpoints call — the workload's ``get_window`` (the logical window from the cached trace), placement's
 ``tacs_for`` (the TACS step), lowering's ``physicalize`` and thermal's ``step_request`` — are wrapped in timers for
 the run; everything else a window costs is overhead: the request and answer bodies (JSON, pydantic validation), the
-in-process transport, the orchestrator's trace files, its metrics and the window's commit with the frontier. A
-whole window runs from the end of one window's commit to the end of the next's; no warm-up pass (its windows write
-no files and commit nothing).
+in-process transport, the orchestrator's trace files, its metrics and the window's commit with the frontier. Inside
+those functions, keeping the new window state by name (``shared.content.ContentStore.put``: the state's JSON and its
+sha256, the price of states that stay with their services) is timed apart and counted as overhead too; decoding the
+request's parts (the energy deposit, a state named by hash) stays in the compute. A whole window runs from the end
+of one window's commit to the end of the next's; no warm-up pass (its windows write no files and commit nothing).
 
     python -m services.orchestrator.window_overhead [--windows 200] [--scenario tas] [--no-traces]
 
@@ -43,6 +45,7 @@ COMPUTE: tuple[tuple[str, str, str], ...] = (
     ("thermal", "services.thermal.service", "step_request"),
 )
 COMMIT = ("services.orchestrator.repository", "commit_window")  # the window loop calls ``repo.commit_window``
+STATE_PUT = "state store"  # `ContentStore.put` inside the compute functions, timed apart (overhead)
 
 
 @dataclass
@@ -52,8 +55,9 @@ class Overhead:
 
     windows: int
     whole_s: float
-    compute_s: dict[str, float] = field(default_factory=dict)
+    compute_s: dict[str, float] = field(default_factory=dict)  # by function, the state store's puts taken out
     calls: dict[str, int] = field(default_factory=dict)
+    state_put_s: float = 0.0  # `ContentStore.put` inside them
 
     @property
     def compute_total_s(self) -> float:
@@ -75,6 +79,7 @@ class Timeline:
     ``time.perf_counter``)."""
 
     calls: list[tuple[str, float, float]] = field(default_factory=list)
+    puts: list[tuple[float, float]] = field(default_factory=list)  # (start, duration) of each state-store put
     commits: list[float] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -88,11 +93,20 @@ class Timeline:
         first, last = self.commits[0], self.commits[-1]
         times: dict[str, float] = {}
         calls: dict[str, int] = {}
+        spans: list[tuple[str, float, float]] = []
         for name, t0, dt in self.calls:
             if first <= t0 <= last:
                 times[name] = times.get(name, 0.0) + dt
                 calls[name] = calls.get(name, 0) + 1
-        return Overhead(windows=len(self.commits) - 1, whole_s=last - first, compute_s=times, calls=calls)
+                spans.append((name, t0, t0 + dt))
+        put_s = 0.0
+        for t0, dt in self.puts:  # each put inside one compute call: taken out of that call's time
+            owner = next((name for name, a, b in spans if a <= t0 <= b), None)
+            if owner is not None:
+                times[owner] -= dt
+                put_s += dt
+        return Overhead(windows=len(self.commits) - 1, whole_s=last - first, compute_s=times, calls=calls,
+                        state_put_s=put_s)
 
 
 @contextmanager
@@ -114,6 +128,17 @@ def timed_compute(timeline: Timeline) -> Iterator[None]:
             return timed
         return wrap
 
+    def putting(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def put(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                dt = time.perf_counter() - t0
+                with timeline.lock:
+                    timeline.puts.append((t0, dt))
+        return put
+
     def committed(fn: Callable[..., Any]) -> Callable[..., Any]:
         def commit(*args: Any, **kwargs: Any) -> Any:
             ok = fn(*args, **kwargs)
@@ -123,15 +148,19 @@ def timed_compute(timeline: Timeline) -> Iterator[None]:
         return commit
 
     def patch(module: str, attr: str, wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-        mod = importlib.import_module(module)
-        fn = getattr(mod, attr)
-        saved.append((mod, attr, fn))
-        setattr(mod, attr, wrapper(fn))
+        owner: Any = importlib.import_module(module)
+        *path, name = attr.split(".")  # "Class.method": patched on the class
+        for part in path:
+            owner = getattr(owner, part)
+        fn = getattr(owner, name)
+        saved.append((owner, name, fn))
+        setattr(owner, name, wrapper(fn))
 
     try:
         for name, module, attr in COMPUTE:
             patch(module, attr, timer(name))
         patch(*COMMIT, committed)
+        patch("shared.content", "ContentStore.put", putting)
         yield
     finally:
         for mod, attr, fn in reversed(saved):
@@ -146,12 +175,14 @@ def measure(windows: int = 200, scenario: Scenario = "tas", *, traces: bool = Tr
     tmp = Path(tempfile.mkdtemp(prefix="tasmoe-overhead-"))
     settings = Settings(results_dir=tmp / "results", configs_dir=REPO / "configs")
     timeline = Timeline()
-    with compute_clients(settings) as clients, timed_compute(timeline):
-        res = run_local(arch=REPO / "configs/arch_8x8_32x32x8.yaml", workload=workload,
-                        tas=REPO / "configs/tas_params.yaml", out=tmp / "out", scenarios=[scenario],
-                        windows=windows, settings=settings, clients=clients, traces=traces, warmup_ms=0.0,
-                        database_url=f"sqlite:///{tmp / 'db.sqlite3'}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with compute_clients(settings) as clients, timed_compute(timeline):
+            res = run_local(arch=REPO / "configs/arch_8x8_32x32x8.yaml", workload=workload,
+                            tas=REPO / "configs/tas_params.yaml", out=tmp / "out", scenarios=[scenario],
+                            windows=windows, settings=settings, clients=clients, traces=traces, warmup_ms=0.0,
+                            database_url=f"sqlite:///{tmp / 'db.sqlite3'}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     if not res.ok:
         raise RuntimeError("; ".join(f"{k}: {v}" for k, v in res.errors.items()))
     return timeline.overhead()
@@ -160,7 +191,8 @@ def measure(windows: int = 200, scenario: Scenario = "tas", *, traces: bool = Tr
 def describe(o: Overhead) -> str:
     parts = ", ".join(f"{name} {o.per_window_ms(o.compute_s.get(name, 0.0)):.1f}" for name, _, _ in COMPUTE)
     return (f"whole {o.per_window_ms(o.whole_s):.1f} ms, compute {o.per_window_ms(o.compute_total_s):.1f} ms "
-            f"({parts}), overhead {o.per_window_ms(o.whole_s - o.compute_total_s):.1f} ms per window")
+            f"({parts}), overhead {o.per_window_ms(o.whole_s - o.compute_total_s):.1f} ms per window (of it "
+            f"{STATE_PUT} {o.per_window_ms(o.state_put_s):.1f})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 
 _EXPERT = re.compile(r"^L(\d+)E(\d+)$")
 _BANK = re.compile(r"^B\((\d+),(\d+),(\d+)\)$")
-_WEIGHT = re.compile(r"^W_L(\d+)E(\d+)_(\d+)$")
+_WEIGHT = re.compile(r"^W_L(0|[1-9]\d*)E(0|[1-9]\d*)_(0|[1-9]\d*)$")  # canonical: no leading zeros
 
 
 def expert_id(layer: int, expert: int) -> str:
@@ -35,7 +35,8 @@ def weight_tensor_id(layer: int, expert: int, shard: int) -> str:
 
 
 def parse_weight_tensor_id(s: str) -> tuple[int, int, int]:
-    """(layer, expert, shard) of ``W_L{layer}E{expert}_{shard}``; ValueError for anything else."""
+    """(layer, expert, shard) of ``W_L{layer}E{expert}_{shard}`` as `weight_tensor_id` writes it (no leading zeros:
+    the id is a name, ``W_L01E2_0`` is not ``W_L1E2_0``'s); ValueError for anything else."""
     m = _WEIGHT.match(s)
     if not m:
         raise ValueError(f"not a weight shard id (W_L<layer>E<expert>_<shard>): {s!r}")

@@ -86,6 +86,9 @@ def test_commit_keeps_a_row_already_there_and_adds_up_its_compute_time(db: Db) -
         assert rows[1].snapshot == {"w": 1} and rows[1].metrics == {"w": 1}  # the first commit's row, untouched
         # window 2 dropped window 1's state; the replay of window 1 dropped window 0's (the default: window - 1)
         assert [rows[k].frontier for k in range(3)] == [None, None, {"k": 2}]
+        # SQL NULL, not the JSON value null (both read back as None)
+        assert s.scalar(sa.select(sa.func.count()).select_from(WindowRecord)
+                        .where(WindowRecord.run_id == run_id, WindowRecord.frontier.is_(None))) == 2
         run = s.get(ScenarioRun, run_id)
         assert run is not None and run.next_window == 2 and run.compute_s == pytest.approx(1.25)
         assert run.lease_expires_at is not None and run.lease_expires_at >= before + timedelta(seconds=59)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib
 
+import pytest
+
 from services.orchestrator import window_overhead as wo
+from shared.content import ContentStore
 from tests.conftest import CONFIGS
 
 
@@ -16,26 +19,36 @@ def test_it_times_each_compute_call_of_every_window_and_the_window_holds_them() 
     assert o.calls == {name: 3 for name, _, _ in wo.COMPUTE}
     assert all(t > 0 for t in o.compute_s.values())
     # the windows hold their calls: the overhead is what is left, never negative
-    assert o.whole_s >= o.compute_total_s
+    assert o.whole_s >= o.compute_total_s + o.state_put_s
     assert o.ratio >= 1.0
+    assert o.state_put_s > 0  # tacs, physicalize and thermal keep their new states by name
     assert "overhead" in wo.describe(o)
 
 
 def test_the_functions_are_restored() -> None:
     names = [(m, a) for _, m, a in wo.COMPUTE] + [wo.COMMIT]
     before = {(m, a): getattr(importlib.import_module(m), a) for m, a in names}
+    put = ContentStore.put
     with wo.timed_compute(wo.Timeline()):
         assert all(getattr(importlib.import_module(m), a) is not fn for (m, a), fn in before.items())
+        assert ContentStore.put is not put
     assert all(getattr(importlib.import_module(m), a) is fn for (m, a), fn in before.items())
+    assert ContentStore.put is put
+    with pytest.raises(RuntimeError, match="inside"), wo.timed_compute(wo.Timeline()):
+        raise RuntimeError("inside")
+    assert all(getattr(importlib.import_module(m), a) is fn for (m, a), fn in before.items())
+    assert ContentStore.put is put
 
 
 def test_the_span_runs_from_the_first_commit_to_the_last() -> None:
     t = wo.Timeline(calls=[("thermal", 0.5, 9.0), ("thermal", 1.5, 0.25), ("physicalize", 2.0, 0.5),
-                           ("thermal", 3.5, 9.0)], commits=[1.0, 2.0, 3.0])
+                           ("thermal", 3.5, 9.0)], commits=[1.0, 2.0, 3.0],
+                    puts=[(0.6, 1.0), (2.25, 0.125), (3.6, 1.0)])  # the first and last outside the span
     o = t.overhead()
     assert (o.windows, o.whole_s) == (2, 2.0)
-    assert o.compute_s == {"thermal": 0.25, "physicalize": 0.5} and o.calls == {"thermal": 1, "physicalize": 1}
-    assert o.ratio == 2.0 / 0.75
+    assert o.compute_s == {"thermal": 0.25, "physicalize": 0.375} and o.calls == {"thermal": 1, "physicalize": 1}
+    assert o.state_put_s == 0.125
+    assert o.ratio == 2.0 / 0.625
     assert wo.Timeline(commits=[1.0]).overhead().windows == 0
 
 

@@ -531,8 +531,13 @@ def test_ids_that_name_no_expert_shard_change_nothing(tas: TasParams) -> None:
     t[5] = 95.0
     u = [0.6] * 16
     pend = window(2, watts)
-    extra = LogicalMemory.from_columns({"event_id": [0], "tensor_id": ["W_junk_0"], "access": ["read"],
-                                        "bytes": [1e9], "locality_hint": ["shard0"]})
+    # reads under ids that look like a shard of L1E0 (the expert the step reroutes off the hot core) but are not
+    # its shards' names (`weight_tensor_id`: the shard number and nothing else, no leading zeros), at a size that
+    # would change the reroute's expected gain if they counted as its weight stream
+    odd_ids = ["W_junk_0", "W_L1E0_gate", "W_L01E0_0", "W_L1E00_0", "W_L1E0_00"]
+    extra = LogicalMemory.from_columns({"event_id": [0] * len(odd_ids), "tensor_id": odd_ids,
+                                        "access": ["read"] * len(odd_ids), "bytes": [1e12] * len(odd_ids),
+                                        "locality_hint": ["shard0"] * len(odd_ids)})
     odd_pend = pend.model_copy(update={"memory": LogicalMemory.concat([pend.memory, extra])})
     state = replica_state_from_placement(plc, 0)
     odd_state = state.model_copy(update={"experts": {**state.experts,
@@ -541,6 +546,6 @@ def test_ids_that_name_no_expert_shard_change_nothing(tas: TasParams) -> None:
                            pend.t0_ns)
     ov2, new2, _ = tacs_step(Telemetry(temps_core=t, util_core=u), plc, odd_state, tas.tacs, ARCH4, H4, odd_pend,
                              None, pend.t0_ns)
-    assert not ov.is_empty()  # the hot core is relieved: the comparison sees a decision
+    assert json.loads(ov.reroute.mb_ids_json[0]) == ["L1E0"]  # the hot core is relieved: the comparison sees a decision
     assert ov2 == ov
     assert {k: v for k, v in new2.experts.items() if k != "junk"} == new.experts

@@ -151,7 +151,11 @@ def apply_migrations(overlays: Overlays, placement: Placement, replicas: Replica
                                "replica state after the overlays as `replicas`", field=f"{f}.dst")
             else:  # the replica state (the placement service's) is the one record of where it lives
                 tensor_banks.pop(obj_id, None)
-            moved.add(obj_id[2:].rpartition("_")[0] if obj_id.startswith("W_") else obj_id)
+            try:  # an expert's shard counts with its expert
+                w_layer, w_expert, _ = parse_weight_tensor_id(obj_id)
+                moved.add(expert_id(w_layer, w_expert))
+            except ValueError:  # a tensor that is no expert's shard counts on its own
+                moved.add(obj_id)
             if size > 0:
                 out.append(Transfer(sb, db, float(size), float(max(t_apply, t0))))
         elif obj_type == "expert":
