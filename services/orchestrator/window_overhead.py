@@ -115,7 +115,10 @@ def timed_compute(timeline: Timeline) -> Iterator[None]:
     ``timeline`` (thread-safe); restored on exit."""
     saved: list[tuple[Any, str, Any]] = []
 
-    def timer(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    Wrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+    def timing(record: Callable[[float, float], None]) -> Wrapper:
+        """A wrapper handing (start, duration) of each call to ``record``, under the timeline's lock."""
         def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
             def timed(*args: Any, **kwargs: Any) -> Any:
                 t0 = time.perf_counter()
@@ -124,20 +127,14 @@ def timed_compute(timeline: Timeline) -> Iterator[None]:
                 finally:
                     dt = time.perf_counter() - t0
                     with timeline.lock:
-                        timeline.calls.append((name, t0, dt))
+                        record(t0, dt)
             return timed
         return wrap
 
-    def putting(fn: Callable[..., Any]) -> Callable[..., Any]:
-        def put(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                dt = time.perf_counter() - t0
-                with timeline.lock:
-                    timeline.puts.append((t0, dt))
-        return put
+    def timer(name: str) -> Wrapper:
+        return timing(lambda t0, dt: timeline.calls.append((name, t0, dt)))
+
+    putting = timing(lambda t0, dt: timeline.puts.append((t0, dt)))
 
     def committed(fn: Callable[..., Any]) -> Callable[..., Any]:
         def commit(*args: Any, **kwargs: Any) -> Any:
@@ -147,7 +144,7 @@ def timed_compute(timeline: Timeline) -> Iterator[None]:
             return ok
         return commit
 
-    def patch(module: str, attr: str, wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    def patch(module: str, attr: str, wrapper: Wrapper) -> None:
         owner: Any = importlib.import_module(module)
         *path, name = attr.split(".")  # "Class.method": patched on the class
         for part in path:
