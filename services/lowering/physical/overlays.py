@@ -107,13 +107,12 @@ def drop_recorded(tensor_banks: dict[str, str], replicas: ReplicaState, placemen
     for key in list(tensor_banks):
         if key.endswith("_*"):
             try:
-                eid = expert_id(*parse_expert_id(key[:-2]))
+                layer, e = parse_expert_id(key[:-2])
             except ValueError:
                 continue
-            ent = replicas.experts.get(eid)
+            ent = replicas.experts.get(expert_id(layer, e))
             if ent is None or not ent.shard_banks:
                 continue
-            layer, e = parse_expert_id(eid)
             n_shards = 0
             while weight_tensor_id(layer, e, n_shards) in placement.tensors:
                 n_shards += 1
