@@ -1,4 +1,5 @@
-"""Identifier parsing shared by every service (shared/contracts/ids.py)."""
+"""Identifier parsing shared by every service (shared/contracts/ids.py), and the placement's rule for an expert's
+weight shards (``Placement.expert_shards``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import numpy as np
 import pytest
 
 from shared.contracts.ids import bank_id, parse_bank_id, parse_bank_ids, parse_weight_tensor_id, weight_tensor_id
+from shared.contracts.placement import ExpertPlacement, Placement, TensorPlacement
 
 
 def test_parse_bank_ids_agrees_with_the_one_by_one_parser() -> None:
@@ -37,3 +39,17 @@ def test_weight_tensor_ids_round_trip_and_anything_else_is_refused() -> None:
                 "W_L1E02_0", "W_L1E2_00", "W_L1E2_gate"):
         with pytest.raises(ValueError):
             parse_weight_tensor_id(bad)
+
+
+def test_expert_shards_are_the_contiguous_run_from_shard_zero() -> None:
+    """`Placement.expert_shards`: the one rule for an expert's shards (lowering's overlays and TACS both use it)."""
+    def tp(bank: str) -> TensorPlacement:
+        return TensorPlacement(dram_bank=bank, size_bytes=64)
+
+    plc = Placement(experts={"L1E2": ExpertPlacement(cores=[0]), "L1E3": ExpertPlacement(cores=[1])},
+                    tensors={"W_L1E2_1": tp("B(0,0,1)"), "W_L1E2_0": tp("B(0,0,0)"), "W_L1E2_3": tp("B(0,0,3)"),
+                             "W_L1E3_0": tp("B(1,0,0)"), "W_L11E2_0": tp("B(2,0,0)")})
+    assert [tid for tid, _ in plc.expert_shards(1, 2)] == ["W_L1E2_0", "W_L1E2_1"]  # _3 is past the gap
+    assert [t.dram_bank for _, t in plc.expert_shards(1, 2)] == ["B(0,0,0)", "B(0,0,1)"]
+    assert [tid for tid, _ in plc.expert_shards(1, 3)] == ["W_L1E3_0"]
+    assert plc.expert_shards(2, 0) == []

@@ -77,7 +77,6 @@ from shared.contracts.ids import (
     parse_bank_ids,
     parse_expert_id,
     parse_weight_tensor_id,
-    weight_tensor_id,
 )
 from shared.contracts.placement import (
     OverlayMigrate,
@@ -453,17 +452,12 @@ def _current_shards(eid: str, ent: ReplicaEntry | None, placement: Placement, co
     (the expert moved and the state does not say where its shards went) the same slot in the current core's vault —
     the physicalizer tracks the true banks, this only prices the move."""
     out: list[tuple[str, int, int, int]] = []
-    k = 0
     moved = ent.shard_banks if ent is not None and ent.shard_banks else None
     try:
         layer, expert = parse_expert_id(eid)
     except ValueError:  # not an expert's id: no weight shard is its
         return out
-    while True:
-        tid = weight_tensor_id(layer, expert, k)
-        tp = placement.tensors.get(tid)
-        if tp is None:
-            break
+    for k, (tid, tp) in enumerate(placement.expert_shards(layer, expert)):
         if moved is not None and k < len(moved):
             core, slot = geom.bank_core_slot(moved[k])
         else:
@@ -471,7 +465,6 @@ def _current_shards(eid: str, ent: ReplicaEntry | None, placement: Placement, co
             if core not in cores:
                 core = cores[0]
         out.append((tid, int(tp.size_bytes or 0), core, slot))
-        k += 1
     return out
 
 
@@ -486,10 +479,7 @@ def _live_used(idx: _PlacementIndex, placement: Placement, state: ReplicaState, 
             layer, expert = parse_expert_id(eid)
         except ValueError:  # not an expert's id: no weight shard is its
             continue
-        for k, bank in enumerate(ent.shard_banks):
-            tp = placement.tensors.get(weight_tensor_id(layer, expert, k))
-            if tp is None:
-                continue
+        for bank, (_, tp) in zip(ent.shard_banks, placement.expert_shards(layer, expert), strict=False):
             size = float(tp.size_bytes or 0)
             c0, s0 = geom.bank_core_slot(tp.dram_bank)
             c1, s1 = geom.bank_core_slot(bank)

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from shared.contracts.columnar import Columnar
+from shared.contracts.ids import weight_tensor_id
 from shared.errors import BadInput
 
 
@@ -41,6 +42,15 @@ class Placement(BaseModel):
     experts: dict[str, ExpertPlacement]
     tensors: dict[str, TensorPlacement] = Field(default_factory=dict)
     meta: PlacementMeta = Field(default_factory=PlacementMeta)
+
+    def expert_shards(self, layer: int, expert: int) -> list[tuple[str, TensorPlacement]]:
+        """(tensor id, placement) of each weight shard the placement lists for expert ``L{layer}E{expert}``, in
+        shard order: ``W_L{l}E{e}_0``, ``_1``, ... up to the first id it does not list (the one rule for how many
+        shards an expert has; ``ReplicaEntry.shard_banks[k]`` is shard ``k``'s bank after a TACS migration)."""
+        out: list[tuple[str, TensorPlacement]] = []
+        while (tp := self.tensors.get(tid := weight_tensor_id(layer, expert, len(out)))) is not None:
+            out.append((tid, tp))
+        return out
 
 
 class OverlayReroute(Columnar):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.chip import Chip, stable_hash
-from shared.contracts.ids import expert_id, parse_expert_id, parse_weight_tensor_id, weight_tensor_id
+from shared.contracts.ids import expert_id, parse_expert_id, parse_weight_tensor_id
 from shared.contracts.placement import Overlays, Placement, ReplicaState
 from shared.errors import BadInput
 
@@ -113,9 +113,7 @@ def drop_recorded(tensor_banks: dict[str, str], replicas: ReplicaState, placemen
             ent = replicas.experts.get(expert_id(layer, e))
             if ent is None or not ent.shard_banks:
                 continue
-            n_shards = 0
-            while weight_tensor_id(layer, e, n_shards) in placement.tensors:
-                n_shards += 1
+            n_shards = len(placement.expert_shards(layer, e))
             if n_shards and len(ent.shard_banks) >= n_shards:
                 del tensor_banks[key]
         elif replica_shard_bank(key, replicas) is not None:
