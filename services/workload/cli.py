@@ -88,7 +88,7 @@ def _trace(args: argparse.Namespace) -> int:
     plan = make_plan(cfg, sources)
     print(cpath)
     print(mpath)
-    n_win = len(plan.window_bounds(args.window_ms)) - 1
+    n_win = plan.window_count(args.window_ms)
     print(f"trace {trace_id_of(cfg, args.window_ms, sources)}: {cfg.model_name}, {plan.steps} micro-batches x "
           f"{plan.T} tokens, {n_win} windows of {args.window_ms} ms, written in {dt:.2f} s")
     stats = routing_summary(plan)

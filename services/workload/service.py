@@ -190,7 +190,7 @@ def create_trace(cache: TraceCache, sources: WorkloadSources, cfg: WorkloadConfi
     try:
         tid = trace_id_of(cfg, window_ms, sources)
         plan = make_plan(cfg, sources)
-        plan.window_bounds(window_ms)
+        plan.window_count(window_ms)
     except TasmoeError as exc:
         if exc.field and exc.field != "window_ms":
             raise _prefixed(exc, "workload.") from None
@@ -201,8 +201,7 @@ def create_trace(cache: TraceCache, sources: WorkloadSources, cfg: WorkloadConfi
 
 def trace_summary(entry: TraceEntry) -> TraceSummary:
     plan = entry.plan
-    bounds = plan.window_bounds(entry.window_ms)
-    n_windows = len(bounds) - 1
+    n_windows = plan.window_count(entry.window_ms)
     ne_flops, ne_bytes = plan.nonexpert_per_step()
     return TraceSummary(
         trace_id=entry.trace_id, model=plan.mc.name, window_ms=entry.window_ms, n_windows=n_windows,
@@ -219,14 +218,14 @@ def trace_summary(entry: TraceEntry) -> TraceSummary:
 def get_window(entry: TraceEntry, k: int, window_ms: float | None = None) -> LogicalWindow:
     """Window ``k`` of the trace (``window_ms`` defaults to the trace's), with its global event ids."""
     wm = entry.window_ms if window_ms is None else window_ms
-    bounds = entry.plan.window_bounds(wm)
-    if not 0 <= k < len(bounds) - 1:
-        raise NotFound(f"window {k} out of range: the trace has {len(bounds) - 1} windows of {wm} ms", field="k",
+    n_windows = entry.plan.window_count(wm)
+    if not 0 <= k < n_windows:
+        raise NotFound(f"window {k} out of range: the trace has {n_windows} windows of {wm} ms", field="k",
                        code="unknown_window")
     counts, mb_event0 = entry.ensure_routing()
-    a, b = int(bounds[k]), int(bounds[k + 1])
-    block = entry.plan.events(a, counts[a:b].astype(np.int64), int(mb_event0[a]))
     w_ns = round(wm * 1e6)
+    a, b = (entry.plan.window_end(k - 1, w_ns) if k else 0), entry.plan.window_end(k, w_ns)
+    block = entry.plan.events(a, counts[a:b].astype(np.int64), int(mb_event0[a]))
     return entry.plan.to_window(entry.trace_id, k, k * w_ns, (k + 1) * w_ns, block)
 
 

@@ -324,8 +324,14 @@ class TracePlan:
         t: IntArray = np.rint(np.arange(self.steps) * (self.cfg.sequence.step_interval_ms * 1e6)).astype(np.int64)
         return t
 
-    def window_bounds(self, window_ms: float) -> IntArray:
-        """Micro-batch index boundaries: window k holds micro-batches ``[b[k], b[k+1])``."""
+    def window_end(self, k: int, w_ns: int) -> int:
+        """The first micro-batch arriving at or after the end of window k (windows of ``w_ns`` ns): window k holds
+        micro-batches ``[window_end(k - 1), window_end(k))``, window 0 from the first. One window at a time, so a
+        stream of windows holds nothing per window of the run."""
+        return int(np.searchsorted(self.mb_t_ns, (k + 1) * w_ns, side="left"))
+
+    def window_count(self, window_ms: float) -> int:
+        """Windows of ``window_ms`` the run is cut into (through the last arrival), checked."""
         if not window_ms > 0:
             raise BadInput("window_ms must be > 0", field="window_ms")
         w_ns = round(window_ms * 1e6)
@@ -336,9 +342,7 @@ class TracePlan:
             raise BadInput(f"window_ms {window_ms:g} cuts the {self.mb_t_ns[-1] / 1e6:g} ms run into {n_windows} "
                            f"windows; at most {MAX_TRACE_WINDOWS} (a longer window or a shorter run: "
                            "sequence.steps x sequence.step_interval_ms)", field="window_ms")
-        edges = np.arange(n_windows + 1, dtype=np.int64) * w_ns
-        bounds: IntArray = np.searchsorted(self.mb_t_ns, edges, side="left").astype(np.int64)
-        return bounds
+        return n_windows
 
     def routing_stream(self, tokens: int | None = None) -> RoutingStream | ReplayStream:
         """The run's expert choices: replayed from ``routing.trace`` when the config names one, else drawn.
@@ -437,13 +441,15 @@ def make_plan(cfg: WorkloadConfig, sources: WorkloadSources | None = None) -> Tr
 
 
 def iter_blocks(plan: TracePlan, window_ms: float) -> Iterator[tuple[int, int, int, EventBlock]]:
-    """(window k, t0_ns, t1_ns, events) for every window, generating routing one window at a time."""
-    bounds = plan.window_bounds(window_ms)
+    """(window k, t0_ns, t1_ns, events) for every window, generating routing one window at a time (memory of a
+    window, not of the run: the window's micro-batches are looked up as it comes)."""
+    n_windows = plan.window_count(window_ms)
     w_ns = round(window_ms * 1e6)
     stream = plan.routing_stream()
     event0 = 0
-    for k in range(len(bounds) - 1):
-        a, b = int(bounds[k]), int(bounds[k + 1])
+    b = 0
+    for k in range(n_windows):
+        a, b = b, plan.window_end(k, w_ns)
         counts = expert_counts(stream.take(b - a), max(plan.E, 1))
         block = plan.events(a, counts, event0)
         event0 += block.n_compute
