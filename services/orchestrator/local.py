@@ -22,12 +22,13 @@ from services.orchestrator.capacity import Capacity, estimate_capacity
 from services.orchestrator.db import make_engine, session_factory, upgrade
 from services.orchestrator.jobs import EmbeddedRunner, ProcessRunner
 from services.orchestrator.pipeline_clients import Pipeline
-from services.orchestrator.run_files import result_csv_path
+from services.orchestrator.run_files import result_csv_path, run_dir_for
 from services.orchestrator.schemas import ALL_SCENARIOS, ExperimentRequest, ExperimentSpec, Scenario
 from services.orchestrator.service import create_experiment, resolve_spec
 from services.orchestrator.settings import orchestrator_settings
 from shared.client import ServiceClients
 from shared.configs import ArchConfig, load_arch, load_tas, load_workload
+from shared.contracts.placement import Placement
 from shared.errors import BadInput, TasmoeError, first_validation_error
 from shared.settings import Settings
 
@@ -228,6 +229,20 @@ def summary_table(rows: list[dict[str, str]]) -> str:
                      for t in table) + "\n"
 
 
+def default_mapping_notes(res: LocalResult) -> list[str]:
+    """What the default mapping of each succeeded scenario notes about itself (it places every model, a model over
+    the chip's DRAM too, where TAPS refuses; `services/placement/default.py`), from its ``mapping/placement.json``."""
+    out: list[str] = []
+    for sc, status in res.status.items():
+        path = run_dir_for(res.out_dir, sc) / "mapping" / "placement.json"
+        if status != "succeeded" or not path.is_file():
+            continue
+        meta = Placement.model_validate_json(path.read_bytes()).meta
+        if meta.method == "default":
+            out.extend(f"{sc}: the default mapping: {note}" for note in meta.notes)
+    return out
+
+
 def print_summary(res: LocalResult, stream: TextIO | None = None) -> None:
     stream = sys.stdout if stream is None else stream  # looked up per call (not bound at import)
     rows: list[dict[str, str]] = []
@@ -239,6 +254,8 @@ def print_summary(res: LocalResult, stream: TextIO | None = None) -> None:
             rows.extend(csv.DictReader(f))
     if rows:
         print(summary_table(rows), end="", file=stream)
+        for line in default_mapping_notes(res):
+            print(f"note: {line}", file=stream)
         files = [p for p in ("summary.csv", "comparison.md", "power.md", "plots/") if (res.out_dir / p).exists()]
         print(f"files in {res.out_dir}: {', '.join(files)}, <scenario>/<workload>.csv and .series.csv.gz",
               file=stream)

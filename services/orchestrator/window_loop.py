@@ -461,6 +461,8 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
     H = pipe.influence(model_hash, arch) if model_hash is not None else None
     plc = _placement(pipe=pipe, spec=spec, scenario=scenario, trace=trace, model_hash=model_hash, H=H,
                      sessions=sessions, run_id=run_id)
+    for note in plc.meta.notes:  # e.g. the default mapping over bank capacity: the run goes on, the log says so
+        rlog.info(f"placement ({plc.meta.method}): {note}")
 
     k0 = claim.next_window
     saved = repo.load_frontier(sessions=sessions, run_id=run_id, next_window=k0)

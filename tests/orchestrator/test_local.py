@@ -9,9 +9,12 @@ import pytest
 from scripts.run_all import main as run_all_main
 from services.cli import main as cli_main
 from services.orchestrator import jobs
-from services.orchestrator.local import run_local
+from services.orchestrator.local import LocalResult, default_mapping_notes, run_local
 from services.orchestrator.settings import OrchestratorSettings
+from services.placement.default import default_placement
 from shared.client import ServiceClients
+from shared.configs import load_arch
+from shared.contracts.placement import PlacementMeta
 from shared.settings import Settings
 from tests.conftest import CONFIGS
 from tests.orchestrator import fakes
@@ -99,3 +102,20 @@ def test_a_run_shorter_than_a_micro_batch_says_why_no_token_completed(tmp_path: 
                      "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert "note: no token completed: the run (6 ms simulated) is shorter than one micro-batch" in out
+
+
+def test_the_default_mappings_notes_are_printed_with_the_summary(tmp_path: Path) -> None:
+    """The default mapping places a model over the chip's DRAM too (TAPS refuses it): the summary says so."""
+    arch = load_arch(CONFIGS / "arch_8x8_32x32x8.yaml")
+    over = default_placement(arch, 32, 8, 64.0, 40 * 64 * 2**20)  # 40 shards an expert: 4 experts a core, 32 banks
+    fits = default_placement(arch, 32, 8, 64.0, 6 * 64 * 2**20)
+    taps = fits.model_copy(update={"meta": PlacementMeta(method="heuristic", notes=["a TAPS note"])})
+    assert over.meta.notes and not fits.meta.notes
+    for sc, plc in (("baseline", over), ("tacs", fits), ("taps", taps), ("tas", over)):
+        path = tmp_path / "runs" / sc / "mapping" / "placement.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(plc.model_dump_json(), encoding="utf-8")
+    res = LocalResult(experiment_id="exp-x", out_dir=tmp_path, csvs={}, errors={"tas": "boom"}, windows={},
+                      status={"baseline": "succeeded", "tacs": "succeeded", "taps": "succeeded", "tas": "failed"},
+                      wall_s=0.0, compute_s={})
+    assert default_mapping_notes(res) == [f"baseline: the default mapping: {n}" for n in over.meta.notes]
