@@ -5,11 +5,12 @@ A placement moves power within a die: which core runs an expert, which bank hold
 splits a scenario's peak into three parts, on the thermal service's own model (`services/thermal/`):
 
 - the **even field**: the steady state of the scenario's mean power with each die's power spread evenly over it (the
-  logic die's over its cores, each DRAM die's over its banks), what the warm start uses;
+  logic die's over its cores, each DRAM die's over its banks);
 - the **pattern**: the steady state of the mean power map as the scenario dissipates it, minus the even field: what
   the unevenness of the mean map costs, and so (about) what any placement could take off the mean field;
 - the **bursts**: the run's peak minus the mean map's steady peak: the windows' excursions above their mean, which a
-  static placement can shape but not remove (decode works through the layers in series).
+  static placement can shape but not remove (decode works through the layers in series), and any drift of the run
+  away from the warm-up's mean (its leakage was taken at the pass's own temperatures).
 
 The mean power map is the warm-up pass's (the thermal service accumulates each core's and bank's energy over
 ``thermal.warmup_ms``, leakage and refresh at the pass's own temperatures; `services/thermal/service.py`,
@@ -48,7 +49,7 @@ from services.orchestrator.worker import compute_clients
 from services.thermal import service as thermal
 from services.thermal import solvers
 from services.thermal.model import StackModel, get_model
-from shared.configs import ArchConfig, load_arch
+from shared.configs import ArchConfig, load_arch, load_tas
 from shared.contracts.thermal import ThermalState
 from shared.settings import Settings
 
@@ -64,11 +65,10 @@ class MeanMap:
 
     @classmethod
     def of_state(cls, model: StackModel, state: ThermalState) -> MeanMap:
-        """``P̄ = E / t_warm`` per core and per bank from the warm-up's last state (as ``thermal.warm_state``)."""
-        n_dies = len(model.dram_layers)
-        e = thermal._decode_energy(state.warm_energy_b64, model.n_cores + n_dies * model.n_banks_per_layer)
-        p = e / state.warm_s
-        return cls(core_w=p[:model.n_cores], bank_w=p[model.n_cores:].reshape(n_dies, model.n_banks_per_layer))
+        """``P̄ = E / t_warm`` per core and per bank from the warm-up's last state (``thermal.mean_power_map``, the
+        map ``thermal.warm_state`` solves)."""
+        core_w, bank_w = thermal.mean_power_map(model, state)
+        return cls(core_w=core_w, bank_w=bank_w)
 
     def spread(self, *, logic: bool, dram: bool) -> MeanMap:
         """The same power with the logic die's (``logic``) and/or each DRAM die's (``dram``) spread evenly."""
@@ -82,7 +82,7 @@ def steady_peaks(model: StackModel, m: MeanMap) -> tuple[float, float]:
     """(logic, DRAM) peak °C of the steady state of ``m``: the hottest cell of the logic die and of any DRAM die, as
     the metrics' ``T_peak_logic`` / ``T_peak_dram`` read a window's field."""
     T = solvers.steady(model.solver, model.node_power(m.core_w, m.bank_w))
-    peak, _ = thermal._layer_stats(model, np.asarray(T, dtype=np.float64))
+    peak, _ = thermal.layer_stats(model, np.asarray(T, dtype=np.float64))
     logic = peak[model.layer_names[model.logic_layer]]
     dram = max(peak[model.layer_names[i]] for i in model.dram_layers)
     return logic, dram
@@ -105,6 +105,7 @@ def captured_warm_states(into: list[tuple[ArchConfig, ThermalState]]) -> Iterato
 
 
 def _run_peaks(csv_path: Path) -> tuple[float, float]:
+    """(T_peak_logic, T_peak_dram) °C of a run's result CSV."""
     with csv_path.open(encoding="utf-8") as fh:
         row = next(csv.DictReader(fh))
     return float(row["T_peak_logic"]), float(row["T_peak_dram"])
@@ -115,7 +116,7 @@ def measure(arch: Path, workload: Path, tas: Path, scenarios: Sequence[Scenario]
     """One row per scenario: the run's peaks over as many windows as its warm-up, and the steady peaks of its mean
     power map as dissipated and spread evenly (logic die, DRAM dies, both)."""
     arch_cfg = load_arch(arch) if warmup_ms is None else with_warmup(load_arch(arch), warmup_ms)
-    window_ms = 3.0
+    window_ms = load_tas(tas).tacs.window_ms  # the run's window (the orchestrator's, from the TAS parameters)
     n_warm = arch_cfg.thermal.warmup_windows(window_ms)
     if n_warm < 1:
         raise SystemExit("the arch config has no warm-up pass (thermal.warmup_ms 0): nothing to read the mean from")
@@ -150,10 +151,12 @@ def measure(arch: Path, workload: Path, tas: Path, scenarios: Sequence[Scenario]
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows of `measure` as a Markdown table (°C logic / DRAM; pattern and bursts in K)."""
     head = ("| scenario | run peak logic / DRAM °C | mean map, steady | logic die even | DRAM dies even | both even "
             "| pattern (mean − even) K | bursts (run − mean) K | power W |")
     out = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     def pair(r: dict[str, Any], k: str) -> str:
+        """``k``'s logic / DRAM peaks of row ``r``."""
         return f"{r[k + '_logic']:.2f} / {r[k + '_dram']:.2f}"
 
     for r in rows:

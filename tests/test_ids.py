@@ -46,10 +46,22 @@ def test_expert_shards_are_the_contiguous_run_from_shard_zero() -> None:
     def tp(bank: str) -> TensorPlacement:
         return TensorPlacement(dram_bank=bank, size_bytes=64)
 
-    plc = Placement(experts={"L1E2": ExpertPlacement(cores=[0]), "L1E3": ExpertPlacement(cores=[1])},
-                    tensors={"W_L1E2_1": tp("B(0,0,1)"), "W_L1E2_0": tp("B(0,0,0)"), "W_L1E2_3": tp("B(0,0,3)"),
-                             "W_L1E3_0": tp("B(1,0,0)"), "W_L11E2_0": tp("B(2,0,0)")})
-    assert [tid for tid, _ in plc.expert_shards(1, 2)] == ["W_L1E2_0", "W_L1E2_1"]  # _3 is past the gap
-    assert [t.dram_bank for _, t in plc.expert_shards(1, 2)] == ["B(0,0,0)", "B(0,0,1)"]
+    experts = {"L1E2": ExpertPlacement(cores=[0]), "L1E3": ExpertPlacement(cores=[1])}
+    plc = Placement(experts=experts,
+                    tensors={"W_L1E2_1": tp("B(0,0,1)"), "W_L1E2_0": tp("B(0,0,0)"), "W_L1E2_2": tp("B(0,0,3)"),
+                             "W_L1E3_0": tp("B(1,0,0)"), "W_L11E2_0": tp("B(2,0,0)"), "KV_0": tp("B(3,0,0)")})
+    assert [tid for tid, _ in plc.expert_shards(1, 2)] == ["W_L1E2_0", "W_L1E2_1", "W_L1E2_2"]
+    assert [t.dram_bank for _, t in plc.expert_shards(1, 2)] == ["B(0,0,0)", "B(0,0,1)", "B(0,0,3)"]
     assert [tid for tid, _ in plc.expert_shards(1, 3)] == ["W_L1E3_0"]
     assert plc.expert_shards(2, 0) == []
+
+
+@pytest.mark.parametrize(("ids", "named"), [
+    (["W_L1E2_0", "W_L1E2_2"], "W_L1E2_2 is listed without W_L1E2_1"),
+    (["W_L1E2_1"], "W_L1E2_1 is listed without W_L1E2_0"),
+    (["W_L0E0_0", "W_L1E2_0", "W_L1E2_1", "W_L1E2_5", "W_L1E2_3"], "W_L1E2_5 is listed without W_L1E2_2"),
+])
+def test_a_placement_with_a_gap_in_an_experts_shards_is_refused(ids: list[str], named: str) -> None:
+    tensors = {tid: TensorPlacement(dram_bank="B(0,0,0)") for tid in ids}
+    with pytest.raises(ValueError, match=named):
+        Placement(experts={"L1E2": ExpertPlacement(cores=[0])}, tensors=tensors)

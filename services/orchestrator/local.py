@@ -237,7 +237,10 @@ def default_mapping_notes(res: LocalResult) -> list[str]:
         path = run_dir_for(res.out_dir, sc) / "mapping" / "placement.json"
         if status != "succeeded" or not path.is_file():
             continue
-        meta = Placement.model_validate_json(path.read_bytes()).meta
+        try:
+            meta = Placement.model_validate_json(path.read_bytes()).meta
+        except ValidationError:  # not ours to judge here: the summary goes on without it
+            continue
         if meta.method == "default":
             out.extend(f"{sc}: the default mapping: {note}" for note in meta.notes)
     return out

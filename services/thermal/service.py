@@ -94,7 +94,7 @@ def decode_field(b64: str | None, model: StackModel) -> np.ndarray:
     return T
 
 
-def _layer_stats(model: StackModel, T: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:
+def layer_stats(model: StackModel, T: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:
     L, nrc = model.net.n_layers, model.net.rows * model.net.cols
     cells = T[:model.net.n_cells].reshape(L, nrc) - KELVIN
     peak = {name: float(cells[i].max()) for i, name in enumerate(model.layer_names)}
@@ -215,7 +215,7 @@ def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: Thermal
     core_c = model.core_temps(T1) - KELVIN
     next_levels = step_levels(core_c, levels, arch)
     next_freq, _ = freq_volt(next_levels, arch)
-    peak, mean = _layer_stats(model, T1)
+    peak, mean = layer_stats(model, T1)
     snap = ThermalSnapshot(
         window=window,
         temps_core_c=[float(x) for x in core_c],
@@ -267,17 +267,23 @@ def _decode_energy(b64: str | None, n: int) -> np.ndarray:
     return e
 
 
+def mean_power_map(model: StackModel, state: ThermalState) -> tuple[np.ndarray, np.ndarray]:
+    """A warm-up pass's mean power map from its last state: ``P̄ = E / t_warm`` (W) per core, (cores,), and per
+    bank, (DRAM dies, banks per die)."""
+    n_dies = len(model.dram_layers)
+    e = _decode_energy(state.warm_energy_b64, model.n_cores + n_dies * model.n_banks_per_layer)
+    if not state.warm_s > 0:
+        raise BadInput("state.warm_s must be > 0 (the warm-up's length in s)", field="state.warm_s")
+    p = e / state.warm_s
+    return p[:model.n_cores], p[model.n_cores:].reshape(n_dies, model.n_banks_per_layer)
+
+
 def warm_state(arch: ArchConfig, state: ThermalState) -> ThermalState:
     """The state window 0 starts from after a warm-up pass: the steady state of the pass's mean power map,
     ``T = G⁻¹ · P̄`` with ``P̄ = E / t_warm`` per core and per bank (W). Leakage and refresh are in ``P̄`` at the
     warm-up's own temperatures. DVFS starts at the top step, as every run does."""
     model = get_model(arch)
-    bx_n, by_n, n_dies = arch.dram.banks
-    e = _decode_energy(state.warm_energy_b64, model.n_cores + bx_n * by_n * n_dies)
-    if not state.warm_s > 0:
-        raise BadInput("state.warm_s must be > 0 (the warm-up's length in s)", field="state.warm_s")
-    p = e / state.warm_s
-    core_w, bank_w = p[:model.n_cores], p[model.n_cores:].reshape(n_dies, bx_n * by_n)
+    core_w, bank_w = mean_power_map(model, state)
     T = solvers.steady(model.solver, model.node_power(core_w, bank_w))
     return ThermalState(t_ns=0, field_b64=encode_field(np.asarray(T, dtype=np.float64)), dvfs_level=[], window=-1)
 
@@ -311,7 +317,7 @@ def solve_power_map(arch: ArchConfig, core_w: list[float], bank_w: list[list[flo
                                  window=state.window if state else -1)
     else:
         raise BadInput(f"mode must be 'steady' or 'transient', got {mode!r}", field="mode")
-    peak, mean = _layer_stats(model, T)
+    peak, mean = layer_stats(model, T)
     return SolveResult(model=model.key, mode=mode, temps_core_c=[float(x) for x in model.core_temps(T) - KELVIN],
                        temps_bank_c=(model.vault_temps(T) - KELVIN).tolist(), peak_c=peak, mean_c=mean,
                        state=out_state)

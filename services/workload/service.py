@@ -224,7 +224,7 @@ def get_window(entry: TraceEntry, k: int, window_ms: float | None = None) -> Log
                        code="unknown_window")
     counts, mb_event0 = entry.ensure_routing()
     w_ns = round(wm * 1e6)
-    a, b = (entry.plan.window_end(k - 1, w_ns) if k else 0), entry.plan.window_end(k, w_ns)
+    a, b = entry.plan.window_range(k, w_ns)
     block = entry.plan.events(a, counts[a:b].astype(np.int64), int(mb_event0[a]))
     return entry.plan.to_window(entry.trace_id, k, k * w_ns, (k + 1) * w_ns, block)
 

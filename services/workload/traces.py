@@ -325,10 +325,13 @@ class TracePlan:
         return t
 
     def window_end(self, k: int, w_ns: int) -> int:
-        """The first micro-batch arriving at or after the end of window k (windows of ``w_ns`` ns): window k holds
-        micro-batches ``[window_end(k - 1), window_end(k))``, window 0 from the first. One window at a time, so a
-        stream of windows holds nothing per window of the run."""
+        """The first micro-batch arriving at or after the end of window k (windows of ``w_ns`` ns)."""
         return int(np.searchsorted(self.mb_t_ns, (k + 1) * w_ns, side="left"))
+
+    def window_range(self, k: int, w_ns: int) -> tuple[int, int]:
+        """Window k's micro-batches ``[a, b)``: those arriving in ``[k·w_ns, (k+1)·w_ns)`` (the first arrives at
+        0). Looked up one window at a time, so a stream of windows holds nothing per window of the run."""
+        return (self.window_end(k - 1, w_ns) if k > 0 else 0), self.window_end(k, w_ns)
 
     def window_count(self, window_ms: float) -> int:
         """Windows of ``window_ms`` the run is cut into (through the last arrival), checked."""
@@ -338,7 +341,7 @@ class TracePlan:
         if w_ns < 1:
             raise BadInput("window_ms must be at least 1 ns", field="window_ms")
         n_windows = int(self.mb_t_ns[-1] // w_ns) + 1
-        if n_windows > MAX_TRACE_WINDOWS:  # the edges alone are 8 bytes a window; the runs that read them, far more
+        if n_windows > MAX_TRACE_WINDOWS:  # a run of that many windows: each one a request, a row, a state
             raise BadInput(f"window_ms {window_ms:g} cuts the {self.mb_t_ns[-1] / 1e6:g} ms run into {n_windows} "
                            f"windows; at most {MAX_TRACE_WINDOWS} (a longer window or a shorter run: "
                            "sequence.steps x sequence.step_interval_ms)", field="window_ms")
@@ -447,9 +450,8 @@ def iter_blocks(plan: TracePlan, window_ms: float) -> Iterator[tuple[int, int, i
     w_ns = round(window_ms * 1e6)
     stream = plan.routing_stream()
     event0 = 0
-    b = 0
     for k in range(n_windows):
-        a, b = b, plan.window_end(k, w_ns)
+        a, b = plan.window_range(k, w_ns)
         counts = expert_counts(stream.take(b - a), max(plan.E, 1))
         block = plan.events(a, counts, event0)
         event0 += block.n_compute

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from shared.contracts.columnar import Columnar
-from shared.contracts.ids import weight_tensor_id
+from shared.contracts.ids import parse_weight_tensor_id, weight_tensor_id
 from shared.errors import BadInput
 
 
@@ -43,9 +43,28 @@ class Placement(BaseModel):
     tensors: dict[str, TensorPlacement] = Field(default_factory=dict)
     meta: PlacementMeta = Field(default_factory=PlacementMeta)
 
+    @model_validator(mode="after")
+    def _shards_from_zero(self) -> Placement:
+        """An expert's weight shards are listed from ``W_L{l}E{e}_0`` without a gap, so that `expert_shards` (and
+        every service that walks an expert's shards with it) sees all of them. Other tensor ids are not checked."""
+        shards: dict[tuple[int, int], list[int]] = {}
+        for tid in self.tensors:
+            try:
+                layer, expert, k = parse_weight_tensor_id(tid)
+            except ValueError:
+                continue
+            shards.setdefault((layer, expert), []).append(k)
+        for (layer, expert), ks in shards.items():
+            if max(ks) != len(ks) - 1:  # canonical ids are distinct shards: contiguous from 0 iff max = count − 1
+                gap = min(set(range(max(ks))) - set(ks))
+                raise ValueError(f"tensors: {weight_tensor_id(layer, expert, max(ks))} is listed without "
+                                 f"{weight_tensor_id(layer, expert, gap)}: an expert's weight shards are listed "
+                                 "from _0 without a gap")
+        return self
+
     def expert_shards(self, layer: int, expert: int) -> list[tuple[str, TensorPlacement]]:
         """(tensor id, placement) of each weight shard the placement lists for expert ``L{layer}E{expert}``, in
-        shard order: ``W_L{l}E{e}_0``, ``_1``, ... up to the first id it does not list (the one rule for how many
+        shard order ``W_L{l}E{e}_0``, ``_1``, ... (listed without a gap: the validator; the one rule for how many
         shards an expert has; ``ReplicaEntry.shard_banks[k]`` is shard ``k``'s bank after a TACS migration)."""
         out: list[tuple[str, TensorPlacement]] = []
         while (tp := self.tensors.get(tid := weight_tensor_id(layer, expert, len(out)))) is not None:

@@ -7,10 +7,13 @@ from __future__ import annotations
 import base64
 
 import numpy as np
+import pytest
 
 from scripts.headroom import MeanMap, steady_peaks
 from services.thermal.model import get_model
+from services.thermal.service import mean_power_map
 from shared.contracts.thermal import ThermalState
+from shared.errors import BadInput
 from tests.thermal.conftest import small_arch
 
 
@@ -36,14 +39,14 @@ def test_a_concentrated_die_is_hotter_than_its_even_spread() -> None:
     amb = arch.geometry.cooling.ambient_c
     assert np.allclose(steady_peaks(model, zero), (amb, amb), atol=1e-6)
     core = np.zeros(model.n_cores)
-    core[5] = 8.0  # one core dissipates the logic die's 8 W
+    core[5] = 8.0  # one core dissipates the logic die's 8 W, the DRAM dies nothing
+    hot = MeanMap(core_w=core, bank_w=np.zeros((nd, nb)))
+    assert steady_peaks(model, hot)[0] > steady_peaks(model, hot.spread(logic=True, dram=False))[0] + 1.0
     bank = np.zeros((nd, nb))
-    bank[0, 17] = 1.0  # one bank of the first DRAM die its 1 W
-    hot = MeanMap(core_w=core, bank_w=bank)
-    hot_logic, hot_dram = steady_peaks(model, hot)
-    even_logic, even_dram = steady_peaks(model, hot.spread(logic=True, dram=True))
-    assert hot_logic > even_logic + 1.0 and hot_dram > even_dram + 1.0
-    assert min(even_logic, even_dram) > amb
+    bank[0, 17] = 1.0  # one bank of the first DRAM die dissipates its 1 W, the logic die nothing
+    hot = MeanMap(core_w=np.zeros(model.n_cores), bank_w=bank)
+    hot_dram, even_dram = steady_peaks(model, hot)[1], steady_peaks(model, hot.spread(logic=False, dram=True))[1]
+    assert hot_dram > even_dram + 1.0 and even_dram > amb
 
 
 def test_the_mean_map_is_the_warm_ups_energy_over_its_length() -> None:
@@ -55,3 +58,5 @@ def test_the_mean_map_is_the_warm_ups_energy_over_its_length() -> None:
     m = MeanMap.of_state(model, state)
     np.testing.assert_allclose(m.core_w, e[:model.n_cores] / 0.012)
     np.testing.assert_allclose(m.bank_w.ravel(), e[model.n_cores:] / 0.012)
+    with pytest.raises(BadInput, match="warm_s"):  # the thermal service's own check (warm_state's map)
+        mean_power_map(model, state.model_copy(update={"warm_s": 0.0}))

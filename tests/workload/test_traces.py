@@ -288,3 +288,19 @@ def test_service_windows_without_arrivals_match_the_stream() -> None:
     assert sum(len(w.compute) == 0 for w in served) >= 2
     for a, b in zip(served, streamed, strict=True):
         assert a.compute == b.compute and a.memory == b.memory
+
+
+@pytest.mark.parametrize(("interval_ms", "window_ms"), [(0.7, 2.0), (3.0, 3.0), (300.0, 3.0), (1.0, 0.25)])
+def test_window_range_is_the_arrivals_in_the_window(interval_ms: float, window_ms: float) -> None:
+    """`TracePlan.window_range` (one window at a time) against every window's edges at once: window k holds the
+    micro-batches arriving in [k·w, (k+1)·w), the first window from micro-batch 0, empty windows empty, the last one
+    up to the last arrival."""
+    plan = make_plan(small(sequence={"step_interval_ms": interval_ms, "steps": 9}))
+    w_ns = round(window_ms * 1e6)
+    n = plan.window_count(window_ms)
+    edges = np.searchsorted(plan.mb_t_ns, np.arange(n + 1) * w_ns, side="left")
+    got = [plan.window_range(k, w_ns) for k in range(n)]
+    assert got == [(int(edges[k]), int(edges[k + 1])) for k in range(n)]
+    assert got[0][0] == 0 and got[-1][1] == plan.steps
+    for k, (a, b) in enumerate(got):
+        assert all(k * w_ns <= t < (k + 1) * w_ns for t in plan.mb_t_ns[a:b])
