@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from shared.contracts.ids import bank_id, parse_bank_id, parse_bank_ids, parse_weight_tensor_id, weight_tensor_id
 from shared.contracts.placement import ExpertPlacement, Placement, TensorPlacement
@@ -63,5 +64,6 @@ def test_expert_shards_are_the_contiguous_run_from_shard_zero() -> None:
 ])
 def test_a_placement_with_a_gap_in_an_experts_shards_is_refused(ids: list[str], named: str) -> None:
     tensors = {tid: TensorPlacement(dram_bank="B(0,0,0)") for tid in ids}
-    with pytest.raises(ValueError, match=named):
+    with pytest.raises(ValidationError, match=named) as err:
         Placement(experts={"L1E2": ExpertPlacement(cores=[0])}, tensors=tensors)
+    assert err.value.errors()[0]["loc"] == ("tensors",)  # the error names the field

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator
 
 from shared.contracts.columnar import Columnar
 from shared.contracts.ids import parse_weight_tensor_id, weight_tensor_id
@@ -43,12 +43,13 @@ class Placement(BaseModel):
     tensors: dict[str, TensorPlacement] = Field(default_factory=dict)
     meta: PlacementMeta = Field(default_factory=PlacementMeta)
 
-    @model_validator(mode="after")
-    def _shards_from_zero(self) -> Placement:
+    @field_validator("tensors")
+    @classmethod
+    def _shards_from_zero(cls, tensors: dict[str, TensorPlacement]) -> dict[str, TensorPlacement]:
         """An expert's weight shards are listed from ``W_L{l}E{e}_0`` without a gap, so that `expert_shards` (and
         every service that walks an expert's shards with it) sees all of them. Other tensor ids are not checked."""
         shards: dict[tuple[int, int], list[int]] = {}
-        for tid in self.tensors:
+        for tid in tensors:
             try:
                 layer, expert, k = parse_weight_tensor_id(tid)
             except ValueError:
@@ -57,10 +58,10 @@ class Placement(BaseModel):
         for (layer, expert), ks in shards.items():
             if max(ks) != len(ks) - 1:  # canonical ids are distinct shards: contiguous from 0 iff max = count − 1
                 gap = min(set(range(max(ks))) - set(ks))
-                raise ValueError(f"tensors: {weight_tensor_id(layer, expert, max(ks))} is listed without "
+                raise ValueError(f"{weight_tensor_id(layer, expert, max(ks))} is listed without "
                                  f"{weight_tensor_id(layer, expert, gap)}: an expert's weight shards are listed "
                                  "from _0 without a gap")
-        return self
+        return tensors
 
     def expert_shards(self, layer: int, expert: int) -> list[tuple[str, TensorPlacement]]:
         """(tensor id, placement) of each weight shard the placement lists for expert ``L{layer}E{expert}``, in
