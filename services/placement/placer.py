@@ -125,13 +125,26 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
     pb, plc = solve(taps.replicate_hot_k)
     if pb.m == pb.expert_layer.shape[0]:  # nothing replicated (k = 0, or a one-core chip)
         return plc
-    # replication where it helps (Science III): a replica halves its expert's compute per core but streams a second
-    # copy of the weights (decode reads every weight of an expert it routes to), so it is kept only when the
-    # placement with it has the lower predicted objective than the placement without it
     _, plain = solve(0)
-    a, b = plc.meta.objective["objective"], plain.meta.objective["objective"]
-    keep = a < b
-    note = (f"replication of the {taps.replicate_hot_k} most loaded expert(s) per layer: predicted objective "
-            f"{a:.6g} with, {b:.6g} without: {'kept' if keep else 'dropped'}")
+    keep, note = replicas_help(plc, plain, taps.replicate_hot_k)
     chosen = plc if keep else plain
     return chosen.model_copy(update={"meta": chosen.meta.model_copy(update={"notes": [*chosen.meta.notes, note]})})
+
+
+def replicas_help(with_: Placement, without: Placement, k: int) -> tuple[bool, str]:
+    """Replication where it helps (Science III): whether to keep the placement with the replicas of the ``k`` most
+    loaded experts of each layer, and the note that says why. A replica halves its expert's compute per core but
+    streams a second copy of its weights (decode reads every weight of an expert it routes to): more energy, all of
+    it heat. The replicas are kept when, on TAPS's own predictions, the placement with them has the lower objective
+    **and** lowers the predicted peak by more than it raises the predicted mean core temperature (°C, each the mean
+    over the cores of ``meta.predicted_core_temps_c``): a hot spot made cooler by warming the whole chip as much is
+    not a gain. No parameter: both sides are the model's own kelvins."""
+    a, b = with_.meta.objective["objective"], without.meta.objective["objective"]
+    gain = without.meta.objective["peak_c"] - with_.meta.objective["peak_c"]  # K the peak falls with them
+    warming = (float(np.mean(with_.meta.predicted_core_temps_c or [0.0]))
+               - float(np.mean(without.meta.predicted_core_temps_c or [0.0])))  # K the mean core rises with them
+    keep = a < b and gain > warming
+    note = (f"replication of the {k} most loaded expert(s) per layer: predicted objective {a:.6g} with, {b:.6g} "
+            f"without; peak {gain:+.4f} K lower with them, mean core temperature {warming:+.4f} K higher: "
+            f"{'kept' if keep else 'dropped'}")
+    return keep, note

@@ -11,11 +11,12 @@ import pytest
 from services.placement.geometry import ChipGeometry, synthetic_diffusion_kernel
 from services.placement.inputs import zipf_loads
 from services.placement.milp import solve_peak_milp
-from services.placement.placer import build_placement
+from services.placement.placer import build_placement, replicas_help
 from services.placement.taps import build_problem, greedy, local_search
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
 from shared.configs.tas import TapsParams
 from shared.contracts.ids import parse_expert_id, weight_tensor_id
+from shared.contracts.placement import Placement, PlacementMeta
 from shared.errors import BadInput
 from tests.placement.conftest import small_arch
 
@@ -282,7 +283,8 @@ def test_replication_is_kept_only_where_it_lowers_the_objective(arch: ArchConfig
                                                                 tas: TasParams, kernel64: np.ndarray,
                                                                 expert_bytes: int) -> None:
     """Science III: the replicas of the hottest experts stay only when the placement with them has the lower
-    predicted objective; in decode a replica streams a second copy of the weights, which the model counts."""
+    predicted objective (and a peak gain above the mean warming, `replicas_help`); in decode a replica streams a
+    second copy of the weights, which the model counts."""
     arch = arch.model_copy(update={"dram": arch.dram.model_copy(update={"banks": (32, 32, 8)})})
     loads = zipf_loads(6, 8)
     taps = _taps(tas, replicate_hot_k=1)
@@ -555,3 +557,22 @@ def test_an_unsettled_base_field_says_why_and_keeps_one_passs_levels_and_scale(m
     assert any("not settled" in n and "levels kept changing" in n for n in base.notes), base.notes
     np.testing.assert_allclose(base.dyn_scale, dynamic_scale(freq_volt(base.levels, arch)[1], arch))
     assert not base.levels.any()
+
+
+@pytest.mark.parametrize(("obj", "peak", "mean", "kept"), [
+    ((49.90, 49.91), (49.90, 49.92), (48.9, 48.7), False),  # 0.02 K off the peak for 0.2 K on the mean: dropped
+    ((49.40, 49.91), (49.40, 49.92), (48.8, 48.7), True),  # 0.52 K off the peak for 0.1 K on the mean: kept
+    ((49.40, 49.91), (49.40, 49.92), (48.6, 48.7), True),  # cooler everywhere: kept
+    ((49.95, 49.91), (49.40, 49.92), (48.6, 48.7), False),  # a higher objective: dropped whatever else
+    ((49.90, 49.91), (49.92, 49.92), (48.7, 48.7), False),  # no peak gain, no mean change (variance): dropped
+])
+def test_replicas_are_kept_when_the_peak_falls_by_more_than_the_mean_rises(
+        obj: tuple[float, float], peak: tuple[float, float], mean: tuple[float, float], kept: bool) -> None:
+    def plc(o: float, p: float, m: float) -> Placement:
+        return Placement(experts={}, meta=PlacementMeta(objective={"objective": o, "peak_c": p},
+                                                        predicted_core_temps_c=[m - 0.5, m + 0.5]))
+
+    keep, note = replicas_help(plc(obj[0], peak[0], mean[0]), plc(obj[1], peak[1], mean[1]), 1)
+    assert keep is kept
+    assert note.startswith("replication of the 1 most loaded") and note.endswith("kept" if kept else "dropped")
+    assert f"peak {peak[1] - peak[0]:+.4f} K lower" in note and f"{mean[0] - mean[1]:+.4f} K higher" in note
