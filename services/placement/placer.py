@@ -1,6 +1,7 @@
 """The TAPS entry point: the heuristic (``taps``) or the MILP (``milp``) on one problem, with and without the
-replicas of the hottest experts, keeping the replicas only where the predicted objective says they help. It sits
-above both solvers so that neither imports the other (``milp`` builds on ``taps``'s problem and assembly)."""
+replicas of the hottest experts, keeping the replicas only where TAPS's predictions say they help
+(`replicas_help`). It sits above both solvers so that neither imports the other (``milp`` builds on ``taps``'s problem
+and assembly)."""
 
 from __future__ import annotations
 

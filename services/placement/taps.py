@@ -26,8 +26,9 @@ nearest vault with room, each bank within ``bank_capacity_mb`` and ``bank_bw_gbp
 
 Replication where it helps: in every MoE layer the ``replicate_hot_k`` most loaded experts are candidates for a second
 replica (traffic split evenly); `placer.build_placement` solves with and without them and keeps the replicas only
-when the predicted objective is lower (a replica halves its expert's compute on each core but streams a second copy of
-the weights: in decode, where the stream dominates, replication heats the chip and is dropped). The choice is noted.
+when the predicted objective is lower and the predicted peak falls by more than the predicted mean core temperature
+rises (`placer.replicas_help`: a replica halves its expert's compute on each core but streams a second copy of the
+weights; in decode, where the stream dominates, replication warms the chip and is dropped). The choice is noted.
 """
 
 from __future__ import annotations
