@@ -137,14 +137,18 @@ def replicas_help(with_: Placement, without: Placement, k: int) -> tuple[bool, s
     loaded experts of each layer, and the note that says why. A replica halves its expert's compute per core but
     streams a second copy of its weights (decode reads every weight of an expert it routes to): more energy, all of
     it heat. The replicas are kept when, on TAPS's own predictions, the placement with them has the lower objective
-    **and** lowers the predicted peak by more than it raises the predicted mean core temperature (°C, each the mean
-    over the cores of ``meta.predicted_core_temps_c``): a hot spot made cooler by warming the whole chip as much is
-    not a gain. No parameter: both sides are the model's own kelvins."""
+    **and** a lower peak, lower by more than the mean core temperature rises (°C, each the mean over the cores of
+    ``meta.predicted_core_temps_c``): a hot spot made cooler by warming the whole chip as much is not a gain. A fixed
+    one-for-one exchange of peak against mean, not a tunable. Both placements come from the same solver path; on the
+    slot model each is cut into slots of its own critical path, so where compute (which replicas halve) rather than
+    the weight stream sets the step, the two peaks are read on different slot grids."""
     a, b = with_.meta.objective["objective"], without.meta.objective["objective"]
+    t_with, t_without = with_.meta.predicted_core_temps_c, without.meta.predicted_core_temps_c
+    if not t_with or not t_without:
+        raise ValueError("replicas_help needs both placements' predicted core temperatures")
     gain = without.meta.objective["peak_c"] - with_.meta.objective["peak_c"]  # K the peak falls with them
-    warming = (float(np.mean(with_.meta.predicted_core_temps_c or [0.0]))
-               - float(np.mean(without.meta.predicted_core_temps_c or [0.0])))  # K the mean core rises with them
-    keep = a < b and gain > warming
+    warming = float(np.mean(t_with)) - float(np.mean(t_without))  # K the mean core temperature rises with them
+    keep = a < b and gain > max(warming, 0.0)
     note = (f"replication of the {k} most loaded expert(s) per layer: predicted objective {a:.6g} with, {b:.6g} "
             f"without; peak {gain:+.4f} K lower with them, mean core temperature {warming:+.4f} K higher: "
             f"{'kept' if keep else 'dropped'}")

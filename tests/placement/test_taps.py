@@ -565,6 +565,7 @@ def test_an_unsettled_base_field_says_why_and_keeps_one_passs_levels_and_scale(m
     ((49.40, 49.91), (49.40, 49.92), (48.6, 48.7), True),  # cooler everywhere: kept
     ((49.95, 49.91), (49.40, 49.92), (48.6, 48.7), False),  # a higher objective: dropped whatever else
     ((49.90, 49.91), (49.92, 49.92), (48.7, 48.7), False),  # no peak gain, no mean change (variance): dropped
+    ((49.90, 49.91), (49.95, 49.92), (48.4, 48.7), False),  # a higher peak, however much the mean falls: dropped
 ])
 def test_replicas_are_kept_when_the_peak_falls_by_more_than_the_mean_rises(
         obj: tuple[float, float], peak: tuple[float, float], mean: tuple[float, float], kept: bool) -> None:
@@ -576,3 +577,9 @@ def test_replicas_are_kept_when_the_peak_falls_by_more_than_the_mean_rises(
     assert keep is kept
     assert note.startswith("replication of the 1 most loaded") and note.endswith("kept" if kept else "dropped")
     assert f"peak {peak[1] - peak[0]:+.4f} K lower" in note and f"{mean[0] - mean[1]:+.4f} K higher" in note
+
+
+def test_replicas_help_needs_both_predictions() -> None:
+    plc = Placement(experts={}, meta=PlacementMeta(objective={"objective": 1.0, "peak_c": 1.0}))
+    with pytest.raises(ValueError, match="predicted core temperatures"):
+        replicas_help(plc, plc, 1)
