@@ -46,7 +46,7 @@ from services.orchestrator.db import make_engine, session_factory, upgrade
 from services.orchestrator.jobs import ProcessRunner
 from services.orchestrator.local import with_warmup
 from services.orchestrator.pipeline_clients import Pipeline, TraceInfo
-from services.orchestrator.run_files import result_csv_path, run_dir_for
+from services.orchestrator.run_files import placement_path, result_csv_path
 from services.orchestrator.schemas import ExperimentRequest, Scenario
 from services.orchestrator.service import create_experiment, resolve_spec
 from services.orchestrator.settings import orchestrator_settings
@@ -264,7 +264,7 @@ def run(*, arch_path: str, workload_path: str, tas_path: str, out: Path, warmup_
     expect = {"baseline": default, "taps": taps, "mix_a": mix_a, "mix_b": mix_b}
     for p in plan:
         written = Placement.model_validate(json.loads(
-            (run_dir_for(p.out_dir, p.scenario) / "mapping/placement.json").read_text(encoding="utf-8")))
+            placement_path(p.out_dir, p.scenario).read_text(encoding="utf-8")))
         if not same_layout(written, expect[p.row]):
             raise SystemExit(f"{p.row}: the run's placement differs from the one computed here")
     notes.append("check: each run's mapping/placement.json is the placement computed here")

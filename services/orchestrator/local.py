@@ -22,7 +22,7 @@ from services.orchestrator.capacity import Capacity, estimate_capacity
 from services.orchestrator.db import make_engine, session_factory, upgrade
 from services.orchestrator.jobs import EmbeddedRunner, ProcessRunner
 from services.orchestrator.pipeline_clients import Pipeline
-from services.orchestrator.run_files import result_csv_path, run_dir_for
+from services.orchestrator.run_files import placement_path, result_csv_path
 from services.orchestrator.schemas import ALL_SCENARIOS, ExperimentRequest, ExperimentSpec, Scenario
 from services.orchestrator.service import create_experiment, resolve_spec
 from services.orchestrator.settings import orchestrator_settings
@@ -234,7 +234,7 @@ def default_mapping_notes(res: LocalResult) -> list[str]:
     the chip's DRAM too, where TAPS refuses; `services/placement/default.py`), from its ``mapping/placement.json``."""
     out: list[str] = []
     for sc, status in res.status.items():
-        path = run_dir_for(res.out_dir, sc) / "mapping" / "placement.json"
+        path = placement_path(res.out_dir, sc)
         if status != "succeeded" or not path.is_file():
             continue
         try:

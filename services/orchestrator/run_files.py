@@ -119,7 +119,7 @@ class RunFiles:
                 fh.truncate(size)
 
     def write_placement(self, placement: Placement) -> None:
-        p = self.path("mapping/placement.json")
+        p = self.path(PLACEMENT_FILE)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(_dump_json(placement.model_dump(mode="json", exclude_none=True)), encoding="utf-8")
 
@@ -193,3 +193,11 @@ def power_reports(out_dir: Path, scenarios: list[str], workload_label: str) -> d
 
 def run_dir_for(out_dir: Path, scenario: str) -> Path:
     return out_dir / "runs" / scenario
+
+
+PLACEMENT_FILE = "mapping/placement.json"  # under a run's folder (`RunFiles.write_placement`)
+
+
+def placement_path(out_dir: Path, scenario: str) -> Path:
+    """The placement a scenario's run used, ``<out>/runs/<scenario>/mapping/placement.json``."""
+    return run_dir_for(out_dir, scenario) / PLACEMENT_FILE
