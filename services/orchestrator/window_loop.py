@@ -121,12 +121,16 @@ def build_window_metrics(*, window: int, t0_ns: int, t1_ns: int, snap: ThermalSn
                          arch: ArchConfig) -> WindowMetrics:
     """One `WindowMetrics` from the thermal snapshot (temperatures °C, power W, DVFS, refresh) and the
     physicalizer's timing (tokens, latencies, bytes, NoC). BW_eff = vaults × vault_bw × (1 − t_RFC/t_REFI)."""
-    dram_layers = [v for name, v in snap.peak_c.items() if name.startswith("dram")]
+    # the layers by their kind in the arch config (``GeometryConfig.layer_names``), not by what they are called
+    logic_names, dram_names = arch.geometry.layer_names("logic"), arch.geometry.layer_names("dram")
+    logic_peaks = [snap.peak_c[n] for n in logic_names if n in snap.peak_c]
+    dram_layers = [snap.peak_c[n] for n in dram_names if n in snap.peak_c]
     bank_flat = [t for vault in snap.temps_bank_c for t in vault]
-    t_peak_logic = snap.peak_c.get("logic", max(snap.temps_core_max_c or snap.temps_core_c))
+    t_peak_logic = max(logic_peaks) if logic_peaks else max(snap.temps_core_max_c or snap.temps_core_c)
     t_peak_dram = max(dram_layers) if dram_layers else max(bank_flat or snap.temps_core_c)
-    dram_means = [v for name, v in snap.mean_c.items() if name.startswith("dram")]
-    t_mean_logic = snap.mean_c.get("logic", _mean(snap.temps_core_c))
+    logic_means = [snap.mean_c[n] for n in logic_names if n in snap.mean_c]
+    dram_means = [snap.mean_c[n] for n in dram_names if n in snap.mean_c]
+    t_mean_logic = _mean(logic_means) if logic_means else _mean(snap.temps_core_c)
     t_mean_dram = _mean(dram_means) if dram_means else _mean(bank_flat or snap.temps_core_c)
     bw_eff = arch.mesh.n_cores * arch.dram.vault_bw_gbps * max(snap.refresh.bw_eff_factor, 1e-9)
     return WindowMetrics(

@@ -7,6 +7,7 @@ Units at this edge follow the key suffix (``_um``, ``_mm``, ``_wmk`` = W/(m·K),
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -137,14 +138,21 @@ class GeometryConfig(StrictModel):
     stack: tuple[StackLayer, ...] = Field(default_factory=_default_stack)
     cooling: CoolingConfig = CoolingConfig()
 
-    def expanded_stack(self) -> list[StackLayer]:
-        """The stack with `count` unrolled, farthest-from-sink first; DRAM dies named ``dram_1`` ... ``dram_n``."""
-        out: list[StackLayer] = []
+    def _unrolled(self) -> Iterator[tuple[str, StackLayer]]:
+        """(name, layer) with `count` unrolled, farthest-from-sink first: a repeated layer's copies are named
+        ``<name>_1`` ... ``<name>_n`` (DRAM dies: ``dram_1`` ...)."""
         for layer in self.stack:
             for i in range(layer.count):
-                name = layer.name if layer.count == 1 else f"{layer.name}_{i + 1}"
-                out.append(layer.model_copy(update={"name": name, "count": 1}))
-        return out
+                yield (layer.name if layer.count == 1 else f"{layer.name}_{i + 1}"), layer
+
+    def expanded_stack(self) -> list[StackLayer]:
+        """The stack with `count` unrolled, farthest-from-sink first; DRAM dies named ``dram_1`` ... ``dram_n``."""
+        return [layer.model_copy(update={"name": name, "count": 1}) for name, layer in self._unrolled()]
+
+    def layer_names(self, kind: LayerKind) -> tuple[str, ...]:
+        """The names of the expanded stack's layers of ``kind`` (the thermal model's layer names: the keys of a
+        snapshot's ``peak_c`` / ``mean_c``), whatever the config called them."""
+        return tuple(name for name, layer in self._unrolled() if layer.kind == kind)
 
 
 # a thermal state file named by thermal.init: a bare file name (no directory), resolved in the configs directory

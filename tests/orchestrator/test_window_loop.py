@@ -19,10 +19,10 @@ from services.orchestrator.models import RunStatus, ScenarioRun, WindowRecord
 from services.orchestrator.run_files import RunFiles, result_csv_path, run_dir_for
 from services.orchestrator.schemas import ExperimentRequest
 from services.orchestrator.service import create_experiment, resolve_spec
-from services.orchestrator.window_loop import Frontier, _Step, ambient_telemetry, run_scenario
+from services.orchestrator.window_loop import Frontier, _Step, ambient_telemetry, build_window_metrics, run_scenario
 from shared import gz_text
 from shared.client import ServiceClients
-from shared.configs import ArchConfig, WorkloadConfig
+from shared.configs import ArchConfig, WorkloadConfig, load_arch
 from shared.configs.arch import DvfsConfig, DvfsDomain
 from shared.contracts.events import WindowTiming
 from shared.contracts.thermal import ThermalSnapshot
@@ -404,3 +404,32 @@ def test_tacs_is_told_the_clocks_of_the_window_it_decides_for() -> None:
     assert nxt.telemetry.freq_ghz == nxt.freq_ghz == slow and nxt.telemetry.ts_ns == 9_000_000
     kept = after([])  # a snapshot without clocks: both keep the window's own
     assert kept.telemetry.freq_ghz == kept.freq_ghz == clocks
+
+
+def test_window_peaks_read_the_layers_by_their_kind_not_their_name() -> None:
+    """T_peak_logic / T_peak_dram and the layer means come from the layers the arch config calls logic and DRAM
+    (`GeometryConfig.layer_names`), whatever they are named: a stack naming them ``base`` and ``hbm`` gives the
+    figures the default names give, not the per-vault or per-core fallbacks."""
+    arch = load_arch(CONFIGS / "arch_8x8_32x32x8.yaml")
+    renamed_stack = [layer.model_copy(update={"name": {"logic": "base", "dram": "hbm"}.get(layer.kind, layer.name)})
+                     for layer in arch.geometry.stack]
+    renamed = ArchConfig.model_validate({**arch.model_dump(), "geometry": {**arch.geometry.model_dump(),
+                                                                          "stack": [x.model_dump() for x in
+                                                                                    renamed_stack]}})
+    n_dram = len(arch.geometry.layer_names("dram"))
+    assert renamed.geometry.layer_names("dram") == tuple(f"hbm_{i + 1}" for i in range(n_dram))
+    assert renamed.geometry.layer_names("logic") == ("base",)
+
+    def snap(logic: str, dram: list[str]) -> ThermalSnapshot:
+        peaks = {logic: 60.0, **{d: 55.0 + i for i, d in enumerate(dram)}, "tim": 40.0}
+        means = {logic: 50.0, **{d: 48.0 + i for i, d in enumerate(dram)}, "tim": 39.0}
+        return ThermalSnapshot(window=0, temps_core_c=[47.0] * 64, temps_core_max_c=[49.0] * 64,
+                               temps_bank_c=[[46.0] * n_dram] * 64, peak_c=peaks, mean_c=means)
+
+    timing = WindowTiming(util_core=[0.5] * 64)
+    got = [build_window_metrics(window=0, t0_ns=0, t1_ns=3_000_000, timing=timing, arch=a,
+                                snap=snap(lg, list(a.geometry.layer_names("dram"))))
+           for a, lg in ((arch, "logic"), (renamed, "base"))]
+    for wm in got:
+        assert (wm.T_peak_logic, wm.T_peak_dram) == (60.0, 55.0 + n_dram - 1)
+        assert wm.T_mean_logic == 50.0 and wm.T_mean_dram == pytest.approx(48.0 + (n_dram - 1) / 2)
