@@ -2,7 +2,7 @@
 
 Base URLs come from settings (``TASMOE_<SERVICE>_URL``). Explicit timeouts; retries (tenacity) only on connect
 errors, timeouts and 429/502/503/504; one ``Idempotency-Key`` per logical call, reused across its retries. In
-embedded mode and in tests the same client is built over ``httpx.ASGITransport`` mounts, so the code path is the one
+embedded mode and in tests the same client is built over in-process ASGI transports, so the code path is the one
 the cluster uses.
 """
 
@@ -281,22 +281,53 @@ class EventLoopThread:
 class _SyncASGITransport(httpx.BaseTransport):
     """Run an ASGI app for a synchronous httpx client (httpx's ASGITransport is async-only): each request runs on
     ``loop`` (one per `ServiceClients`, shared by its services and the threads that call them). The app's lifespan
-    must already have been entered by whoever owns the app (see `services.root_app.EmbeddedApps`)."""
+    must already have been entered by whoever owns the app (see `services.root_app.EmbeddedApps`).
+
+    The request goes to the app as one ASGI ``http`` call (the scope httpx's ASGITransport builds, the whole body in
+    one ``http.request`` message) and the answer is collected from its messages; an exception the app raises reaches
+    the caller, as with httpx's ``raise_app_exceptions``. Built here rather than by wrapping httpx's async transport,
+    which copied each request, streamed the body through an async iterator and an event: 0.14 ms of a call's 0.65
+    (``GET /healthz``, embedded)."""
 
     def __init__(self, app: Any, loop: EventLoopThread) -> None:
-        self._transport = httpx.ASGITransport(app=app)
+        self.app = app
         self._loop = loop
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        body = request.read()
+        url = request.url
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method,
+                 "headers": [(k.lower(), v) for k, v in request.headers.raw], "scheme": url.scheme,
+                 "path": url.path, "raw_path": url.raw_path.split(b"?")[0], "query_string": url.query,
+                 "server": (url.host, url.port), "client": ("127.0.0.1", 123), "root_path": ""}
+        answer = _Answer(request.read())
+        self._loop.run(self.app(scope, answer.receive, answer.send))
+        if answer.status is None:
+            raise RuntimeError(f"{request.method} {url.path}: the app returned without starting a response")
+        return httpx.Response(answer.status, headers=answer.headers, content=b"".join(answer.body), request=request)
 
-        async def _call() -> httpx.Response:
-            areq = httpx.Request(request.method, request.url, headers=request.headers, content=body)
-            resp = await self._transport.handle_async_request(areq)
-            content = await resp.aread()
-            return httpx.Response(resp.status_code, headers=resp.headers, content=content, request=request)
 
-        return self._loop.run(_call())
+class _Answer:
+    """One ASGI call's two channels: the request body (sent whole, then ``http.disconnect``) and the response's
+    status, headers and body parts."""
+
+    def __init__(self, body: bytes) -> None:
+        self._pending: bytes | None = body
+        self.status: int | None = None
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+
+    async def receive(self) -> dict[str, Any]:
+        if self._pending is None:
+            return {"type": "http.disconnect"}
+        body, self._pending = self._pending, None
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(self, message: Mapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.status = int(message["status"])
+            self.headers = list(message.get("headers", []))
+        elif message["type"] == "http.response.body":
+            self.body.append(bytes(message.get("body", b"")))
 
 
 def async_asgi_client(service: str, app: Any, settings: Settings) -> AsyncServiceClient:
