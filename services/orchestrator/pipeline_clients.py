@@ -48,6 +48,7 @@ from shared.errors import BadInput, NotFound, UpstreamError
 from shared.peers import thermal_influence, thermal_model
 
 PlacementMethod = Literal["default", "heuristic", "milp"]
+WINDOW_BATCH = 16  # logical windows read per call to the workload service (GET /v1/traces/{id}/windows)
 Columns = dict[str, list[Any]]  # a columnar batch as plain JSON (one list per field)
 
 
@@ -253,6 +254,7 @@ class Pipeline:
         self.run_key = run_key
         self.milp_poll_s = milp_poll_s
         self.milp_timeout_s = milp_timeout_s
+        self._windows: dict[tuple[str, int], WindowData] = {}  # the last batch of logical windows read
 
     def _key(self, *parts: object) -> str:
         return ":".join(str(p) for p in (self.run_key, *parts))
@@ -345,11 +347,18 @@ class Pipeline:
                          nonexpert_bytes_per_step=r.nonexpert_bytes_per_step)
 
     def logical_window(self, trace: TraceInfo, k: int, *, workload: WorkloadConfig, window_ms: float) -> WindowData:
-        """Window k of the trace; if the service forgot the trace (restart, LRU), re-create it and retry once."""
-        path = f"/v1/traces/{trace.trace_id}/windows/{k}"
+        """Window k of the trace. Read with the `WINDOW_BATCH` - 1 windows after it in one call (the window loop
+        walks the trace in order; a window the last batch does not hold starts a new one, so a replay or a resumed
+        run reads from where it stands). If the service forgot the trace (restart, LRU), re-create it and retry
+        once."""
+        hit = self._windows.get((trace.trace_id, k))
+        if hit is not None:
+            return hit
+        path = f"/v1/traces/{trace.trace_id}/windows"
+        params = {"start": k, "count": WINDOW_BATCH}
         client = self.clients["workload"]
         try:
-            resp = client.request("GET", path)
+            resp = client.request("GET", path, params=params)
         except NotFound as exc:
             if exc.code not in {"unknown_trace", "not_found"}:
                 raise
@@ -357,8 +366,16 @@ class Pipeline:
             if again.trace_id != trace.trace_id:
                 raise UpstreamError(f"workload: trace id changed on re-creation ({trace.trace_id} -> "
                                     f"{again.trace_id}); traces must be deterministic") from exc
-            resp = client.request("GET", path)
-        return WindowData(raw=RawJson(resp.content), data=json_codec.loads(resp.content))
+            resp = client.request("GET", path, params=params)
+        windows: list[dict[str, Any]] = json_codec.loads(resp.content)["windows"]
+        if not windows or windows[0].get("window") != k:
+            raise UpstreamError(f"workload: asked for windows from {k}, got "
+                                f"{[w.get('window') for w in windows[:3]]}...")
+        # each window's text is spliced into the TACS and physicalize requests as it came (orjson writes the same
+        # shortest round-trip floats pydantic wrote)
+        self._windows = {(trace.trace_id, int(w["window"])): WindowData(raw=RawJson(json_codec.dumps(w)), data=w)
+                         for w in windows}
+        return self._windows[(trace.trace_id, k)]
 
     def expert_load(self, trace: TraceInfo, *, workload: WorkloadConfig, window_ms: float) -> list[list[float]]:
         path = f"/v1/traces/{trace.trace_id}/expert-load"

@@ -5,7 +5,7 @@
     run    = arch, plc (+ TACS params, H) registered once with lowering, thermal (POST /models) and placement
              (POST /registry/...): the windows name them by content hash (re-registered on a 404 unknown_<kind>)
     for k in next_window .. n-1:
-        L  = workload.GET /traces/{id}/windows/{k}
+        L  = workload.GET /traces/{id}/windows?start=k&count=16   (read once per 16 windows walked in order)
         ov, #reps = placement.POST /tacs/step(telemetry of k-1, #plc, #reps, pending=L)   (tacs, tas)
         D, #phys = lowering.POST /physicalize(k, L, #plc, ov, #phys [+ reps TACS answered], freq, BW_eff of k-1)
         #state, snap = thermal.POST /step(k, #model, #state, D)       (D: the events' energy deposit)

@@ -9,6 +9,9 @@ those functions, keeping the new window state by name (``shared.content.ContentS
 sha256, the price of states that stay with their services) is timed apart and counted as overhead too; decoding the
 request's parts (the energy deposit, a state named by hash) stays in the compute. A whole window runs from the end
 of one window's commit to the end of the next's; no warm-up pass (its windows write no files and commit nothing).
+The window loop reads the logical windows a batch at a time (`pipeline_clients.WINDOW_BATCH`), before the windows
+they belong to: a ``get_window`` call counts for the window it reads (its last read before the last commit: the capacity
+estimate before the run reads some of the same windows), not for the moment it ran.
 
     python -m services.orchestrator.window_overhead [--windows 200] [--scenario tas] [--no-traces]
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import shutil
 import tempfile
 import threading
@@ -38,12 +42,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 # (call, module, attribute): the plain function each endpoint of a window calls, looked up at call time by the
 # endpoint (``service.physicalize(...)`` or a name imported into the app module), so patching it there times it
+# (a call by window: its window index is the function's second argument, ``get_window(entry, k, ...)``)
 COMPUTE: tuple[tuple[str, str, str], ...] = (
     ("workload", "services.workload.service", "get_window"),
     ("tacs", "services.placement.app", "tacs_for"),
     ("physicalize", "services.lowering.service", "physicalize"),
     ("thermal", "services.thermal.service", "step_request"),
 )
+BY_WINDOW = frozenset({"workload"})  # calls counted for the window they read (read ahead, in batches)
 COMMIT = ("services.orchestrator.repository", "commit_window")  # the window loop calls ``repo.commit_window``
 STATE_PUT = "state store"  # `ContentStore.put` inside the compute functions, timed apart (overhead)
 
@@ -81,13 +87,16 @@ class Timeline:
     calls: list[tuple[str, float, float]] = field(default_factory=list)
     puts: list[tuple[float, float]] = field(default_factory=list)  # (start, duration) of each state-store put
     commits: list[float] = field(default_factory=list)
+    committed: list[int] = field(default_factory=list)  # the window of each commit (beside ``commits``)
+    by_window: list[tuple[str, int, float, float]] = field(default_factory=list)  # `BY_WINDOW`: (name, window,
+    # start, duration)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def overhead(self) -> Overhead:
         """The windows after the first commit up to the last: each from the end of the previous window's commit to
         the end of its own (the logical window, TACS, physicalize, thermal step, metrics, trace files, the commit),
-        and the compute calls that started in that span. The capacity estimate before the run and the reduce after
-        it call some of the same functions; they fall outside."""
+        and the compute calls that started in that span, or (`BY_WINDOW`) that read one of its windows. The capacity
+        estimate before the run and the reduce after it call some of the same functions; they fall outside."""
         if len(self.commits) < 2:
             return Overhead(windows=0, whole_s=0.0)
         first, last = self.commits[0], self.commits[-1]
@@ -99,6 +108,15 @@ class Timeline:
                 times[name] = times.get(name, 0.0) + dt
                 calls[name] = calls.get(name, 0) + 1
                 spans.append((name, t0, t0 + dt))
+        if self.committed:
+            span = set(self.committed[1:])
+            read: dict[tuple[str, int], tuple[float, float]] = {}  # each window's last read before the last commit
+            for name, k, t0, dt in self.by_window:
+                if k in span and t0 <= last and t0 >= read.get((name, k), (-math.inf, 0.0))[0]:
+                    read[(name, k)] = (t0, dt)
+            for (name, _), (_, dt) in read.items():
+                times[name] = times.get(name, 0.0) + dt
+                calls[name] = calls.get(name, 0) + 1
         put_s = 0.0
         for t0, dt in self.puts:  # each put inside one compute call: taken out of that call's time
             owner = next((name for name, a, b in spans if a <= t0 <= b), None)
@@ -134,6 +152,20 @@ def timed_compute(timeline: Timeline) -> Iterator[None]:
     def timer(name: str) -> Wrapper:
         return timing(lambda t0, dt: timeline.calls.append((name, t0, dt)))
 
+    def window_timer(name: str) -> Wrapper:
+        """A call counted for its window (the function's second argument)."""
+        def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    dt = time.perf_counter() - t0
+                    with timeline.lock:
+                        timeline.by_window.append((name, int(args[1]), t0, dt))
+            return timed
+        return wrap
+
     putting = timing(lambda t0, dt: timeline.puts.append((t0, dt)))
 
     def committed(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -141,6 +173,7 @@ def timed_compute(timeline: Timeline) -> Iterator[None]:
             ok = fn(*args, **kwargs)
             with timeline.lock:
                 timeline.commits.append(time.perf_counter())
+                timeline.committed.append(int(kwargs["window"]))
             return ok
         return commit
 
@@ -155,7 +188,7 @@ def timed_compute(timeline: Timeline) -> Iterator[None]:
 
     try:
         for name, module, attr in COMPUTE:
-            patch(module, attr, timer(name))
+            patch(module, attr, window_timer(name) if name in BY_WINDOW else timer(name))
         patch(*COMMIT, committed)
         patch("shared.content", "ContentStore.put", putting)
         yield

@@ -30,7 +30,7 @@ from services.workload.traces import (
 from services.workload.zoo import normalize_name, read_config_file
 from shared.configs import WorkloadConfig
 from shared.contracts.workload import ExpertLoad, LogicalWindow, RoutingStats, TraceSummary
-from shared.errors import NotFound, TasmoeError
+from shared.errors import BadInput, NotFound, TasmoeError
 from shared.lru import LRU
 
 Phase = Literal["prefill", "decode"]
@@ -227,6 +227,22 @@ def get_window(entry: TraceEntry, k: int, window_ms: float | None = None) -> Log
     a, b = entry.plan.window_range(k, w_ns)
     block = entry.plan.events(a, counts[a:b].astype(np.int64), int(mb_event0[a]))
     return entry.plan.to_window(entry.trace_id, k, k * w_ns, (k + 1) * w_ns, block)
+
+
+MAX_WINDOWS_PER_CALL = 64  # windows one ``GET /v1/traces/{id}/windows`` answers at most (a bounded answer)
+
+
+def get_windows(entry: TraceEntry, start: int, count: int, window_ms: float | None = None) -> list[LogicalWindow]:
+    """Windows ``start`` .. ``start + count - 1`` of the trace (fewer where the trace ends first), each as
+    `get_window` gives it. ``start`` past the last window is ``NotFound`` (field ``start``)."""
+    wm = entry.window_ms if window_ms is None else window_ms
+    n_windows = entry.plan.window_count(wm)
+    if not 0 <= start < n_windows:
+        raise NotFound(f"window {start} out of range: the trace has {n_windows} windows of {wm} ms", field="start",
+                       code="unknown_window")
+    if not 1 <= count <= MAX_WINDOWS_PER_CALL:
+        raise BadInput(f"count: between 1 and {MAX_WINDOWS_PER_CALL} windows, got {count}", field="count")
+    return [get_window(entry, k, wm) for k in range(start, min(n_windows, start + count))]
 
 
 def get_expert_load(entry: TraceEntry, *, expected: bool = False) -> ExpertLoad:

@@ -41,6 +41,13 @@ class LogicalWindow(BaseModel):
     tokens_generated: int = 0  # new tokens whose micro-batch arrived in this window
 
 
+class LogicalWindows(BaseModel):
+    """``GET /v1/traces/{id}/windows``: consecutive windows of a trace in one answer (the window loop reads the trace
+    a batch at a time: one call instead of one per window)."""
+
+    windows: list[LogicalWindow]
+
+
 class RoutingStats(BaseModel):
     """Load skew and temporal locality of a trace's routing, per MoE layer (``services.workload.recorded``):
     ``skew`` = max / mean tokens per expert, ``cv`` = their coefficient of variation, ``reuse_next`` = mean fraction

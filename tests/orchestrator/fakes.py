@@ -136,6 +136,16 @@ def workload_app(settings: Settings) -> FastAPI:
                              memory=LogicalMemory(**mem),
                              tokens_generated=len(mbs) * wl.sequence.micro_batch).model_dump(mode="json")
 
+    @router.get("/traces/{trace_id}/windows")
+    def windows(trace_id: str, start: int = 0, count: int = 16) -> dict[str, Any]:
+        if trace_id not in traces:
+            raise NotFound(f"unknown trace {trace_id}", code="unknown_trace")
+        wl, window_ms = traces[trace_id]
+        last = min(n_windows(wl, window_ms), start + count)
+        if start >= last:
+            raise NotFound(f"window {start} out of range", field="start", code="unknown_window")
+        return {"windows": [window(trace_id, k) for k in range(start, last)]}
+
     @router.get("/traces/{trace_id}/expert-load")
     def load(trace_id: str) -> dict[str, Any]:
         if trace_id not in traces:

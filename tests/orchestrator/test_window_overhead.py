@@ -50,6 +50,13 @@ def test_the_span_runs_from_the_first_commit_to_the_last() -> None:
     assert o.state_put_s == 0.125
     assert o.ratio == 2.0 / 0.625
     assert wo.Timeline(commits=[1.0]).overhead().windows == 0
+    # a call read ahead (the logical windows, in batches) counts for the window it read, whenever it ran: its last
+    # read before the last commit (a read of window 5 at 0.25, before the run, and one after the run fall outside)
+    t = wo.Timeline(calls=[("thermal", 1.5, 0.25)], commits=[1.0, 2.0, 3.0], committed=[4, 5, 6],
+                    by_window=[("workload", 5, 0.25, 8.0), ("workload", 6, 3.5, 8.0)]
+                    + [("workload", k, 0.5, 0.0625 * k) for k in range(3, 9)])
+    o = t.overhead()
+    assert o.compute_s == {"thermal": 0.25, "workload": 0.0625 * 11} and o.calls == {"thermal": 1, "workload": 2}
 
 
 def test_a_baseline_run_calls_no_tacs() -> None:

@@ -13,7 +13,7 @@ from services.workload.ir import build_ir
 from services.workload.traces import expert_load, iter_windows
 from services.workload.zoo import ModelZoo
 from shared.configs import WorkloadConfig
-from shared.contracts.workload import ExpertLoad, LogicalWindow, TraceSummary
+from shared.contracts.workload import ExpertLoad, LogicalWindow, LogicalWindows, TraceSummary
 from shared.settings import Settings
 
 SMALL: dict[str, Any] = {"model": "mixtral-8x7b", "routing": {"topk": 2, "seed": 3, "zipf_s": 1.1, "locality": 0.2},
@@ -82,6 +82,27 @@ def test_trace_lifecycle(client: TestClient) -> None:
     layers, want = expert_load(cfg)
     assert load.layers == layers
     np.testing.assert_allclose(np.asarray(load.load), want)
+
+
+def test_windows_in_batches(client: TestClient) -> None:
+    """``GET .../windows?start=&count=``: the windows ``GET .../windows/{k}`` gives, in order, cut at the trace's end;
+    a start past the end and a count out of bounds are errors naming the parameter."""
+    s = TraceSummary.model_validate(client.post("/v1/traces", json={"workload": SMALL, "window_ms": 3}).json())
+    one = [client.get(f"/v1/traces/{s.trace_id}/windows/{k}").json() for k in range(s.n_windows)]
+    for start, count in ((0, 16), (1, 2), (3, 1), (2, 64)):
+        r = client.get(f"/v1/traces/{s.trace_id}/windows", params={"start": start, "count": count})
+        assert r.status_code == 200, r.text
+        assert LogicalWindows.model_validate(r.json()).windows == [
+            LogicalWindow.model_validate(w) for w in one[start:start + count]]
+    r = client.get(f"/v1/traces/{s.trace_id}/windows", params={"start": s.n_windows})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_window"
+    assert r.json()["error"]["field"] == "start"
+    for count in (0, 65):
+        r = client.get(f"/v1/traces/{s.trace_id}/windows", params={"count": count})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "count", r.text
+    wide = client.get(f"/v1/traces/{s.trace_id}/windows", params={"window_ms": 100}).json()["windows"]
+    assert len(wide) == 1 and wide[0]["compute"] == client.get(f"/v1/traces/{s.trace_id}/windows/0",
+                                                                params={"window_ms": 100}).json()["compute"]
 
 
 def test_unknown_trace_and_lru_eviction(settings: Settings) -> None:

@@ -1,0 +1,56 @@
+"""The window loop reads the logical trace a batch at a time (`Pipeline.logical_window`): the same windows, in
+one workload call per `WINDOW_BATCH` windows walked in order, from anywhere on a jump, and after the service
+forgot the trace."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from services.orchestrator.boundary_bytes import Counting
+from services.orchestrator.pipeline_clients import WINDOW_BATCH, Pipeline
+from services.orchestrator.worker import compute_clients
+from services.workload.service import TraceCache
+from shared.configs import WorkloadConfig
+from shared.settings import Settings
+from tests.conftest import CONFIGS
+
+WL = WorkloadConfig.model_validate({"model": "mixtral-8x7b", "routing": {"topk": 2, "seed": 3, "zipf_s": 1.1},
+                                    "sequence": {"tokens": 128, "micro_batch": 4, "steps": 40,
+                                                 "step_interval_ms": 1.0}})
+WINDOW_MS = 1.0
+
+
+def test_windows_read_in_batches(tmp_path: Path) -> None:
+    settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS)
+    wrapped: dict[str, Counting] = {}
+
+    def count(name: str, app: Any) -> Counting:
+        wrapped[name] = Counting(app)
+        return wrapped[name]
+
+    with compute_clients(settings, wrap=count) as clients:
+        pipe = Pipeline(clients, run_key="batches")
+        trace = pipe.create_trace(WL, WINDOW_MS)
+        n = trace.n_windows
+        assert n > 2 * WINDOW_BATCH  # the walk crosses batches, and ends inside one
+        one = [json.loads(clients["workload"].request("GET", f"/v1/traces/{trace.trace_id}/windows/{k}").content)
+               for k in range(n)]
+        tally = wrapped["workload"].tally
+        calls = tally.calls
+        walked = [pipe.logical_window(trace, k, workload=WL, window_ms=WINDOW_MS) for k in range(n)]
+        assert tally.calls - calls == math.ceil(n / WINDOW_BATCH)
+        assert [w.data for w in walked] == one
+        assert [json.loads(w.raw.text) for w in walked] == one  # the text spliced into the next requests
+
+        calls = tally.calls
+        assert pipe.logical_window(trace, 3, workload=WL, window_ms=WINDOW_MS).data == one[3]  # a jump back
+        assert pipe.logical_window(trace, 4, workload=WL, window_ms=WINDOW_MS).data == one[4]
+        assert tally.calls - calls == 1
+
+        app = wrapped["workload"].app
+        app.state.trace_cache = TraceCache(settings.cache_size)  # a restarted service: the trace is gone
+        assert pipe.logical_window(trace, 2 * WINDOW_BATCH, workload=WL, window_ms=WINDOW_MS).data \
+            == one[2 * WINDOW_BATCH]
