@@ -29,6 +29,7 @@ from tenacity import (
 
 from shared import SERVICES, json_codec
 from shared.errors import BadInput, Conflict, NotFound, ServiceUnavailable, TasmoeError, UpstreamError
+from shared.inline_calls import INLINE
 from shared.logging import RUN_ID_HEADER, current_run_id
 from shared.settings import Settings
 
@@ -231,11 +232,14 @@ class EventLoopThread:
     A caller's coroutine runs on the loop (``run``) in a copy of the caller's context (run id and other context
     variables), as in the cluster, where each service has one loop. The loop's root task lives until `close`, so a
     synchronous endpoint's worker threads (anyio keeps them per root task) serve call after call; a new loop per
-    request (``anyio.run``) started a new thread for every call: 431 in one run."""
+    request (``anyio.run``) started a new thread for every call: 431 in one run. It also keeps each calling thread's
+    own loop (`caller_loop`), on which a POST runs without leaving its thread (`shared.inline_calls`)."""
 
     def __init__(self, name: str = "tasmoe-asgi-loop") -> None:
         self.pid = os.getpid()  # a forked child inherits this object but not its thread
         self.loop = asyncio.new_event_loop()
+        self._callers: dict[tuple[int, int], asyncio.AbstractEventLoop] = {}  # (pid, thread): its own loop
+        self._callers_lock = threading.Lock()
         self._stop: asyncio.Event | None = None
         ready = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(ready,), name=name, daemon=True)
@@ -272,16 +276,42 @@ class EventLoopThread:
                                "ServiceClients in this process)")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
+    def caller_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The calling thread's own event loop (made on first use, closed by `close`) for a call that runs on that
+        thread (`shared.inline_calls`); None where the thread runs a loop already (a call from inside an endpoint or
+        a coroutine) or the shared loop cannot serve (closed, or another process's): such a call goes to `run`."""
+        try:
+            asyncio.get_running_loop()
+            return None
+        except RuntimeError:
+            pass
+        if os.getpid() != self.pid or not self.thread.is_alive():
+            return None
+        key = (self.pid, threading.get_ident())
+        loop = self._callers.get(key)
+        if loop is None or loop.is_closed():
+            loop = asyncio.new_event_loop()
+            with self._callers_lock:
+                self._callers[key] = loop
+        return loop
+
     def close(self) -> None:
         if self.thread.is_alive() and self._stop is not None:
             self.loop.call_soon_threadsafe(self._stop.set)
             self.thread.join(timeout=10)
+        with self._callers_lock:
+            loops, self._callers = list(self._callers.values()), {}
+        for loop in loops:  # a loop still running a call (another thread) is left to that call
+            if not loop.is_running() and not loop.is_closed():
+                loop.close()
 
 
 class _SyncASGITransport(httpx.BaseTransport):
-    """Run an ASGI app for a synchronous httpx client (httpx's ASGITransport is async-only): each request runs on
-    ``loop`` (one per `ServiceClients`, shared by its services and the threads that call them). The app's lifespan
-    must already have been entered by whoever owns the app (see `services.root_app.EmbeddedApps`).
+    """Run an ASGI app for a synchronous httpx client (httpx's ASGITransport is async-only). A POST runs on the
+    calling thread's own event loop, its synchronous endpoint on that thread (`shared.inline_calls`); any other
+    request, and a call from a thread that runs a loop already, runs on ``loop`` (one per `ServiceClients`, shared by
+    its services and the threads that call them). The app's lifespan must already have been entered by whoever owns
+    the app (see `services.root_app.EmbeddedApps`).
 
     The request goes to the app as one ASGI ``http`` call (the scope httpx's ASGITransport builds, the whole body in
     one ``http.request`` message) and the answer is collected from its messages; an exception the app raises reaches
@@ -295,12 +325,18 @@ class _SyncASGITransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method,
-                 "headers": [(k.lower(), v) for k, v in request.headers.raw], "scheme": url.scheme,
-                 "path": url.path, "raw_path": url.raw_path.split(b"?")[0], "query_string": url.query,
-                 "server": (url.host, url.port), "client": ("127.0.0.1", 123), "root_path": ""}
+        scope: dict[str, Any] = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method,
+            "headers": [(k.lower(), v) for k, v in request.headers.raw], "scheme": url.scheme, "path": url.path,
+            "raw_path": url.raw_path.split(b"?")[0], "query_string": url.query, "server": (url.host, url.port),
+            "client": ("127.0.0.1", 123), "root_path": ""}
         answer = _Answer(request.read())
-        self._loop.run(self.app(scope, answer.receive, answer.send))
+        own = self._loop.caller_loop() if request.method == "POST" else None
+        if own is None:
+            self._loop.run(self.app(scope, answer.receive, answer.send))
+        else:
+            scope[INLINE] = self._loop.loop
+            own.run_until_complete(self.app(scope, answer.receive, answer.send))
         if answer.status is None:
             raise RuntimeError(f"{request.method} {url.path}: the app returned without starting a response")
         return httpx.Response(answer.status, headers=answer.headers, content=b"".join(answer.body), request=request)

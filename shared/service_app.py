@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
@@ -23,6 +24,7 @@ from shared import __version__, json_codec
 from shared.auth import ANONYMOUS, LOCAL_ADMIN, PUBLIC_PATHS, KeyStore, Principal, bearer, needed_scope
 from shared.blas import limit_blas_threads
 from shared.errors import TasmoeError, first_validation_error, format_loc, humanize
+from shared.inline_calls import INLINE
 from shared.logging import RUN_ID_HEADER, bind_run_id
 from shared.settings import Settings
 
@@ -179,6 +181,10 @@ class JsonBodyRoute(APIRoute):
         async def fallback(request: Request) -> Response:
             if not isinstance(request, _OrjsonRequest):
                 request = _OrjsonRequest(request.scope, request.receive)
+            shared_loop = request.scope.get(INLINE)
+            if shared_loop is not None:  # on its caller's thread: FastAPI's handler (its pool) on the shared loop
+                return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fastapi_handler(request),
+                                                                                  shared_loop))
             return await fastapi_handler(request)
 
         model = fast_json_model(self)
@@ -206,6 +212,8 @@ class JsonBodyRoute(APIRoute):
                 kwargs_in[request_param] = request
             if is_coroutine:
                 result = await endpoint(**kwargs_in)
+            elif INLINE in request.scope:  # the caller's own thread (shared.inline_calls)
+                result = endpoint(**kwargs_in)
             else:
                 result = await run_in_threadpool(endpoint, **kwargs_in)
             if isinstance(result, Response):
