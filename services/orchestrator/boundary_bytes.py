@@ -79,6 +79,15 @@ class Counting:
         await self.app(scope, counting_receive, counting_send)
 
 
+def counting(wrapped: dict[str, Counting]) -> Callable[[str, Any], Counting]:
+    """A ``wrap`` for `services.orchestrator.worker.compute_clients`: each app behind a `Counting`, kept in
+    ``wrapped`` by service."""
+    def count(name: str, app: Any) -> Counting:
+        wrapped[name] = Counting(app)
+        return wrapped[name]
+    return count
+
+
 def _route(path: str) -> str:
     """The path with its ids folded (``/v1/traces/<id>/windows/<k>``), so a path's calls add up."""
     parts = path.split("/")
@@ -93,12 +102,7 @@ def measure(windows: int = 200, scenario: Scenario = "tas", *, events: bool = Fa
     tmp = Path(tempfile.mkdtemp(prefix="tasmoe-bytes-"))
     settings = Settings(results_dir=tmp / "results", configs_dir=REPO / "configs")
     wrapped: dict[str, Counting] = {}
-
-    def count(name: str, app: Any) -> Counting:
-        wrapped[name] = Counting(app)
-        return wrapped[name]
-
-    with compute_clients(settings, wrap=count) as clients:
+    with compute_clients(settings, wrap=counting(wrapped)) as clients:
         res = run_local(arch=REPO / "configs/arch_8x8_32x32x8.yaml",
                         workload=REPO / "configs/workload_mixtral_8x7b.yaml", tas=REPO / "configs/tas_params.yaml",
                         out=tmp / "out", scenarios=[scenario], windows=windows,

@@ -135,8 +135,8 @@ def timed_compute(timeline: Timeline) -> Iterator[None]:
 
     Wrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
 
-    def timing(record: Callable[[float, float], None]) -> Wrapper:
-        """A wrapper handing (start, duration) of each call to ``record``, under the timeline's lock."""
+    def timing(record: Callable[[float, float, tuple[Any, ...]], None]) -> Wrapper:
+        """A wrapper handing (start, duration, arguments) of each call to ``record``, under the timeline's lock."""
         def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
             def timed(*args: Any, **kwargs: Any) -> Any:
                 t0 = time.perf_counter()
@@ -145,28 +145,18 @@ def timed_compute(timeline: Timeline) -> Iterator[None]:
                 finally:
                     dt = time.perf_counter() - t0
                     with timeline.lock:
-                        record(t0, dt)
+                        record(t0, dt, args)
             return timed
         return wrap
 
     def timer(name: str) -> Wrapper:
-        return timing(lambda t0, dt: timeline.calls.append((name, t0, dt)))
+        return timing(lambda t0, dt, _: timeline.calls.append((name, t0, dt)))
 
     def window_timer(name: str) -> Wrapper:
         """A call counted for its window (the function's second argument)."""
-        def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-            def timed(*args: Any, **kwargs: Any) -> Any:
-                t0 = time.perf_counter()
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    dt = time.perf_counter() - t0
-                    with timeline.lock:
-                        timeline.by_window.append((name, int(args[1]), t0, dt))
-            return timed
-        return wrap
+        return timing(lambda t0, dt, args: timeline.by_window.append((name, int(args[1]), t0, dt)))
 
-    putting = timing(lambda t0, dt: timeline.puts.append((t0, dt)))
+    putting = timing(lambda t0, dt, _: timeline.puts.append((t0, dt)))
 
     def committed(fn: Callable[..., Any]) -> Callable[..., Any]:
         def commit(*args: Any, **kwargs: Any) -> Any:

@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
-from services.orchestrator.boundary_bytes import Counting
+from services.orchestrator.boundary_bytes import Counting, counting
 from services.orchestrator.pipeline_clients import WINDOW_BATCH, Pipeline
 from services.orchestrator.worker import compute_clients
 from services.workload.service import TraceCache
@@ -26,12 +25,7 @@ WINDOW_MS = 1.0
 def test_windows_read_in_batches(tmp_path: Path) -> None:
     settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS)
     wrapped: dict[str, Counting] = {}
-
-    def count(name: str, app: Any) -> Counting:
-        wrapped[name] = Counting(app)
-        return wrapped[name]
-
-    with compute_clients(settings, wrap=count) as clients:
+    with compute_clients(settings, wrap=counting(wrapped)) as clients:
         pipe = Pipeline(clients, run_key="batches")
         trace = pipe.create_trace(WL, WINDOW_MS)
         n = trace.n_windows
