@@ -3,7 +3,8 @@
 Base URLs come from settings (``TASMOE_<SERVICE>_URL``). Explicit timeouts; retries (tenacity) only on connect
 errors, timeouts and 429/502/503/504; one ``Idempotency-Key`` per logical call, reused across its retries. In
 embedded mode and in tests the same client is built over in-process ASGI transports, so the code path is the one
-the cluster uses.
+the cluster uses (routing, middleware, validation, error bodies); only the thread that runs a POST's synchronous
+endpoint differs (`shared.inline_calls`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
@@ -29,7 +31,7 @@ from tenacity import (
 
 from shared import SERVICES, json_codec
 from shared.errors import BadInput, Conflict, NotFound, ServiceUnavailable, TasmoeError, UpstreamError
-from shared.inline_calls import INLINE
+from shared.inline_calls import INLINE, INLINE_STATE
 from shared.logging import RUN_ID_HEADER, current_run_id
 from shared.settings import Settings
 
@@ -238,8 +240,8 @@ class EventLoopThread:
     def __init__(self, name: str = "tasmoe-asgi-loop") -> None:
         self.pid = os.getpid()  # a forked child inherits this object but not its thread
         self.loop = asyncio.new_event_loop()
-        self._callers: dict[tuple[int, int], asyncio.AbstractEventLoop] = {}  # (pid, thread): its own loop
-        self._callers_lock = threading.Lock()
+        self._caller = threading.local()  # each calling thread's own loop (`caller_loop`): a `_CallerLoop`
+        self._callers: weakref.WeakSet[_CallerLoop] = weakref.WeakSet()  # all of them, for `close`
         self._stop: asyncio.Event | None = None
         ready = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(ready,), name=name, daemon=True)
@@ -277,9 +279,10 @@ class EventLoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def caller_loop(self) -> asyncio.AbstractEventLoop | None:
-        """The calling thread's own event loop (made on first use, closed by `close`) for a call that runs on that
-        thread (`shared.inline_calls`); None where the thread runs a loop already (a call from inside an endpoint or
-        a coroutine) or the shared loop cannot serve (closed, or another process's): such a call goes to `run`."""
+        """The calling thread's own event loop (made on first use; closed when the thread ends, or by `close`) for
+        a call that runs on that thread (`shared.inline_calls`); None where the thread runs a loop already (a call
+        from inside an endpoint or a coroutine) or the shared loop cannot serve (closed, or another process's):
+        such a call goes to `run`."""
         try:
             asyncio.get_running_loop()
             return None
@@ -287,31 +290,53 @@ class EventLoopThread:
             pass
         if os.getpid() != self.pid or not self.thread.is_alive():
             return None
-        key = (self.pid, threading.get_ident())
-        loop = self._callers.get(key)
-        if loop is None or loop.is_closed():
-            loop = asyncio.new_event_loop()
-            with self._callers_lock:
-                self._callers[key] = loop
-        return loop
+        own: _CallerLoop | None = getattr(self._caller, "loop", None)
+        if own is None or own.loop.is_closed() or own.pid != self.pid:
+            own = self._caller.loop = _CallerLoop(self.pid)
+            self._callers.add(own)
+        return own.loop
+
+    def drop_caller_loop(self) -> None:
+        """Close the calling thread's own loop (an interrupt left a call on it unfinished); the next call makes a
+        new one."""
+        own: _CallerLoop | None = getattr(self._caller, "loop", None)
+        self._caller.loop = None
+        if own is not None:
+            own.close()
 
     def close(self) -> None:
         if self.thread.is_alive() and self._stop is not None:
             self.loop.call_soon_threadsafe(self._stop.set)
             self.thread.join(timeout=10)
-        with self._callers_lock:
-            loops, self._callers = list(self._callers.values()), {}
-        for loop in loops:  # a loop still running a call (another thread) is left to that call
-            if not loop.is_running() and not loop.is_closed():
-                loop.close()
+        for own in list(self._callers):  # a loop still running a call (another thread) is left to its thread
+            own.close()
+
+
+class _CallerLoop:
+    """One thread's own event loop, closed when the thread ends (its thread-local value goes), by
+    `EventLoopThread.close`, or after an interrupt (`EventLoopThread.drop_caller_loop`)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.loop = asyncio.new_event_loop()
+
+    def close(self) -> None:
+        if not self.loop.is_closed() and not self.loop.is_running():
+            for task in asyncio.all_tasks(self.loop):  # an interrupted call's task: never resumed
+                task.cancel()
+            self.loop.close()
+
+    def __del__(self) -> None:
+        if self.pid == os.getpid():  # a forked child's copy shares its descriptors with the parent's loop
+            self.close()
 
 
 class _SyncASGITransport(httpx.BaseTransport):
-    """Run an ASGI app for a synchronous httpx client (httpx's ASGITransport is async-only). A POST runs on the
-    calling thread's own event loop, its synchronous endpoint on that thread (`shared.inline_calls`); any other
-    request, and a call from a thread that runs a loop already, runs on ``loop`` (one per `ServiceClients`, shared by
-    its services and the threads that call them). The app's lifespan must already have been entered by whoever owns
-    the app (see `services.root_app.EmbeddedApps`).
+    """Run an ASGI app for a synchronous httpx client (httpx's ASGITransport is async-only). A POST to an app built
+    by `shared.service_app.create_service_app` runs on the calling thread's own event loop, its synchronous endpoint
+    on that thread (`shared.inline_calls`); every other request, and a call from a thread that runs a loop already,
+    runs on ``loop`` (one per `ServiceClients`, shared by its services and the threads that call them). The app's
+    lifespan must already have been entered by whoever owns the app (see `services.root_app.EmbeddedApps`).
 
     The request goes to the app as one ASGI ``http`` call (the scope httpx's ASGITransport builds, the whole body in
     one ``http.request`` message) and the answer is collected from its messages; an exception the app raises reaches
@@ -322,6 +347,9 @@ class _SyncASGITransport(httpx.BaseTransport):
     def __init__(self, app: Any, loop: EventLoopThread) -> None:
         self.app = app
         self._loop = loop
+        # only an app whose routes hand FastAPI's own handler to the shared loop (JsonBodyRoute) runs a call inline:
+        # elsewhere a synchronous handler would start a pool thread on the caller's loop for every call
+        self._inline = bool(getattr(getattr(app, "state", None), INLINE_STATE, False))
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
@@ -331,32 +359,44 @@ class _SyncASGITransport(httpx.BaseTransport):
             "raw_path": url.raw_path.split(b"?")[0], "query_string": url.query, "server": (url.host, url.port),
             "client": ("127.0.0.1", 123), "root_path": ""}
         answer = _Answer(request.read())
-        own = self._loop.caller_loop() if request.method == "POST" else None
+        own = self._loop.caller_loop() if self._inline and request.method == "POST" else None
         if own is None:
             self._loop.run(self.app(scope, answer.receive, answer.send))
         else:
             scope[INLINE] = self._loop.loop
-            own.run_until_complete(self.app(scope, answer.receive, answer.send))
+            try:
+                own.run_until_complete(self.app(scope, answer.receive, answer.send))
+            except (KeyboardInterrupt, SystemExit):
+                self._loop.drop_caller_loop()
+                raise
         if answer.status is None:
             raise RuntimeError(f"{request.method} {url.path}: the app returned without starting a response")
         return httpx.Response(answer.status, headers=answer.headers, content=b"".join(answer.body), request=request)
 
 
 class _Answer:
-    """One ASGI call's two channels: the request body (sent whole, then ``http.disconnect``) and the response's
-    status, headers and body parts."""
+    """One ASGI call's two channels: the request body (sent whole; then ``http.disconnect`` once the response is
+    complete, as httpx's ASGITransport does, so a streaming response is not cut short) and the response's status,
+    headers and body parts. The call may read the body on one loop and answer on another (`shared.inline_calls`), so
+    a wait for the end is a future on the waiter's own loop."""
 
     def __init__(self, body: bytes) -> None:
         self._pending: bytes | None = body
         self.status: int | None = None
         self.headers: list[tuple[bytes, bytes]] = []
         self.body: list[bytes] = []
+        self.complete = False
+        self._waiters: list[asyncio.Future[None]] = []
 
     async def receive(self) -> dict[str, Any]:
-        if self._pending is None:
-            return {"type": "http.disconnect"}
-        body, self._pending = self._pending, None
-        return {"type": "http.request", "body": body, "more_body": False}
+        if self._pending is not None:
+            body, self._pending = self._pending, None
+            return {"type": "http.request", "body": body, "more_body": False}
+        if not self.complete:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+        return {"type": "http.disconnect"}
 
     async def send(self, message: Mapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
@@ -364,6 +404,16 @@ class _Answer:
             self.headers = list(message.get("headers", []))
         elif message["type"] == "http.response.body":
             self.body.append(bytes(message.get("body", b"")))
+            if not message.get("more_body", False):
+                self.complete = True
+                waiters, self._waiters = self._waiters, []
+                for waiter in waiters:
+                    waiter.get_loop().call_soon_threadsafe(_resolve, waiter)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def async_asgi_client(service: str, app: Any, settings: Settings) -> AsyncServiceClient:

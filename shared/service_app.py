@@ -24,7 +24,7 @@ from shared import __version__, json_codec
 from shared.auth import ANONYMOUS, LOCAL_ADMIN, PUBLIC_PATHS, KeyStore, Principal, bearer, needed_scope
 from shared.blas import limit_blas_threads
 from shared.errors import TasmoeError, first_validation_error, format_loc, humanize
-from shared.inline_calls import INLINE
+from shared.inline_calls import INLINE, INLINE_STATE
 from shared.logging import RUN_ID_HEADER, bind_run_id
 from shared.settings import Settings
 
@@ -432,6 +432,7 @@ def create_service_app(
     _local_docs(app)
     app.state.settings = settings
     app.state.service_name = name
+    setattr(app.state, INLINE_STATE, True)  # its routes (JsonBodyRoute) serve calls on their caller's thread
     install_error_handlers(app)
 
     app.add_middleware(AuthMiddleware, store=KeyStore(settings.effective_keys_file()) if settings.auth == "keys"

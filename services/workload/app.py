@@ -10,7 +10,7 @@ from fastapi.responses import Response
 
 from services.workload import service
 from services.workload.sources import WorkloadSources
-from shared.contracts.workload import ExpertLoad, LogicalWindow, LogicalWindows, TraceSummary
+from shared.contracts.workload import MAX_WINDOWS_PER_CALL, ExpertLoad, LogicalWindow, LogicalWindows, TraceSummary
 from shared.contracts.workload_api import IrRequest, ModelRegistration, TraceRequest
 from shared.service_app import JsonBodyRoute, create_service_app
 from shared.settings import Settings, get_settings
@@ -76,7 +76,7 @@ def get_window(trace_id: str, k: Annotated[int, Path(ge=0)], request: Request,
 @router.get("/traces/{trace_id}/windows", response_model=LogicalWindows)
 def get_windows(trace_id: str, request: Request,
                 start: Annotated[int, Query(ge=0, description="the first window")] = 0,
-                count: Annotated[int, Query(ge=1, le=service.MAX_WINDOWS_PER_CALL,
+                count: Annotated[int, Query(ge=1, le=MAX_WINDOWS_PER_CALL,
                                             description="windows wanted (fewer where the trace ends)")] = 16,
                 window_ms: Annotated[float | None, Query(ge=1e-6, le=1e6)] = None) -> Response:
     """Windows ``start`` .. ``start + count - 1`` of the trace, each as ``GET .../windows/{k}`` answers it."""

@@ -29,7 +29,7 @@ from services.workload.traces import (
 )
 from services.workload.zoo import normalize_name, read_config_file
 from shared.configs import WorkloadConfig
-from shared.contracts.workload import ExpertLoad, LogicalWindow, RoutingStats, TraceSummary
+from shared.contracts.workload import MAX_WINDOWS_PER_CALL, ExpertLoad, LogicalWindow, RoutingStats, TraceSummary
 from shared.errors import BadInput, NotFound, TasmoeError
 from shared.lru import LRU
 
@@ -227,9 +227,6 @@ def get_window(entry: TraceEntry, k: int, window_ms: float | None = None) -> Log
     a, b = entry.plan.window_range(k, w_ns)
     block = entry.plan.events(a, counts[a:b].astype(np.int64), int(mb_event0[a]))
     return entry.plan.to_window(entry.trace_id, k, k * w_ns, (k + 1) * w_ns, block)
-
-
-MAX_WINDOWS_PER_CALL = 64  # windows one ``GET /v1/traces/{id}/windows`` answers at most (a bounded answer)
 
 
 def get_windows(entry: TraceEntry, start: int, count: int, window_ms: float | None = None) -> list[LogicalWindow]:

@@ -48,6 +48,9 @@ class LogicalWindows(BaseModel):
     windows: list[LogicalWindow]
 
 
+MAX_WINDOWS_PER_CALL = 64  # windows one ``GET /v1/traces/{id}/windows`` answers at most (a bounded answer)
+
+
 class RoutingStats(BaseModel):
     """Load skew and temporal locality of a trace's routing, per MoE layer (``services.workload.recorded``):
     ``skew`` = max / mean tokens per expert, ``cv`` = their coefficient of variation, ``reuse_next`` = mean fraction

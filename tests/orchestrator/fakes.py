@@ -15,7 +15,7 @@ import math
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Body, FastAPI
+from fastapi import APIRouter, Body, FastAPI, Query
 from fastapi.responses import JSONResponse
 
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
@@ -33,7 +33,14 @@ from shared.contracts.placement import (
 )
 from shared.contracts.placement_api import JobAccepted, JobStatus
 from shared.contracts.thermal import InfluenceMatrix, RefreshReport, ThermalSnapshot, ThermalState
-from shared.contracts.workload import ExpertLoad, LogicalCompute, LogicalMemory, LogicalWindow, TraceSummary
+from shared.contracts.workload import (
+    MAX_WINDOWS_PER_CALL,
+    ExpertLoad,
+    LogicalCompute,
+    LogicalMemory,
+    LogicalWindow,
+    TraceSummary,
+)
 from shared.energy import deposit_of_events
 from shared.errors import BadInput, Conflict, NotFound
 from shared.service_app import create_service_app
@@ -136,8 +143,9 @@ def workload_app(settings: Settings) -> FastAPI:
                              memory=LogicalMemory(**mem),
                              tokens_generated=len(mbs) * wl.sequence.micro_batch).model_dump(mode="json")
 
-    @router.get("/traces/{trace_id}/windows")
-    def windows(trace_id: str, start: int = 0, count: int = 16) -> dict[str, Any]:
+    @router.get("/traces/{trace_id}/windows")  # the real one's bounds (window_ms: the trace's own only)
+    def windows(trace_id: str, start: Annotated[int, Query(ge=0)] = 0,
+                count: Annotated[int, Query(ge=1, le=MAX_WINDOWS_PER_CALL)] = 16) -> dict[str, Any]:
         if trace_id not in traces:
             raise NotFound(f"unknown trace {trace_id}", code="unknown_trace")
         wl, window_ms = traces[trace_id]
