@@ -242,6 +242,7 @@ class EventLoopThread:
         self.loop = asyncio.new_event_loop()
         self._caller = threading.local()  # each calling thread's own loop (`caller_loop`): a `_CallerLoop`
         self._callers: weakref.WeakSet[_CallerLoop] = weakref.WeakSet()  # all of them, for `close`
+        self._callers_lock = threading.Lock()
         self._stop: asyncio.Event | None = None
         ready = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(ready,), name=name, daemon=True)
@@ -293,7 +294,8 @@ class EventLoopThread:
         own: _CallerLoop | None = getattr(self._caller, "loop", None)
         if own is None or own.loop.is_closed() or own.pid != self.pid:
             own = self._caller.loop = _CallerLoop(self.pid)
-            self._callers.add(own)
+            with self._callers_lock:
+                self._callers.add(own)
         return own.loop
 
     def drop_caller_loop(self) -> None:
@@ -308,7 +310,9 @@ class EventLoopThread:
         if self.thread.is_alive() and self._stop is not None:
             self.loop.call_soon_threadsafe(self._stop.set)
             self.thread.join(timeout=10)
-        for own in list(self._callers):  # a loop still running a call (another thread) is left to its thread
+        with self._callers_lock:
+            owned = list(self._callers)
+        for own in owned:  # a loop still running a call (another thread) is left to its thread
             own.close()
 
 
@@ -321,14 +325,28 @@ class _CallerLoop:
         self.loop = asyncio.new_event_loop()
 
     def close(self) -> None:
-        if not self.loop.is_closed() and not self.loop.is_running():
-            for task in asyncio.all_tasks(self.loop):  # an interrupted call's task: never resumed
+        if self.loop.is_closed() or self.loop.is_running():
+            return
+        try:  # an interrupted call's tasks: cancelled and run to their end (their half on the shared loop too)
+            pending = asyncio.all_tasks(self.loop)
+            for task in pending:
                 task.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        except Exception:  # pragma: no cover - interpreter shutdown: close all the same
+            log.debug("closing a caller's event loop", exc_info=True)
+        finally:
             self.loop.close()
 
     def __del__(self) -> None:
-        if self.pid == os.getpid():  # a forked child's copy shares its descriptors with the parent's loop
+        if self.pid == os.getpid():
             self.close()
+        else:  # a forked child's copy: closing it would take the parent's self-pipe off their shared epoll
+            _FORKED.append(self.loop)
+
+
+_FORKED: list[asyncio.AbstractEventLoop] = []  # the copies a forked child inherited: kept, never closed
 
 
 class _SyncASGITransport(httpx.BaseTransport):

@@ -432,7 +432,9 @@ def create_service_app(
     _local_docs(app)
     app.state.settings = settings
     app.state.service_name = name
-    setattr(app.state, INLINE_STATE, True)  # its routes (JsonBodyRoute) serve calls on their caller's thread
+    # calls on their caller's thread (shared.inline_calls) where every router's routes are JsonBodyRoutes: they hand
+    # FastAPI's own handler to the shared loop; a plain route would start a pool thread on the caller's loop per call
+    setattr(app.state, INLINE_STATE, all(issubclass(r.route_class, JsonBodyRoute) for r in routers))
     install_error_handlers(app)
 
     app.add_middleware(AuthMiddleware, store=KeyStore(settings.effective_keys_file()) if settings.auth == "keys"

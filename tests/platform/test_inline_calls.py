@@ -71,8 +71,15 @@ def _apps(settings: Settings, clients: list[ServiceClients]) -> dict[str, object
     def plain_add(body: Numbers) -> Sum:
         return Sum(total=sum(body.xs), thread=threading.get_ident(), run_id=current_run_id())
 
+    routes = APIRouter()  # plain routes (as the test fakes have): FastAPI's handler would start a thread per call
+
+    @routes.post("/sum", response_model=Sum)
+    def routes_add(body: Numbers) -> Sum:
+        return Sum(total=sum(body.xs), thread=threading.get_ident(), run_id=current_run_id())
+
     return {"thermal": create_service_app("thermal", settings, [thermal]),
-            "lowering": create_service_app("lowering", settings, [lowering]), "metrics": plain}
+            "lowering": create_service_app("lowering", settings, [lowering]), "metrics": plain,
+            "placement": create_service_app("placement", settings, [routes])}
 
 
 @pytest.fixture()
@@ -93,8 +100,9 @@ def test_a_post_runs_on_the_callers_thread(clients: ServiceClients) -> None:
     got = Sum.model_validate(clients["thermal"].post_json("/v1/scaled?factor=2", {"xs": [1.0, 2.5]}))
     assert got.total == 7.0 and got.thread != me
     assert Sum.model_validate(clients["thermal"].get_json("/v1/where")).thread != me
-    got = Sum.model_validate(clients["metrics"].post_json("/v1/sum", {"xs": [1.0, 2.5]}))
-    assert got.total == 3.5 and got.thread != me
+    for other in ("metrics", "placement"):  # apps whose routes are not all JsonBodyRoutes
+        got = Sum.model_validate(clients[other].post_json("/v1/sum", {"xs": [1.0, 2.5]}))
+        assert got.total == 3.5 and got.thread != me
     assert clients["thermal"].request("POST", "/v1/stream", json={"xs": [1, 2, 3]}).content == b"1.0;2.0;3.0;"
 
 
@@ -143,6 +151,7 @@ def test_no_thread_per_call_and_loops_closed(settings: Settings, monkeypatch: py
         clients["lowering"].post_json("/v1/twice", {"xs": [1.0]})
         clients["thermal"].get_json("/v1/where")
         clients["metrics"].post_json("/v1/sum", {"xs": [1.0]})
+        clients["placement"].post_json("/v1/sum", {"xs": [1.0]})
     assert len(started) <= 2, started  # a pool thread or two more at most, not one per call
     monkeypatch.undo()
     loop = clients._loop
