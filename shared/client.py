@@ -260,12 +260,7 @@ class EventLoopThread:
         try:
             self.loop.run_until_complete(root())
         finally:  # calls still in flight at close: cancelled, so their callers get CancelledError, not a hang
-            pending = asyncio.all_tasks(self.loop)
-            for task in pending:
-                task.cancel()
-            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-            self.loop.close()
+            _shut(self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop and wait for its result (its exception is raised here)."""
@@ -325,19 +320,8 @@ class _CallerLoop:
         self.loop = asyncio.new_event_loop()
 
     def close(self) -> None:
-        if self.loop.is_closed() or self.loop.is_running():
-            return
-        try:  # an interrupted call's tasks: cancelled and run to their end (their half on the shared loop too)
-            pending = asyncio.all_tasks(self.loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-        except Exception:  # pragma: no cover - interpreter shutdown: close all the same
-            log.debug("closing a caller's event loop", exc_info=True)
-        finally:
-            self.loop.close()
+        if not self.loop.is_closed() and not self.loop.is_running():
+            _shut(self.loop)  # an interrupted call's tasks too (their half on the shared loop with them)
 
     def __del__(self) -> None:
         if self.pid == os.getpid():
@@ -349,12 +333,28 @@ class _CallerLoop:
 _FORKED: list[asyncio.AbstractEventLoop] = []  # the copies a forked child inherited: kept, never closed
 
 
+def _shut(loop: asyncio.AbstractEventLoop) -> None:
+    """Close a loop that is not running: its tasks cancelled and run to their end, its async generators shut."""
+    try:
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    except Exception:  # pragma: no cover - interpreter shutdown: close all the same
+        log.debug("shutting an event loop down", exc_info=True)
+    finally:
+        loop.close()
+
+
 class _SyncASGITransport(httpx.BaseTransport):
     """Run an ASGI app for a synchronous httpx client (httpx's ASGITransport is async-only). A POST to an app built
-    by `shared.service_app.create_service_app` runs on the calling thread's own event loop, its synchronous endpoint
-    on that thread (`shared.inline_calls`); every other request, and a call from a thread that runs a loop already,
-    runs on ``loop`` (one per `ServiceClients`, shared by its services and the threads that call them). The app's
-    lifespan must already have been entered by whoever owns the app (see `services.root_app.EmbeddedApps`).
+    by `shared.service_app.create_service_app` from `JsonBodyRoute` routers runs on the calling thread's own event
+    loop, its synchronous endpoint on that thread (`shared.inline_calls`); every other request, and a call from a
+    thread that runs a loop already, runs on ``loop`` (one per `ServiceClients`, shared by its services and the
+    threads that call them). The app's lifespan must already have been entered by whoever owns the app (see
+    `services.root_app.EmbeddedApps`).
 
     The request goes to the app as one ASGI ``http`` call (the scope httpx's ASGITransport builds, the whole body in
     one ``http.request`` message) and the answer is collected from its messages; an exception the app raises reaches

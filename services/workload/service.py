@@ -215,13 +215,20 @@ def trace_summary(entry: TraceEntry) -> TraceSummary:
         routing_stats=entry.routing_stats())
 
 
-def get_window(entry: TraceEntry, k: int, window_ms: float | None = None) -> LogicalWindow:
-    """Window ``k`` of the trace (``window_ms`` defaults to the trace's), with its global event ids."""
+def _in_range(entry: TraceEntry, k: int, window_ms: float | None, field: str) -> tuple[float, int]:
+    """(window ms, windows of the trace): ``window_ms``, or the trace's; window ``k`` one of them, else ``NotFound``
+    naming ``field``."""
     wm = entry.window_ms if window_ms is None else window_ms
     n_windows = entry.plan.window_count(wm)
     if not 0 <= k < n_windows:
-        raise NotFound(f"window {k} out of range: the trace has {n_windows} windows of {wm} ms", field="k",
+        raise NotFound(f"window {k} out of range: the trace has {n_windows} windows of {wm} ms", field=field,
                        code="unknown_window")
+    return wm, n_windows
+
+
+def get_window(entry: TraceEntry, k: int, window_ms: float | None = None) -> LogicalWindow:
+    """Window ``k`` of the trace (``window_ms`` defaults to the trace's), with its global event ids."""
+    wm, _ = _in_range(entry, k, window_ms, "k")
     counts, mb_event0 = entry.ensure_routing()
     w_ns = round(wm * 1e6)
     a, b = entry.plan.window_range(k, w_ns)
@@ -232,11 +239,7 @@ def get_window(entry: TraceEntry, k: int, window_ms: float | None = None) -> Log
 def get_windows(entry: TraceEntry, start: int, count: int, window_ms: float | None = None) -> list[LogicalWindow]:
     """Windows ``start`` .. ``start + count - 1`` of the trace (fewer where the trace ends first), each as
     `get_window` gives it. ``start`` past the last window is ``NotFound`` (field ``start``)."""
-    wm = entry.window_ms if window_ms is None else window_ms
-    n_windows = entry.plan.window_count(wm)
-    if not 0 <= start < n_windows:
-        raise NotFound(f"window {start} out of range: the trace has {n_windows} windows of {wm} ms", field="start",
-                       code="unknown_window")
+    wm, n_windows = _in_range(entry, start, window_ms, "start")
     if not 1 <= count <= MAX_WINDOWS_PER_CALL:
         raise BadInput(f"count: between 1 and {MAX_WINDOWS_PER_CALL} windows, got {count}", field="count")
     return [get_window(entry, k, wm) for k in range(start, min(n_windows, start + count))]
