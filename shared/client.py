@@ -98,6 +98,10 @@ class ServiceClient:
         self.service = service
         self.settings = settings
         self._client = httpx.Client(base_url=base_url, timeout=_timeout(settings), transport=transport)
+        # an in-process app (the embedded mode): requests go to its transport straight, as httpx.Requests with the
+        # client's URL and default headers; httpx's client adds nothing there (no cookies, auth, redirects or event
+        # hooks: this client sets none) but ~0.1 ms of plumbing a call, ~0.3 ms after the window's compute
+        self._inproc = transport if isinstance(transport, _SyncASGITransport) else None
 
     @property
     def base_url(self) -> str:
@@ -127,7 +131,7 @@ class ServiceClient:
         try:
             for attempt in retrying:
                 with attempt:
-                    resp = self._client.request(method, path, params=params, headers=hdrs, content=content)
+                    resp = self._send(method, path, params=params, headers=hdrs, content=content)
                     if resp.status_code in RETRY_STATUSES:
                         raise RetryableStatus(resp)
         except RetryableStatus as exc:
@@ -138,6 +142,16 @@ class ServiceClient:
                                 f"{exc}") from exc
         _raise_for_error(self.service, resp)
         return resp
+
+    def _send(self, method: str, path: str, *, params: Mapping[str, Any] | None, headers: dict[str, str],
+              content: bytes | None) -> httpx.Response:
+        """One attempt: through httpx's client, or (an in-process app) the request httpx's client would build
+        (``build_request``: the base URL joined with ``path``, the client's default headers under ``headers``) handed
+        to the transport."""
+        if self._inproc is None:
+            return self._client.request(method, path, params=params, headers=headers, content=content)
+        request = self._client.build_request(method, path, params=params, headers=headers, content=content)
+        return self._inproc.handle_request(request)
 
     def get_json(self, path: str, **kw: Any) -> Any:
         return json_codec.loads(self.request("GET", path, **kw).content)

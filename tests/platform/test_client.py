@@ -320,3 +320,48 @@ def test_embedded_transport_keeps_one_loop_per_thread_and_the_callers_context(tm
         assert [a["run"] for a in answers] == ["other"]
     finally:
         clients.close()
+
+
+def test_embedded_requests_go_to_the_app_as_httpx_builds_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """Over an ASGI mount the client hands its transport the request httpx's client would build (URL with the query,
+    the client's default headers under the caller's, the body) without httpx's send path; over a socket it goes
+    through httpx's client as before. The app sees the same request either way."""
+    import httpx
+
+    seen: list[dict[str, Any]] = []
+
+    async def handler(request: Request) -> Response:
+        seen.append({"path": request.url.path, "query": dict(request.query_params),
+                     "headers": {k: v for k, v in request.headers.items() if k != IDEMPOTENCY_HEADER.lower()},
+                     "body": (await request.body()).decode()})
+        return JSONResponse({"ok": True})
+
+    app = Starlette(routes=[Route("/v1/thing", handler, methods=["GET", "POST"])])
+    settings = _settings(tmp_path)
+    embedded = ServiceClients(settings, asgi_apps={"thermal": app})["thermal"]
+    # the reference: httpx's own client over the same in-process transport
+    reference = ServiceClient("thermal", "http://thermal", settings,
+                              transport=embedded._inproc)  # the same transport, through httpx's send
+    reference._inproc = None
+
+    def no_send(*_: Any, **__: Any) -> Any:
+        raise AssertionError("httpx.Client.send on an in-process call")
+
+    for client in (embedded, reference):
+        if client is embedded:
+            monkeypatch.setattr(httpx.Client, "send", no_send)
+        else:
+            monkeypatch.undo()
+        with bind_run_id("run-7"):
+            assert client.post_json("/v1/thing", {"x": [1, 2]}, params={"start": 3, "count": 16},
+                                    headers={"X-Extra": "yes"}) == {"ok": True}
+            assert client.get_json("/v1/thing", params={"a": "b c"}) == {"ok": True}
+    assert len(seen) == 4
+    assert seen[:2] == seen[2:]
+    assert seen[0]["query"] == {"start": "3", "count": "16"} and seen[1]["query"] == {"a": "b c"}
+    assert seen[0]["headers"]["x-extra"] == "yes" and seen[0]["headers"][RUN_ID_HEADER.lower()] == "run-7"
+    assert seen[0]["headers"]["user-agent"].startswith("python-httpx/")
+    assert seen[0]["body"] == '{"x":[1,2]}'
+    with pytest.raises(NotFound):  # errors still map on the direct path
+        embedded.get_json("/v1/nothing")
