@@ -242,6 +242,14 @@ def _commit_statements(dialect: sa.Dialect) -> _CommitStatements:
     return got
 
 
+def _engine(sessions: sessionmaker[Session]) -> sa.Engine:
+    """The engine a session factory binds its sessions to (`services.orchestrator.db.session_factory`)."""
+    bind = sessions.kw.get("bind")
+    if not isinstance(bind, sa.Engine):
+        raise TypeError("the session factory is not bound to an engine")
+    return bind
+
+
 def commit_window(*, sessions: sessionmaker[Session], run_id: str, owner: str, window: int,
                   snapshot: dict[str, Any], metrics: dict[str, Any], frontier: dict[str, Any], lease_s: float,
                   compute_s: float = 0.0, drop_frontiers: Sequence[int] | None = None) -> bool:
@@ -249,13 +257,12 @@ def commit_window(*, sessions: sessionmaker[Session], run_id: str, owner: str, w
     ``drop_frontiers``: the earlier windows whose frontier state is no longer needed (default: window - 1, so only
     the newest keeps one; the window loop also keeps its last checkpoint's)."""
     now = utcnow()
-    with sessions() as s, s.begin():
-        conn = s.connection()
+    with _engine(sessions).connect() as conn, conn.begin() as tx:  # Core: no ORM session for three statements
         st = _commit_statements(conn.dialect)
         res = conn.execute(st.advance, {"b_run": run_id, "b_owner": owner, "b_window": window, "b_next": window + 1,
                                         "b_lease": now + timedelta(seconds=lease_s), "b_compute_s": compute_s})
         if _rowcount(res) != 1:
-            s.rollback()
+            tx.rollback()
             return False
         row = {"run_id": run_id, "window": window, "snapshot": snapshot, "metrics": metrics, "frontier": frontier,
                "worker": owner, "created_at": now}  # every column of `_WINDOW_ROW`
