@@ -24,10 +24,11 @@ def encode(path: Path | str, text: str) -> bytes:
     return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0) if is_gz(path) else data
 
 
-def append(path: Path | str, text: str) -> None:
-    """Append ``text`` to ``path`` (created when missing), as `encode` gives it."""
+def append(path: Path | str, text: str) -> int:
+    """Append ``text`` to ``path`` (created when missing), as `encode` gives it; the file's size after it (bytes)."""
     with open(path, "ab") as fh:
         fh.write(encode(path, text))
+        return fh.tell()
 
 
 def read_text(path: Path | str) -> str:

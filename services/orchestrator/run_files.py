@@ -91,6 +91,7 @@ class RunFiles:
             self._files.update({f"{run_rel}/{rel}": (self.run_dir / rel, cols) for rel, cols in OVERLAY_FILES.items()})
         if events:
             self._files.update({f"{run_rel}/{rel}": (self.run_dir / rel, cols) for rel, cols in EVENT_FILES.items()})
+        self._sizes: dict[str, int] = {}  # what this object wrote or truncated to: no stat per window
 
     def path(self, rel: str) -> Path:
         return self.run_dir / rel
@@ -101,12 +102,17 @@ class RunFiles:
 
     def start_fresh(self) -> None:
         """Window 0: (re)create every appended file with its header only."""
-        for p, cols in self._files.values():
+        for rel, (p, cols) in self._files.items():
             p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(gz_text.encode(p, _csv_text([cols])))
+            header = gz_text.encode(p, _csv_text([cols]))
+            p.write_bytes(header)
+            self._sizes[rel] = len(header)
 
     def sizes(self) -> dict[str, int]:
-        return {rel: p.stat().st_size for rel, (p, _) in self._files.items()}
+        """Every appended file's size in bytes: as this object last wrote or truncated it (a file it has not
+        touched yet: read from the file system)."""
+        return {rel: self._sizes[rel] if rel in self._sizes else p.stat().st_size
+                for rel, (p, _) in self._files.items()}
 
     def truncate_to(self, sizes: dict[str, int]) -> None:
         """Resume: cut every appended file back to its size at the frontier (a missing file is an error)."""
@@ -117,6 +123,7 @@ class RunFiles:
                                    f"({size} bytes)")
             with open(p, "r+b") as fh:
                 fh.truncate(size)
+            self._sizes[rel] = size
 
     def write_placement(self, placement: Placement) -> None:
         p = self.path(PLACEMENT_FILE)
@@ -151,8 +158,7 @@ class RunFiles:
                 parts[f"{run_rel}/{rel}"] = _table(batch, EVENT_FILES[rel])
         for key, text in parts.items():
             if text:
-                p = self._files[key][0]
-                gz_text.append(p, text)
+                self._sizes[key] = gz_text.append(self._files[key][0], text)
 
 
 def _logical_compute_rows(lc: Columns) -> Iterable[Sequence[Any]]:

@@ -106,3 +106,24 @@ def test_no_traces_writes_no_trace_file(tmp_path: Path) -> None:
     files.start_fresh()
     _append(files, 0)
     assert files.sizes() == {} and _tree(tmp_path) == {}
+
+
+def test_sizes_kept_from_the_writes_are_the_files_sizes(tmp_path: Path) -> None:
+    """`sizes()` counts what the object wrote (no stat per window): after the headers, each append and a truncation
+    it equals the file system's sizes; a new object that wrote nothing reads them from the file system."""
+    files = RunFiles(tmp_path, "tas", events=True)
+
+    def on_disk() -> dict[str, int]:
+        return {rel: (tmp_path / rel).stat().st_size for rel in files.appended()}
+
+    files.start_fresh()
+    assert files.sizes() == on_disk()
+    for k in range(3):
+        _append(files, k)
+        assert files.sizes() == on_disk()
+    at_one = RunFiles(tmp_path, "tas", events=True).sizes()
+    assert at_one == on_disk()
+    _append(files, 3)
+    assert files.sizes() != at_one
+    files.truncate_to(at_one)
+    assert files.sizes() == at_one == on_disk()
