@@ -322,46 +322,52 @@ def test_embedded_transport_keeps_one_loop_per_thread_and_the_callers_context(tm
         clients.close()
 
 
-def test_embedded_requests_go_to_the_app_as_httpx_builds_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                              ) -> None:
-    """Over an ASGI mount the client hands its transport the request httpx's client would build (URL with the query,
-    the client's default headers under the caller's, the body) without httpx's send path; over a socket it goes
-    through httpx's client as before. The app sees the same request either way."""
+def test_embedded_requests_reach_the_app_as_httpx_would_send_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                  ) -> None:
+    """Over an ASGI mount the client makes the ASGI call httpx's client would make (Host and the client's default
+    headers under the caller's, Content-Length, the query, a percent-encoded path; a path httpx would quote goes
+    through httpx's request) without httpx's send path; over a socket it goes through httpx's client as before. The
+    app sees the same request either way."""
     import httpx
 
     seen: list[dict[str, Any]] = []
 
     async def handler(request: Request) -> Response:
-        seen.append({"path": request.url.path, "query": dict(request.query_params),
-                     "headers": {k: v for k, v in request.headers.items() if k != IDEMPOTENCY_HEADER.lower()},
-                     "body": (await request.body()).decode()})
+        scope = request.scope
+        seen.append({"path": scope["path"], "raw_path": scope["raw_path"], "query": scope["query_string"],
+                     "server": tuple(scope["server"]), "headers": sorted(
+                         (k, v) for k, v in scope["headers"] if k != IDEMPOTENCY_HEADER.lower().encode()),
+                     "body": await request.body()})
         return JSONResponse({"ok": True})
 
-    app = Starlette(routes=[Route("/v1/thing", handler, methods=["GET", "POST"])])
+    app = Starlette(routes=[Route("/v1/{rest:path}", handler, methods=["GET", "POST"])])
     settings = _settings(tmp_path)
     embedded = ServiceClients(settings, asgi_apps={"thermal": app})["thermal"]
     # the reference: httpx's own client over the same in-process transport
-    reference = ServiceClient("thermal", "http://thermal", settings,
-                              transport=embedded._inproc)  # the same transport, through httpx's send
+    reference = ServiceClient("thermal", "http://thermal", settings, transport=embedded._inproc)
     reference._inproc = None
 
-    def no_send(*_: Any, **__: Any) -> Any:
-        raise AssertionError("httpx.Client.send on an in-process call")
-
-    for client in (embedded, reference):
-        if client is embedded:
-            monkeypatch.setattr(httpx.Client, "send", no_send)
-        else:
-            monkeypatch.undo()
+    def calls(client: ServiceClient) -> None:
         with bind_run_id("run-7"):
             assert client.post_json("/v1/thing", {"x": [1, 2]}, params={"start": 3, "count": 16},
-                                    headers={"X-Extra": "yes"}) == {"ok": True}
-            assert client.get_json("/v1/thing", params={"a": "b c"}) == {"ok": True}
-    assert len(seen) == 4
-    assert seen[:2] == seen[2:]
-    assert seen[0]["query"] == {"start": "3", "count": "16"} and seen[1]["query"] == {"a": "b c"}
-    assert seen[0]["headers"]["x-extra"] == "yes" and seen[0]["headers"][RUN_ID_HEADER.lower()] == "run-7"
-    assert seen[0]["headers"]["user-agent"].startswith("python-httpx/")
-    assert seen[0]["body"] == '{"x":[1,2]}'
+                                    headers={"X-Extra": "yes", "accept": "application/json"}) == {"ok": True}
+            assert client.get_json("/v1/models/a%2Fb/thing", params={"a": "b c&d"}) == {"ok": True}
+            assert client.post_json("/v1/with space") == {"ok": True}  # quoted by httpx: its own request
+
+    monkeypatch.setattr(httpx.Client, "send", lambda *_, **__: pytest.fail("httpx's send on an in-process call"))
+    calls(embedded)
+    monkeypatch.undo()
+    calls(reference)
+    assert len(seen) == 6
+    assert seen[:3] == seen[3:]
+    post, get, spaced = seen[:3]
+    assert post["query"] == b"start=3&count=16" and post["body"] == b'{"x":[1,2]}'
+    headers = dict(post["headers"])
+    assert headers[b"x-extra"] == b"yes" and headers[b"accept"] == b"application/json"
+    assert headers[RUN_ID_HEADER.lower().encode()] == b"run-7" and headers[b"content-length"] == b"11"
+    assert headers[b"host"] == b"thermal" and headers[b"user-agent"].startswith(b"python-httpx/")
+    assert get["path"] == "/v1/models/a/b/thing" and get["raw_path"] == b"/v1/models/a%2Fb/thing"
+    assert b"content-length" not in dict(get["headers"])
+    assert spaced["raw_path"] == b"/v1/with%20space"
     with pytest.raises(NotFound):  # errors still map on the direct path
-        embedded.get_json("/v1/nothing")
+        embedded.get_json("/nothing")
