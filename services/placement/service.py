@@ -236,7 +236,10 @@ def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None,
     overlays, new, smoothed = tacs_step(req.telemetry, placement, state, params, arch, H,
                                         req.pending, req.smoothed, req.now_ns, bank_bw_gbps=req.bank_bw_gbps,
                                         pulse=pulse)
-    ref, _ = data.states.put(new)
+    if new is state and req.state_ref is not None:  # no move: the very state kept under that name (no re-hash)
+        ref = req.state_ref
+    else:
+        ref, _ = data.states.put(new)
     send = req.return_state or new != state
     return TacsStepResponse(overlays=overlays, state=new if send else None, state_ref=ref, smoothed=smoothed)
 

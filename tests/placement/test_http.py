@@ -192,6 +192,36 @@ def test_tacs_step_names_the_replica_state_it_owns(client: TestClient) -> None:
     assert r.status_code == 422 and _err(r)["field"] == "state"
 
 
+def test_a_step_that_moves_nothing_names_its_state_without_hashing_it(client: TestClient,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step named by ``state_ref`` that moves nothing answers that name (the very state kept under it) without
+    serialising and hashing the state again; one that moves hashes its new state."""
+    from shared.content import ContentStore
+
+    _, cores, plc, H, hot = _hot_core_27()
+    base = {"placement": plc, "H": H.tolist(), "now_ns": 18_000_000, "return_state": False,
+            "pending": window(6, {eid: 3.0 for eid in cores}).model_dump(mode="json")}
+    moved = client.post("/v1/tacs/step", json={**base, "telemetry": hot}).json()
+    kinds: list[str] = []
+    put = ContentStore.put
+
+    def counting(self: ContentStore[Any], obj: Any) -> tuple[str, int]:
+        kinds.append(self.kind)
+        return put(self, obj)
+
+    monkeypatch.setattr(ContentStore, "put", counting)
+    cool = {"temps_core": [45.0] * 64, "util_core": [0.1] * 64, "noc_load": 0.0}
+    named = client.post("/v1/tacs/step", json={**base, "telemetry": cool, "state_ref": moved["state_ref"],
+                                               "now_ns": 21_000_000})
+    assert named.status_code == 200, named.text
+    assert named.json()["state_ref"] == moved["state_ref"] and "state" not in named.json()
+    assert "replica_state" not in kinds
+    again = client.post("/v1/tacs/step", json={**base, "telemetry": hot, "state_ref": moved["state_ref"],
+                                               "now_ns": 40_000_000}).json()
+    assert again.get("state") is not None  # still hot: it moved another expert, a new state, hashed
+    assert again["state_ref"] != moved["state_ref"] and "replica_state" in kinds
+
+
 def test_tacs_step_bad_core_is_422(client: TestClient) -> None:
     from shared.configs import ArchConfig
 
