@@ -180,26 +180,59 @@ class Frontier:
     physical_ref: str | None = None
     replicas_ref: str | None = None  # the placement service's name of ``replicas`` (None: send them whole)
     ckpt: int = -1  # the window whose frontier row holds whole states (-1: the run's start)
+    # the replicas the checkpoint's row holds (None: not known here); a frontier whose replicas are still those
+    # saves ``replicas_at: ckpt`` instead of them (~25 kB a window of the default experiment), `to_json`
+    ckpt_replicas: dict[str, Any] | None = dataclass_field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"thermal": self.thermal, "physical": self.physical, "smoothed": self.smoothed,
-                "telemetry": self.telemetry.model_dump(mode="json"), "freq_ghz": self.freq_ghz,
-                "bw_eff_factor": self.bw_eff_factor, "files": self.files, "replicas": self.replicas,
-                "thermal_ref": self.thermal_ref, "physical_ref": self.physical_ref,
-                "replicas_ref": self.replicas_ref, "ckpt": self.ckpt}
+        """The JSON saved at the commit. The replicas are saved whole, or (a frontier without whole states whose
+        replicas are its checkpoint's) as ``replicas_at``: the checkpoint's window, whose row holds them
+        (`from_json` takes that row)."""
+        by_ckpt = (self.physical is None and self.ckpt >= 0 and self.ckpt_replicas is not None
+                   and self.replicas == self.ckpt_replicas)
+        out = {"thermal": self.thermal, "physical": self.physical, "smoothed": self.smoothed,
+               "telemetry": self.telemetry.model_dump(mode="json"), "freq_ghz": self.freq_ghz,
+               "bw_eff_factor": self.bw_eff_factor, "files": self.files, "replicas": None if by_ckpt else self.replicas,
+               "thermal_ref": self.thermal_ref, "physical_ref": self.physical_ref,
+               "replicas_ref": self.replicas_ref, "ckpt": self.ckpt}
+        if by_ckpt:
+            out["replicas_at"] = self.ckpt
+        return out
 
     @classmethod
-    def from_json(cls, d: dict[str, Any], *, window: int) -> Frontier:
-        """The frontier saved with ``window`` (one saved before checkpoints holds whole states: its own)."""
+    def from_json(cls, d: dict[str, Any], *, window: int, ckpt_row: dict[str, Any] | None = None) -> Frontier:
+        """The frontier saved with ``window`` (one saved before checkpoints holds whole states: its own).
+        ``ckpt_row``: the frontier saved with its checkpoint's window (``ckpt``), where ``d`` names its replicas by
+        ``replicas_at`` (a ValueError without it)."""
+        ckpt = int(d.get("ckpt", window))
         physical = d.get("physical")
         replicas = d.get("replicas")
-        if replicas is None:
+        at_ckpt: dict[str, Any] | None = None
+        if replicas is None and d.get("replicas_at") is not None:
+            if ckpt_row is None or int(d["replicas_at"]) != ckpt:
+                raise ValueError(f"the frontier of window {window} keeps its replicas in the checkpoint's row "
+                                 f"(window {d['replicas_at']}): give that row")
+            replicas = at_ckpt = _replicas_of(ckpt_row)
+        elif replicas is None:
             replicas = dict((physical or {}).get("replicas") or {})
+        if ckpt == window:  # a checkpoint's own row: its replicas are the checkpoint's
+            at_ckpt = replicas
         return cls(thermal=d.get("thermal"), physical=dict(physical) if physical is not None else None,
                    smoothed=d.get("smoothed"), telemetry=Telemetry.model_validate(d["telemetry"]),
                    freq_ghz=list(d["freq_ghz"]), bw_eff_factor=d["bw_eff_factor"], files=dict(d.get("files") or {}),
                    replicas=dict(replicas), thermal_ref=d.get("thermal_ref"), physical_ref=d.get("physical_ref"),
-                   replicas_ref=d.get("replicas_ref"), ckpt=int(d.get("ckpt", window)))
+                   replicas_ref=d.get("replicas_ref"), ckpt=ckpt,
+                   ckpt_replicas=dict(at_ckpt) if at_ckpt is not None else None)
+
+
+def _replicas_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The replicas a frontier row holds whole (its own, or its physical state's)."""
+    replicas = row.get("replicas")
+    if replicas is None:
+        replicas = (row.get("physical") or {}).get("replicas")
+    if replicas is None:
+        raise ValueError("the checkpoint's frontier row holds no replicas")
+    return dict(replicas)
 
 
 # ------------------------------------------------------------------------------------------------- the run
@@ -265,7 +298,8 @@ class _Step:
                         freq_ghz=freq,
                         bw_eff_factor=self.snap.refresh.bw_eff_factor, files=files, replicas=self.replicas,
                         thermal_ref=self.th.state_ref, physical_ref=self.P.state_ref,
-                        replicas_ref=self.replicas_ref, ckpt=ckpt)
+                        replicas_ref=self.replicas_ref, ckpt=ckpt,
+                        ckpt_replicas=before.ckpt_replicas if ckpt == before.ckpt else self.replicas)
 
 
 Advance = Callable[..., _Step]  # (k, frontier, tag="", *, whole=False, keep=False) -> _Step
@@ -480,7 +514,9 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
                       files=files.sizes(), replicas=reps.model_dump(mode="json"))
         files.write_replica_state(reps)
     else:
-        fr = Frontier.from_json(saved, window=k0 - 1)
+        at = saved.get("replicas_at") if saved.get("replicas") is None else None
+        ckpt_row = repo.load_frontier_at(sessions=sessions, run_id=run_id, window=int(at)) if at is not None else None
+        fr = Frontier.from_json(saved, window=k0 - 1, ckpt_row=ckpt_row)
         files.truncate_to(fr.files)
         files.write_placement(plc)
         files.write_replica_state(fr.replicas)  # it may lag the frontier by one window
