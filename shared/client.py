@@ -47,6 +47,7 @@ T = TypeVar("T")
 
 # a path httpx sends as it is: non-empty segments of unreserved characters and percent escapes, none starting with a
 # dot (httpx quotes other characters and removes dot segments)
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # httpx sends Content-Length: 0 when they have no body
 _PLAIN_PATH = re.compile(r"(?:/(?:[A-Za-z0-9_~-]|%[0-9A-Fa-f]{2})(?:[A-Za-z0-9_~.-]|%[0-9A-Fa-f]{2})*)+/?|/")
 
 
@@ -105,12 +106,12 @@ class ServiceClient:
         self.service = service
         self.settings = settings
         self._client = httpx.Client(base_url=base_url, timeout=_timeout(settings), transport=transport)
-        # an in-process app (the embedded mode): requests go to its transport straight, as httpx.Requests with the
-        # client's URL and default headers; httpx's client adds nothing there (no cookies, auth, redirects or event
-        # hooks: this client sets none) but ~0.1 ms of plumbing a call, ~0.3 ms after the window's compute
-        self._inproc = transport if isinstance(transport, _SyncASGITransport) else None
+        # an in-process app (the embedded mode, a base URL without a path): requests go to the app as the ASGI call
+        # httpx's client would make (`_send`); httpx's client adds nothing there (no cookies, auth, redirects or
+        # event hooks: this client sets none) but ~0.1 ms of plumbing a call, ~0.3 ms after the window's compute
         base = self._client.base_url
-        self._server = (base.host, base.port)
+        self._inproc = transport if isinstance(transport, _SyncASGITransport) and base.raw_path == b"/" else None
+        self._scheme, self._server = base.scheme, (base.host, base.port)
         self._default_headers = {b"host": base.netloc} | {k.lower(): v for k, v in self._client.headers.raw}
 
     @property
@@ -156,21 +157,23 @@ class ServiceClient:
     def _send(self, method: str, path: str, *, params: Mapping[str, Any] | None, headers: dict[str, str],
               content: bytes | None) -> httpx.Response:
         """One attempt: through httpx's client, or (an in-process app) straight to the app as the ASGI call httpx's
-        client would make (``build_request``: Host and the client's default headers under ``headers``, Content-Length,
-        the query encoded by ``httpx.QueryParams``), without building httpx's URL and request objects (~40-60 us a
-        call); a path httpx would quote or normalise goes through ``build_request``."""
+        client would make (``build_request``: Host and the client's default headers under ``headers``, Content-Length
+        as httpx sets it, the query encoded by ``httpx.QueryParams``, header values ASCII as httpx wants them), without
+        building httpx's URL and request objects (~40-60 us a call). The same headers reach the app, in another order
+        (a name the caller gives twice in different cases: once). A path httpx would quote or normalise goes through
+        ``build_request``."""
         if self._inproc is None:
             return self._client.request(method, path, params=params, headers=headers, content=content)
         if not _PLAIN_PATH.fullmatch(path):  # httpx would quote or normalise it: let it build the request
             return self._inproc.handle_request(self._client.build_request(method, path, params=params,
                                                                           headers=headers, content=content))
         merged = dict(self._default_headers)  # the client's defaults, then the call's (names case-insensitive)
-        merged.update((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items())
-        if content:
-            merged[b"content-length"] = str(len(content)).encode("ascii")
+        merged.update((k.lower().encode("ascii"), v.encode("ascii")) for k, v in headers.items())
+        if content or method in _BODY_METHODS:  # httpx: the length of a body, 0 for these methods without one
+            merged[b"content-length"] = str(len(content or b"")).encode("ascii")
         query = str(httpx.QueryParams(params)).encode("ascii") if params else b""
         status, raw, body = self._inproc.call(method, path.encode("ascii"), query, list(merged.items()),
-                                              content or b"", server=self._server)
+                                              content or b"", scheme=self._scheme, server=self._server)
         return httpx.Response(status, headers=raw, content=body)
 
     def get_json(self, path: str, **kw: Any) -> Any:

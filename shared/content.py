@@ -67,6 +67,11 @@ class ContentStore(Generic[M]):
         self._items.keep(key, obj)
         return key, len(text)
 
+    def keep(self, key: str, obj: M) -> None:
+        """Keep ``obj`` under ``key``, a name `put` gave it (e.g. the object a `get` of ``key`` returned, answered
+        again unchanged), without serialising and hashing it again; it becomes the most recently used."""
+        self._items.keep(key, obj)
+
     def get(self, key: str) -> M:
         obj = self._items.get(key)
         if obj is None:

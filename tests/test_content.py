@@ -42,6 +42,18 @@ def test_the_store_is_an_lru_bounded_by_its_capacity() -> None:
         ContentStore("x", 0, field="x_hash", path="/")
 
 
+def test_keep_puts_an_object_back_under_its_name_and_refreshes_it() -> None:
+    store: ContentStore[TacsParams] = ContentStore("tacs_params", 2, field="params_hash", path="/v1/registry/x")
+    k1, _ = store.put(_params(0.1))
+    k2, _ = store.put(_params(0.2))
+    store.keep(k1, store.get(k1))  # answered again unchanged: now the newest
+    store.put(_params(0.3))
+    assert k1 in store and k2 not in store
+    obj = _params(0.2)
+    store.keep(k2, obj)  # gone meanwhile: kept again under the name put gave it
+    assert store.get(k2) is obj and store.put(obj)[0] == k2
+
+
 def test_object_or_hash_wants_exactly_one() -> None:
     store: ContentStore[TacsParams] = ContentStore("tacs_params", 4, field="params_hash", path="/v1/registry/x")
     key, _ = store.put(_params(0.4))

@@ -181,37 +181,36 @@ class Frontier:
     replicas_ref: str | None = None  # the placement service's name of ``replicas`` (None: send them whole)
     ckpt: int = -1  # the window whose frontier row holds whole states (-1: the run's start)
     # the replicas the checkpoint's row holds (None: not known here); a frontier whose replicas are still those
-    # saves ``replicas_at: ckpt`` instead of them (~25 kB a window of the default experiment), `to_json`
+    # saves the checkpoint's window in their place (~25 kB a window of the default experiment), `to_json`
     ckpt_replicas: dict[str, Any] | None = dataclass_field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON saved at the commit. The replicas are saved whole, or (a frontier without whole states whose
-        replicas are its checkpoint's) as ``replicas_at``: the checkpoint's window, whose row holds them
-        (`from_json` takes that row)."""
+        """The JSON saved at the commit. ``replicas``: the replica state, or (a frontier without whole states whose
+        replicas are its checkpoint's) the checkpoint's window, whose row holds them (`replicas_at`; `from_json`
+        takes that row). A number, not a null and another key: a worker of a version before it fails on it loudly
+        (``dict(int)``) instead of resuming with no replicas."""
         by_ckpt = (self.physical is None and self.ckpt >= 0 and self.ckpt_replicas is not None
                    and self.replicas == self.ckpt_replicas)
-        out = {"thermal": self.thermal, "physical": self.physical, "smoothed": self.smoothed,
-               "telemetry": self.telemetry.model_dump(mode="json"), "freq_ghz": self.freq_ghz,
-               "bw_eff_factor": self.bw_eff_factor, "files": self.files, "replicas": None if by_ckpt else self.replicas,
-               "thermal_ref": self.thermal_ref, "physical_ref": self.physical_ref,
-               "replicas_ref": self.replicas_ref, "ckpt": self.ckpt}
-        if by_ckpt:
-            out["replicas_at"] = self.ckpt
-        return out
+        return {"thermal": self.thermal, "physical": self.physical, "smoothed": self.smoothed,
+                "telemetry": self.telemetry.model_dump(mode="json"), "freq_ghz": self.freq_ghz,
+                "bw_eff_factor": self.bw_eff_factor, "files": self.files,
+                "replicas": self.ckpt if by_ckpt else self.replicas, "thermal_ref": self.thermal_ref,
+                "physical_ref": self.physical_ref, "replicas_ref": self.replicas_ref, "ckpt": self.ckpt}
 
     @classmethod
     def from_json(cls, d: dict[str, Any], *, window: int, ckpt_row: dict[str, Any] | None = None) -> Frontier:
         """The frontier saved with ``window`` (one saved before checkpoints holds whole states: its own).
         ``ckpt_row``: the frontier saved with its checkpoint's window (``ckpt``), where ``d`` names its replicas by
-        ``replicas_at`` (a ValueError without it)."""
+        that window (`replicas_at`; a ValueError without it)."""
         ckpt = int(d.get("ckpt", window))
         physical = d.get("physical")
         replicas = d.get("replicas")
         at_ckpt: dict[str, Any] | None = None
-        if replicas is None and d.get("replicas_at") is not None:
-            if ckpt_row is None or int(d["replicas_at"]) != ckpt:
+        at = replicas_at(d)
+        if at is not None:
+            if ckpt_row is None or at != ckpt:
                 raise ValueError(f"the frontier of window {window} keeps its replicas in the checkpoint's row "
-                                 f"(window {d['replicas_at']}): give that row")
+                                 f"(window {at}): give that row")
             replicas = at_ckpt = _replicas_of(ckpt_row)
         elif replicas is None:
             replicas = dict((physical or {}).get("replicas") or {})
@@ -223,6 +222,12 @@ class Frontier:
                    replicas=dict(replicas), thermal_ref=d.get("thermal_ref"), physical_ref=d.get("physical_ref"),
                    replicas_ref=d.get("replicas_ref"), ckpt=ckpt,
                    ckpt_replicas=dict(at_ckpt) if at_ckpt is not None else None)
+
+
+def replicas_at(row: dict[str, Any]) -> int | None:
+    """The window whose frontier row holds this row's replicas (`Frontier.to_json`), None where it holds them."""
+    replicas = row.get("replicas")
+    return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else None
 
 
 def _replicas_of(row: dict[str, Any]) -> dict[str, Any]:
@@ -514,8 +519,8 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
                       files=files.sizes(), replicas=reps.model_dump(mode="json"))
         files.write_replica_state(reps)
     else:
-        at = saved.get("replicas_at") if saved.get("replicas") is None else None
-        ckpt_row = repo.load_frontier_at(sessions=sessions, run_id=run_id, window=int(at)) if at is not None else None
+        at = replicas_at(saved)
+        ckpt_row = repo.load_frontier_at(sessions=sessions, run_id=run_id, window=at) if at is not None else None
         fr = Frontier.from_json(saved, window=k0 - 1, ckpt_row=ckpt_row)
         files.truncate_to(fr.files)
         files.write_placement(plc)

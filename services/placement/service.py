@@ -238,6 +238,7 @@ def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None,
                                         pulse=pulse)
     if new is state and req.state_ref is not None:  # no move: the very state kept under that name (no re-hash)
         ref = req.state_ref
+        data.states.keep(ref, new)  # kept as an answered state is, should it have left the cache meanwhile
     else:
         ref, _ = data.states.put(new)
     send = req.return_state or new != state

@@ -19,7 +19,14 @@ from services.orchestrator.models import RunStatus, ScenarioRun, WindowRecord
 from services.orchestrator.run_files import RunFiles, result_csv_path, run_dir_for
 from services.orchestrator.schemas import ExperimentRequest
 from services.orchestrator.service import create_experiment, resolve_spec
-from services.orchestrator.window_loop import Frontier, _Step, ambient_telemetry, build_window_metrics, run_scenario
+from services.orchestrator.window_loop import (
+    Frontier,
+    _Step,
+    ambient_telemetry,
+    build_window_metrics,
+    replicas_at,
+    run_scenario,
+)
 from shared import gz_text
 from shared.client import ServiceClients
 from shared.configs import ArchConfig, WorkloadConfig, load_arch
@@ -96,7 +103,7 @@ def test_crash_and_resume_is_byte_identical(db: Db, settings: Settings, clients:
     out1 = run_scenario(run_id, clients, db.sessions, owner="w1", lease_s=0.3, on_window=lambda _r, k, _n: k < 3)
     assert out1.status == "stopped" and out1.windows_run == 4
     saved = repo.load_frontier(sessions=db.sessions, run_id=run_id, next_window=4)
-    assert saved is not None and saved["replicas"] is None and saved["replicas_at"] == 0  # resumed through them
+    assert saved is not None and saved["replicas"] == 0  # the checkpoint's window: resumed through its row
     # ... after having written rows of window 4 that never committed (the crash hit between append and commit)
     rd = run_dir_for(tmp_path / "crash", "tas")
     with open(rd / "traces/physical/compute_events.csv.gz", "ab") as fh:
@@ -409,10 +416,11 @@ def test_tacs_is_told_the_clocks_of_the_window_it_decides_for() -> None:
 
 
 def test_a_frontier_names_its_checkpoints_replicas_instead_of_repeating_them() -> None:
-    """A frontier without whole states whose replicas are its checkpoint's saves ``replicas_at`` (the checkpoint's
-    window) instead of them; read back with the checkpoint's row it gives them whole again, and without that row it
-    is refused. Replicas that changed since the checkpoint, and the checkpoint's own row, are saved whole. A step
-    carries the checkpoint's replicas forward, and a new checkpoint takes its own."""
+    """A frontier without whole states whose replicas are its checkpoint's saves the checkpoint's window instead of
+    them (a number: a worker of an older version fails on it instead of resuming with none); read back with the
+    checkpoint's row it gives them whole again, and without that row it is refused. Replicas that changed since the
+    checkpoint, and the checkpoint's own row, are saved whole. A step carries the checkpoint's replicas forward, and
+    a new checkpoint takes its own."""
     arch = ArchConfig()
     reps = {"experts": {"L0E0": {"cores": [3], "shard_banks": ["b0_1_2"]}}}
     base: dict[str, Any] = {"smoothed": None, "telemetry": ambient_telemetry(arch), "freq_ghz": [2.0],
@@ -420,14 +428,16 @@ def test_a_frontier_names_its_checkpoints_replicas_instead_of_repeating_them() -
     ck = Frontier(thermal={"t_ns": 1}, physical={"replicas": reps, "next_evt_id": 9}, replicas=dict(reps), ckpt=5,
                   **base)
     row5 = json.loads(json.dumps(ck.to_json()))
-    assert row5["replicas"] == reps and "replicas_at" not in row5  # the checkpoint's own row: whole
+    assert row5["replicas"] == reps and replicas_at(row5) is None  # the checkpoint's own row: whole
     read5 = Frontier.from_json(row5, window=5)
     assert read5.ckpt_replicas == reps
 
     later = Frontier(thermal=None, physical=None, replicas=dict(reps), ckpt=5, ckpt_replicas=read5.ckpt_replicas,
                      thermal_ref="a" * 64, physical_ref="b" * 64, **base)
     row7 = json.loads(json.dumps(later.to_json()))
-    assert row7["replicas"] is None and row7["replicas_at"] == 5
+    assert row7["replicas"] == 5 and replicas_at(row7) == 5
+    with pytest.raises(TypeError):  # what a worker of the version before does with it: a loud failure
+        dict(row7["replicas"])
     with pytest.raises(ValueError, match="checkpoint"):
         Frontier.from_json(row7, window=7)
     back = Frontier.from_json(row7, window=7, ckpt_row=row5)
@@ -435,7 +445,7 @@ def test_a_frontier_names_its_checkpoints_replicas_instead_of_repeating_them() -
 
     moved = {"experts": {"L0E0": {"cores": [4], "shard_banks": ["b0_2_2"]}}}
     changed = Frontier(thermal=None, physical=None, replicas=moved, ckpt=5, ckpt_replicas=reps, **base).to_json()
-    assert changed["replicas"] == moved and "replicas_at" not in changed
+    assert changed["replicas"] == moved and replicas_at(changed) is None
     unknown = Frontier(thermal=None, physical=None, replicas=dict(reps), ckpt=5, **base).to_json()
     assert unknown["replicas"] == reps  # the checkpoint's replicas not known here: whole
 
@@ -450,7 +460,7 @@ def test_a_frontier_names_its_checkpoints_replicas_instead_of_repeating_them() -
                      replicas_ref=None, times=(0.0,) * 5)
 
     carried = step(dict(reps), whole=False).frontier(back, ckpt=5, files={})
-    assert carried.ckpt_replicas == reps and carried.to_json()["replicas_at"] == 5
+    assert carried.ckpt_replicas == reps and carried.to_json()["replicas"] == 5
     new_ckpt = step(moved, whole=True).frontier(back, ckpt=8, files={})
     assert new_ckpt.ckpt_replicas == moved and new_ckpt.to_json()["replicas"] == moved
 

@@ -353,14 +353,16 @@ def test_embedded_requests_reach_the_app_as_httpx_would_send_them(tmp_path: Path
                                     headers={"X-Extra": "yes", "accept": "application/json"}) == {"ok": True}
             assert client.get_json("/v1/models/a%2Fb/thing", params={"a": "b c&d"}) == {"ok": True}
             assert client.post_json("/v1/with space") == {"ok": True}  # quoted by httpx: its own request
+            assert client.post_json("/v1/empty") == {"ok": True}  # no body: Content-Length 0, as httpx sends it
+            assert client.get_json("/v1/list", params={"k": [1, 2], "flag": True, "none": None}) == {"ok": True}
 
     monkeypatch.setattr(httpx.Client, "send", lambda *_, **__: pytest.fail("httpx's send on an in-process call"))
     calls(embedded)
     monkeypatch.undo()
     calls(reference)
-    assert len(seen) == 6
-    assert seen[:3] == seen[3:]
-    post, get, spaced = seen[:3]
+    assert len(seen) == 10
+    assert seen[:5] == seen[5:]
+    post, get, spaced, empty, listed = seen[:5]
     assert post["query"] == b"start=3&count=16" and post["body"] == b'{"x":[1,2]}'
     headers = dict(post["headers"])
     assert headers[b"x-extra"] == b"yes" and headers[b"accept"] == b"application/json"
@@ -369,5 +371,9 @@ def test_embedded_requests_reach_the_app_as_httpx_would_send_them(tmp_path: Path
     assert get["path"] == "/v1/models/a/b/thing" and get["raw_path"] == b"/v1/models/a%2Fb/thing"
     assert b"content-length" not in dict(get["headers"])
     assert spaced["raw_path"] == b"/v1/with%20space"
+    assert dict(empty["headers"])[b"content-length"] == b"0" and empty["body"] == b""
+    assert listed["query"] == b"k=1&k=2&flag=true&none="
+    with pytest.raises(UnicodeEncodeError):  # header values are ASCII on both paths, as httpx wants them
+        embedded.get_json("/v1/thing", headers={"X-Name": "r\u00e9"})
     with pytest.raises(NotFound):  # errors still map on the direct path
         embedded.get_json("/nothing")
