@@ -45,9 +45,9 @@ M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # httpx sends Content-Length: 0 when they have no body
 # a path httpx sends as it is: non-empty segments of unreserved characters and percent escapes, none starting with a
 # dot (httpx quotes other characters and removes dot segments)
-_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # httpx sends Content-Length: 0 when they have no body
 _PLAIN_PATH = re.compile(r"(?:/(?:[A-Za-z0-9_~-]|%[0-9A-Fa-f]{2})(?:[A-Za-z0-9_~.-]|%[0-9A-Fa-f]{2})*)+/?|/")
 
 
