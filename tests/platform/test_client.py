@@ -326,8 +326,8 @@ def test_embedded_requests_reach_the_app_as_httpx_would_send_them(tmp_path: Path
                                                                   ) -> None:
     """Over an ASGI mount the client makes the ASGI call httpx's client would make (Host and the client's default
     headers under the caller's, Content-Length, the query, a percent-encoded path; a path httpx would quote goes
-    through httpx's request) without httpx's send path; over a socket it goes through httpx's client as before. The
-    app sees the same request either way."""
+    through httpx's request) without httpx's send path (over a socket: tests/platform/test_http11.py). The app sees
+    the same request either way."""
     import httpx
 
     seen: list[dict[str, Any]] = []
