@@ -4,7 +4,10 @@ Model (ARCHITECTURE §5.1):
 - Popularity: at MoE layer ``j`` expert ``perm_j[r]`` has probability ``p_r ∝ (r+1)^(-zipf_s)`` (rank ``r``; ``zipf_s``
   = 0 is uniform), ``perm_j`` a seeded per-layer permutation of the expert ids.
 - Top-k without replacement by an exponential race (Plackett–Luce, equivalent to the Gumbel top-k trick): each token
-  draws ``x_e = -ln(u_e) / p_e`` for every expert and takes the ``k`` smallest.
+  draws ``x_e = -ln(u_e) / p_e`` for every expert and takes the ``k`` smallest. Where a rank's ``p_r`` underflows to
+  0 (``zipf_s`` above ~1074 / ln2(rank), e.g. 1100 for rank 2) the race runs on ``ln x_e = ln(-ln u_e) - ln p_e``
+  instead, with ``ln p_r = -zipf_s·ln(r+1) - ln Z`` (same order, same draws), so the ranks past the underflow still
+  come in rank order rather than tying at infinity.
 - Group-limited routing (DeepSeek ``n_group`` / ``topk_group``): experts are split into ``n_group`` contiguous groups
   of ids; a group's score is its best (smallest) ``x_e``; only the ``topk_group`` best groups are eligible.
 - Temporal locality: with probability ``locality`` a token repeats the expert set it used at this layer in the previous
@@ -36,6 +39,17 @@ def zipf_probabilities(n_experts: int, s: float, perm: IntArray) -> FloatArray:
     return p
 
 
+def zipf_log_inverse(n_experts: int, s: float, perm: IntArray) -> FloatArray:
+    """``-ln p`` of each expert id, finite for every rank: ``s·ln(r+1) + ln Z``, ``ln Z = logsumexp(-s·ln(r+1))``
+    (rank 1 has weight 1, so Z >= 1 and nothing overflows)."""
+    log_w = -s * np.log(np.arange(1, n_experts + 1, dtype=np.float64))
+    top = log_w.max()
+    log_z = top + np.log(np.exp(log_w - top).sum())
+    out = np.empty(n_experts, dtype=np.float64)
+    out[perm] = log_z - log_w
+    return out
+
+
 class RoutingStream:
     """Sequential generator of expert choices, one micro-batch after the other (state: the previous choices)."""
 
@@ -54,9 +68,14 @@ class RoutingStream:
             perm_ss, draw_ss = child.spawn(2)
             perm = np.random.default_rng(perm_ss).permutation(n_experts).astype(np.int64)
             self.perms.append(perm)
-            inv_p[j] = 1.0 / zipf_probabilities(n_experts, zipf_s, perm)
+            with np.errstate(divide="ignore"):  # an underflowed p_r: 1/0 = inf, then the race in logs below
+                inv_p[j] = 1.0 / zipf_probabilities(n_experts, zipf_s, perm)
             self._rngs.append(np.random.default_rng(draw_ss))
         self._inv_p = inv_p
+        # the race in logs where some p_r underflowed (never at the skews of real routers: byte-identical there)
+        self._log_inv_p: FloatArray | None = None
+        if n_layers and not np.isfinite(inv_p).all():
+            self._log_inv_p = np.stack([zipf_log_inverse(n_experts, zipf_s, perm) for perm in self.perms])
         self._prev: IntArray | None = None  # (n_layers, T, k) choices of the previous micro-batch
         self.position = 0  # micro-batches generated so far
 
@@ -90,7 +109,12 @@ class RoutingStream:
             race = u[:, T:].reshape(n, T, E)
             with np.errstate(divide="ignore"):
                 np.log(race, out=race)
-            race *= -self._inv_p[j][None, None, :]  # x_e = -ln(u) / p_e (u = 0 -> +inf: never chosen)
+                if self._log_inv_p is None:
+                    race *= -self._inv_p[j][None, None, :]  # x_e = -ln(u) / p_e (u = 0 -> +inf: never chosen)
+                else:  # ln x_e = ln(-ln u) - ln p_e: the same order (u = 0 -> +inf; u < 1, so -ln u > 0)
+                    np.negative(race, out=race)
+                    np.log(race, out=race)
+                    race += self._log_inv_p[j][None, None, :]
             if self.n_group is not None and self.topk_group is not None and self.topk_group < self.n_group:
                 G = self.n_group
                 grouped = race.reshape(n, T, G, E // G)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from services.workload.ir import build_ir
-from services.workload.routing import RoutingStream, expert_counts, zipf_probabilities
+from services.workload.routing import RoutingStream, expert_counts, zipf_log_inverse, zipf_probabilities
 from services.workload.traces import (
     COMPUTE_HEADER,
     MEMORY_HEADER,
@@ -174,6 +174,34 @@ def test_zipf_zero_is_uniform_and_distinct_topk() -> None:
     assert (np.diff(picks, axis=-1) > 0).all()  # distinct and sorted
     counts = expert_counts(picks, 8)
     assert (counts.sum(axis=-1) == 64 * 3).all()
+
+
+@pytest.mark.parametrize("zipf_s", [1100.0, 5000.0, 1e6])
+def test_a_skew_past_the_floats_still_routes_in_rank_order(zipf_s: float) -> None:
+    """Where p_r underflows to 0 for every rank past the first, the race runs in logs: each token's second choice is
+    the second-ranked expert (it wins with probability ~1 - 1.5^-s), not a tie at infinity, with no warning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = RoutingStream(seed=4, n_layers=3, n_experts=8, topk=3, tokens=32, zipf_s=zipf_s, n_group=2, topk_group=2)
+        picks = s.take(6)
+    for j, perm in enumerate(s.perms):
+        assert (picks[:, j] == np.sort(perm[:3])).all()
+    assert np.isfinite(zipf_log_inverse(8, zipf_s, s.perms[0])).all()
+
+
+def test_the_race_in_logs_is_the_same_race() -> None:
+    """At a skew the floats hold, the log race (used past them) picks exactly what the plain race picks, and ``-ln p``
+    matches the probabilities."""
+    kw: dict[str, Any] = {"seed": 9, "n_layers": 3, "n_experts": 16, "topk": 4, "tokens": 64, "zipf_s": 1.2,
+                          "locality": 0.3, "n_group": 4, "topk_group": 2}
+    plain = RoutingStream(**kw)
+    logs = RoutingStream(**kw)
+    assert plain._log_inv_p is None
+    logs._log_inv_p = np.stack([zipf_log_inverse(16, 1.2, perm) for perm in logs.perms])
+    np.testing.assert_allclose(logs._log_inv_p, np.log(plain._inv_p), rtol=1e-12)
+    np.testing.assert_array_equal(plain.take(25), logs.take(25))
 
 
 def test_routing_is_chunk_invariant() -> None:
