@@ -17,6 +17,7 @@ timeout: 5 s) is noticed before it is reused (readable while no answer is due), 
 from __future__ import annotations
 
 import os
+import re
 import select
 import socket
 import threading
@@ -26,6 +27,7 @@ import httptools
 import httpx
 
 _RECV = 1 << 18  # bytes read per recv: a window's answers are 10-60 kB
+_ILLEGAL = re.compile(rb"[\r\n\x00]")
 
 
 class _Answer:
@@ -80,6 +82,10 @@ class HTTP11Connections:
              ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """One request: ``target`` the percent-encoded path and query, ``headers`` every header to send (names and
         values ASCII, Host among them; Content-Length when there is a body). (status, headers, body) back."""
+        for name, value in headers:  # no header may end early and start another (h11's rule: httpx's client)
+            if _ILLEGAL.search(name) or _ILLEGAL.search(value):
+                raise httpx.LocalProtocolError(f"Illegal header value {value!r}" if _ILLEGAL.search(value)
+                                               else f"Illegal header name {name!r}")
         sock = self._connection()
         head = b"".join((method.encode("ascii"), b" ", target, b" HTTP/1.1\r\n",
                          *(b"%s: %s\r\n" % kv for kv in headers), b"\r\n"))
@@ -88,9 +94,14 @@ class HTTP11Connections:
         except TimeoutError as exc:
             self._drop(sock)
             raise httpx.WriteTimeout(f"{method} {target!r}: send timed out ({exc})") from exc
-        except OSError as exc:
-            self._drop(sock)
-            raise httpx.WriteError(f"{method} {target!r}: {exc}") from exc
+        except OSError as exc:  # the server may have answered before it closed (a 413 for a body too large), as
+            try:                # httpcore reads then too
+                answer = self._read(sock, method, target)
+            except httpx.TransportError:
+                raise httpx.WriteError(f"{method} {target!r}: {exc}") from exc
+            finally:
+                self._drop(sock)
+            return answer.status, answer.headers, b"".join(answer.body)
         answer = self._read(sock, method, target)
         if not answer.keep_alive:
             self._drop(sock)

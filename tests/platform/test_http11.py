@@ -306,3 +306,41 @@ def test_timeouts_and_refusals_map_to_httpx_exceptions() -> None:
         conns = HTTP11Connections("127.0.0.1", srv.port, connect_timeout=0.5, timeout=0.2)
         with pytest.raises(httpx.ReadTimeout):
             conns.call("GET", b"/a", [(b"host", b"x")], b"")
+
+
+def test_an_answer_before_the_server_closes_on_a_body_is_read() -> None:
+    """A server that answers (413) before reading a large body and closes: the write fails, the answer is read
+    anyway and returned (httpcore does the same), not a write error."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = int(srv.getsockname()[1])
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 413 Content Too Large\r\ncontent-length: 9\r\nconnection: close\r\n\r\n{\"e\":413}")
+        conn.close()  # the unread body: the client's write fails
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    conns = HTTP11Connections("127.0.0.1", port, connect_timeout=1.0, timeout=5.0)
+    big = b"y" * (16 << 20)
+    status, _, body = conns.call("POST", b"/x", [(b"host", b"x"), (b"content-length", b"%d" % len(big))], big)
+    t.join(timeout=5)
+    srv.close()
+    assert (status, body) == (413, b'{"e":413}')
+
+
+def test_a_header_that_would_start_another_is_refused_as_httpx_refuses_it(tmp_path: Path) -> None:
+    with raw_server([]) as srv:
+        client = ServiceClients(_settings(tmp_path, srv.port))["thermal"]
+        reference = ServiceClient("thermal", f"http://127.0.0.1:{srv.port}", client.settings)
+        reference._socket = None
+        errors = []
+        for c in (client, reference):
+            with pytest.raises(UpstreamError) as info:
+                c.get_json("/v1/a", headers={"X-A": "a\r\nX-B: b"})
+            errors.append(str(info.value))
+    assert srv.requests == []
+    assert errors[0] == errors[1] and "Illegal header value" in errors[0]
