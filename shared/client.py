@@ -49,6 +49,7 @@ T = TypeVar("T")
 
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # httpx sends Content-Length: 0 when they have no body
+_SOCKET_METHODS = _BODY_METHODS | {"GET", "DELETE"}  # the short path over a socket (`shared.http11`): not HEAD
 # a path httpx sends as it is: non-empty segments of unreserved characters and percent escapes, none starting with a
 # dot (httpx quotes other characters and removes dot segments)
 _PLAIN_PATH = re.compile(r"(?:/(?:[A-Za-z0-9_~-]|%[0-9A-Fa-f]{2})(?:[A-Za-z0-9_~.-]|%[0-9A-Fa-f]{2})*)+/?|/")
@@ -181,7 +182,8 @@ class ServiceClient:
         objects (~40-60 us a call): straight to an in-process app as its ASGI call, or written on a kept-alive
         socket (`shared.http11`). The same headers reach the app, in another order (a name the caller gives twice in
         different cases: once). A path httpx would quote or normalise goes through httpx (``build_request``)."""
-        if self._inproc is None and (self._socket is None or not _PLAIN_PATH.fullmatch(path)):
+        if self._inproc is None and (self._socket is None or method not in _SOCKET_METHODS
+                                     or not _PLAIN_PATH.fullmatch(path)):
             return self._client.request(method, path, params=params, headers=headers, content=content)
         if self._inproc is not None and not _PLAIN_PATH.fullmatch(path):  # httpx would quote or normalise it
             return self._inproc.handle_request(self._client.build_request(method, path, params=params,

@@ -81,7 +81,8 @@ class HTTP11Connections:
     def call(self, method: str, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes
              ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """One request: ``target`` the percent-encoded path and query, ``headers`` every header to send (names and
-        values ASCII, Host among them; Content-Length when there is a body). (status, headers, body) back."""
+        values ASCII, Host among them; Content-Length when there is a body). (status, headers, body) back. Not for
+        HEAD (its answer's length announces a body that never comes: the parser would wait for it)."""
         for name, value in headers:  # no header may end early and start another (h11's rule: httpx's client)
             if _ILLEGAL.search(name) or _ILLEGAL.search(value):
                 raise httpx.LocalProtocolError(f"Illegal header value {value!r}" if _ILLEGAL.search(value)
@@ -109,7 +110,9 @@ class HTTP11Connections:
 
     def _read(self, sock: socket.socket, method: str, target: bytes) -> _Answer:
         answer = _Answer()
-        buf = bytearray(_RECV)
+        buf: bytearray | None = getattr(self._local, "buf", None)  # one buffer a thread, not 256 kB zeroed a call
+        if buf is None:
+            buf = self._local.buf = bytearray(_RECV)
         view = memoryview(buf)
         got = 0
         try:

@@ -344,3 +344,13 @@ def test_a_header_that_would_start_another_is_refused_as_httpx_refuses_it(tmp_pa
             errors.append(str(info.value))
     assert srv.requests == []
     assert errors[0] == errors[1] and "Illegal header value" in errors[0]
+
+
+def test_head_stays_with_httpx_client(tmp_path: Path) -> None:
+    """A HEAD answer announces a body it does not send: the socket path's parser would wait for it, so HEAD goes
+    through httpx's client (which knows), and answers at once."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n"
+    with raw_server([_raw(head, keep=True)]) as srv:
+        client = ServiceClients(_settings(tmp_path, srv.port, http_read_timeout_s=2.0, http_retries=0))["thermal"]
+        assert client.request("HEAD", "/v1/a").status_code == 200
+    assert srv.requests[0][1].startswith(b"HEAD /v1/a HTTP/1.1\r\n")
