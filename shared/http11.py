@@ -9,9 +9,13 @@ the answer parsed by ``httptools.HttpResponseParser`` (Content-Length, chunked, 
 
 Failures are httpx's exceptions, as httpx's client raises them, so the caller's retry rules do not change: a refused
 or unreachable connect is ``ConnectError``, a connect that takes longer than its timeout ``ConnectTimeout``, a send or
-read past the timeout ``WriteTimeout`` / ``ReadTimeout``, a reset ``WriteError`` / ``ReadError``, an answer cut short
-or malformed ``RemoteProtocolError``. A connection the server has closed while it sat idle (uvicorn's keep-alive
-timeout: 5 s) is noticed before it is reused (readable while no answer is due), as httpcore does, and replaced.
+read past the timeout ``WriteTimeout`` / ``ReadTimeout``, a reset ``ReadError``, an answer cut short or malformed
+``RemoteProtocolError``; a write that fails is followed by a read, whose answer (a 413 sent before the server closed)
+or error counts, as in httpcore. A connection the server has closed while it sat idle (uvicorn's keep-alive
+timeout: 5 s) is noticed before it is reused (readable while no answer is due), as httpcore does, and replaced; so is
+one idle longer than `KEEPALIVE_S` (httpx's keep-alive expiry: a peer gone without a word would cost a read timeout).
+A call interrupted or failed midway closes its connection (its answer may still come). Header names and values follow
+h11's rules, with its ``LocalProtocolError``.
 """
 
 from __future__ import annotations
@@ -21,19 +25,23 @@ import re
 import select
 import socket
 import threading
+import time
 import weakref
 
 import httptools
 import httpx
 
 _RECV = 1 << 18  # bytes read per recv: a window's answers are 10-60 kB
-_ILLEGAL = re.compile(rb"[\r\n\x00]")
+KEEPALIVE_S = 5.0  # a connection idle longer is closed before the next call, as httpx's keepalive_expiry (5 s) does
+# h11's rules (httpx's client): a name is a token; a value is runs of visible characters separated by spaces or tabs
+_NAME = re.compile(rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
+_VALUE = re.compile(rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?")
 
 
 class _Answer:
     """httptools' callbacks for one response: status, headers (lower-case names, as received), body parts."""
 
-    __slots__ = ("body", "complete", "framed", "headers", "keep_alive", "parser", "status")
+    __slots__ = ("body", "complete", "extra", "framed", "headers", "keep_alive", "parser", "status")
 
     def __init__(self) -> None:
         self.parser = httptools.HttpResponseParser(self)
@@ -43,22 +51,33 @@ class _Answer:
         self.complete = False
         self.framed = False  # a Content-Length or Transfer-Encoding: else the body runs to the server's close
         self.keep_alive = False  # the connection stays open after this answer (read before the parser resets)
+        self.extra = False  # bytes of another message came after this answer: nothing asked for them
+
+    def on_message_begin(self) -> None:
+        if self.complete:
+            self.extra = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.complete:
+            return
         low = name.lower()
         if low in (b"content-length", b"transfer-encoding"):
             self.framed = True
         self.headers.append((low, value))
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
+        if not self.complete:
+            self.status = self.parser.get_status_code()
 
     def on_body(self, body: bytes) -> None:
-        self.body.append(body)
+        if not self.complete:
+            self.body.append(body)
 
     def on_message_complete(self) -> None:
+        if self.complete:
+            return
         if self.status < 200:  # an interim answer (1xx): the real one follows on the same connection
-            self.headers, self.body, self.framed = [], [], False
+            self.status, self.headers, self.body, self.framed = 0, [], [], False
             return
         self.keep_alive = self.parser.should_keep_alive()
         self.complete = True
@@ -83,29 +102,31 @@ class HTTP11Connections:
         """One request: ``target`` the percent-encoded path and query, ``headers`` every header to send (names and
         values ASCII, Host among them; Content-Length when there is a body). (status, headers, body) back. Not for
         HEAD (its answer's length announces a body that never comes: the parser would wait for it)."""
-        for name, value in headers:  # no header may end early and start another (h11's rule: httpx's client)
-            if _ILLEGAL.search(name) or _ILLEGAL.search(value):
-                raise httpx.LocalProtocolError(f"Illegal header value {value!r}" if _ILLEGAL.search(value)
-                                               else f"Illegal header name {name!r}")
+        for name, value in headers:  # h11's rules, its message: no header may end early and start another
+            if not _NAME.fullmatch(name):
+                raise httpx.LocalProtocolError(f"Illegal header name {name!r}")
+            if not _VALUE.fullmatch(value):
+                raise httpx.LocalProtocolError(f"Illegal header value {value!r}")
         sock = self._connection()
         head = b"".join((method.encode("ascii"), b" ", target, b" HTTP/1.1\r\n",
                          *(b"%s: %s\r\n" % kv for kv in headers), b"\r\n"))
         try:
-            sock.sendall(head + body if body else head)
-        except TimeoutError as exc:
-            self._drop(sock)
-            raise httpx.WriteTimeout(f"{method} {target!r}: send timed out ({exc})") from exc
-        except OSError as exc:  # the server may have answered before it closed (a 413 for a body too large), as
-            try:                # httpcore reads then too
-                answer = self._read(sock, method, target)
-            except httpx.TransportError:
-                raise httpx.WriteError(f"{method} {target!r}: {exc}") from exc
-            finally:
+            try:
+                sock.sendall(head + body if body else head)
+            except TimeoutError as exc:
+                raise httpx.WriteTimeout(f"{method} {target!r}: send timed out ({exc})") from exc
+            except OSError:  # the server may have answered before it closed (a 413 for a body too large): read it,
+                answer = self._read(sock, method, target)  # or raise what the read meets, as httpcore does
                 self._drop(sock)
-            return answer.status, answer.headers, b"".join(answer.body)
-        answer = self._read(sock, method, target)
-        if not answer.keep_alive:
+                return answer.status, answer.headers, b"".join(answer.body)
+            answer = self._read(sock, method, target)
+        except BaseException:  # an error, or an interrupt (a task's time limit) mid-call: the answer may still come
             self._drop(sock)
+            raise
+        if not answer.keep_alive or answer.extra:
+            self._drop(sock)
+        else:
+            self._local.used = time.monotonic()
         return answer.status, answer.headers, b"".join(answer.body)
 
     def _read(self, sock: socket.socket, method: str, target: bytes) -> _Answer:
@@ -147,6 +168,9 @@ class HTTP11Connections:
             self._local, self._all, self._lock, self._pid = threading.local(), weakref.WeakSet(), threading.Lock(), \
                 os.getpid()
         sock: socket.socket | None = getattr(self._local, "sock", None)
+        if sock is not None and time.monotonic() - getattr(self._local, "used", 0.0) > KEEPALIVE_S:
+            self._drop(sock)  # idle too long: its peer may be gone without a word (a replaced pod, a NAT entry)
+            sock = None
         if sock is not None:
             poll = select.poll()
             poll.register(sock, select.POLLIN)
