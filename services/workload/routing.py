@@ -4,10 +4,11 @@ Model (ARCHITECTURE §5.1):
 - Popularity: at MoE layer ``j`` expert ``perm_j[r]`` has probability ``p_r ∝ (r+1)^(-zipf_s)`` (rank ``r``; ``zipf_s``
   = 0 is uniform), ``perm_j`` a seeded per-layer permutation of the expert ids.
 - Top-k without replacement by an exponential race (Plackett–Luce, equivalent to the Gumbel top-k trick): each token
-  draws ``x_e = -ln(u_e) / p_e`` for every expert and takes the ``k`` smallest. Where a rank's ``p_r`` underflows to
-  0 (``zipf_s`` above ~1074 / ln2(rank), e.g. 1100 for rank 2) the race runs on ``ln x_e = ln(-ln u_e) - ln p_e``
-  instead, with ``ln p_r = -zipf_s·ln(r+1) - ln Z`` (same order, same draws), so the ranks past the underflow still
-  come in rank order rather than tying at infinity.
+  draws ``x_e = -ln(u_e) / p_e`` for every expert and takes the ``k`` smallest. Where ``1/p_r`` leaves the floats'
+  comfortable range (above `LOG_RACE_ABOVE`: ``zipf_s`` above ~1000 / log2(rank), e.g. 1000 for rank 2; ``p_r`` may
+  even underflow to 0) the race runs on ``ln x_e = ln(-ln u_e) - ln p_e`` instead, with ``ln p_r = -s·ln(r+1) - ln Z``
+  and ``s`` at most 1e300 (same order, same draws), so the ranks past it still come in rank order rather than tying
+  at infinity.
 - Group-limited routing (DeepSeek ``n_group`` / ``topk_group``): experts are split into ``n_group`` contiguous groups
   of ids; a group's score is its best (smallest) ``x_e``; only the ``topk_group`` best groups are eligible.
 - Temporal locality: with probability ``locality`` a token repeats the expert set it used at this layer in the previous
@@ -29,6 +30,9 @@ FloatArray = npt.NDArray[np.float64]
 
 # Upper bound on the doubles drawn at once (per chunk, all layers): keeps peak memory bounded for big models.
 MAX_DRAWS_PER_CHUNK = 4_000_000
+# 1/p above this races in logs: -ln(u) <= 745 for a double u > 0, so the plain race's x = -ln(u)/p stays finite below
+LOG_RACE_ABOVE = 1e300
+LOG_RACE_MAX_S = 1e300  # s·ln(r+1) stays finite for any E; the ranks' gaps (~s/E) dwarf ln(-ln u), in (-37, 7)
 
 
 def zipf_probabilities(n_experts: int, s: float, perm: IntArray) -> FloatArray:
@@ -41,8 +45,8 @@ def zipf_probabilities(n_experts: int, s: float, perm: IntArray) -> FloatArray:
 
 def zipf_log_inverse(n_experts: int, s: float, perm: IntArray) -> FloatArray:
     """``-ln p`` of each expert id, finite for every rank: ``s·ln(r+1) + ln Z``, ``ln Z = logsumexp(-s·ln(r+1))``
-    (rank 1 has weight 1, so Z >= 1 and nothing overflows)."""
-    log_w = -s * np.log(np.arange(1, n_experts + 1, dtype=np.float64))
+    (rank 1 has weight 1, so Z >= 1), ``s`` capped at `LOG_RACE_MAX_S` so that nothing overflows."""
+    log_w = -min(s, LOG_RACE_MAX_S) * np.log(np.arange(1, n_experts + 1, dtype=np.float64))
     top = log_w.max()
     log_z = top + np.log(np.exp(log_w - top).sum())
     out = np.empty(n_experts, dtype=np.float64)
@@ -68,13 +72,13 @@ class RoutingStream:
             perm_ss, draw_ss = child.spawn(2)
             perm = np.random.default_rng(perm_ss).permutation(n_experts).astype(np.int64)
             self.perms.append(perm)
-            with np.errstate(divide="ignore"):  # an underflowed p_r: 1/0 = inf, then the race in logs below
+            with np.errstate(divide="ignore", over="ignore"):  # 1/p of a p_r that underflowed: the log race
                 inv_p[j] = 1.0 / zipf_probabilities(n_experts, zipf_s, perm)
             self._rngs.append(np.random.default_rng(draw_ss))
         self._inv_p = inv_p
-        # the race in logs where some p_r underflowed (never at the skews of real routers: byte-identical there)
+        # the race in logs where some 1/p_r is too large (never at the skews of real routers: byte-identical there)
         self._log_inv_p: FloatArray | None = None
-        if n_layers and not np.isfinite(inv_p).all():
+        if n_layers and n_experts and not (inv_p <= LOG_RACE_ABOVE).all():
             self._log_inv_p = np.stack([zipf_log_inverse(n_experts, zipf_s, perm) for perm in self.perms])
         self._prev: IntArray | None = None  # (n_layers, T, k) choices of the previous micro-batch
         self.position = 0  # micro-batches generated so far

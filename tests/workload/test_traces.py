@@ -176,19 +176,38 @@ def test_zipf_zero_is_uniform_and_distinct_topk() -> None:
     assert (counts.sum(axis=-1) == 64 * 3).all()
 
 
-@pytest.mark.parametrize("zipf_s", [1100.0, 5000.0, 1e6])
-def test_a_skew_past_the_floats_still_routes_in_rank_order(zipf_s: float) -> None:
-    """Where p_r underflows to 0 for every rank past the first, the race runs in logs: each token's second choice is
-    the second-ranked expert (it wins with probability ~1 - 1.5^-s), not a tie at infinity, with no warning."""
+@pytest.mark.parametrize("zipf_s, n_group, topk_group", [
+    (1050.0, None, None),  # p_r subnormal: 1/p overflows
+    (1100.0, 4, 2), (5000.0, None, None), (1e6, 2, 1), (1e308, None, None),  # p_r = 0; s·ln(r+1) beyond the floats
+])
+def test_a_skew_past_the_floats_still_routes_in_rank_order(zipf_s: float, n_group: int | None,
+                                                           topk_group: int | None) -> None:
+    """Where 1/p_r leaves the floats (subnormal or underflowed p_r) the race runs in logs: each token's choices are
+    the top-ranked experts (the gaps between ranks dwarf the draws), not ties at infinity, with no warning. With
+    groups, the eligible groups are the ones holding the top ranks."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        s = RoutingStream(seed=4, n_layers=3, n_experts=8, topk=3, tokens=32, zipf_s=zipf_s, n_group=2, topk_group=2)
+        s = RoutingStream(seed=4, n_layers=3, n_experts=8, topk=3, tokens=32, zipf_s=zipf_s, n_group=n_group,
+                          topk_group=topk_group)
         picks = s.take(6)
+        two = RoutingStream(seed=4, n_layers=1, n_experts=2, topk=1, tokens=4096, zipf_s=1020.0).take(2)
     for j, perm in enumerate(s.perms):
-        assert (picks[:, j] == np.sort(perm[:3])).all()
+        if n_group is None or topk_group is None:
+            want = np.sort(perm[:3])
+        else:  # the best groups hold ranks 0, 1, ...: a group's score is its best expert's; take the top 3 in them
+            size = 8 // n_group
+            groups = list(dict.fromkeys(int(e) // size for e in perm))[:topk_group]
+            want = np.sort([int(e) for e in perm if int(e) // size in groups][:3])
+        assert (picks[:, j] == want).all()
     assert np.isfinite(zipf_log_inverse(8, zipf_s, s.perms[0])).all()
+    assert (two == s_top(1020.0)).all()
+
+
+def s_top(zipf_s: float) -> int:
+    """The top-ranked of two experts at this skew (seed 4, one layer)."""
+    return int(RoutingStream(seed=4, n_layers=1, n_experts=2, topk=1, tokens=1, zipf_s=zipf_s).perms[0][0])
 
 
 def test_the_race_in_logs_is_the_same_race() -> None:
