@@ -110,26 +110,27 @@ class HTTP11Connections:
         sock = self._connection()
         head = b"".join((method.encode("ascii"), b" ", target, b" HTTP/1.1\r\n",
                          *(b"%s: %s\r\n" % kv for kv in headers), b"\r\n"))
+        sent = False
         try:
             try:
                 sock.sendall(head + body if body else head)
+                sent = True
             except TimeoutError as exc:
                 raise httpx.WriteTimeout(f"{method} {target!r}: send timed out ({exc})") from exc
             except OSError:  # the server may have answered before it closed (a 413 for a body too large): read it,
-                answer = self._read(sock, method, target)  # or raise what the read meets, as httpcore does
-                self._drop(sock)
-                return answer.status, answer.headers, b"".join(answer.body)
+                pass  # or raise what the read meets, as httpcore does
             answer = self._read(sock, method, target)
         except BaseException:  # an error, or an interrupt (a task's time limit) mid-call: the answer may still come
             self._drop(sock)
             raise
-        if not answer.keep_alive or answer.extra:
-            self._drop(sock)
-        else:
+        if sent and answer.keep_alive and not answer.extra:
             self._local.used = time.monotonic()
+        else:
+            self._drop(sock)
         return answer.status, answer.headers, b"".join(answer.body)
 
     def _read(self, sock: socket.socket, method: str, target: bytes) -> _Answer:
+        """The answer on ``sock``, or httpx's exception for what went wrong (the caller closes the connection)."""
         answer = _Answer()
         buf: bytearray | None = getattr(self._local, "buf", None)  # one buffer a thread, not 256 kB zeroed a call
         if buf is None:
@@ -141,23 +142,18 @@ class HTTP11Connections:
                 n = sock.recv_into(buf)
                 if n == 0:  # the server closed: the end of an unframed body, else an answer cut short
                     if answer.status and not answer.framed:
-                        answer.complete = True
-                        self._drop(sock)
+                        answer.complete = True  # keep_alive stays False: the caller closes its side
                         break
-                    self._drop(sock)
                     raise httpx.RemoteProtocolError(
                         f"{method} {target!r}: server disconnected without sending a response" if got == 0 else
                         f"{method} {target!r}: peer closed connection without sending complete message body")
                 got += n
                 answer.parser.feed_data(view[:n])
         except TimeoutError as exc:
-            self._drop(sock)
             raise httpx.ReadTimeout(f"{method} {target!r}: read timed out ({exc})") from exc
         except httptools.HttpParserError as exc:
-            self._drop(sock)
             raise httpx.RemoteProtocolError(f"{method} {target!r}: malformed answer ({exc})") from exc
         except OSError as exc:
-            self._drop(sock)
             raise httpx.ReadError(f"{method} {target!r}: {exc}") from exc
         return answer
 
