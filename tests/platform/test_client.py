@@ -19,11 +19,13 @@ from starlette.routing import Route
 from shared import SERVICES
 from shared.client import (
     IDEMPOTENCY_HEADER,
+    MAX_BACKOFF_S,
     RETRY_STATUSES,
     AsyncServiceClient,
     ServiceClient,
     ServiceClients,
     async_asgi_client,
+    backoff_s,
 )
 from shared.errors import BadInput, Conflict, NotFound, TasmoeError, UpstreamError
 from shared.logging import RUN_ID_HEADER, bind_run_id
@@ -86,6 +88,38 @@ def test_retryable_status_gives_up_after_the_configured_attempts(tmp_path: Path)
     assert len(script.seen) == 3
     assert info.value.status == 502
     assert "thermal" in info.value.message
+
+
+def test_the_waits_between_attempts_double_up_to_five_seconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """``http_backoff_s * 2**(attempt - 1)`` after each failed attempt but the last, at most `MAX_BACKOFF_S`; a
+    sync call sleeps on its thread, an async call on its loop."""
+    waits: list[float] = []
+    monkeypatch.setattr("shared.client.time.sleep", waits.append)
+    script = Script(statuses=[503] * 10)
+    with pytest.raises(UpstreamError):
+        _client(tmp_path, script, http_retries=5, http_backoff_s=0.75).get_json("/v1/thing")
+    assert len(script.seen) == 6 and waits == [0.75, 1.5, 3.0, 5.0, 5.0]
+    settings = _settings(tmp_path, http_backoff_s=0.75)
+    assert [backoff_s(settings, a) for a in (1, 2, 3, 4, 30, 2000)] == [0.75, 1.5, 3.0, 5.0, 5.0, MAX_BACKOFF_S]
+
+    async_waits: list[float] = []
+
+    async def record(s: float) -> None:
+        async_waits.append(s)
+
+    monkeypatch.setattr("shared.client.asyncio.sleep", record)
+    script = Script(statuses=[429, 504])
+
+    async def go() -> Any:
+        c = async_asgi_client("thermal", script.app(), _settings(tmp_path, http_retries=2, http_backoff_s=0.5))
+        try:
+            return await c.get_json("/v1/thing")
+        finally:
+            await c.aclose()
+
+    assert asyncio.run(go()) == {"ok": True, "echo": None}
+    assert async_waits == [0.5, 1.0] and len(set(script.keys())) == 1
 
 
 @pytest.mark.parametrize(
