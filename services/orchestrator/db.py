@@ -49,6 +49,17 @@ def make_engine(url: str, *, schema: str | None = None, echo: bool = False) -> E
     return engine
 
 
+# SQLite's transactions take the write lock when they begin (not at their first write, where a concurrent writer would
+# make them fail with SQLITE_BUSY instead of waiting busy_timeout): the engine's ``begin`` event emits this, and so
+# does a transaction on the driver connection (`services.orchestrator.driver_sql`)
+SQLITE_BEGIN = "BEGIN IMMEDIATE"
+
+
+def begin_sql(dialect_name: str) -> str | None:
+    """What starts a transaction on a driver connection of this dialect (None: the driver begins one itself)."""
+    return SQLITE_BEGIN if dialect_name == "sqlite" else None
+
+
 def _sqlite_setup(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
@@ -62,7 +73,7 @@ def _sqlite_setup(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        conn.exec_driver_sql(SQLITE_BEGIN)
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:
