@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 
+import numpy as np
 import pytest
+from pydantic import BaseModel
 
 from shared.configs import ArchConfig
 from shared.configs.tas import TacsParams
-from shared.content import ContentStore, canonical_json, content_hash, object_or_hash
+from shared.content import (
+    ContentStore,
+    canonical_json,
+    content_hash,
+    field_order_json,
+    field_order_json_orjson,
+    object_or_hash,
+    state_store,
+)
+from shared.contracts.events import PhysicalState
+from shared.contracts.placement import ReplicaState
+from shared.contracts.thermal import ThermalState
 from shared.errors import BadInput, NotFound
 
 
@@ -64,3 +78,32 @@ def test_object_or_hash_wants_exactly_one() -> None:
         with pytest.raises(BadInput) as bad:
             object_or_hash(obj, k, store, field="params")
         assert bad.value.field == "params" and "params_hash" in bad.value.message
+
+
+def _thermal_state(rng: np.random.Generator) -> ThermalState:
+    field = (300.0 + 60.0 * rng.random(20_000)).astype("<f4")
+    energy = np.array([0.0, 1 / 3, 1e-300, 5e-324, 1e300, 2.0**-1074, 0.1 + 0.2])
+    return ThermalState(t_ns=123_456_789_012, field_b64=base64.b64encode(field.tobytes()).decode(),
+                        dvfs_level=list(rng.integers(0, 4, 64)), window=41,
+                        warm_energy_b64=base64.b64encode(energy.tobytes()).decode(), warm_s=1 / 3)
+
+
+def test_a_states_name_is_the_same_through_orjson_and_pydantic() -> None:
+    """The thermal state's name is written by orjson (`state_store(long_strings=True)`) and must be the text
+    pydantic writes in field order: a state named by one replica is found by the name another computes, and a replay
+    checks the name it reproduced. Checked on thermal states (ambient, warm, edge floats) and on the other states'
+    shapes: nested models, dicts, None, escapes, non-ASCII, extreme floats."""
+    rng = np.random.default_rng(7)
+    states: list[BaseModel] = [ThermalState(), _thermal_state(rng), ThermalState(warm_s=1e300, window=-1)]
+    replicas = ReplicaState.model_validate({"experts": {
+        f"L{i}.E{j}": {"cores": [i, j], "ts_created_ns": i * j, "last_change_ns": None if j else 5,
+                       "prev_cores": [j] if j % 2 else None, "shard_banks": ["c1.v0.l0.b1", "ü\"\\\n\t\x01\x7f"]}
+        for i in range(3) for j in range(4)}})
+    states += [replicas, PhysicalState(replicas=replicas, next_evt_id=2**62,
+                                       tensor_banks={"w.é": "b", "": "\u2028"})]
+    for st in states:
+        assert field_order_json_orjson(st) == field_order_json(st) == st.model_dump_json().encode()
+    store: ContentStore[ThermalState] = state_store("thermal_state", 4, long_strings=True)
+    plain: ContentStore[ThermalState] = state_store("thermal_state", 4)
+    st = _thermal_state(rng)
+    assert store.put(st) == plain.put(st)

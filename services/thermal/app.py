@@ -131,7 +131,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     s = settings or get_settings()
     app = create_service_app("thermal", s, [router])
-    app.state.thermal_states = state_store("thermal_state", s.state_cache_size)
+    app.state.thermal_states = state_store("thermal_state", s.state_cache_size, long_strings=True)
     spectral_kernels.warm_up()
     exp_kernels.warm_up()
     return app
