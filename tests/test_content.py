@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from pydantic import BaseModel
 
+from shared import content as content_module
 from shared.configs import ArchConfig
 from shared.configs.tas import TacsParams
 from shared.content import (
@@ -107,3 +108,34 @@ def test_a_states_name_is_the_same_through_orjson_and_pydantic() -> None:
     plain: ContentStore[ThermalState] = state_store("thermal_state", 4)
     st = _thermal_state(rng)
     assert store.put(st) == plain.put(st)
+
+
+def test_a_kept_part_is_named_by_its_digest_and_not_written_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The physical state names its replica state (carried unchanged from window to window) by the part's digest:
+    the same content gives the same name whether or not the part is the object seen before; other content, another
+    name; the part is written once while it stays the same object."""
+    def replicas(cores: list[int]) -> ReplicaState:
+        return ReplicaState.model_validate({"experts": {"L0.E0": {"cores": cores}, "L1.E3": {"cores": [5]}}})
+
+    store: ContentStore[PhysicalState] = state_store("physical_state", 4, kept_parts=("replicas",))
+    r = replicas([1, 2])
+    a = PhysicalState(replicas=r, next_evt_id=3)
+    key_a, _ = store.put(a)
+    written: list[str] = []
+    dump = content_module.field_order_json
+
+    def counted(obj: BaseModel) -> bytes:
+        written.append(type(obj).__name__)
+        return dump(obj)
+
+    monkeypatch.setattr(content_module, "field_order_json", counted)
+    assert store.put(PhysicalState(replicas=r, next_evt_id=3))[0] == key_a  # the part seen before: not written
+    assert written == []
+    assert store.put(PhysicalState(replicas=replicas([1, 2]), next_evt_id=3))[0] == key_a  # equal, not the same
+    assert written == ["ReplicaState"]
+    assert store.put(PhysicalState(replicas=replicas([1, 3]), next_evt_id=3))[0] != key_a
+    assert store.put(PhysicalState(replicas=r, next_evt_id=4))[0] != key_a
+    text = store.key_json(a)
+    assert isinstance(text, bytes) and text.startswith(a.model_dump_json(exclude={"replicas"}).encode())
+    assert text.endswith(f"\nreplicas={hashlib.sha256(r.model_dump_json().encode()).hexdigest()}".encode())
+    assert store.get(key_a) is a

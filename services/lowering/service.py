@@ -29,7 +29,7 @@ class RunData:
     @classmethod
     def of(cls, capacity: int, state_capacity: int = 64) -> RunData:
         return cls(archs=arch_store(capacity), placements=placement_store(capacity),
-                   states=state_store("physical_state", state_capacity))
+                   states=state_store("physical_state", state_capacity, kept_parts=("replicas",)))
 
     def clear(self) -> None:
         """Forget the registered run data (the window states are not run data: ``states.clear()``)."""
