@@ -7,6 +7,7 @@ run, the window and the call, so a retried request (or a resumed run replaying t
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -57,30 +58,42 @@ class RawJson:
     unchanged — the logical window — is encoded once, not per call; what is fixed for a run is registered once and
     named by hash: `RunData`)."""
 
-    __slots__ = ("text",)
+    __slots__ = ("data",)
 
     def __init__(self, text: str | bytes) -> None:
-        self.text = text.decode() if isinstance(text, bytes) else text
+        self.data = text.encode() if isinstance(text, str) else bytes(text)  # UTF-8
+
+    @property
+    def text(self) -> str:
+        return self.data.decode()
 
     @classmethod
     def of(cls, value: Any) -> RawJson:
         if isinstance(value, BaseModel):
-            return cls(value.model_dump_json())
+            return cls(value.__pydantic_serializer__.to_json(value))
         return cls(json_codec.dumps(value))
 
 
 def encode_body(parts: Mapping[str, Any]) -> bytes:
-    """A JSON object from parts that are `RawJson`, pydantic models or plain JSON values."""
+    """A JSON object from parts that are `RawJson`, pydantic models or plain JSON values (assembled as bytes: no
+    text copy of the whole body)."""
     out = []
     for key, value in parts.items():
         if isinstance(value, RawJson):
-            text = value.text
+            data = value.data
         elif isinstance(value, BaseModel):
-            text = value.model_dump_json()
+            data = value.__pydantic_serializer__.to_json(value)
         else:
-            text = json_codec.dumps_str(value)
-        out.append(f"{json_codec.dumps_str(key)}:{text}")
-    return ("{" + ",".join(out) + "}").encode()
+            data = json_codec.dumps(value)
+        out.append(json_codec.dumps(key) + b":" + data)
+    return b"{" + b",".join(out) + b"}"
+
+
+@functools.lru_cache(maxsize=128)
+def _request_fields(model: type[BaseModel]) -> tuple[frozenset[str], tuple[str, ...]]:
+    """A request model's field names and its required ones (the contract models are fixed: read once each)."""
+    fields = model.model_fields
+    return frozenset(fields), tuple(k for k, f in fields.items() if f.is_required())
 
 
 def encode_request(model: type[BaseModel], parts: Mapping[str, Any]) -> bytes:
@@ -89,9 +102,9 @@ def encode_request(model: type[BaseModel], parts: Mapping[str, Any]) -> bytes:
     dropped by the service and the run would silently use its default). The values are not validated here: most
     pass through unparsed (`RawJson`, states as the services answered them); the service validates them, and
     ``tests/orchestrator/test_contract_bodies.py`` checks a run's bodies against the models."""
-    fields = model.model_fields
-    unknown = [k for k in parts if k not in fields]
-    missing = [k for k, f in fields.items() if f.is_required() and k not in parts]
+    names, required = _request_fields(model)
+    unknown = [k for k in parts if k not in names]
+    missing = [k for k in required if k not in parts]
     if unknown or missing:
         raise TypeError(f"a {model.__name__} body with unknown keys {unknown} and without the required {missing}")
     return encode_body(parts)
