@@ -31,6 +31,15 @@ def _default(obj: Any) -> Any:
     raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
 
+Encoded = orjson.Fragment  # a JSON value already encoded: `dumps` writes its bytes as they are
+
+
+def encoded(data: bytes | str) -> Encoded:
+    """A JSON value already encoded (e.g. a pydantic model's ``__pydantic_serializer__.to_json``), for a value that
+    `dumps` writes (a database JSON column) without building its Python objects first."""
+    return orjson.Fragment(data)
+
+
 def dumps(obj: Any) -> bytes:
     """Compact JSON (no spaces) as UTF-8 bytes."""
     return orjson.dumps(obj, default=_default, option=_OPTIONS)

@@ -169,6 +169,15 @@ class PhysicalResult:
     timing: WindowTiming
 
 
+class _StepAnswer(BaseModel):
+    """What the window loop reads of ``POST /v1/step``'s `StepResult`, parsed in one pass from the answer's bytes:
+    the state stays JSON (as the service wrote it: it goes back to the service, or into the frontier, unparsed)."""
+
+    state: dict[str, Any] | None = None
+    state_ref: str
+    snapshot: ThermalSnapshot
+
+
 @dataclass(frozen=True)
 class ThermalResult:
     state: dict[str, Any] | None  # `ThermalState` as JSON, when asked for (a checkpoint)
@@ -294,10 +303,10 @@ class Pipeline:
         return data
 
     def _post_naming(self, service: str, path: str, model: type[BaseModel], parts: Mapping[str, Any],
-                     run: RunObjects, idempotency_key: str) -> Any:
-        """POST ``parts`` plus the hashes of ``run`` (by field) and parse the answer. A service that does not know
-        one of them (404 ``unknown_<kind>``: restart, eviction, another replica) gets them registered again, and the
-        request is repeated once (as `logical_window` re-creates a forgotten trace)."""
+                     run: RunObjects, idempotency_key: str, *, parse: bool = True) -> Any:
+        """POST ``parts`` plus the hashes of ``run`` (by field) and parse the answer (``parse``; else its bytes). A
+        service that does not know one of them (404 ``unknown_<kind>``: restart, eviction, another replica) gets them
+        registered again, and the request is repeated once (as `logical_window` re-creates a forgotten trace)."""
         client = self.clients[service]
 
         def body() -> bytes:
@@ -311,14 +320,14 @@ class Pipeline:
             for obj in run.values():
                 self.register(obj)
             resp = client.request("POST", path, content=body(), idempotency_key=idempotency_key)
-        return json_codec.loads(resp.content)
+        return json_codec.loads(resp.content) if parse else resp.content
 
     def _post_stateful(self, service: str, path: str, model: type[BaseModel], parts: Mapping[str, Any],
-                       run: RunObjects, idempotency_key: str) -> Any:
+                       run: RunObjects, idempotency_key: str, *, parse: bool = True) -> Any:
         """`_post_naming` for a request that names a window state: `StateMissing` when the service no longer keeps
         it (404 ``unknown_<kind>_state``)."""
         try:
-            return self._post_naming(service, path, model, parts, run, idempotency_key)
+            return self._post_naming(service, path, model, parts, run, idempotency_key, parse=parse)
         except NotFound as exc:
             if exc.code in STATE_CODES:
                 raise StateMissing(f"{service}: {exc}") from exc
@@ -419,10 +428,9 @@ class Pipeline:
             parts["state_ref"] = state_ref
         else:
             parts["state"] = state
-        r = self._post_stateful("thermal", "/v1/step", StepRequest, parts, run, self._key(tag + "step", window))
-        st = r.get("state")
-        return ThermalResult(state=dict(st) if st is not None else None, state_ref=str(r["state_ref"]),
-                             snapshot=ThermalSnapshot.model_validate(r["snapshot"]))
+        r = _StepAnswer.model_validate_json(self._post_stateful("thermal", "/v1/step", StepRequest, parts, run,
+                                                               self._key(tag + "step", window), parse=False))
+        return ThermalResult(state=r.state, state_ref=r.state_ref, snapshot=r.snapshot)
 
     def warm_start(self, *, run: RunObjects, state: dict[str, Any] | None, state_ref: str | None
                    ) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from services.orchestrator.models import (
     WindowRecord,
     utcnow,
 )
+from shared import json_codec
 
 ClaimOutcome = Literal["claimed", "done", "leased", "exhausted", "missing"]
 
@@ -255,9 +256,12 @@ def _engine(sessions: sessionmaker[Session]) -> sa.Engine:
 
 
 def commit_window(*, sessions: sessionmaker[Session], run_id: str, owner: str, window: int,
-                  snapshot: dict[str, Any], metrics: dict[str, Any], frontier: dict[str, Any], lease_s: float,
-                  compute_s: float = 0.0, drop_frontiers: Sequence[int] | None = None) -> bool:
+                  snapshot: dict[str, Any] | json_codec.Encoded, metrics: dict[str, Any] | json_codec.Encoded,
+                  frontier: dict[str, Any], lease_s: float, compute_s: float = 0.0,
+                  drop_frontiers: Sequence[int] | None = None) -> bool:
     """Commit window ``window`` (the frontier moves to window+1) in one transaction; False = lease lost, stop.
+    ``snapshot`` and ``metrics``: JSON objects, or the same already encoded (`shared.json_codec.encoded`: the
+    window loop's models written once by pydantic, not turned into Python objects first).
     ``drop_frontiers``: the earlier windows whose frontier state is no longer needed (default: window - 1, so only
     the newest keeps one; the window loop also keeps its last checkpoint's)."""
     now = utcnow()

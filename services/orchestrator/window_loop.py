@@ -53,6 +53,7 @@ from services.orchestrator.run_files import RunFiles, power_json_path, result_cs
 from services.orchestrator.run_log import RunLog, run_log
 from services.orchestrator.schemas import ExperimentSpec
 from services.orchestrator.settings import orchestrator_settings
+from shared import json_codec
 from shared.client import ServiceClients
 from shared.configs import ArchConfig
 from shared.contracts.events import PhysicalState, WindowTiming
@@ -605,7 +606,8 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         if ckpt == k and fr.ckpt >= 0 and fr.ckpt != k - 1:
             drop.append(fr.ckpt)  # the previous checkpoint: no longer needed
         ok = repo.commit_window(sessions=sessions, run_id=run_id, owner=owner, window=k,
-                                snapshot=snap.model_dump(mode="json"), metrics=wm.model_dump(mode="json"),
+                                snapshot=json_codec.encoded(snap.__pydantic_serializer__.to_json(snap)),
+                                metrics=json_codec.encoded(wm.__pydantic_serializer__.to_json(wm)),
                                 frontier=new.to_json(), lease_s=lease_s, compute_s=time.perf_counter() - t0,
                                 drop_frontiers=drop)
         if not ok:
