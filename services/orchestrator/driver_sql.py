@@ -2,9 +2,9 @@
 
 SQLAlchemy's `Connection.execute` costs ~0.1 ms a statement in Python (execution context, parameter coercion,
 result object, events) and its `Connection.begin` as much again, where SQLite's own work for a window's commit is
-~0.4 ms; right after a window's compute, with the CPU caches cold, the four calls cost ~0.6 ms of a 1.2 ms commit. The
-statement here is still SQLAlchemy's: compiled by the dialect (its SQL text and parameter order, the driver's
-paramstyle), each value passed through its column type's bind processor (``TypeEngine.dialect_impl(dialect)
+~0.4 ms; right after a window's compute (README: a window against its compute) the four calls cost ~0.6 ms of a
+1.2 ms commit. The statement here is still SQLAlchemy's: compiled by the dialect (its SQL text and parameter order,
+the driver's paramstyle), each value passed through its column type's bind processor (``TypeEngine.dialect_impl(dialect)
 .bind_processor``: JSON through the engine's ``json_serializer``, datetimes as SQLite stores them), so the rows are
 the ones `Connection.execute` would write. The transaction is the driver connection's (`transaction`): SQLite's
 ``BEGIN IMMEDIATE`` where the engine's ``begin`` event emits it (`services.orchestrator.db.begin_sql`), commit or
@@ -83,7 +83,8 @@ class DriverTransaction:
 @contextmanager
 def transaction(engine: sa.Engine) -> Iterator[DriverTransaction]:
     """A pooled connection's driver connection in one transaction: committed when the block ends, rolled back when it
-    raises; the connection goes back to the pool, or is invalidated when the dialect finds it disconnected."""
+    raises or called `DriverTransaction.abort`; the connection goes back to the pool, or is invalidated when the
+    dialect finds it disconnected (or its rollback fails)."""
     dialect = engine.dialect
     raw = engine.raw_connection()
     cursor = None
