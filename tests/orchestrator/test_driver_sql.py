@@ -4,13 +4,17 @@ raises a driver error as SQLAlchemy's; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
 import sqlalchemy as sa
 
 from services.orchestrator import driver_sql
+from services.orchestrator import repository as repo
+from services.orchestrator.db import make_engine, session_factory, upgrade
 from services.orchestrator.models import WindowRecord, utcnow
 from tests.orchestrator.conftest import Db
 from tests.orchestrator.test_repository import _experiment
@@ -91,3 +95,24 @@ def test_literals_and_positional_order_come_from_the_compiled_statement(db: Db) 
     with driver_sql.transaction(db.engine) as tx:
         assert tx.execute(upd, {"b_run": run_id, "b_k": 1, "b_frontier": {"moved": [1, 2]}}) == 1
     assert [r[4] for r in _rows(db, run_id)] == [{"k": 0}, {"moved": [1, 2]}, {"k": 2}]
+
+
+def test_each_engine_commits_with_its_own_compiled_statements(tmp_path: Path) -> None:
+    """`commit_window` compiles its statements once per engine (their bind processors carry the engine's JSON
+    serializer), not once per dialect name: a second engine with another serializer writes with its own."""
+    texts = []
+    for name, serializer in (("a", None), ("b", lambda v: json.dumps(v, indent=1))):
+        url = f"sqlite:///{(tmp_path / f'{name}.sqlite3').as_posix()}"
+        engine = make_engine(url) if serializer is None else sa.create_engine(url, json_serializer=serializer)
+        try:
+            upgrade(engine)
+            db = Db(url, None, engine, session_factory(engine))
+            run_id = _experiment(db)
+            assert repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=30).ok
+            assert repo.commit_window(sessions=db.sessions, run_id=run_id, owner="w1", window=0,
+                                      snapshot={"w": [1, 2]}, metrics={"m": 1}, frontier={"k": 0}, lease_s=30)
+            with engine.connect() as conn:
+                texts.append(conn.execute(sa.text("SELECT snapshot FROM windows")).scalar_one())
+        finally:
+            engine.dispose()
+    assert texts[0] == '{"w":[1,2]}' and texts[1] == json.dumps({"w": [1, 2]}, indent=1)
