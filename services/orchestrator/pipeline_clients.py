@@ -21,6 +21,7 @@ from shared.client import ServiceClients
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
 from shared.configs.tas import TacsParams
 from shared.configs.workload import InlineModel
+from shared.content import field_order_json
 from shared.contracts.events import PhysicalizeRequest, WindowTiming
 from shared.contracts.metrics import (
     CompareRequest,
@@ -70,7 +71,7 @@ class RawJson:
     @classmethod
     def of(cls, value: Any) -> RawJson:
         if isinstance(value, BaseModel):
-            return cls(value.__pydantic_serializer__.to_json(value))
+            return cls(field_order_json(value))
         return cls(json_codec.dumps(value))
 
 
@@ -82,7 +83,7 @@ def encode_body(parts: Mapping[str, Any]) -> bytes:
         if isinstance(value, RawJson):
             data = value.data
         elif isinstance(value, BaseModel):
-            data = value.__pydantic_serializer__.to_json(value)
+            data = field_order_json(value)
         else:
             data = json_codec.dumps(value)
         out.append(json_codec.dumps(key) + b":" + data)

@@ -56,6 +56,7 @@ from services.orchestrator.settings import orchestrator_settings
 from shared import json_codec
 from shared.client import ServiceClients
 from shared.configs import ArchConfig
+from shared.content import field_order_json
 from shared.contracts.events import PhysicalState, WindowTiming
 from shared.contracts.metrics import WindowMetrics
 from shared.contracts.placement import Placement, ReplicaEntry, ReplicaState, Telemetry
@@ -606,8 +607,8 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
         if ckpt == k and fr.ckpt >= 0 and fr.ckpt != k - 1:
             drop.append(fr.ckpt)  # the previous checkpoint: no longer needed
         ok = repo.commit_window(sessions=sessions, run_id=run_id, owner=owner, window=k,
-                                snapshot=json_codec.encoded(snap.__pydantic_serializer__.to_json(snap)),
-                                metrics=json_codec.encoded(wm.__pydantic_serializer__.to_json(wm)),
+                                snapshot=json_codec.encoded(field_order_json(snap)),
+                                metrics=json_codec.encoded(field_order_json(wm)),
                                 frontier=new.to_json(), lease_s=lease_s, compute_s=time.perf_counter() - t0,
                                 drop_frontiers=drop)
         if not ok:
