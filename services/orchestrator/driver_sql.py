@@ -54,6 +54,16 @@ class DriverStatement:
         return tuple(full[name] for name in self.positional) if self.positional is not None else full
 
 
+@contextmanager
+def as_sqlalchemy_error(dialect: sa.Dialect, sql: str, args: Any = ()) -> Iterator[None]:
+    """A driver error inside the block raised as SQLAlchemy's (`sqlalchemy.exc.DBAPIError.instance`: its ``orig`` is
+    the driver's, ``statement`` / ``params`` are ``sql`` / ``args``), as `Connection.execute` raises it."""
+    try:
+        yield
+    except dialect.loaded_dbapi.Error as exc:
+        raise sa.exc.DBAPIError.instance(sql, args, exc, dialect.loaded_dbapi.Error, dialect=dialect) from exc
+
+
 class DriverTransaction:
     """One transaction on a driver connection (`transaction`): `execute` runs a `DriverStatement`."""
 
@@ -68,11 +78,8 @@ class DriverTransaction:
 
     def run(self, sql: str, args: Any = ()) -> None:
         """``sql`` on the cursor; a driver error raised as SQLAlchemy's (its ``orig``: the driver's)."""
-        try:
+        with as_sqlalchemy_error(self.dialect, sql, args):
             self.cursor.execute(sql, args)
-        except self.dialect.loaded_dbapi.Error as exc:
-            raise sa.exc.DBAPIError.instance(sql, args, exc, self.dialect.loaded_dbapi.Error,
-                                             dialect=self.dialect) from exc
 
     def execute(self, stmt: DriverStatement, values: Mapping[str, Any]) -> int:
         """Run ``stmt`` with ``values``; the rows it changed (the driver's ``rowcount``)."""
@@ -95,13 +102,11 @@ def transaction(engine: sa.Engine) -> Iterator[DriverTransaction]:
         if begin is not None:
             tx.run(begin)
         yield tx
-        try:
+        with as_sqlalchemy_error(dialect, "ROLLBACK" if tx.aborted else "COMMIT"):
             if tx.aborted:
                 raw.rollback()
             else:
                 raw.commit()
-        except dialect.loaded_dbapi.Error as exc:
-            raise sa.exc.DBAPIError.instance("COMMIT", (), exc, dialect.loaded_dbapi.Error, dialect=dialect) from exc
     except BaseException as exc:
         orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else None
         if orig is not None and dialect.is_disconnect(cast(Any, orig), cast(DBAPIConnection, raw.dbapi_connection),

@@ -116,3 +116,16 @@ def test_each_engine_commits_with_its_own_compiled_statements(tmp_path: Path) ->
         finally:
             engine.dispose()
     assert texts[0] == '{"w":[1,2]}' and texts[1] == json.dumps({"w": [1, 2]}, indent=1)
+
+
+def test_a_driver_error_is_raised_as_sqlalchemys_naming_the_statement(db: Db) -> None:
+    """`as_sqlalchemy_error`, the one translation the statements, the commit ("COMMIT") and the rollback of an
+    aborted transaction ("ROLLBACK") go through: the driver's error class becomes SQLAlchemy's of the same name,
+    the driver's error its ``orig``; any other error passes as it is."""
+    dbapi = db.engine.dialect.loaded_dbapi
+    lost = dbapi.OperationalError("server closed the connection")
+    with pytest.raises(sa.exc.OperationalError) as err, driver_sql.as_sqlalchemy_error(db.engine.dialect, "COMMIT"):
+        raise lost
+    assert err.value.orig is lost and err.value.statement == "COMMIT" and err.value.__cause__ is lost
+    with pytest.raises(KeyError), driver_sql.as_sqlalchemy_error(db.engine.dialect, "ROLLBACK"):
+        raise KeyError("not the driver's")
