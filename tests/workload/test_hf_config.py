@@ -295,6 +295,28 @@ def test_bad_registration_stores_nothing(models_client: Any) -> None:
     assert "broken" not in zoo.ModelZoo(models).known_models()
 
 
+def test_a_model_name_is_never_a_path(models_client: Any, tmp_path: Path) -> None:
+    """A file of the registered models' shape outside the models folder is not a model, whatever path the name
+    spells (relative, absolute, through the folder): 404 unknown_model on ``model``, by /v1/ir, /v1/traces and
+    the models' lookup."""
+    client, models = models_client
+    assert client.post("/v1/models", json={"name": "inside", "config": TINY["dbrx"]}).status_code == 201
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.json").write_text((models / "inside.json").read_text(), encoding="utf-8")
+    (models / "sub").mkdir()
+    (models / "sub" / "nested.json").write_text((models / "inside.json").read_text(), encoding="utf-8")
+    rel = os.path.relpath(outside / "secret", models)
+    for name in (str(outside / "secret"), rel, "../outside/secret", "sub/nested"):
+        for r in (client.post("/v1/ir", json={"model": name}),
+                  client.post("/v1/traces", json={"workload": {"model": name}, "window_ms": 3})):
+            assert r.status_code in (404, 422), (name, r.status_code, r.text[:200])
+            err = r.json()["error"]
+            assert err["field"] in ("model", "workload.model") and err["code"] != "ok", (name, err)
+        assert client.get(f"/v1/models/{name}").status_code in (404, 422)
+    assert client.post("/v1/ir", json={"model": "inside"}).status_code == 200  # the folder's own model still is
+
+
 def test_a_registered_model_survives_a_restart_and_is_seen_by_another_process(models_client: Any) -> None:
     client, models = models_client
     assert client.post("/v1/models", json={"name": "shared-moe", "config": TINY["dbrx"]}).status_code == 201

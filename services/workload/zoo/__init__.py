@@ -93,7 +93,7 @@ class ModelZoo:
     # --- the registered models' folder ----------------------------------------------------------------------
     def _persisted(self, name: str) -> tuple[str, ModelConfig] | None:
         """The registered model ``name`` from the models folder (re-read when its content hash changed)."""
-        if self.models_dir is None:
+        if self.models_dir is None or not NAME_RE.match(name):  # a name is never a path (../x, /abs, a/b)
             return None
         path = self.models_dir / f"{name}.json"
         if not path.is_file():
