@@ -31,6 +31,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def port_number(text: str) -> int:
+    """A TCP port for ``--port`` (argparse's type: a bad one is a usage error, exit 2, one line)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {port}")
+    return port
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -155,7 +166,7 @@ def build_parser(only: str | None = ALL_COMMANDS) -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="run one service (or 'all' mounted on one port) under uvicorn")
     p.add_argument("service", choices=[*SERVICES, "all"], help="the service to run, or all six on one port")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help="default: the service's port (8000-8005)")
+    p.add_argument("--port", type=port_number, default=None, help="default: the service's port (8000-8005)")
     p.set_defaults(func=_serve)
 
     p = sub.add_parser("config", help="validate a config file and print its content hash")

@@ -106,11 +106,22 @@ def pulse_arrays(r: PulseResponse) -> tuple[npt.NDArray[np.float64], npt.NDArray
     return Dc, np.asarray(r.vault, dtype=np.float64) if r.vault else np.zeros_like(Dc)
 
 
+def _model_facts(clients: ServiceClients, model: str | InlineModel) -> dict[str, Any]:
+    """The workload service's summary of a workload's model (``GET /v1/models/{name}``; an inline model: its IR)."""
+    if isinstance(model, str):
+        r: dict[str, Any] = clients["workload"].get_json(f"/v1/models/{quote(model, safe='')}")
+        return r
+    ir: dict[str, Any] = clients["workload"].post_json("/v1/ir", {"model": model.label, "config": model.config,
+                                                                  "generic": model.generic, "seq_len": 1})
+    return {**ir, "num_activated_experts": ir["topk"]}
+
+
 def routed_experts(clients: ServiceClients, model: str | InlineModel) -> int:
     """Routed experts per MoE layer of a workload's model, from the workload service (0: a dense model)."""
-    if isinstance(model, str):
-        r = clients["workload"].get_json(f"/v1/models/{quote(model, safe='')}")
-        return int(r["num_routed_experts"])
-    r = clients["workload"].post_json("/v1/ir", {"model": model.label, "config": model.config,
-                                                 "generic": model.generic, "seq_len": 1})
-    return int(r["num_routed_experts"])
+    return int(_model_facts(clients, model)["num_routed_experts"])
+
+
+def activated_experts(clients: ServiceClients, model: str | InlineModel) -> int:
+    """Experts a token activates in each MoE layer of a workload's model (its config.json's
+    ``num_experts_per_tok``), from the workload service (0: a dense model)."""
+    return int(_model_facts(clients, model)["num_activated_experts"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -68,7 +69,11 @@ def register(sub: Any) -> None:
 
 def _sessions(args: argparse.Namespace) -> tuple[Engine, sessionmaker[Session]]:
     url = args.db or orchestrator_settings().effective_database_url
-    engine, sessions = open_database(url)
+    try:
+        engine, sessions = open_database(url)
+    except sa_exc.ArgumentError:
+        raise BadInput(f"--db {url!r}: not a database URL (sqlite:///path/to/file.sqlite3, "
+                       "postgresql+psycopg://user@host/db)", field="db") from None
     return engine, sessions
 
 

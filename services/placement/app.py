@@ -10,7 +10,15 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from services.placement import jobs
-from services.placement.service import RunData, balance_for, placement_for, register, tacs_for, with_thermal_h
+from services.placement.service import (
+    RunData,
+    balance_for,
+    placement_for,
+    register,
+    tacs_for,
+    with_model_topk,
+    with_thermal_h,
+)
 from shared.configs import ArchConfig
 from shared.configs.tas import TacsParams
 from shared.contracts.placement import Placement
@@ -46,7 +54,8 @@ def create_placement(req: PlacementRequest, request: Request) -> Placement | JSO
     peers = peers_of(request.app)
     if req.method == "milp":
         settings: Settings = request.app.state.settings
-        req = with_thermal_h(req, peers)  # the job carries its H: it runs without the request
+        req = with_model_topk(with_thermal_h(req, peers), peers)  # the job carries its H and top-k: it runs
+        # without the request
         job_id = _jobs(request).submit(req, owner=principal_of(request).name, max_active=settings.quota_milp_jobs,
                                        time_limit_max_s=settings.milp_time_limit_max_s)
         return JSONResponse(status_code=202, content=JobAccepted(job_id=job_id, status="queued").model_dump())

@@ -34,6 +34,7 @@ from services.placement.taps import validate_loads
 from shared.errors import BadInput
 
 MAX_EXPERT_CORE_PAIRS = 4_000_000  # the packer keeps an experts x cores table
+MAX_LAYER_SLOTS2 = 1 << 26  # layers x slots^2: ~9 s on the 2-core machine (58 x 1024 slots, 1 x 8192)
 
 
 def replica_counts(w: np.ndarray, slots: int, cores: int, start: np.ndarray | None = None) -> np.ndarray:
@@ -306,6 +307,10 @@ def balance(loads: Sequence[Sequence[float]], cores: int, slots: int) -> dict[st
     if slots > n_e * cores:
         raise BadInput(f"slots ({slots}) must be <= experts x cores ({n_e * cores}): no two replicas of one expert "
                        "share a core", field="slots")
+    if arr.shape[0] * slots * slots > MAX_LAYER_SLOTS2:
+        raise BadInput(f"{arr.shape[0]} layers x {slots} slots: the balancer's work grows as layers x slots^2 "
+                       f"(~1.3e-7 s each here), at most {MAX_LAYER_SLOTS2} a request (fewer layers a request or "
+                       "fewer slots)", field="slots")
     return {"layers": [{"layer": i, **balance_layer(arr[i], cores, slots)} for i in range(arr.shape[0])]}
 
 

@@ -105,7 +105,7 @@ def _small_arch(x: int, y: int) -> ArchConfig:
 def _heuristic_vs_milp(tas: TasParams) -> list[BenchRow]:
     """Peak temperature rise over ambient: heuristic (default weights, and w_var = w_smooth = 0) vs the MILP optimum,
     on instances HiGHS proves optimal within its time limit. Synthetic kernel H_ij = 2·exp(-d_ij) + 0.05 K/W."""
-    wl = WorkloadConfig(model="mixtral-8x7b")
+    wl = WorkloadConfig.model_validate({"model": "mixtral-8x7b", "routing": {"topk": 2}})  # Mixtral's top-2
     flops = 2.5e9
     rows = []
     cases = [(3, 3, 2, 4, 1), (3, 3, 3, 4, 1), (3, 3, 2, 6, 0), (3, 3, 4, 4, 0), (4, 4, 2, 4, 1), (4, 4, 2, 6, 0)]

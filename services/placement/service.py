@@ -15,6 +15,7 @@ from services.placement.balance import balance
 from services.placement.default import default_placement
 from services.placement.geometry import ChipGeometry
 from services.placement.placer import PulseFn, build_placement
+from services.placement.shards import check_shards
 from services.placement.tacs import tacs_step, validate_inputs
 from services.placement.taps import check_size, validate_loads
 from shared.client import ServiceClients
@@ -33,7 +34,14 @@ from shared.contracts.placement_api import (
 from shared.contracts.registry import Registered
 from shared.errors import BadInput, TasmoeError, UpstreamError
 from shared.lru import LRU
-from shared.peers import influence_array, pulse_arrays, routed_experts, thermal_influence, thermal_pulse_response
+from shared.peers import (
+    activated_experts,
+    influence_array,
+    pulse_arrays,
+    routed_experts,
+    thermal_influence,
+    thermal_pulse_response,
+)
 
 
 def _n_experts_of(req: PlacementRequest, peers: ServiceClients | None) -> int:
@@ -51,6 +59,28 @@ def _n_experts_of(req: PlacementRequest, peers: ServiceClients | None) -> int:
         raise BadInput(f"n_experts is required with method=default and no expert_load (workload.model "
                        f"{req.workload.model_name!r} {what})", field="n_experts")
     return n
+
+
+def with_model_topk(req: PlacementRequest, peers: ServiceClients | None) -> PlacementRequest:
+    """The request with its workload's experts per token: ``workload.routing.topk`` when given, else its model's
+    (``num_experts_per_tok``, the workload service's count); a 422 naming ``workload.routing.topk`` when neither is
+    known."""
+    r = req.workload.routing
+    if r.topk is not None:
+        return req
+    k = 0
+    if peers is not None:
+        try:
+            k = activated_experts(peers, req.workload.model)
+        except (UpstreamError, TasmoeError):
+            k = -1
+    if k <= 0:
+        what = ("has no routed experts" if k == 0 else "is unknown to the workload service") if peers is not None \
+            else "cannot be asked of a workload service here"
+        raise BadInput(f"workload.routing.topk is required (workload.model {req.workload.model_name!r}: its experts "
+                       f"per token {what})", field="workload.routing.topk")
+    wl = req.workload.model_copy(update={"routing": r.model_copy(update={"topk": k})})
+    return req.model_copy(update={"workload": wl})
 
 
 def with_thermal_h(req: PlacementRequest, peers: ServiceClients | None) -> PlacementRequest:
@@ -88,12 +118,15 @@ def placement_for(req: PlacementRequest, peers: ServiceClients | None = None) ->
         if len(layers) != n_layers:
             raise BadInput(f"moe_layers lists {len(layers)} layers but expert_load has {n_layers}",
                            field="moe_layers")
+        check_size(n_layers * n_e, req.arch.mesh.n_cores)
+        check_shards(n_layers * n_e, req.expert_bytes, req.workload.tensors.weight_shard_mb)
         return default_placement(req.arch, layers, n_e, req.workload.tensors.weight_shard_mb, int(req.expert_bytes))
     expert_load = req.expert_load
     if expert_load is None:
         raise BadInput(f"expert_load is required with method={req.method}", field="expert_load")
     loads = validate_loads(expert_load)  # a bad request is refused before another service is asked anything
     check_size(loads.shape[0] * loads.shape[1], req.arch.mesh.n_cores)
+    check_shards(loads.shape[0] * loads.shape[1], req.expert_bytes, req.workload.tensors.weight_shard_mb)
     H_vault, pulse, vault_influence = None, None, None
     if peers is not None and req.method == "heuristic":
         infl = thermal_influence(peers, req.arch)
@@ -104,7 +137,7 @@ def placement_for(req: PlacementRequest, peers: ServiceClients | None = None) ->
             H_vault = np.asarray(infl.H_vault, dtype=float) if infl.H_vault else None
             pulse = _pulse_fn(req, peers)
             vault_influence = _vault_influence_fn(req, peers)
-    req = with_thermal_h(req, peers)
+    req = with_model_topk(with_thermal_h(req, peers), peers)
     H = None if req.H is None else np.asarray(req.H, dtype=float)
     return build_placement(req.arch, req.workload, req.tas.taps, expert_load, req.expert_flops_per_token, H,
                            moe_layers=req.moe_layers, expert_bytes=int(req.expert_bytes), method=req.method,

@@ -25,6 +25,19 @@ import math
 import numpy as np
 
 from services.placement.geometry import MIB, ChipGeometry, vault_order
+from shared.errors import BadInput
+
+MAX_SHARDS = 1 << 20  # shards one placement lists (DeepSeek-V3: 58 x 256 experts of one 64 MiB shard each)
+
+
+def check_shards(experts: int, expert_bytes: float, weight_shard_mb: float) -> None:
+    """A 422 naming ``expert_bytes`` when ``experts`` experts in shards of ``weight_shard_mb`` MiB would be more than
+    `MAX_SHARDS` shards (the placement lists each, with its bank)."""
+    n = experts * math.ceil(max(expert_bytes, 0.0) / max(1, int(weight_shard_mb * MIB)))
+    if n > MAX_SHARDS:
+        raise BadInput(f"expert_bytes: {experts} experts of {expert_bytes:g} bytes in shards of "
+                       f"workload.tensors.weight_shard_mb = {weight_shard_mb:g} MiB are {n} shards, at most "
+                       f"{MAX_SHARDS} (larger shards)", field="expert_bytes")
 
 
 def shard_sizes(expert_bytes: int, weight_shard_mb: float) -> list[int]:

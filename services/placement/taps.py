@@ -170,6 +170,9 @@ class Problem:
 # inputs
 
 
+MAX_LOAD = 1e200  # a load of any scale, with room for sums and products of a row (1e308 overflowed them to inf)
+
+
 def validate_loads(expert_load: Sequence[Sequence[float]], field_name: str = "expert_load") -> np.ndarray:
     """(layers, experts) float array; every row the same length, finite, non-negative, not all zero."""
     if len(expert_load) == 0:
@@ -182,11 +185,11 @@ def validate_loads(expert_load: Sequence[Sequence[float]], field_name: str = "ex
             raise BadInput(f"{field_name}[{i}] has {len(row)} experts but {field_name}[0] has {n_e}",
                            field=f"{field_name}[{i}]")
     arr = np.asarray(expert_load, dtype=float)
-    bad = np.argwhere(~np.isfinite(arr) | (arr < 0))
+    bad = np.argwhere(~np.isfinite(arr) | (arr < 0) | (arr > MAX_LOAD))
     if bad.size:
         i, j = (int(x) for x in bad[0])
-        raise BadInput(f"{field_name}[{i}][{j}] must be a finite non-negative load, got {arr[i, j]}",
-                       field=f"{field_name}[{i}][{j}]")
+        raise BadInput(f"{field_name}[{i}][{j}] must be a finite non-negative load up to {MAX_LOAD:g} (any scale: "
+                       f"loads are shares), got {arr[i, j]}", field=f"{field_name}[{i}][{j}]")
     zero = np.flatnonzero(arr.sum(axis=1) <= 0)
     if zero.size:
         raise BadInput(f"{field_name}[{int(zero[0])}] is all zeros", field=f"{field_name}[{int(zero[0])}]")
@@ -206,6 +209,12 @@ def check_size(instances: int, cores: int) -> None:
 
 
 def routed_tokens_per_step(wl: WorkloadConfig) -> float:
+    """Expert-token pairs of one micro-batch step: micro_batch x top-k (x the prompt's tokens in prefill).
+    ``routing.topk`` must be resolved (None: the model's, which the placement service asks the workload service
+    for: `services.placement.service.with_model_topk`)."""
+    if wl.routing.topk is None:
+        raise BadInput("workload.routing.topk: not resolved (the model's experts per token)",
+                       field="workload.routing.topk")
     tok = wl.sequence.micro_batch * wl.routing.topk
     if wl.phase == "prefill":
         tok *= wl.sequence.tokens

@@ -37,6 +37,7 @@ from services.thermal.hotspot_io import (
     read_flp,
 )
 from services.thermal.network import N_RING, LayerSpec, NetworkSpec, PackageSpec, RCNetwork, build_network
+from shared.configs.arch import MAX_GRID_SIDE, MAX_THERMAL_NODES, MAX_TRANSIENT_SUBSTEPS
 from shared.errors import BadInput
 
 # HotSpot 7 defaults (temperature.c: default_thermal_config)
@@ -277,8 +278,9 @@ def _layer_materials(opts: HotspotOptions, lay: LayerSpec, flp: Floorplan, bm: B
 
 def load_case(opts: HotspotOptions) -> HotspotCase:
     rows, cols = opts.integer("grid_rows"), opts.integer("grid_cols")
-    if rows < 2 or cols < 2:
-        raise BadInput("grid rows and columns must be >= 2", field="grid_rows")
+    for name, n in (("grid_rows", rows), ("grid_cols", cols)):  # the arch config's bounds on a thermal grid
+        if not 2 <= n <= MAX_GRID_SIDE:
+            raise BadInput(f"option -{name}: {n}, expected 2 to {MAX_GRID_SIDE}", field=name)
     layers: list[LayerSpec] = []
     flps: list[Floorplan] = []
     prefixes: list[str] = []
@@ -345,6 +347,10 @@ def load_case(opts: HotspotOptions) -> HotspotCase:
     if width > pkg.s_spreader or height > pkg.s_spreader:
         raise BadInput(f"die {width * 1e3:g} mm x {height * 1e3:g} mm does not fit on the "
                        f"{pkg.s_spreader * 1e3:g} mm spreader", field="s_spreader")
+    nodes = rows * cols * (len(layers) + 3)  # the layers' grids, the spreader's and the sink's (+ their rings)
+    if nodes > MAX_THERMAL_NODES:
+        raise BadInput(f"{rows} x {cols} grid on {len(layers)} layers: ~{nodes} nodes, at most {MAX_THERMAL_NODES} "
+                       "(a coarser -grid_rows / -grid_cols)", field="grid_rows")
     spec = NetworkSpec(tuple(layers), pkg, width, height, rows, cols, opts.number("ambient"), "hotspot",
                        opts.text("detailed_3D") == "on")
     net = build_network(spec)
@@ -440,6 +446,11 @@ def solve_trace(opts: HotspotOptions, case: HotspotCase, solver: solvers.Solver,
         if dt <= 0:
             raise BadInput("option -sampling_intvl must be > 0", field="sampling_intvl")
         n_sub = max(1, math.ceil(dt / TRANSIENT_MAX_SUBSTEP_S - 1e-9))
+        if n_sub * len(trace.values) > MAX_TRANSIENT_SUBSTEPS:
+            raise BadInput(f"-o: {len(trace.values)} trace lines of -sampling_intvl {dt:g} s in "
+                           f"{TRANSIENT_MAX_SUBSTEP_S:g} s sub-steps is {n_sub * len(trace.values)} sub-steps, at most "
+                           f"{MAX_TRANSIENT_SUBSTEPS} "
+                           "(fewer lines or a shorter interval)", field="sampling_intvl")
         rows = []
         for row in trace.values:
             T = solvers.step(solver, T, node_power(row), dt, n_sub)
@@ -448,6 +459,9 @@ def solve_trace(opts: HotspotOptions, case: HotspotCase, solver: solvers.Solver,
                 out[cols] = case.block_temps(T, n)[idx]
             rows.append(out)
         transient = np.vstack(rows)
+    if not np.isfinite(T_steady).all() or (transient is not None and not np.isfinite(transient).all()):
+        raise BadInput(f"{p_path}: the temperatures are not finite numbers (powers or temperatures beyond what a float "
+                       "holds)", field="p")
     return HotspotResult(T_steady, trace.names, transient, case)
 
 

@@ -183,8 +183,9 @@ def import_and_solve(files: dict[str, str], args: list[str]) -> dict[str, str]:
             res = hotspot.run(opts)
             written = hotspot.write_outputs(opts, res)
         except BadInput as exc:  # messages name files as the user did, not by their server path
-            scrubbed = exc.message.replace(f"{d}/", "").replace(str(d), ".")
-            raise BadInput(scrubbed, field=exc.field) from None
+            def scrub(text: str) -> str:
+                return text.replace(f"{d}/", "").replace(str(d), ".")
+            raise BadInput(scrub(exc.message), field=scrub(exc.field) if exc.field else exc.field) from None
         return {p.name: p.read_text() for p in written}
 
 

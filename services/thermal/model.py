@@ -25,6 +25,8 @@ from services.thermal.hotspot_io import BlockMap, CellMap, Floorplan, block_map
 from services.thermal.network import LayerSpec, NetworkSpec, PackageSpec, RCNetwork, build_network
 from services.thermal.spectral import SpectralSolver
 from shared.configs import ArchConfig
+from shared.configs.arch import MAX_TRANSIENT_SUBSTEPS
+from shared.errors import BadInput
 from shared.limits import over_thermal_budget
 from shared.lru import LRU
 
@@ -172,16 +174,25 @@ class StackModel:
                 bh[list(self.dram_layers)] += dram
         return bh, amb_r.copy()
 
-    def substeps(self, dt: float) -> int:
-        """TR-BDF2 sub-steps for ``dt`` seconds: ``ceil(dt / arch.thermal.max_substep_ms)``."""
-        return max(1, math.ceil(dt * 1e3 / self.arch.thermal.max_substep_ms - 1e-9))
+    def substeps(self, dt: float, field: str = "window_ms") -> int:
+        """TR-BDF2 sub-steps for ``dt`` seconds: ``ceil(dt / arch.thermal.max_substep_ms)``; more than
+        ``MAX_TRANSIENT_SUBSTEPS`` is a 422 naming ``field`` (the request's duration)."""
+        ms = self.arch.thermal.max_substep_ms
+        n = max(1, math.ceil(dt * 1e3 / ms - 1e-9))
+        if n > MAX_TRANSIENT_SUBSTEPS:
+            raise BadInput(f"{field}: {dt * 1e3:g} ms in TR-BDF2 sub-steps of arch.thermal.max_substep_ms = {ms:g} ms "
+                           f"is {n} sub-steps, at most {MAX_TRANSIENT_SUBSTEPS} a request (a longer max_substep_ms, "
+                           "the exponential integrator, or a shorter duration)", field=field)
+        return n
 
-    def step(self, T: np.ndarray, core_w: np.ndarray, bank_w: np.ndarray, dt: float) -> np.ndarray:
+    def step(self, T: np.ndarray, core_w: np.ndarray, bank_w: np.ndarray, dt: float,
+             field: str = "window_ms") -> np.ndarray:
         """``dt`` seconds of transient from node temperatures ``T`` (K) at constant block powers (W), with the
-        integrator of ``arch.thermal`` (``step_exponential`` or ``step_trbdf2``)."""
+        integrator of ``arch.thermal`` (``step_exponential`` or ``step_trbdf2``; ``field``: the request's duration,
+        named by a 422 when the sub-steps exceed their bound)."""
         th = self.arch.thermal
         if th.integrator == "trbdf2":
-            return self.step_trbdf2(T, core_w, bank_w, dt, self.substeps(dt))
+            return self.step_trbdf2(T, core_w, bank_w, dt, self.substeps(dt, field))
         return self.step_exponential(T, core_w, bank_w, dt, th.exp_degree)
 
     def step_exponential(self, T: np.ndarray, core_w: np.ndarray, bank_w: np.ndarray, dt: float,

@@ -163,6 +163,13 @@ def step_request(req: StepRequest, states: ContentStore[ThermalState]) -> StepRe
     return StepResult(state=out.state if req.return_state else None, state_ref=ref, snapshot=out.snapshot)
 
 
+def check_finite(T: np.ndarray, field: str, what: str) -> None:
+    """A 422 naming ``field`` when a solved field is not finite (inputs past what a float holds: a power of 1e308 W,
+    a DVFS voltage of 1e3 V at 1e3 GHz), instead of answering NaN temperatures a later request refuses."""
+    if not np.isfinite(T).all():
+        raise BadInput(f"{what} gives temperatures that are not finite numbers", field=field)
+
+
 def warm_start_request(req: WarmStartRequest, states: ContentStore[ThermalState]) -> ThermalState:
     """``POST /v1/warm_start``: the warm-up's last state inline or by its name."""
     return warm_state(arch_of(req.arch, req.model), object_or_hash(req.state, req.state_ref, states, field="state"))
@@ -191,6 +198,7 @@ def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: Thermal
         levels = np.asarray(state.dvfs_level, dtype=int)
     freq, _ = freq_volt(levels, arch)
 
+    from_events = deposit is None
     if deposit is None:
         if compute is None or memory is None:
             missing = "compute_events" if compute is None else "memory_events"
@@ -210,6 +218,8 @@ def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: Thermal
     power = power_at(T0)
     warm_b64, warm_s = _accumulate_warmup(arch, model, window, window_ms, state, power)
     T1 = model.step(T0, power.core_w, power.bank_w, window_ms * 1e-3)
+    check_finite(T1, "compute_events" if from_events else "deposit",
+                 "the window's power (its events' energy with arch's leakage, DVFS and refresh)")
     # what the next window starts from is the float32 state: decide on exactly that
     T1 = np.asarray(T1, dtype="<f4").astype(np.float64)
     core_c = model.core_temps(T1) - KELVIN
@@ -285,6 +295,7 @@ def warm_state(arch: ArchConfig, state: ThermalState) -> ThermalState:
     model = get_model(arch)
     core_w, bank_w = mean_power_map(model, state)
     T = solvers.steady(model.solver, model.node_power(core_w, bank_w))
+    check_finite(T, "state.warm_energy_b64", "the warm-up's mean power (its energy over warm_s)")
     return ThermalState(t_ns=0, field_b64=encode_field(np.asarray(T, dtype=np.float64)), dvfs_level=[], window=-1)
 
 
@@ -311,12 +322,13 @@ def solve_power_map(arch: ArchConfig, core_w: list[float], bank_w: list[list[flo
         if not (math.isfinite(duration_ms) and duration_ms > 0):
             raise BadInput("duration_ms must be > 0 for a transient solve", field="duration_ms")
         T0 = decode_field(state.field_b64 if state else None, model)
-        T = model.step(T0, cw, bw, duration_ms * 1e-3)
+        T = model.step(T0, cw, bw, duration_ms * 1e-3, field="duration_ms")
         out_state = ThermalState(t_ns=(state.t_ns if state else 0) + round(duration_ms * 1e6),
                                  field_b64=encode_field(T), dvfs_level=list(state.dvfs_level) if state else [],
                                  window=state.window if state else -1)
     else:
         raise BadInput(f"mode must be 'steady' or 'transient', got {mode!r}", field="mode")
+    check_finite(T, "core_w", "the power map")
     peak, mean = layer_stats(model, T)
     return SolveResult(model=model.key, mode=mode, temps_core_c=[float(x) for x in model.core_temps(T) - KELVIN],
                        temps_bank_c=(model.vault_temps(T) - KELVIN).tolist(), peak_c=peak, mean_c=mean,

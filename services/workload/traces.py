@@ -64,6 +64,8 @@ ObjArray = npt.NDArray[np.object_]
 
 
 MAX_SLOT_ROWS = 1 << 22  # memory rows of one micro-batch's event table: ~70x DeepSeek-V3's (58 x 256 x 4)
+MAX_WINDOW_CELLS = 1 << 24  # tokens x experts x MoE layers drawn for one window (~7 s; DeepSeek-V3's default: 1.9M)
+MAX_WINDOW_ROWS = 1 << 24  # event rows of one window (~1-2 GB as arrays): 4x the biggest micro-batch table
 MAX_TRACE_WINDOWS = 2_000_000  # windows of one trace: 200x the default run's 9901 (README "Security and limits")
 
 
@@ -74,25 +76,27 @@ def _objects(items: list[str]) -> ObjArray:
     return out
 
 
-def resolve_routing(cfg: WorkloadConfig, mc: ModelConfig) -> tuple[int | None, int | None]:
-    """(n_group, topk_group): the config's when given, else the model's (DeepSeek), validated against the model."""
+def resolve_routing(cfg: WorkloadConfig, mc: ModelConfig) -> tuple[int, int | None, int | None]:
+    """(topk, n_group, topk_group): the config's when given, else the model's (top-k: ``num_experts_per_tok``;
+    groups: DeepSeek's), validated against the model (0, None, None for a model without routed experts)."""
     r = cfg.routing
     moe = mc.moe
     if moe is None:
-        return None, None
+        return 0, None, None
+    topk = r.topk if r.topk is not None else moe.num_activated_experts
     n_group = r.n_group if r.n_group is not None else moe.n_group
     topk_group = r.topk_group if r.topk_group is not None else moe.topk_group
     E = moe.num_routed_experts
-    if r.topk > E:
-        raise BadInput(f"routing.topk ({r.topk}) must be <= the {E} experts of {mc.name}", field="routing.topk")
+    if topk > E:
+        raise BadInput(f"routing.topk ({topk}) must be <= the {E} experts of {mc.name}", field="routing.topk")
     if n_group is not None and topk_group is not None:
         if E % n_group:
             raise BadInput(f"routing.n_group ({n_group}) must divide the {E} experts of {mc.name}",
                            field="routing.n_group")
-        if r.topk > topk_group * (E // n_group):
-            raise BadInput(f"routing.topk ({r.topk}) exceeds the {topk_group * (E // n_group)} experts of "
+        if topk > topk_group * (E // n_group):
+            raise BadInput(f"routing.topk ({topk}) exceeds the {topk_group * (E // n_group)} experts of "
                            f"{topk_group} groups", field="routing.topk")
-    return n_group, topk_group
+    return topk, n_group, topk_group
 
 
 @dataclass(frozen=True)
@@ -193,12 +197,11 @@ class TracePlan:
     def __post_init__(self) -> None:
         cfg = self.cfg
         self.mc = mc = self.sources.zoo.resolve_model(cfg.model)
-        self.n_group, self.topk_group = resolve_routing(cfg, mc)
+        self.topk, self.n_group, self.topk_group = resolve_routing(cfg, mc)
         seq = cfg.sequence
         self.T = seq.micro_batch
         self.steps = seq.steps
         self.ctx = seq.tokens
-        self.topk = cfg.routing.topk if mc.moe else 0
         self.E = mc.moe.num_routed_experts if mc.moe else 0
         self.moe_layers: list[int] = mc.moe_layers
         self.recorded: RecordedRouting | None = None
@@ -220,6 +223,9 @@ class TracePlan:
                            f"of {cfg.tensors.weight_shard_mb:g} MiB make {rows} memory rows per micro-batch; at most "
                            f"{MAX_SLOT_ROWS} (a larger tensors.weight_shard_mb, or a smaller model)",
                            field="tensors.weight_shard_mb")
+        self.slot_rows = rows
+        # the routing draw of one micro-batch: tokens x experts per MoE layer (~0.4 us a cell to draw and tabulate)
+        self.routing_cells = self.T * max(self.E, 1) * max(len(self.moe_layers), 1)
         self.shard_bytes = [min(shard, self.costs.expert_bytes - s * shard) for s in range(n_sh)]
         self._build_slots()
 
@@ -341,6 +347,15 @@ class TracePlan:
         if w_ns < 1:
             raise BadInput("window_ms must be at least 1 ns", field="window_ms")
         n_windows = int(self.mb_t_ns[-1] // w_ns) + 1
+        per_window = min(self.steps, int(w_ns // max(1, round(self.cfg.sequence.step_interval_ms * 1e6))) + 1)
+        for what, each, most in (("event rows", self.slot_rows, MAX_WINDOW_ROWS),
+                                 ("token-expert routing cells", self.routing_cells, MAX_WINDOW_CELLS)):
+            if per_window * each > most:  # one window is built whole: its event table, its routing draws
+                raise BadInput(f"window_ms {window_ms:g} holds up to {per_window} micro-batches of {each} {what} "
+                               f"each: {per_window * each} in one window, at most {most} (a shorter window, "
+                               "micro-batches further apart (sequence.step_interval_ms) or smaller ones "
+                               "(sequence.micro_batch))",
+                               field="window_ms" if per_window > 1 else "sequence.micro_batch")
         if n_windows > MAX_TRACE_WINDOWS:  # a run of that many windows: each one a request, a row, a state
             raise BadInput(f"window_ms {window_ms:g} cuts the {self.mb_t_ns[-1] / 1e6:g} ms run into {n_windows} "
                            f"windows; at most {MAX_TRACE_WINDOWS} (a longer window or a shorter run: "

@@ -26,6 +26,9 @@ MAX_DRAM_LAYERS = 32
 MAX_STACK_LAYERS = 64  # after `count` expansion
 MAX_GRID_SIDE = 512
 MAX_THERMAL_NODES = 1 << 20
+# TR-BDF2 sub-steps one request may take (a window / max_substep_ms, a transient solve, a HotSpot trace's lines x
+# its sub-steps): ~0.1-1 ms each on the default grid, so a request stays under a minute or two
+MAX_TRANSIENT_SUBSTEPS = 100_000
 MeshSide = Annotated[int, Field(ge=1, le=MAX_MESH_SIDE)]
 BankSide = Annotated[int, Field(ge=1, le=MAX_BANK_SIDE)]
 Millimetres = Annotated[float, Field(ge=0.1, le=1e3)]
@@ -213,7 +216,7 @@ class DvfsDomain(StrictModel):
 
 
 class DvfsConfig(StrictModel):
-    domains: tuple[DvfsDomain, ...] = (DvfsDomain(),)
+    domains: tuple[DvfsDomain, ...] = Field(default=(DvfsDomain(),), min_length=1)  # at least one (every core's)
 
 
 class RefreshConfig(StrictModel):

@@ -42,6 +42,13 @@ def read_yaml(path: str | Path) -> Any:
         line = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{p}: {line}malformed YAML: {problem}", code="malformed_yaml") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r})",
+                          code="malformed_yaml") from None
+    except RecursionError:  # PyYAML's composer recurses once per nesting level
+        raise ConfigError(f"{p}: malformed YAML: nested too deeply", code="malformed_yaml") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror}", code="file_not_found") from None
 
 
 def load_config(path: str | Path, model: type[M]) -> M:

@@ -14,7 +14,8 @@ from shared.errors import first_validation_error
 
 
 class RoutingConfig(StrictModel):
-    topk: PositiveInt = 2
+    # experts per token; None: the model's own (config.json's num_experts_per_tok), as the model was trained
+    topk: PositiveInt | None = None
     seed: int = Field(default=42, ge=0)
     zipf_s: float = Field(default=1.2, ge=0)  # popularity exponent; 0 = uniform
     locality: float = Field(default=0.0, ge=0, le=1)  # P(token repeats its previous expert choice)

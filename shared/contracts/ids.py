@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 _EXPERT = re.compile(r"^L(\d+)E(\d+)$")
-_BANK = re.compile(r"^B\((\d+),(\d+),(\d+)\)$")
+_BANK = re.compile(r"^B\((\d{1,9}),(\d{1,9}),(\d{1,9})\)$")  # at most 9 digits: an int64 array holds it
 _WEIGHT = re.compile(r"^W_L(0|[1-9]\d*)E(0|[1-9]\d*)_(0|[1-9]\d*)$")  # canonical: no leading zeros
 
 
@@ -54,7 +54,7 @@ def parse_bank_id(s: str) -> tuple[int, int, int]:
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
-_BANK_IN_LIST = re.compile(r"(?:^|;)B\((\d+),(\d+),(\d+)\)(?=;|$)")
+_BANK_IN_LIST = re.compile(r"(?:^|;)B\((\d{1,9}),(\d{1,9}),(\d{1,9})\)(?=;|$)")
 
 
 def parse_bank_ids(banks: Sequence[str]) -> NDArray[np.int64]:

@@ -219,7 +219,7 @@ PlotKind = Literal["temperature", "performance", "heatmap", "power"]
 class PlotRequest(BaseModel):
     """What a plot needs: result rows (bars) and/or per-window series (time series, heat maps) per scenario."""
 
-    workload: str
+    workload: str = Field(max_length=200)  # a label in the titles
     rows: list[ResultRow] = Field(default_factory=list)
     windows: dict[Scenario, list[WindowMetrics]] = Field(default_factory=dict)
     dram_layer: int | None = Field(default=None, ge=0)  # heat map; None = the hottest DRAM layer

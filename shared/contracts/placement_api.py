@@ -5,7 +5,7 @@ Owner: placement service. Consumers: orchestrator (``Pipeline.placement``, ``Pip
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,6 +14,7 @@ from shared.configs.tas import TacsParams
 from shared.contracts.placement import Overlays, Placement, ReplicaState, Telemetry
 from shared.contracts.registry import ContentHash
 from shared.contracts.workload import LogicalWindow
+from shared.limits import MAX_EXPERTS, MAX_LAYERS
 
 
 class PlacementRequest(BaseModel):
@@ -25,11 +26,15 @@ class PlacementRequest(BaseModel):
     method: Literal["default", "heuristic", "milp"] = "heuristic"
     expert_load: list[list[float]] | None = Field(
         default=None, min_length=1, description="per MoE layer, per expert (any scale); required for heuristic/milp")
-    moe_layers: list[int] | None = Field(default=None, description="model layer index of each expert_load row")
-    n_experts: int | None = Field(default=None, ge=1, description="routed experts per layer (default method without "
-                                                                   "expert_load; else from the workload's model)")
-    expert_flops_per_token: float = Field(default=2 * 3 * 4096 * 14336, gt=0, description="FLOPs/token/expert")
-    expert_bytes: float = Field(default=3 * 4096 * 14336 * 2, ge=0, description="weight bytes of one expert")
+    moe_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(
+        default=None, max_length=MAX_LAYERS, description="model layer index of each expert_load row")
+    n_experts: int | None = Field(default=None, ge=1, le=MAX_EXPERTS, description=(
+        "routed experts per layer (default method without expert_load; else from the workload's model)"))
+    # bounds: far past any model's expert (DeepSeek-V3's: 88 MFLOP a token, 44 MB of weights), finite
+    expert_flops_per_token: float = Field(default=2 * 3 * 4096 * 14336, gt=0, le=1e15, allow_inf_nan=False,
+                                          description="FLOPs/token/expert")
+    expert_bytes: float = Field(default=3 * 4096 * 14336 * 2, ge=0, le=1e13, allow_inf_nan=False,
+                                description="weight bytes of one expert")
     H: list[list[float]] | None = Field(default=None, description="cores x cores influence matrix, K/W")
     nonexpert_flops_per_step: float = Field(
         default=0.0, ge=0, allow_inf_nan=False,

@@ -6,7 +6,7 @@ no run state and replaying a step gives the same answer.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,12 +14,18 @@ from shared.configs.arch import ArchConfig
 from shared.contracts.events import ComputeEvents, EnergyDeposit, MemoryEvents
 from shared.contracts.registry import ContentHash
 
+# Bounds of a state's integers (a larger one would overflow the int64 arrays they become: a 422, not a 500)
+MAX_T_NS = 1 << 62  # ~146 years of simulated time
+MAX_WINDOW = 1 << 40
+MAX_DVFS_LEVEL = 1 << 16  # an index into a domain's steps (levels past the last step are its last step)
+
 
 class ThermalState(BaseModel):
-    t_ns: int = 0
+    t_ns: int = Field(default=0, ge=0, le=MAX_T_NS)
     field_b64: str | None = None  # float32 little-endian temperatures in K, model node order; None = ambient
-    dvfs_level: list[int] = Field(default_factory=list)  # per core: index into the domain's steps_ghz
-    window: int = -1  # last window stepped (out-of-order steps are refused with 409)
+    dvfs_level: list[Annotated[int, Field(ge=0, le=MAX_DVFS_LEVEL)]] = Field(
+        default_factory=list)  # per core: index into the domain's steps_ghz
+    window: int = Field(default=-1, ge=-1, le=MAX_WINDOW)  # last window stepped (out-of-order steps: 409)
     # Warm-up pass only (thermal.init "steady", warmup_ms > 0; services/thermal/service.py warm_state): the energy
     # dissipated so far per core then per bank (float64 little-endian, J, base64) and the time it covers (s).
     warm_energy_b64: str | None = None
@@ -133,7 +139,7 @@ class StepRequest(BaseModel):
 
     arch: ArchConfig | None = None
     model: ContentHash | None = None
-    window: int = Field(ge=0)
+    window: int = Field(ge=0, le=MAX_WINDOW)
     window_ms: float = Field(gt=0, le=1e6, allow_inf_nan=False)  # up to 1000 s of simulated time in one step
     state: ThermalState | None = None
     state_ref: ContentHash | None = None  # or the previous state by the name its step answered (404 unknown_...)

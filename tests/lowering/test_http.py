@@ -213,3 +213,18 @@ def test_a_bad_replica_state_sent_as_replicas_is_named_replicas(settings: Settin
     r = c.post("/v1/physicalize", json={**_body(1), "state_ref": out["state_ref"], "replicas": bad})
     assert r.status_code == 422, r.text
     assert r.json()["error"]["field"].startswith("replicas"), r.json()
+
+
+def test_lower_ops_work_is_bounded_per_request(settings: Settings) -> None:
+    """A hostile-request probe: 4096 large GEMMs in one request ran for minutes (the instruction bound was per op),
+    and a conv2d pad of 2**62 overflowed (a 500). Both are 422s naming the op."""
+    c = _client(settings)
+    many = {"ops": [{"kind": "matmul", "M": 4096, "K": 4096, "N": 4096}] * 4096, "include_instructions": False}
+    r = c.post("/v1/lower/ops", json=many)
+    assert r.status_code == 422 and r.json()["error"]["field"].startswith("ops[")
+    assert "several requests" in r.json()["error"]["message"]
+    pad = {"ops": [{"kind": "conv2d", "cin": 1, "h": 1, "w": 1, "cout": 1, "kh": 1, "kw": 1, "pad": 2 ** 62}]}
+    r = c.post("/v1/lower/ops", json=pad)
+    assert r.status_code == 422 and r.json()["error"]["field"].startswith("ops[0]")
+    r = c.post("/v1/lower/ops", json={"ops": [{"kind": "matmul", "M": 64, "K": 64, "N": 64}] * 3})
+    assert r.status_code == 200 and len(r.json()["results"]) == 3

@@ -85,3 +85,8 @@ def test_plots(client: TestClient, runs: dict[str, list[WindowMetrics]]) -> None
     assert _field(client.post("/v1/plots/heatmap?format=gif", json=body)) == "format"
     assert _field(client.post("/v1/plots/heatmap", json={**body, "dram_layer": 99})) == "dram_layer"
     assert _field(client.post("/v1/plots/performance", json={"workload": "w"})) == "rows"
+
+
+def test_a_plot_title_is_bounded(client: TestClient) -> None:
+    """A 300 kB workload label took 28 s to draw (found by a hostile-request probe): 422 naming it."""
+    assert _field(client.post("/v1/plots/temperature", json={"workload": "x" * 300_000})) == "workload"

@@ -83,6 +83,11 @@ def inline_or_hash(body: dict[str, Any], field: str, stores: dict[str, dict[str,
 # ------------------------------------------------------------------------------------------------------ workload
 
 
+def topk_of(wl: WorkloadConfig) -> int:
+    """The workload's experts per token: its ``routing.topk``, else the fake model's own (2, as Mixtral's)."""
+    return wl.routing.topk if wl.routing.topk is not None else 2
+
+
 def workload_app(settings: Settings) -> FastAPI:
     router = APIRouter(tags=["workload"])
     traces: dict[str, tuple[WorkloadConfig, float]] = {}
@@ -104,7 +109,7 @@ def workload_app(settings: Settings) -> FastAPI:
         traces[tid] = (wl, window_ms)
         return TraceSummary(trace_id=tid, model=wl.model_name, window_ms=window_ms,
                             n_windows=n_windows(wl, window_ms), n_layers=N_LAYERS, n_experts=N_EXPERTS,
-                            topk=wl.routing.topk, moe_layers=list(range(N_LAYERS)), steps=wl.sequence.steps,
+                            topk=topk_of(wl), moe_layers=list(range(N_LAYERS)), steps=wl.sequence.steps,
                             micro_batch=wl.sequence.micro_batch,
                             tokens_total=wl.sequence.steps * wl.sequence.micro_batch, flops_per_token_expert=2.0e8,
                             expert_bytes=64_000_000).model_dump(mode="json")
@@ -127,7 +132,7 @@ def workload_app(settings: Settings) -> FastAPI:
         eid = k * 100_000
         for mb in mbs:
             for layer in range(N_LAYERS):
-                counts = rng.multinomial(wl.sequence.micro_batch * wl.routing.topk, popularity(wl))
+                counts = rng.multinomial(wl.sequence.micro_batch * topk_of(wl), popularity(wl))
                 for e in range(N_EXPERTS):
                     if counts[e] == 0:
                         continue

@@ -255,7 +255,11 @@ def test_milp_job_is_idempotent_and_celery_shaped(client: TestClient) -> None:
     a = client.post("/v1/placements", json=body).json()["job_id"]
     b = client.post("/v1/placements", json=body).json()["job_id"]
     assert a == b
-    out = run_placement_job(body)  # the plain JSON-in/JSON-out function a Celery task wraps
+    with pytest.raises(BadInput) as err:  # the job carries its facts: the app resolved top-k before submitting
+        run_placement_job(body)
+    assert err.value.field == "workload.routing.topk"
+    out = run_placement_job({**body, "workload": {"routing": {"topk": 2}}})  # the plain JSON-in/JSON-out function a
+    # Celery task wraps
     assert set(out["experts"]) == {"L0E0", "L0E1", "L0E2"} and out["meta"]["method"] == "milp"
 
 
@@ -286,7 +290,7 @@ def test_milp_jobs_are_capped_per_principal_cancellable_and_time_limited(tmp_pat
         with TestClient(create_app(settings)) as c:
             def submit(who: str, seed: int) -> Any:
                 body = {"method": "milp", "arch": SMALL_ARCH, "expert_load": zipf_loads(2, 4), "expert_bytes": 1 << 20,
-                        "H": synthetic_diffusion_kernel(3, 3).tolist(),
+                        "H": synthetic_diffusion_kernel(3, 3).tolist(), "workload": {"routing": {"topk": 2}},
                         "tas": {"taps": {"milp_time_limit_s": 60 + seed}}}
                 return c.post("/v1/placements", json=body, headers={"Authorization": f"Bearer {who}"})
 
@@ -333,3 +337,54 @@ def test_taps_without_h_asks_the_thermal_service(client: TestClient, settings: S
     with pytest.raises(BadInput) as exc:
         placement_for(PlacementRequest.model_validate(body), None)
     assert exc.value.field == "H"
+
+
+def test_a_workload_without_top_k_takes_its_models_from_the_workload_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``workload.routing.topk`` left out: the model's experts per token, asked of the workload service (the
+    heuristic's and the MILP job's tokens per step); given: kept; not to be had: a 422 naming it."""
+    from services.placement import service
+    from shared.contracts.placement_api import PlacementRequest
+
+    asked: list[object] = []
+
+    def activated(_peers: object, model: object) -> int:
+        asked.append(model)
+        return 8
+
+    monkeypatch.setattr(service, "activated_experts", activated)
+    peers: Any = object()
+    req = PlacementRequest.model_validate({"workload": {"model": "olmoe-1b-7b"}})
+    assert service.with_model_topk(req, peers).workload.routing.topk == 8 and asked == ["olmoe-1b-7b"]
+    given = PlacementRequest.model_validate({"workload": {"model": "olmoe-1b-7b", "routing": {"topk": 2}}})
+    assert service.with_model_topk(given, peers) is given and len(asked) == 1
+    for peers_, answer in ((None, 8), (peers, 0)):
+        monkeypatch.setattr(service, "activated_experts", lambda _p, _m, a=answer: a)
+        with pytest.raises(BadInput) as err:
+            service.with_model_topk(req, peers_)
+        assert err.value.field == "workload.routing.topk"
+
+
+@pytest.mark.parametrize(("patch", "field"), [
+    ({"method": "default", "moe_layers": [0, 1], "n_experts": 10 ** 6}, "n_experts"),
+    ({"method": "default", "moe_layers": list(range(100_000)), "n_experts": 8}, "moe_layers"),
+    ({"method": "default", "moe_layers": [0, 1], "n_experts": 8, "expert_bytes": 1e15}, "expert_bytes"),
+    ({"method": "default", "moe_layers": [0, 1], "n_experts": 8, "expert_bytes": 1e13}, "expert_bytes"),
+    ({"expert_load": [[1.0] * 8], "expert_flops_per_token": 1e308}, "expert_flops_per_token"),
+    ({"expert_load": [[1e308] * 8]}, "expert_load[0][0]"),
+])
+def test_requests_past_the_placers_bounds_are_422(client: TestClient, patch: dict[str, Any], field: str) -> None:
+    """Found by a hostile-request probe: each of these ran out of memory, divided by zero or overflowed (500s and
+    timeouts); the bounds name the field."""
+    body = {"arch": SMALL_ARCH, "H": synthetic_diffusion_kernel(3, 3).tolist(), "workload": {"routing": {"topk": 2}},
+            **patch}
+    r = client.post("/v1/placements", json=body)
+    assert r.status_code == 422, r.text[:300]
+    assert _err(r)["field"].startswith(field)
+
+
+def test_balance_work_is_bounded(client: TestClient) -> None:
+    r = client.post("/v1/balance", json={"loads": [[1.0] * 64] * 2000, "cores": 64, "slots": 4096})
+    assert r.status_code == 422 and _err(r)["field"] == "slots"
+    r = client.post("/v1/balance", json={"loads": [[1e308] * 4], "cores": 4, "slots": 4})
+    assert r.status_code == 422 and _err(r)["field"] == "loads[0][0]"
+    assert client.post("/v1/balance", json={"loads": [[1.0, 2.0, 3.0, 4.0]], "cores": 2, "slots": 6}).status_code == 200

@@ -28,6 +28,12 @@ def _taps(tas: TasParams, **kw: object) -> TapsParams:
     return tas.taps.model_copy(update=kw)
 
 
+def _topk(wl: WorkloadConfig) -> int:
+    """The config's experts per token (the shipped Mixtral config states it: 2)."""
+    assert wl.routing.topk is not None
+    return wl.routing.topk
+
+
 def test_incremental_objective_matches_direct_evaluation(arch: ArchConfig, mixtral: WorkloadConfig,
                                                          tas: TasParams, kernel64: np.ndarray) -> None:
     pb = build_problem(arch, mixtral, tas.taps, zipf_loads(4, 8), FLOPS, kernel64)
@@ -66,7 +72,7 @@ def test_placement_output_consistent_with_model(arch: ArchConfig, mixtral: Workl
     assert plc.meta.method == "heuristic"
     # recompute the core powers from the placement alone and check T = H p + T_amb
     # each instance's energy per step as the physicalizer prices it (MACs, scratchpad, the weight stream), per second
-    tok = mixtral.sequence.micro_batch * mixtral.routing.topk
+    tok = mixtral.sequence.micro_batch * _topk(mixtral)
     steps = 1e3 / mixtral.sequence.step_interval_ms
     rows, cols = arch.core.array
     p = np.full(64, arch.power.logic_leak_w_per_core)
@@ -131,7 +137,7 @@ def test_capacity_respected_when_it_fits(arch: ArchConfig, mixtral: WorkloadConf
                                          kernel64: np.ndarray) -> None:
     # 8 layers x 8 experts; per-core capacity just above the mean demand forces spreading
     loads = zipf_loads(8, 8)
-    R = mixtral.sequence.micro_batch * mixtral.routing.topk * 1e3
+    R = mixtral.sequence.micro_batch * _topk(mixtral) * 1e3
     total = 8 * R * FLOPS
     hottest = max(max(r) for r in loads) * R * FLOPS / 2  # replicated
     cap = max(1.3 * total / 64, 1.01 * hottest)
@@ -275,7 +281,7 @@ def test_taps_keeps_every_layer_within_one_percent_of_the_balanced_critical_path
     t, budget = layer_budgets(arch, tas.taps, np.array([1e9, 1e9, 4e9]), 0.0, np.array([0, 0, 0]), CRITICAL_PATH_TOL)
     assert budget.tolist() == pytest.approx([1.01 * 4e9 / tas.taps.capacity.core_flops_tps] * 3)
     assert t[0] + t[1] <= budget[0] and t[0] + t[2] > budget[0]
-    assert routed_tokens_per_step(mixtral) == mixtral.sequence.micro_batch * mixtral.routing.topk
+    assert routed_tokens_per_step(mixtral) == mixtral.sequence.micro_batch * _topk(mixtral)
 
 
 @pytest.mark.parametrize("expert_bytes", [0, BYTES])

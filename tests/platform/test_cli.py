@@ -48,7 +48,8 @@ def test_help_lists_the_platform_subcommands(capsys: pytest.CaptureFixture[str])
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [(["serve", "gpu"], "invalid choice: 'gpu'"), (["--log-level", "LOUD", "openapi"], "--log-level"),
-     (["serve", "thermal", "--port", "many"], "--port"), ([], "required")],
+     (["serve", "thermal", "--port", "many"], "--port"), (["serve", "thermal", "--port", "99999999"], "1 to 65535"),
+     (["serve", "thermal", "--port", "-1"], "1 to 65535"), ([], "required")],
 )
 def test_bad_flags_exit_2_with_one_line(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
@@ -105,3 +106,23 @@ def test_command_detection_skips_global_options() -> None:
     assert _command_of(["--log-level", "DEBUG", "serve", "thermal"]) == "serve"
     assert _command_of(["--log-level=debug", "run"]) == "run"
     assert _command_of(["--help"]) is None
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    (b"\x00\xff\xfe", "not UTF-8"),
+    (b"a: " + b"[" * 10000 + b"\n", "nested too deeply"),
+])
+def test_unreadable_config_is_one_line(content: bytes, needle: str, capsys: pytest.CaptureFixture[str],
+                                       tmp_path: Path) -> None:
+    """A hostile-request probe found tracebacks (UnicodeDecodeError; RecursionError in ~3000 lines)."""
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    assert main(["config", "arch", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err and "Traceback" not in err
+
+
+def test_a_db_that_is_not_a_url_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["experiments", "list", "--db", str(tmp_path / "x.sqlite3")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--db" in err and "not a database URL" in err

@@ -79,6 +79,14 @@ def test_llama4_interleaved_moe_dense_widths_and_chunked_attention() -> None:
     assert mc.keys_per_query(0, 100) == 100 - 64 and mc.keys_per_query(3, 100) == 100
 
 
+def test_llama4_as_the_hub_publishes_it_no_rope_layers_empty() -> None:
+    """The hub's Llama-4 config.json has ``no_rope_layers: []``; transformers reads an empty list as its default
+    (every ``no_rope_layer_interval``-th layer without RoPE), and so do we: the same model as with the key missing."""
+    missing = {k: v for k, v in TINY["llama4"].items() if k != "no_rope_layers"}
+    a, b = from_hf_config({**missing, "no_rope_layers": []}, name="a"), from_hf_config(missing, name="a")
+    assert a == b and a.layer_mixers == _mc("llama4").layer_mixers
+
+
 def test_jamba_mamba_and_expert_layers() -> None:
     mc = _mc("jamba")
     assert [i for i, m in enumerate(mc.layer_mixers) if m != "mamba"] == [2, 6]
@@ -283,6 +291,25 @@ def test_register_list_use_and_conflicts(models_client: Any) -> None:
     wl = {"model": "my-jamba", "routing": {"topk": 2}, "sequence": {"tokens": 64, "micro_batch": 2, "steps": 2}}
     r = client.post("/v1/traces", json={"workload": wl, "window_ms": 3})
     assert r.status_code == 200 and r.json()["moe_layers"] == [1, 3, 5, 7]
+
+
+def test_a_workload_without_routing_topk_routes_as_its_model(models_client: Any) -> None:
+    """``routing.topk`` left out is the model's own ``num_experts_per_tok`` (a brought top-8 model is not run top-2):
+    the trace's experts per token, its expert work and the recorded rows; a given top-k still wins."""
+    client, _ = models_client
+    cfg = {**TINY["qwen3_moe"], "num_experts": 8, "num_experts_per_tok": 4}
+    assert client.post("/v1/models", json={"name": "top4", "config": cfg}).status_code == 201
+    seq = {"tokens": 64, "micro_batch": 2, "steps": 2}
+    own = client.post("/v1/traces", json={"workload": {"model": "top4", "sequence": seq}, "window_ms": 3})
+    two = client.post("/v1/traces", json={"workload": {"model": "top4", "sequence": seq, "routing": {"topk": 2}},
+                                          "window_ms": 3})
+    assert own.status_code == two.status_code == 200, (own.text, two.text)
+    assert own.json()["topk"] == 4 and two.json()["topk"] == 2
+    expert_tokens = []
+    for r in (own, two):
+        w = client.get(f"/v1/traces/{r.json()['trace_id']}/windows/0").json()["compute"]
+        expert_tokens.append(sum(t for t, op in zip(w["tokens"], w["op_type"], strict=True) if op == "fc"))
+    assert expert_tokens[0] == 2 * expert_tokens[1] > 0  # micro-batch x layers x top-k token-expert pairs
 
 
 def test_bad_registration_stores_nothing(models_client: Any) -> None:

@@ -351,3 +351,19 @@ def test_window_range_is_the_arrivals_in_the_window(interval_ms: float, window_m
     assert got[0][0] == 0 and got[-1][1] == plan.steps
     for k, (a, b) in enumerate(got):
         assert all(k * w_ns <= t < (k + 1) * w_ns for t in plan.mb_t_ns[a:b])
+
+
+@pytest.mark.parametrize(("over", "window_ms", "field"), [
+    ({"sequence": {"steps": 100_000, "micro_batch": 65536}}, 1e6, "window_ms"),  # every micro-batch in window 0
+    ({"sequence": {"steps": 100, "micro_batch": 4096}}, 3.0, "window_ms"),  # 4 micro-batches of 61M routing cells
+    ({"sequence": {"steps": 100, "micro_batch": 8192, "step_interval_ms": 100.0}}, 3.0, "sequence.micro_batch"),
+])
+def test_one_window_is_bounded_before_it_is_built(over: dict[str, Any], window_ms: float, field: str) -> None:
+    """Found by a hostile-request probe: a trace was accepted whose first window then ran out of memory or took
+    minutes to draw. The plan refuses it, naming the field that makes one window too large."""
+    v3 = over["sequence"]["micro_batch"] < 65536  # DeepSeek-V3's 256 experts in 58 MoE layers
+    cfg = small("deepseek-v3" if v3 else "mixtral-8x7b", routing={"topk": 8 if v3 else 2}, **over)
+    with pytest.raises(BadInput) as err:
+        make_plan(cfg).window_count(window_ms)
+    assert err.value.field == field
+    make_plan(small()).window_count(3.0)  # the usual sizes pass

@@ -451,7 +451,7 @@ def _llama4(r: Raw, name: str) -> dict[str, Any]:
     if chunk is not None:
         data["attention_chunk_size"] = chunk
     rope = r.int_list("no_rope_layers", ge=0, le=1)  # 1: the layer uses RoPE (and chunked attention)
-    if rope is None:
+    if not rope:  # missing or [] (the hub's Llama-4 configs): transformers' default, every interval-th layer NoPE
         interval = r.integer("no_rope_layer_interval", 4, le=MAX_LAYERS)
         rope = [int((i + 1) % interval != 0) for i in range(n)]
     if len(rope) != n:
