@@ -21,6 +21,7 @@ from services.placement.taps import check_size, validate_loads
 from shared.client import ServiceClients
 from shared.configs import ArchConfig
 from shared.configs.tas import TacsParams
+from shared.configs.workload import InlineModel
 from shared.content import ContentStore, M, arch_store, content_hash, object_or_hash, placement_store, state_store
 from shared.contracts.placement import Placement, ReplicaState
 from shared.contracts.placement_api import (
@@ -44,21 +45,28 @@ from shared.peers import (
 )
 
 
+def _model_count(req: PlacementRequest, peers: ServiceClients | None,
+                 ask: Callable[[ServiceClients, str | InlineModel], int], field: str, what: str) -> int:
+    """A count the workload service knows of the request's model (``ask``: e.g. its routed experts); a 422 naming
+    ``field`` when it is 0 (a dense model), the model is unknown, or there is no workload service to ask."""
+    n = 0
+    if peers is not None:
+        try:
+            n = ask(peers, req.workload.model)
+        except (UpstreamError, TasmoeError):
+            n = -1
+    if n <= 0:
+        why = ("has no routed experts" if n == 0 else "is unknown to the workload service") if peers is not None \
+            else "cannot be asked of a workload service here"
+        raise BadInput(f"{field} is required {what}(workload.model {req.workload.model_name!r} {why})", field=field)
+    return n
+
+
 def _n_experts_of(req: PlacementRequest, peers: ServiceClients | None) -> int:
     """The request's ``n_experts``, else the workload service's count for the workload's model."""
     if req.n_experts is not None:
         return req.n_experts
-    n = 0
-    if peers is not None:
-        try:
-            n = routed_experts(peers, req.workload.model)
-        except (UpstreamError, TasmoeError):
-            n = -1
-    if n <= 0:
-        what = "has no routed experts" if n == 0 and peers is not None else "is unknown to the workload service"
-        raise BadInput(f"n_experts is required with method=default and no expert_load (workload.model "
-                       f"{req.workload.model_name!r} {what})", field="n_experts")
-    return n
+    return _model_count(req, peers, routed_experts, "n_experts", "with method=default and no expert_load ")
 
 
 def with_model_topk(req: PlacementRequest, peers: ServiceClients | None) -> PlacementRequest:
@@ -68,17 +76,7 @@ def with_model_topk(req: PlacementRequest, peers: ServiceClients | None) -> Plac
     r = req.workload.routing
     if r.topk is not None:
         return req
-    k = 0
-    if peers is not None:
-        try:
-            k = activated_experts(peers, req.workload.model)
-        except (UpstreamError, TasmoeError):
-            k = -1
-    if k <= 0:
-        what = ("has no routed experts" if k == 0 else "is unknown to the workload service") if peers is not None \
-            else "cannot be asked of a workload service here"
-        raise BadInput(f"workload.routing.topk is required (workload.model {req.workload.model_name!r}: its experts "
-                       f"per token {what})", field="workload.routing.topk")
+    k = _model_count(req, peers, activated_experts, "workload.routing.topk", "")
     wl = req.workload.model_copy(update={"routing": r.model_copy(update={"topk": k})})
     return req.model_copy(update={"workload": wl})
 
