@@ -37,7 +37,7 @@ from services.thermal.hotspot_io import (
     read_flp,
 )
 from services.thermal.network import N_RING, LayerSpec, NetworkSpec, PackageSpec, RCNetwork, build_network
-from shared.configs.arch import MAX_GRID_SIDE, MAX_THERMAL_NODES, MAX_TRANSIENT_SUBSTEPS
+from shared.configs.arch import MAX_GRID_SIDE, MAX_THERMAL_NODES
 from shared.errors import BadInput
 
 # HotSpot 7 defaults (temperature.c: default_thermal_config)
@@ -404,17 +404,21 @@ def _trace_layout(case: HotspotCase, names: tuple[str, ...], where: str) -> list
     return layout
 
 
-def run(opts: HotspotOptions, make_solver: SolverFactory | None = None) -> HotspotResult:
-    """Solve one HotSpot input set: steady (average power) and, with ``-o``, the transient trace."""
+def run(opts: HotspotOptions, make_solver: SolverFactory | None = None, *,
+        max_substeps: int | None = None) -> HotspotResult:
+    """Solve one HotSpot input set: steady (average power) and, with ``-o``, the transient trace (at most
+    ``max_substeps`` sub-steps: the service's file mode bounds it; the local command does not)."""
     case = load_case(opts)
     solver = (make_solver or default_solver)(case.net)
     p_path = opts.path("p")
     assert p_path is not None
-    return solve_trace(opts, case, solver, p_path)
+    return solve_trace(opts, case, solver, p_path, max_substeps=max_substeps)
 
 
-def solve_trace(opts: HotspotOptions, case: HotspotCase, solver: solvers.Solver, p_path: Path) -> HotspotResult:
-    """One power trace on a built case and solver (the factorisation is reused across traces: ``run_batch``)."""
+def solve_trace(opts: HotspotOptions, case: HotspotCase, solver: solvers.Solver, p_path: Path, *,
+                max_substeps: int | None = None) -> HotspotResult:
+    """One power trace on a built case and solver (the factorisation is reused across traces: ``run_batch``);
+    a transient of more than ``max_substeps`` sub-steps is a 422 naming ``sampling_intvl`` (None: no bound)."""
     try:
         ptext = p_path.read_text()
     except OSError as exc:
@@ -446,10 +450,10 @@ def solve_trace(opts: HotspotOptions, case: HotspotCase, solver: solvers.Solver,
         if dt <= 0:
             raise BadInput("option -sampling_intvl must be > 0", field="sampling_intvl")
         n_sub = max(1, math.ceil(dt / TRANSIENT_MAX_SUBSTEP_S - 1e-9))
-        if n_sub * len(trace.values) > MAX_TRANSIENT_SUBSTEPS:
+        if max_substeps is not None and n_sub * len(trace.values) > max_substeps:
             raise BadInput(f"-o: {len(trace.values)} trace lines of -sampling_intvl {dt:g} s in "
                            f"{TRANSIENT_MAX_SUBSTEP_S:g} s sub-steps is {n_sub * len(trace.values)} sub-steps, at most "
-                           f"{MAX_TRANSIENT_SUBSTEPS} "
+                           f"{max_substeps} a request "
                            "(fewer lines or a shorter interval)", field="sampling_intvl")
         rows = []
         for row in trace.values:

@@ -22,6 +22,7 @@ from services.thermal import hotspot
 from services.thermal.hotspot_io import parse_lcf, parse_temp_file
 from services.thermal.model import HOTSPOT_C_CONVEC, KELVIN, get_model
 from shared.configs import ArchConfig
+from shared.configs.arch import MAX_TRANSIENT_SUBSTEPS
 from shared.errors import BadInput, UpstreamError
 
 
@@ -180,7 +181,7 @@ def import_and_solve(files: dict[str, str], args: list[str]) -> dict[str, str]:
         _write_files(d, files)
         try:
             opts = _confined_options(d, files, args)
-            res = hotspot.run(opts)
+            res = hotspot.run(opts, max_substeps=MAX_TRANSIENT_SUBSTEPS)  # a request's bound (not the CLI's)
             written = hotspot.write_outputs(opts, res)
         except BadInput as exc:  # messages name files as the user did, not by their server path
             def scrub(text: str) -> str:

@@ -12,6 +12,7 @@ from services.thermal.app import create_app
 from shared.configs import ArchConfig
 from shared.configs.arch import MAX_TRANSIENT_SUBSTEPS
 from shared.contracts.thermal import ThermalState
+from shared.errors import BadInput
 from shared.settings import Settings
 from tests.conftest import FIXTURES
 from tests.thermal.test_api import _step_body
@@ -99,3 +100,26 @@ def test_powers_past_what_a_float_holds_are_422_not_nan(client: TestClient, arch
     assert _error(client.post("/v1/step", json=body))["field"] == "compute_events"
     solve = {"arch": arch_small.model_dump(mode="json"), "core_w": [1e308] * 16}
     assert _error(client.post("/v1/solve", json=solve))["field"] == "core_w"
+
+
+def test_the_local_hotspot_command_is_not_held_to_a_requests_bound(tmp_path: Any) -> None:
+    """The sub-step bound is the service's (a request's CPU: the file mode passes it, tested above); `hotspot.run`,
+    which `tasmoe hotspot` calls on a user's own machine, applies it only when given one."""
+    from services.thermal import hotspot
+
+    for name, text in _files().items():
+        (tmp_path / name).write_text(text)
+    head = (tmp_path / "tiny.ptrace").read_text().splitlines()[0]
+    n = MAX_TRANSIENT_SUBSTEPS // 10 + 1  # lines of 1 ms: 10 sub-steps each, just past the bound
+    (tmp_path / "long.ptrace").write_text(head + "\n" + ("\t".join(["0.1"] * len(head.split())) + "\n") * n)
+    args = [str(tmp_path / a) if a.startswith("tiny") else a for a in TINY_ARGS]
+    args[args.index(str(tmp_path / "tiny.ptrace"))] = str(tmp_path / "long.ptrace")
+    opts = hotspot.parse_options([*args, "-o", str(tmp_path / "t.ttrace"), "-sampling_intvl", "1e-3"])
+    with pytest.raises(BadInput) as err:
+        hotspot.run(opts, max_substeps=MAX_TRANSIENT_SUBSTEPS)
+    assert err.value.field == "sampling_intvl"
+    short = [*args[:-1], str(tmp_path / "o.steady")]
+    (tmp_path / "short.ptrace").write_text(head + "\n" + ("\t".join(["0.1"] * len(head.split())) + "\n") * 3)
+    short[short.index(str(tmp_path / "long.ptrace"))] = str(tmp_path / "short.ptrace")
+    res = hotspot.run(hotspot.parse_options([*short, "-o", str(tmp_path / "t.ttrace"), "-sampling_intvl", "1e-3"]))
+    assert res.transient is not None and res.transient.shape[0] == 3
