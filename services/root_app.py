@@ -1,6 +1,5 @@
 """Embedded mode: build the six service apps, enter their lifespans, mount them on one root app or hand them to the
-shared client as ASGI transports (so code paths are the cluster's; a POST's synchronous endpoint runs on its caller's
-thread: `shared.inline_calls`)."""
+shared client as ASGI transports (so code paths are the cluster's)."""
 
 from __future__ import annotations
 

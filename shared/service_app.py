@@ -2,29 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.datastructures import DefaultPlaceholder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from fastapi.routing import APIRoute, serialize_response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shared import __version__, json_codec
+from shared import __version__
 from shared.auth import ANONYMOUS, LOCAL_ADMIN, PUBLIC_PATHS, KeyStore, Principal, bearer, needed_scope
 from shared.blas import limit_blas_threads
 from shared.errors import TasmoeError, first_validation_error, format_loc, humanize
-from shared.inline_calls import INLINE, INLINE_STATE
 from shared.logging import RUN_ID_HEADER, bind_run_id
 from shared.settings import Settings
 
@@ -126,106 +121,6 @@ def install_error_handlers(app: FastAPI) -> None:
         with bind_run_id(request.headers.get(RUN_ID_HEADER)):  # this handler runs outside RunIdMiddleware
             log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return error_response(500, "internal", f"internal error ({type(exc).__name__})")
-
-
-def _json_content_type(request: Request) -> bool:
-    ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    return ctype == "application/json" or (ctype.startswith("application/") and ctype.endswith("+json"))
-
-
-def fast_json_model(route: APIRoute) -> type[BaseModel] | None:
-    """The request model of a route that `JsonBodyRoute` can serve on its fast path, else None: exactly one body
-    parameter (a pydantic model, not embedded) and nothing else to solve (no path/query/header/cookie parameters, no
-    dependencies, no Response/BackgroundTasks parameters; a `Request` parameter is passed as is: the app's state, e.g.
-    its registered run data), the default response class and serialisation (``response_model_exclude_none`` is
-    honoured)."""
-    dep = route.dependant
-    if (len(dep.body_params) != 1 or dep.path_params or dep.query_params or dep.header_params or dep.cookie_params
-            or dep.dependencies or dep.http_connection_param_name
-            or dep.response_param_name or dep.background_tasks_param_name or dep.security_scopes_param_name
-            or route._embed_body_fields or not isinstance(route.response_class, DefaultPlaceholder)
-            or route.response_model_include is not None or route.response_model_exclude is not None
-            or not route.response_model_by_alias or route.response_model_exclude_unset
-            or route.response_model_exclude_defaults):
-        return None
-    model = dep.body_params[0].field_info.annotation
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
-class _OrjsonRequest(Request):
-    """A request whose ``json()`` parses with orjson (`shared.json_codec`; the standard library's parser for what
-    orjson refuses, so an invalid body raises the same ``JSONDecodeError``, and FastAPI gives the same 422)."""
-
-    async def json(self) -> Any:
-        if not hasattr(self, "_json"):
-            self._json = json_codec.loads(await self.body())
-        return self._json
-
-
-class JsonBodyRoute(APIRoute):
-    """An `APIRoute` that parses a JSON request body in one pass with pydantic-core (``Model.model_validate_json`` on
-    the raw bytes) instead of FastAPI's ``json.loads`` + ``validate_python``, which dominated the hot per-window
-    endpoints (bodies of several hundred kB). The response is serialised as FastAPI does (``response_model`` →
-    pydantic's JSON serializer).
-
-    Only the happy path is different: the endpoint signature, and so the OpenAPI spec, is unchanged; a body that is
-    empty, not ``application/json`` or invalid is handed to FastAPI's own handler, so every error (422 with the field
-    path in the standard error body, invalid JSON, missing body) is exactly the one FastAPI gives. Routes that are not
-    a single-model body (see `fast_json_model`) are served by FastAPI's handler alone, with the body parsed by orjson
-    instead of ``json.loads`` (`_OrjsonRequest`). Use it as ``APIRouter(route_class=JsonBodyRoute)``.
-    """
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        fastapi_handler = super().get_route_handler()
-
-        async def fallback(request: Request) -> Response:
-            if not isinstance(request, _OrjsonRequest):
-                request = _OrjsonRequest(request.scope, request.receive)
-            shared_loop = request.scope.get(INLINE)
-            if shared_loop is not None:  # on its caller's thread: FastAPI's handler (its pool) on the shared loop
-                return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fastapi_handler(request),
-                                                                                  shared_loop))
-            return await fastapi_handler(request)
-
-        model = fast_json_model(self)
-        if model is None:
-            return fallback
-        endpoint = self.endpoint
-        param = self.dependant.body_params[0].name
-        request_param = self.dependant.request_param_name
-        is_coroutine = inspect.iscoroutinefunction(endpoint)
-        status_code = self.status_code
-        response_field = self.response_field
-        exclude_none = self.response_model_exclude_none
-
-        async def handler(request: Request) -> Response:
-            request = _OrjsonRequest(request.scope, request.receive)
-            raw = await request.body()  # cached on the request: the fallback reads the same bytes
-            if not raw or not _json_content_type(request):
-                return await fallback(request)
-            try:
-                value = model.model_validate_json(raw)
-            except ValidationError:
-                return await fallback(request)  # FastAPI's own 422 (field path, standard error body)
-            kwargs_in: dict[str, Any] = {param: value}
-            if request_param:
-                kwargs_in[request_param] = request
-            if is_coroutine:
-                result = await endpoint(**kwargs_in)
-            elif INLINE in request.scope:  # the caller's own thread (shared.inline_calls)
-                result = endpoint(**kwargs_in)
-            else:
-                result = await run_in_threadpool(endpoint, **kwargs_in)
-            if isinstance(result, Response):
-                return result
-            kwargs: dict[str, Any] = {} if status_code is None else {"status_code": status_code}
-            if response_field is None:
-                return JSONResponse(await serialize_response(response_content=result), **kwargs)
-            content = await serialize_response(field=response_field, response_content=result, dump_json=True,
-                                               exclude_none=exclude_none)
-            return Response(content=content, media_type="application/json", **kwargs)
-
-        return handler
 
 
 class RunIdMiddleware:
@@ -359,8 +254,9 @@ def _add_security_scheme(app: FastAPI) -> None:
 
 class BodyLimitMiddleware:
     """Refuse a request body over ``max_bytes`` with 413 and the standard error body: by its Content-Length before
-    reading anything, and while reading a body sent without one (chunked), so a client cannot make the service hold
-    an arbitrarily large body in memory (``TASMOE_MAX_BODY_MB``)."""
+    reading anything, and a body sent without one (chunked) by reading it here up to the limit before the app sees
+    it, so a client cannot make the service hold an arbitrarily large body in memory (``TASMOE_MAX_BODY_MB``) and
+    the answer is the 413 whatever the route does with a body it could not read."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -376,36 +272,30 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         length = Headers(scope=scope).get("content-length")
-        if length is not None and length.strip().isdigit() and int(length) > self.max_bytes:
-            await self._too_large(int(length))(scope, receive, send)
+        if length is not None and length.strip().isdigit():
+            if int(length) > self.max_bytes:
+                await self._too_large(int(length))(scope, receive, send)
+                return
+            await self.app(scope, receive, send)  # the server delivers no more than the length it announced
             return
+        messages: list[Message] = []  # no length: read it whole (up to the limit), then replay it to the app
         seen = 0
-        started = False
-
-        async def limited_receive() -> Any:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _BodyTooLarge
-            return message
-
-        async def tracking_send(message: Any) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _BodyTooLarge:
-            if not started:
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
                 await self._too_large(None)(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
 
+        async def replay() -> Message:
+            return messages.pop(0) if messages else await receive()
 
-class _BodyTooLarge(Exception):
-    pass
+        await self.app(scope, replay, send)
 
 
 def create_service_app(
@@ -432,9 +322,6 @@ def create_service_app(
     _local_docs(app)
     app.state.settings = settings
     app.state.service_name = name
-    # calls on their caller's thread (shared.inline_calls) where every router's routes are JsonBodyRoutes: they hand
-    # FastAPI's own handler to the shared loop; a plain route would start a pool thread on the caller's loop per call
-    setattr(app.state, INLINE_STATE, all(issubclass(r.route_class, JsonBodyRoute) for r in routers))
     install_error_handlers(app)
 
     app.add_middleware(AuthMiddleware, store=KeyStore(settings.effective_keys_file()) if settings.auth == "keys"

@@ -12,10 +12,10 @@ from shared.configs import ArchConfig
 from shared.contracts.events import PhysicalizeRequest, PhysicalizeResponse
 from shared.contracts.placement import Placement
 from shared.contracts.registry import Registered
-from shared.service_app import ERROR_RESPONSES, JsonBodyRoute, create_service_app
+from shared.service_app import ERROR_RESPONSES, create_service_app
 from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["lowering"], route_class=JsonBodyRoute)
+router = APIRouter(tags=["lowering"])
 
 
 def _run_data(request: Request) -> service.RunData:

@@ -28,10 +28,10 @@ from shared.contracts.metrics import (
     ReduceRequest,
     ReduceResponse,
 )
-from shared.service_app import JsonBodyRoute, create_service_app
+from shared.service_app import create_service_app
 from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["metrics"], route_class=JsonBodyRoute)
+router = APIRouter(tags=["metrics"])
 
 
 @router.post("/reduce")

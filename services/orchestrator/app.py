@@ -39,12 +39,12 @@ from shared.auth import redact_paths
 from shared.client import ServiceClients
 from shared.configs.workload import InlineModel
 from shared.errors import BadInput, Conflict, NotFound, QuotaExceeded, UpstreamError
-from shared.service_app import JsonBodyRoute, create_service_app, principal_of
+from shared.service_app import create_service_app, principal_of
 from shared.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(tags=["orchestrator"], route_class=JsonBodyRoute)
+router = APIRouter(tags=["orchestrator"])
 
 IdPath = Annotated[str, "experiment id"]
 

@@ -12,10 +12,10 @@ from services.workload import service
 from services.workload.sources import WorkloadSources
 from shared.contracts.workload import MAX_WINDOWS_PER_CALL, ExpertLoad, LogicalWindow, LogicalWindows, TraceSummary
 from shared.contracts.workload_api import IrRequest, ModelRegistration, TraceRequest
-from shared.service_app import JsonBodyRoute, create_service_app
+from shared.service_app import create_service_app
 from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["workload"], route_class=JsonBodyRoute)
+router = APIRouter(tags=["workload"])
 
 
 def _cache(request: Request) -> service.TraceCache:

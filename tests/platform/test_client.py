@@ -25,7 +25,7 @@ from shared.client import (
     ServiceClient,
     ServiceClients,
     async_asgi_client,
-    backoff_s,
+    retry_policy,
 )
 from shared.errors import BadInput, Conflict, NotFound, TasmoeError, UpstreamError
 from shared.logging import RUN_ID_HEADER, bind_run_id
@@ -90,36 +90,36 @@ def test_retryable_status_gives_up_after_the_configured_attempts(tmp_path: Path)
     assert "thermal" in info.value.message
 
 
-def test_the_waits_between_attempts_double_up_to_five_seconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                              ) -> None:
-    """``http_backoff_s * 2**(attempt - 1)`` after each failed attempt but the last, at most `MAX_BACKOFF_S`; a
-    sync call sleeps on its thread, an async call on its loop."""
-    waits: list[float] = []
-    monkeypatch.setattr("shared.client.time.sleep", waits.append)
-    script = Script(statuses=[503] * 10)
-    with pytest.raises(UpstreamError):
-        _client(tmp_path, script, http_retries=5, http_backoff_s=0.75).get_json("/v1/thing")
-    assert len(script.seen) == 6 and waits == [0.75, 1.5, 3.0, 5.0, 5.0]
+def test_the_waits_between_attempts_grow_with_jitter_up_to_five_seconds(tmp_path: Path) -> None:
+    """tenacity's exponential backoff with jitter: ``http_backoff_s · 2^(n−1)`` plus up to ``http_backoff_s`` after
+    failed attempt n, at most `MAX_BACKOFF_S`."""
     settings = _settings(tmp_path, http_backoff_s=0.75)
-    assert [backoff_s(settings, a) for a in (1, 2, 3, 4, 30, 2000)] == [0.75, 1.5, 3.0, 5.0, 5.0, MAX_BACKOFF_S]
+    wait = retry_policy(settings)["wait"]
+    for attempt, low in ((1, 0.75), (2, 1.5), (3, 3.0), (4, 5.0), (30, 5.0), (2000, 5.0)):
+        state = type("State", (), {"attempt_number": attempt})()
+        for _ in range(20):
+            got = wait(state)
+            assert min(low, MAX_BACKOFF_S) <= got <= min(low + 0.75, MAX_BACKOFF_S), (attempt, got)
 
-    async_waits: list[float] = []
 
-    async def record(s: float) -> None:
-        async_waits.append(s)
-
-    monkeypatch.setattr("shared.client.asyncio.sleep", record)
+def test_sync_and_async_calls_wait_between_attempts(tmp_path: Path) -> None:
+    """A sync call sleeps on its thread, an async call on its loop; both keep one Idempotency-Key."""
+    script = Script(statuses=[503, 503])
+    t0 = time.monotonic()
+    assert _client(tmp_path, script, http_retries=2, http_backoff_s=0.05).get_json("/v1/thing")["ok"]
+    assert time.monotonic() - t0 >= 0.05 + 0.1 and len(set(script.keys())) == 1
     script = Script(statuses=[429, 504])
 
     async def go() -> Any:
-        c = async_asgi_client("thermal", script.app(), _settings(tmp_path, http_retries=2, http_backoff_s=0.5))
+        c = async_asgi_client("thermal", script.app(), _settings(tmp_path, http_retries=2, http_backoff_s=0.05))
         try:
             return await c.get_json("/v1/thing")
         finally:
             await c.aclose()
 
+    t0 = time.monotonic()
     assert asyncio.run(go()) == {"ok": True, "echo": None}
-    assert async_waits == [0.5, 1.0] and len(set(script.keys())) == 1
+    assert time.monotonic() - t0 >= 0.05 + 0.1 and len(set(script.keys())) == 1
 
 
 @pytest.mark.parametrize(
@@ -356,58 +356,28 @@ def test_embedded_transport_keeps_one_loop_per_thread_and_the_callers_context(tm
         clients.close()
 
 
-def test_embedded_requests_reach_the_app_as_httpx_would_send_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                                  ) -> None:
-    """Over an ASGI mount the client makes the ASGI call httpx's client would make (Host and the client's default
-    headers under the caller's, Content-Length, the query, a percent-encoded path; a path httpx would quote goes
-    through httpx's request) without httpx's send path (over a socket: tests/platform/test_http11.py). The app sees
-    the same request either way."""
-    import httpx
-
+def test_embedded_requests_reach_the_app_through_httpx(tmp_path: Path) -> None:
+    """Over an ASGI mount the request is httpx's own (its ASGITransport): the query, headers, the run id, a
+    percent-encoded path and the body reach the app as over a socket."""
     seen: list[dict[str, Any]] = []
 
     async def handler(request: Request) -> Response:
         scope = request.scope
         seen.append({"path": scope["path"], "raw_path": scope["raw_path"], "query": scope["query_string"],
-                     "server": tuple(scope["server"]), "headers": sorted(
-                         (k, v) for k, v in scope["headers"] if k != IDEMPOTENCY_HEADER.lower().encode()),
-                     "body": await request.body()})
+                     "headers": dict(scope["headers"]), "body": await request.body()})
         return JSONResponse({"ok": True})
 
     app = Starlette(routes=[Route("/v1/{rest:path}", handler, methods=["GET", "POST"])])
-    settings = _settings(tmp_path)
-    embedded = ServiceClients(settings, asgi_apps={"thermal": app})["thermal"]
-    # the reference: httpx's own client over the same in-process transport
-    reference = ServiceClient("thermal", "http://thermal", settings, transport=embedded._inproc)
-    reference._inproc = None
-
-    def calls(client: ServiceClient) -> None:
-        with bind_run_id("run-7"):
-            assert client.post_json("/v1/thing", {"x": [1, 2]}, params={"start": 3, "count": 16},
-                                    headers={"X-Extra": "yes", "accept": "application/json"}) == {"ok": True}
-            assert client.get_json("/v1/models/a%2Fb/thing", params={"a": "b c&d"}) == {"ok": True}
-            assert client.post_json("/v1/with space") == {"ok": True}  # quoted by httpx: its own request
-            assert client.post_json("/v1/empty") == {"ok": True}  # no body: Content-Length 0, as httpx sends it
-            assert client.get_json("/v1/list", params={"k": [1, 2], "flag": True, "none": None}) == {"ok": True}
-
-    monkeypatch.setattr(httpx.Client, "send", lambda *_, **__: pytest.fail("httpx's send on an in-process call"))
-    calls(embedded)
-    monkeypatch.undo()
-    calls(reference)
-    assert len(seen) == 10
-    assert seen[:5] == seen[5:]
-    post, get, spaced, empty, listed = seen[:5]
+    embedded = ServiceClients(_settings(tmp_path), asgi_apps={"thermal": app})["thermal"]
+    with bind_run_id("run-7"):
+        assert embedded.post_json("/v1/thing", {"x": [1, 2]}, params={"start": 3, "count": 16},
+                                  headers={"X-Extra": "yes"}) == {"ok": True}
+        assert embedded.get_json("/v1/models/a%2Fb/thing", params={"a": "b c&d"}) == {"ok": True}
+    post, get = seen
     assert post["query"] == b"start=3&count=16" and post["body"] == b'{"x":[1,2]}'
-    headers = dict(post["headers"])
-    assert headers[b"x-extra"] == b"yes" and headers[b"accept"] == b"application/json"
-    assert headers[RUN_ID_HEADER.lower().encode()] == b"run-7" and headers[b"content-length"] == b"11"
-    assert headers[b"host"] == b"thermal" and headers[b"user-agent"].startswith(b"python-httpx/")
-    assert get["path"] == "/v1/models/a/b/thing" and get["raw_path"] == b"/v1/models/a%2Fb/thing"
-    assert b"content-length" not in dict(get["headers"])
-    assert spaced["raw_path"] == b"/v1/with%20space"
-    assert dict(empty["headers"])[b"content-length"] == b"0" and empty["body"] == b""
-    assert listed["query"] == b"k=1&k=2&flag=true&none="
-    with pytest.raises(UnicodeEncodeError):  # header values are ASCII on both paths, as httpx wants them
-        embedded.get_json("/v1/thing", headers={"X-Name": "r\u00e9"})
-    with pytest.raises(NotFound):  # errors still map on the direct path
+    headers = post["headers"]
+    assert headers[b"x-extra"] == b"yes" and headers[RUN_ID_HEADER.lower().encode()] == b"run-7"
+    assert headers[b"content-type"] == b"application/json" and headers[b"content-length"] == b"11"
+    assert get["raw_path"] == b"/v1/models/a%2Fb/thing"
+    with pytest.raises(NotFound):
         embedded.get_json("/nothing")
