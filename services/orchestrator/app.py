@@ -38,7 +38,7 @@ from services.orchestrator.settings import orchestrator_settings
 from shared.auth import redact_paths
 from shared.client import ServiceClients
 from shared.configs.workload import InlineModel
-from shared.errors import BadInput, Conflict, NotFound, QuotaExceeded, UpstreamError
+from shared.errors import BadInput, Conflict, NotFound, UpstreamError
 from shared.service_app import create_service_app, principal_of
 from shared.settings import Settings, get_settings
 
@@ -72,18 +72,11 @@ def _shown(request: Request, view: ExperimentView) -> ExperimentView:
                                    if view.error else view.error})
 
 
-def _check_quota(request: Request, new_runs: int) -> None:
-    """429 + Retry-After when the principal's queued and running runs would exceed TASMOE_QUOTA_ACTIVE_RUNS."""
-    rt = _rt(request)
-    who = principal_of(request)
-    osettings = orchestrator_settings(rt.settings)
-    limit = osettings.quota_active_runs
-    with rt.sessions() as s:
-        active = repo.active_runs_of_owner(session=s, owner=who.name)
-    if active + new_runs > limit:
-        raise QuotaExceeded(f"{who.name} has {active} queued or running runs; {new_runs} more would pass the quota of "
-                            f"{limit} (TASMOE_QUOTA_ACTIVE_RUNS): retry when some finished, or cancel some",
-                            field="scenarios", retry_after_s=max(30, int(osettings.lease_s)))
+def _quota(request: Request) -> service.RunQuota:
+    """The caller's run quota: TASMOE_QUOTA_ACTIVE_RUNS queued and running runs; a refusal asks to retry after a
+    lease (30 s at least)."""
+    osettings = orchestrator_settings(_rt(request).settings)
+    return service.RunQuota(limit=osettings.quota_active_runs, retry_after_s=max(30, int(osettings.lease_s)))
 
 
 def _check_clients(request: Request) -> ServiceClients:
@@ -153,12 +146,14 @@ def create_experiment(body: ExperimentRequest, request: Request, response: Respo
     rt = _rt(request)
     spec = service.resolve_spec(body, configs_dir=rt.settings.configs_dir)
     who = principal_of(request)
-    if idempotency_key is None:  # a replayed key creates nothing: no quota to check (and it is cheap: first)
-        _check_quota(request, len(spec.scenarios))
+    quota = _quota(request)
+    if idempotency_key is None:  # refused early, before the costly checks (a keyed request may be a free replay)
+        with rt.sessions() as s:
+            service.check_quota(session=s, owner=who.name, new_runs=len(spec.scenarios), quota=quota)
     _check_model(request, spec.workload.model)  # 422 now, not a failed run later
     _check_windows(request, spec)
     exp_id, created = service.create_experiment(sessions=rt.sessions, spec=spec, settings=rt.settings,
-                                                idempotency_key=idempotency_key, owner=who.name)
+                                                idempotency_key=idempotency_key, owner=who.name, quota=quota)
     if created:
         rt.dispatcher.submit_experiment(exp_id)
     location = f"/v1/experiments/{exp_id}"
@@ -337,8 +332,7 @@ def create_sweep(body: SweepRequest, request: Request, response: Response) -> Sw
     rt = _rt(request)
     sweep_id, exp_ids = service.create_sweep(sessions=rt.sessions, req=body, settings=rt.settings,
                                              check_model=lambda name: _check_model(request, name),
-                                             owner=principal_of(request).name,
-                                             before_create=lambda n: _check_quota(request, n))
+                                             owner=principal_of(request).name, quota=_quota(request))
     for exp_id in exp_ids:
         rt.dispatcher.submit_experiment(exp_id)
     response.headers["Location"] = f"/v1/sweeps/{sweep_id}"

@@ -1,4 +1,5 @@
-"""Durable run state (SQLAlchemy 2 typed models): experiments, scenario runs, committed windows, jobs.
+"""Durable run state (SQLAlchemy 2 typed models): experiments, scenario runs, committed windows, jobs, and the
+principals' quota locks.
 
 Times are naive UTC datetimes (the same on SQLite and PostgreSQL, so lease comparisons in SQL agree on both).
 JSON columns hold plain JSON (not JSONB) so floats round-trip exactly as written.
@@ -120,3 +121,14 @@ class Job(Base):
     error: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow, onupdate=utcnow)
+
+
+class QuotaLock(Base):
+    """One row per principal that submitted with a quota: a submission locks its row (``SELECT ... FOR UPDATE``) for
+    the rest of its transaction, so one principal's quota checks and inserts happen one at a time. The row holds no
+    count: the quota counts the principal's queued and running runs under the lock (nothing to keep in step, nothing
+    to drift when runs finish)."""
+
+    __tablename__ = "quota_locks"
+
+    owner: Mapped[str] = mapped_column(sa.String(64), primary_key=True)  # the API key's principal

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, cast
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -29,6 +30,7 @@ from services.orchestrator.models import (
     TERMINAL,
     Experiment,
     Job,
+    QuotaLock,
     RunStatus,
     ScenarioRun,
     WindowRecord,
@@ -107,6 +109,25 @@ def active_runs_of_owner(*, session: Session, owner: str) -> int:
     q = (sa.select(sa.func.count()).select_from(R).join(E, R.experiment_id == E.id)
          .where(E.owner == owner, R.status.in_([RunStatus.queued, RunStatus.running])))
     return int(session.scalar(q) or 0)
+
+
+def lock_owner_quota(*, session: Session, owner: str) -> None:
+    """Hold the principal's quota lock until the session's transaction ends, so that no other submission of this
+    principal counts its active runs (`active_runs_of_owner`) before this transaction's runs are committed or rolled
+    back. PostgreSQL: the principal's `QuotaLock` row, created if missing (``ON CONFLICT DO NOTHING``: a concurrent
+    first creation waits for the other's commit), then ``SELECT ... FOR UPDATE``; read-committed statements after it
+    see every run the previous holder committed. SQLite: every transaction of `db.make_engine`'s engines begins with
+    ``BEGIN IMMEDIATE`` and so already holds the database's write lock (SQLite has no ``FOR UPDATE``; SQLAlchemy
+    leaves it out); the row is written there too, so both databases hold the same rows."""
+    table = cast(sa.Table, QuotaLock.__table__)
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        session.execute(postgresql.insert(table).values(owner=owner).on_conflict_do_nothing(index_elements=["owner"]))
+    elif dialect == "sqlite":
+        session.execute(sqlite.insert(table).values(owner=owner).on_conflict_do_nothing(index_elements=["owner"]))
+    else:
+        raise RuntimeError(f"no quota lock on {dialect} (PostgreSQL and SQLite only)")
+    session.execute(sa.select(QuotaLock.owner).where(QuotaLock.owner == owner).with_for_update())
 
 
 def runs_of(*, session: Session, exp_id: str) -> list[ScenarioRun]:

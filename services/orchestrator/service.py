@@ -9,6 +9,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from shared.configs.loader import inline_model_file
 from shared.configs.workload import InlineModel
 from shared.contracts.metrics import RESULT_COLUMNS
 from shared.contracts.thermal import ThermalState
-from shared.errors import BadInput, Conflict, NotFound, first_validation_error
+from shared.errors import BadInput, Conflict, NotFound, QuotaExceeded, first_validation_error
 from shared.settings import Settings
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,120}$")
@@ -116,32 +117,71 @@ def new_experiment_id() -> str:
     return f"exp-{uuid.uuid4().hex[:12]}"
 
 
+MAX_ATTEMPTS = 3  # claims of a submitted run before it is failed (the API's experiments and sweeps)
+
+
+@dataclass(frozen=True)
+class RunQuota:
+    """How many queued and running runs one principal may have (``TASMOE_QUOTA_ACTIVE_RUNS``), and how long a
+    refused client is told to wait (its Retry-After)."""
+
+    limit: int
+    retry_after_s: int
+
+
+def check_quota(*, session: Session, owner: str, new_runs: int, quota: RunQuota) -> None:
+    """`QuotaExceeded` (429 + Retry-After) when the principal's queued and running runs plus ``new_runs`` would pass
+    the quota. It binds only inside the transaction that took `repository.lock_owner_quota` and then inserts the runs
+    (`create_experiment`, `create_sweep` do both); on its own it is a cheap early refusal that a concurrent
+    submission can get past."""
+    active = repo.active_runs_of_owner(session=session, owner=owner)
+    if active + new_runs > quota.limit:
+        raise QuotaExceeded(f"{owner} has {active} queued or running runs; {new_runs} more would pass the quota of "
+                            f"{quota.limit} (TASMOE_QUOTA_ACTIVE_RUNS): retry when some finished, or cancel some",
+                            field="scenarios", retry_after_s=quota.retry_after_s)
+
+
+def _add_experiment(*, session: Session, exp_id: str, spec: ExperimentSpec, out_dir: Path,
+                    idempotency_key: str | None, max_attempts: int, sweep_id: str | None, owner: str) -> None:
+    repo.add_experiment(session=session, exp_id=exp_id, name=spec.name, configs=spec.model_dump(mode="json"),
+                        seed=spec.seed, scenarios=spec.scenarios, out_dir=str(out_dir),
+                        idempotency_key=idempotency_key, request_hash=spec_hash(spec), max_attempts=max_attempts,
+                        sweep_id=sweep_id, owner=owner)
+
+
 def create_experiment(*, sessions: sessionmaker[Session], spec: ExperimentSpec, settings: Settings,
-                      idempotency_key: str | None = None, out_dir: Path | None = None, max_attempts: int = 3,
+                      idempotency_key: str | None = None, out_dir: Path | None = None,
+                      max_attempts: int = MAX_ATTEMPTS,
                       sweep_id: str | None = None, exp_id: str | None = None,
-                      owner: str = LOCAL) -> tuple[str, bool]:
+                      owner: str = LOCAL, quota: RunQuota | None = None) -> tuple[str, bool]:
     """Create the experiment and its queued runs; (id, created). The same Idempotency-Key returns the first
-    experiment (a different body under a used key is a 409, and so is another principal's key)."""
+    experiment (a different body under a used key is a 409, and so is another principal's key).
+
+    ``quota``: the principal's run quota (None: none, e.g. the CLI's own runs). It is checked in the transaction
+    that inserts the runs, under the principal's quota lock, so concurrent submissions cannot pass it together,
+    with or without a key. A replayed key creates nothing and is not charged: the key is looked up under the same
+    lock, so a replay racing the key's first submission finds it instead of counting its runs against itself."""
     h = spec_hash(spec)
-    if idempotency_key is not None:
-        if len(idempotency_key) > 200:
-            raise BadInput("Idempotency-Key: at most 200 characters", field="Idempotency-Key")
-        with sessions() as s:
-            old = repo.get_experiment_by_key(session=s, idempotency_key=idempotency_key)
-            if old is not None:
-                return _same(old, h, owner)
+    if idempotency_key is not None and len(idempotency_key) > 200:
+        raise BadInput("Idempotency-Key: at most 200 characters", field="Idempotency-Key")
     exp_id = exp_id or new_experiment_id()
     out = out_dir or (settings.results_dir / exp_id)
     try:
         with sessions.begin() as s:
-            repo.add_experiment(session=s, exp_id=exp_id, name=spec.name, configs=spec.model_dump(mode="json"),
-                                seed=spec.seed, scenarios=spec.scenarios, out_dir=str(out),
-                                idempotency_key=idempotency_key, request_hash=h, max_attempts=max_attempts,
-                                sweep_id=sweep_id, owner=owner)
+            if quota is not None:
+                repo.lock_owner_quota(session=s, owner=owner)
+            if idempotency_key is not None:
+                old = repo.get_experiment_by_key(session=s, idempotency_key=idempotency_key)
+                if old is not None:
+                    return _same(old, h, owner)
+            if quota is not None:
+                check_quota(session=s, owner=owner, new_runs=len(spec.scenarios), quota=quota)
+            _add_experiment(session=s, exp_id=exp_id, spec=spec, out_dir=out, idempotency_key=idempotency_key,
+                            max_attempts=max_attempts, sweep_id=sweep_id, owner=owner)
     except IntegrityError:
         if idempotency_key is None:
             raise
-        with sessions() as s:  # a concurrent request with the same key won the insert
+        with sessions() as s:  # a concurrent request with the same key (another principal's: no shared lock) won
             old = repo.get_experiment_by_key(session=s, idempotency_key=idempotency_key)
             if old is None:
                 raise
@@ -306,9 +346,11 @@ def dump(model: BaseModel) -> dict[str, Any]:
 
 def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings: Settings,
                  check_model: Callable[[str | InlineModel], None] | None = None, owner: str = LOCAL,
-                 before_create: Callable[[int], None] | None = None) -> tuple[str, list[str]]:
+                 quota: RunQuota | None = None) -> tuple[str, list[str]]:
     """One experiment per grid point (sharing the sweep id); the sweep itself is a job row. Every point is checked
-    (cross-field checks; ``check_model`` on each model) before any experiment is created."""
+    (cross-field checks; ``check_model`` on each model) before any experiment is created. The experiments and the
+    job row are inserted in one transaction, which charges all their runs (points x scenarios) to ``quota`` as
+    `create_experiment` does: the whole sweep is accepted or none of it."""
     base = resolve_spec(req.base, configs_dir=settings.configs_dir)
     points = sweep_points(req.grid)
     specs = [apply_point(base, p) for p in points]
@@ -321,16 +363,16 @@ def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings
     for model in distinct.values():  # each model once (an inline one by its content)
         if check_model is not None:
             check_model(model)
-    if before_create is not None:  # the caller's quota check, on the runs about to be queued
-        before_create(sum(len(sp.scenarios) for sp in specs))
     sweep_id = f"swp-{uuid.uuid4().hex[:12]}"
-    exp_ids = []
-    for i, spec in enumerate(specs):
-        spec = spec.model_copy(update={"name": f"{req.name or 'sweep'}[{i}]"})
-        exp_id, _ = create_experiment(sessions=sessions, spec=spec, settings=settings, sweep_id=sweep_id,
-                                      out_dir=settings.results_dir / sweep_id / f"p{i:03d}", owner=owner)
-        exp_ids.append(exp_id)
+    exp_ids = [new_experiment_id() for _ in specs]
     with sessions.begin() as s:
+        if quota is not None:
+            repo.lock_owner_quota(session=s, owner=owner)
+            check_quota(session=s, owner=owner, new_runs=sum(len(sp.scenarios) for sp in specs), quota=quota)
+        for i, (exp_id, spec) in enumerate(zip(exp_ids, specs, strict=True)):
+            named = spec.model_copy(update={"name": f"{req.name or 'sweep'}[{i}]"})
+            _add_experiment(session=s, exp_id=exp_id, spec=named, out_dir=settings.results_dir / sweep_id / f"p{i:03d}",
+                            idempotency_key=None, max_attempts=MAX_ATTEMPTS, sweep_id=sweep_id, owner=owner)
         repo.add_job(session=s, job_id=sweep_id, kind="sweep", owner=owner,
                      payload={"grid": req.grid, "points": points, "experiments": exp_ids, "name": req.name})
     return sweep_id, exp_ids
