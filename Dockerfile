@@ -25,7 +25,8 @@ RUN uv sync --frozen --no-dev
 
 # The thermal kernels (numba) compiled once at build time into a cache every container reads.
 ENV NUMBA_CACHE_DIR=/app/.numba-cache
-RUN /app/.venv/bin/python -m services.thermal.spectral_kernels && /app/.venv/bin/python -m services.thermal.exp_kernels
+RUN /app/.venv/bin/python -m services.thermal.spectral_kernels && /app/.venv/bin/python -m services.thermal.exp_kernels \
+    && /app/.venv/bin/python -m services.thermal.window_kernels
 
 # Non-root runtime user; results/ and the API key folder (a volume in docker-compose.yml) are where processes write.
 RUN useradd --create-home --uid 10001 --user-group tasmoe \

@@ -37,6 +37,7 @@ $(STAMP): pyproject.toml uv.lock Makefile | $(BIN)/uv
 kernels: | $(BIN)/uv
 	$(BIN)/python -m services.thermal.spectral_kernels
 	$(BIN)/python -m services.thermal.exp_kernels
+	$(BIN)/python -m services.thermal.window_kernels
 
 venv: $(STAMP)
 

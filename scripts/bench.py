@@ -24,6 +24,8 @@ from shared.blas import limit_blas_threads
 from shared.client import ServiceClients
 from shared.settings import Settings, load_settings
 
+MEMORY = "memory"  # `--only memory`: the request memory of every service (scripts/bench_memory.py)
+
 
 def _table(rows: list[BenchRow]) -> list[str]:
     out = ["| benchmark | measured | goal | met | note |", "|---|---|---|---|---|"]
@@ -42,7 +44,8 @@ def _load() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="make bench")
-    ap.add_argument("--only", nargs="*", default=None, help="services to run (default: all)")
+    ap.add_argument("--only", nargs="*", default=None,
+                    help=f"services to run, and/or '{MEMORY}' (scripts/bench_memory.py) (default: all)")
     ap.add_argument("--out", default="BENCHMARKS.md")
     args = ap.parse_args(argv)
     blas = load_settings().blas_threads
@@ -68,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
                 clients = stack.enter_context(embedded(Settings())).clients
             return clients
 
-        failed += _run_all(args.only or list(SERVICES), lines, services)
+        failed += _run_all([n for n in args.only or SERVICES if n in SERVICES], lines, services)
+    if args.only is None or MEMORY in args.only:
+        failed += _run_memory(lines)
     history = Path(__file__).resolve().parents[1] / "docs" / "bench_history.md"
     if history.is_file():
         lines += [history.read_text(encoding="utf-8").rstrip(), ""]
@@ -93,6 +98,24 @@ def _run_all(names: list[str], lines: list[str], services: Callable[[], ServiceC
             failed.append(name)
             rows = [BenchRow(f"{name}: the benchmark failed", f"{type(exc).__name__}: {exc}"[:300])]
         lines += [f"## {name}", "", *_table(rows), "", f"({time.perf_counter() - t0:.1f} s)", ""]
+    return failed
+
+
+def _run_memory(lines: list[str]) -> list[str]:
+    """The memory one worst-case request takes in each service, at the body limit (`scripts.bench_memory`)."""
+    from scripts import bench_memory
+
+    print(f"bench: {MEMORY} ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    try:
+        rows = bench_memory.bench()
+    except Exception as exc:
+        traceback.print_exc()
+        rows = [BenchRow(f"{MEMORY}: the benchmark failed", f"{type(exc).__name__}: {exc}"[:300])]
+        failed = [MEMORY]
+    else:
+        failed = []
+    lines += ["## request memory (every service)", "", *_table(rows), "", f"({time.perf_counter() - t0:.1f} s)", ""]
     return failed
 
 

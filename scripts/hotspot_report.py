@@ -36,16 +36,16 @@ def report(n_windows: int, lookahead: int = 0, power_over: str = "residency") ->
     res = hs._run(tmp / "b", settings, ["baseline", "tacs"], tas, windows=n_windows)
     out: dict[str, Any] = {"thot_c": thot, "windows": n_windows, "lookahead_windows": lookahead,
                            "power_over": power_over}
-    for sc, rows in res.items():
-        hot = [float(m["temps_core_c"][hs.HOT]) for m, _, _ in rows]
-        peak = [float(m["T_peak_logic"]) for m, _, _ in rows]
+    for sc, (rows, _) in res.items():
+        hot = [float(m["temps_core_c"][hs.HOT]) for m in rows]
+        peak = [float(m["T_peak_logic"]) for m in rows]
         # the first window from which the hot core stays under Thot to the end (None: it never does)
         under = next((k for k in range(len(hot)) if all(t < thot for t in hot[k:])), None)
-        out[sc] = {"migrations": sum(int(m["migrations"]) for m, _, _ in rows),
+        out[sc] = {"migrations": sum(int(m["migrations"]) for m in rows),
                    "windows_hot_core_at_or_above_thot": sum(t >= thot for t in hot),
                    "under_thot_from_window": under, "hot_core_last30_c": sum(hot[-30:]) / len(hot[-30:]),
                    "hot_core_max_c": max(hot), "peak_last30_c": max(peak[-30:]),
-                   "tokens": sum(int(m["tokens_completed"]) for m, _, _ in rows)}
+                   "tokens": sum(int(m["tokens_completed"]) for m in rows)}
     return out
 
 

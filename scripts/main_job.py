@@ -1,13 +1,12 @@
-"""`make run`: the four scenarios of the default Mixtral experiment, embedded (scripts/run_all.py with the default
-configs), writing ``results/mixtral/<scenario>/mixtral-8x7b.csv``."""
+"""`make run`: the default experiment, embedded (``tasmoe run`` with no arguments: the hot chip serving the Azure
+trace, the four policies and the unthrottled reference; ``services/orchestrator/default_experiment.py``), writing
+``results/default/<scenario>/<workload>.csv``."""
 
 from __future__ import annotations
 
 import sys
 
-from scripts.run_all import main
+from services.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(["--arch", "configs/arch_8x8_32x32x8.yaml", "--workload", "configs/workload_mixtral_8x7b.yaml",
-                   "--tas", "configs/tas_params.yaml", "--out", "results/mixtral/", *sys.argv[1:]],
-                  prog="make run"))
+    sys.exit(main(["run", *sys.argv[1:]]))

@@ -29,8 +29,12 @@ COMMANDS: dict[str, Command] = {
     "plot": Command("metrics", "render a figure from a results folder (PNG or SVG)"),
     "reduce": Command("metrics", "reduce a .windows.jsonl[.gz] series to results/<scenario>/<workload>.csv"),
     "run": Command("orchestrator", "run an experiment embedded (four scenarios -> <out>/<scenario>/<workload>.csv)"),
-    "experiments": Command("orchestrator", "list, cancel or clean up the experiments of a database (default: the "
-                                           "embedded results/tasmoe.sqlite3)"),
+    "capacity": Command("orchestrator", "measure a chip's serving capacity under the workload's SLO (bisection over "
+                                        "served runs of one scenario)"),
+    "sweep": Command("orchestrator", "run a sweep (POST /v1/sweeps) on a running orchestrator (--url) or embedded: "
+                                     "<out>/sweep.csv and the Pareto figure pareto.svg/png"),
+    "experiments": Command("orchestrator", "list, cancel, clean up or prune the experiments of a database (default: "
+                                           "the embedded results/tasmoe.sqlite3)"),
     "place": Command("placement", "expert placement: TAPS / default mapping; 'place balance' for load balancing"),
     "ir": Command("workload", "WorkloadIR of a model: parameters, FLOPs and bytes per token, per-layer rows"),
     "trace": Command("workload", "write logical_compute.csv and logical_memory.csv for a workload config"),

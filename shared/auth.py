@@ -47,7 +47,8 @@ _KEY = re.compile(r"^tsk_([0-9a-f]{8})_([A-Za-z0-9_-]{20,100})$")
 _PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json",
                           "/docs-static/swagger-ui-bundle.js", "/docs-static/swagger-ui.css",
-                          "/docs-static/redoc.standalone.js", "/docs-static/favicon.png"})
+                          "/docs-static/redoc.standalone.js", "/docs-static/favicon.png", "/ui"})
+PUBLIC_PREFIXES = ("/ui/",)  # the orchestrator's dashboard: static files, no data (the data needs a key or token)
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,11 @@ class KeyStore:
             raise BadInput(f"principal {principal!r}: letters, digits and . _ @ - only, at most 64", field="principal")
         if scope not in SCOPES:
             raise BadInput(f"scope {scope!r}: one of {', '.join(SCOPES)}", field="scope")
+
+    def active(self, key_id: str) -> bool:
+        """Whether the key of this id is in the file and not revoked (a link token of a revoked key opens nothing)."""
+        rec = self._load().get(key_id)
+        return rec is not None and not rec.get("revoked")
 
     def create(self, principal: str, scope: Scope) -> str:
         """A new key (returned once; only its hash is stored)."""

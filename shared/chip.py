@@ -59,6 +59,13 @@ def attention_groups(arch: ArchConfig) -> tuple[int, int]:
     return max(1, n // k), k
 
 
+def stripe_groups(arch: ArchConfig) -> NDArray[np.int64]:
+    """(groups, k) the cores of each expert stripe group (``arch.schedule.expert_stripe`` = k consecutive cores; k = 1:
+    one group per core)."""
+    k = arch.schedule.expert_stripe
+    return np.arange(arch.mesh.n_cores, dtype=np.int64).reshape(-1, k)
+
+
 def attention_share(arch: ArchConfig) -> NDArray[np.float64]:
     """(cores,) the mean fraction of the non-expert work each core runs over many micro-batches (`attention_groups`:
     each micro-batch's work split evenly over its group's ``k`` cores, the groups in turn): ``1 / (groups·k)`` on the
@@ -83,12 +90,14 @@ class Chip:
 
     @classmethod
     def from_arch(cls, arch: ArchConfig) -> Chip:
+        """The chip of ``arch``: one instance per distinct geometry in the process (`_interned`), so that its cached
+        tables (bank vaults, bank names) are built once, not once per window."""
         X, Y = arch.mesh.cores
         BX, BY, L = arch.dram.banks
         noc = arch.mesh.noc
-        return cls(X=X, Y=Y, BX=BX, BY=BY, L=L, vault_bw_bytes_per_ns=arch.dram.vault_bw_gbps,
-                   link_bw_bytes_per_ns=noc.width_bits / 8 * noc.link_freq_ghz,
-                   link_latency_ns=noc.link_latency_ns, core_domain=core_domains(arch))
+        return _interned(cls(X=X, Y=Y, BX=BX, BY=BY, L=L, vault_bw_bytes_per_ns=arch.dram.vault_bw_gbps,
+                             link_bw_bytes_per_ns=noc.width_bits / 8 * noc.link_freq_ghz,
+                             link_latency_ns=noc.link_latency_ns, core_domain=core_domains(arch)))
 
     @property
     def n_cores(self) -> int:
@@ -121,6 +130,18 @@ class Chip:
         bx = flat % self.BX
         by = (flat // self.BX) % self.BY
         out: IntArr = (by // self.bpy) * self.X + bx // self.bpx
+        return out
+
+    @cached_property
+    def _die_vault_of_bank(self) -> IntArr:
+        """``die · n_cores + vault core`` of every flat bank id (the die is ``flat // (BX·BY)``)."""
+        flat = np.arange(self.BX * self.BY * self.L, dtype=np.int64)
+        out: IntArr = (flat // (self.BX * self.BY)) * self.n_cores + self._vault_of_bank
+        return out
+
+    def bank_die_vault(self, flat: IntArr) -> IntArr:
+        """``die · n_cores + vault core`` of each flat bank id of the grid, by table: one id per (die, vault)."""
+        out: IntArr = np.take(self._die_vault_of_bank, flat)
         return out
 
     def bank_vault_core(self, flat: IntArr) -> IntArr:
@@ -164,13 +185,23 @@ class Chip:
             raise BadInput(f"bank {s} outside the {self.BX}x{self.BY}x{self.L} bank grid", field=field)
         return int((layer * self.BY + by) * self.BX + bx)
 
+    @cached_property
+    def bank_names(self) -> NDArray[np.object_]:
+        """``bank_str`` of every flat bank id, by table (read-only)."""
+        out = np.array([self.bank_str(b) for b in range(self.BX * self.BY * self.L)], dtype=object)
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def bank_of_name(self) -> dict[str, int]:
+        """The flat id of every bank by its name as `bank_str` writes it (``B(x,y,layer)``, no spaces)."""
+        return {name: b for b, name in enumerate(self.bank_names.tolist())}
+
     def bank_strs(self, flat: IntArr) -> list[str]:
-        """Vectorised formatting: format each distinct bank once."""
+        """`bank_str` of many flat ids (each in the bank grid), by table."""
         if flat.size == 0:
             return []
-        uniq, inv = np.unique(flat, return_inverse=True)
-        names = np.array([self.bank_str(int(b)) for b in uniq], dtype=object)
-        out: list[str] = names[inv].tolist()
+        out: list[str] = self.bank_names[flat].tolist()
         return out
 
     # ---- mesh -------------------------------------------------------------------------------------------------
@@ -179,10 +210,20 @@ class Chip:
         c = np.arange(self.n_cores, dtype=np.int64)
         return c % self.X, c // self.X
 
+    @cached_property
+    def _hop_table(self) -> IntArr:
+        """Hops between every pair of cores, ``a·n + b`` (meshes of up to 256 cores: 64 K entries)."""
+        cx, cy = self._core_xy
+        out: IntArr = (np.abs(cx[:, None] - cx[None, :]) + np.abs(cy[:, None] - cy[None, :])).reshape(-1)
+        return out
+
     def hops(self, a: IntArr, b: IntArr) -> IntArr:
-        """Manhattan distance between cores ``a`` and ``b`` (mesh coordinates by table when every id is a core)."""
+        """Manhattan distance between cores ``a`` and ``b`` (by table when every id is a core)."""
         n = self.n_cores
-        if a.size and b.size and min(int(a.min()), int(b.min())) >= 0 and max(int(a.max()), int(b.max())) < n:
+        if a.size and b.size and _all_below(a, n) and _all_below(b, n):
+            if n <= 256 and a.shape == b.shape:
+                by_pair: IntArr = self._hop_table[a * n + b]
+                return by_pair
             cx, cy = self._core_xy
             out: IntArr = np.abs(cx[a] - cx[b]) + np.abs(cy[a] - cy[b])
             return out
@@ -193,10 +234,6 @@ class Chip:
         if not 0 <= c < self.n_cores:
             raise BadInput(f"core {c} outside the mesh (0..{self.n_cores - 1})", field=field)
         return c
-
-    @cached_property
-    def _link_base(self) -> int:
-        return 2 * (self.X - 1) * self.Y
 
     @property
     def gather_link_share(self) -> NDArray[np.float64]:
@@ -211,15 +248,11 @@ class Chip:
         """``(cores, links)``: the reverse of `gather_link_share` (the combine: core ``c`` sends ``1/n`` to each)."""
         return _uniform_link_shares(self.X, self.Y)[1]
 
-    @cached_property
+    @property
     def link_ends(self) -> IntArr:
-        """``(links, 2)``: the (from, to) cores of every directed link, in `link_bytes`' link order."""
-        out = np.zeros((self.n_links, 2), dtype=np.int64)
-        cx, cy = self._core_xy
-        for a in range(self.n_cores):
-            for b in np.flatnonzero(np.abs(cx - cx[a]) + np.abs(cy - cy[a]) == 1).tolist():
-                out[self.route_links(a, b)[0]] = (a, b)
-        return out
+        """``(links, 2)``: the (from, to) cores of every directed link, in `link_bytes`' link order (read-only,
+        cached per mesh shape)."""
+        return _link_ends(self.X, self.Y)
 
     def route_links(self, src: int, dst: int) -> tuple[int, ...]:
         """The directed links of the XY route from core ``src`` to core ``dst`` (X first), in `link_bytes`' ids."""
@@ -230,33 +263,130 @@ class Chip:
 
         Link ids: east/west links ``2·(y·(X−1) + x) + {0: +x, 1: −x}`` for the link between (x, y) and (x+1, y);
         north/south links ``2(X−1)Y + 2·(x·(Y−1) + y) + {0: +y, 1: −y}`` between (x, y) and (x, y+1).
+
+        Each link's total is summed step by step of the routes (all events' first X hop, their second, ..., then
+        their Y hops), each step's bytes in event order: `_xy_link_bytes` walks the routes so; with every id a core
+        of the mesh, the routes come from a table (`_xy_routes`) and one ``bincount`` keyed by (step, link) gives
+        every step's sums at once, added in the same order (the same floating-point sums, bit for bit).
         """
-        out = np.zeros(self.n_links, dtype=np.float64)
         m = src != dst
         if not m.any():
-            return out
-        x, y = src[m] % self.X, src[m] // self.X
-        tx, ty = dst[m] % self.X, dst[m] // self.X
-        w = nbytes[m]
-        while True:
-            mv = x != tx
-            if not mv.any():
-                break
-            step = np.sign(tx - x)
-            lo = np.minimum(x, x + step)
-            ids = 2 * (y * (self.X - 1) + lo) + (step < 0)
-            out += np.bincount(ids[mv], weights=w[mv], minlength=self.n_links)
-            x = np.where(mv, x + step, x)
-        while True:
-            mv = y != ty
-            if not mv.any():
-                break
-            step = np.sign(ty - y)
-            lo = np.minimum(y, y + step)
-            ids = self._link_base + 2 * (x * (self.Y - 1) + lo) + (step < 0)
-            out += np.bincount(ids[mv], weights=w[mv], minlength=self.n_links)
-            y = np.where(mv, y + step, y)
+            return np.zeros(self.n_links, dtype=np.float64)
+        s, d, w = src[m], dst[m], nbytes[m]
+        n = self.n_cores
+        if not (_all_below(s, n) and _all_below(d, n)):
+            return _xy_link_bytes(self.X, self.Y, s, d, w)
+        routes = _xy_routes(self.X, self.Y)
+        pair = s * n + d
+        cnt = routes.count[pair]
+        first = np.cumsum(cnt) - cnt
+        ent = np.repeat(routes.start[pair] - first, cnt) + np.arange(int(first[-1] + cnt[-1]), dtype=np.int64)
+        per_step = np.bincount(routes.key[ent], weights=np.repeat(w, cnt), minlength=routes.n_steps * self.n_links)
+        out = np.zeros(self.n_links, dtype=np.float64)
+        for row in per_step.reshape(routes.n_steps, self.n_links):  # the steps' sums in step order
+            out += row
         return out
+
+
+def _all_below(a: IntArr, n: int) -> bool:
+    """Whether every value of the integer array ``a`` (not empty) is in ``0 .. n − 1`` (int64: one pass, negatives
+    read as unsigned are above any ``n``)."""
+    if a.dtype == np.int64:
+        return int(np.ascontiguousarray(a).view(np.uint64).max()) < n
+    return bool(a.min() >= 0) and bool(a.max() < n)
+
+
+def _xy_link_bytes(X: int, Y: int, src: IntArr, dst: IntArr, w: NDArray[np.float64]) -> NDArray[np.float64]:
+    """`Chip.link_bytes` of events that all move (``src != dst``), walking the XY routes one step at a time: the
+    link-id formula of record (`_xy_routes` tabulates it; ids outside the mesh go through here)."""
+    n_links = 2 * (X - 1) * Y + 2 * X * (Y - 1)
+    out = np.zeros(n_links, dtype=np.float64)
+    x, y = src % X, src // X
+    tx, ty = dst % X, dst // X
+    while True:
+        mv = x != tx
+        if not mv.any():
+            break
+        step = np.sign(tx - x)
+        lo = np.minimum(x, x + step)
+        ids = 2 * (y * (X - 1) + lo) + (step < 0)
+        out += np.bincount(ids[mv], weights=w[mv], minlength=n_links)
+        x = np.where(mv, x + step, x)
+    while True:
+        mv = y != ty
+        if not mv.any():
+            break
+        step = np.sign(ty - y)
+        lo = np.minimum(y, y + step)
+        ids = 2 * (X - 1) * Y + 2 * (x * (Y - 1) + lo) + (step < 0)
+        out += np.bincount(ids[mv], weights=w[mv], minlength=n_links)
+        y = np.where(mv, y + step, y)
+    return out
+
+
+@dataclass(frozen=True)
+class _Routes:
+    """The XY route of every (src, dst) core pair of a mesh, as `_xy_link_bytes` walks it: pair ``s·n + d``'s
+    entries are ``start[pair] .. start[pair] + count[pair] - 1``, each a ``key = step·n_links + link`` with step
+    ``0 .. X−2`` for its X hops and ``X−1 .. X+Y−3`` for its Y hops."""
+
+    start: IntArr
+    count: IntArr
+    key: IntArr
+    n_steps: int
+
+
+@lru_cache(maxsize=16)
+def _xy_routes(X: int, Y: int) -> _Routes:
+    n = X * Y
+    n_links = 2 * (X - 1) * Y + 2 * X * (Y - 1)
+    pair = np.arange(n * n, dtype=np.int64)
+    src, dst = pair // n, pair % n
+    x, y = src % X, src // X
+    tx, ty = dst % X, dst // X
+    pairs: list[IntArr] = []
+    keys: list[IntArr] = []
+    for k in range(X - 1):  # X hops: step k
+        mv = x != tx
+        step = np.sign(tx - x)
+        lo = np.minimum(x, x + step)
+        pairs.append(pair[mv])
+        keys.append(k * n_links + (2 * (y * (X - 1) + lo) + (step < 0))[mv])
+        x = np.where(mv, x + step, x)
+    for k in range(Y - 1):  # Y hops: step X - 1 + k
+        mv = y != ty
+        step = np.sign(ty - y)
+        lo = np.minimum(y, y + step)
+        pairs.append(pair[mv])
+        keys.append((X - 1 + k) * n_links + (2 * (X - 1) * Y + 2 * (x * (Y - 1) + lo) + (step < 0))[mv])
+        y = np.where(mv, y + step, y)
+    p = np.concatenate(pairs) if pairs else np.zeros(0, np.int64)
+    key = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+    order = np.argsort(p * max(1, (X + Y) * n_links) + key, kind="stable")
+    count = np.bincount(p, minlength=n * n).astype(np.int64)
+    routes = _Routes(start=np.cumsum(count) - count, count=count, key=key[order], n_steps=max(1, X + Y - 2))
+    for a in (routes.start, routes.count, routes.key):
+        a.setflags(write=False)
+    return routes
+
+
+@lru_cache(maxsize=16)
+def _link_ends(X: int, Y: int) -> IntArr:
+    chip = Chip(X=X, Y=Y, BX=X, BY=Y, L=1, vault_bw_bytes_per_ns=1.0, link_bw_bytes_per_ns=1.0, link_latency_ns=0.0,
+                core_domain=(0,) * (X * Y))
+    out = np.zeros((chip.n_links, 2), dtype=np.int64)
+    cx, cy = chip._core_xy
+    for a in range(chip.n_cores):
+        for b in np.flatnonzero(np.abs(cx - cx[a]) + np.abs(cy - cy[a]) == 1).tolist():
+            out[chip.route_links(a, b)[0]] = (a, b)
+    out.setflags(write=False)
+    return out
+
+
+@lru_cache(maxsize=64)
+def _interned(chip: Chip) -> Chip:
+    """The first `Chip` equal to ``chip`` this process made (a frozen dataclass: equal fields, equal chips)."""
+    return chip
 
 
 @lru_cache(maxsize=16)

@@ -73,6 +73,8 @@ def _raise_for_error(service: str, response: httpx.Response) -> None:
     text = f"{service}: {message}"
     exc_type: type[TasmoeError] = {404: NotFound, 409: Conflict, 422: BadInput, 400: BadInput}.get(
         response.status_code, ServiceUnavailable if response.status_code in RETRY_STATUSES else UpstreamError)
+    if issubclass(exc_type, UpstreamError):  # answered as this service's 502: its own code, the upstream's in words
+        raise exc_type(f"{text} ({response.status_code}{f' {code}' if code else ''})", field=field)
     raise exc_type(text, field=field, code=code)
 
 

@@ -20,7 +20,9 @@ events (tests/test_energy.py).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
@@ -88,13 +90,19 @@ class EnergyModel:
 @dataclass
 class MemoryDeposit:
     core_j: F64  # (cores,) on the logic die: NoC routers + memory controllers
-    bank_j: F64  # (DRAM dies, banks per die): array + TSV/IO
     array_j: float
     tsv_io_j: float
     controller_j: float
     noc_j: float
-    array_bank_j: F64 | None = None  # (dies · banks per die,) the array share alone
-    tsv_io_vault_j: F64 | None = None  # (dies, cores): the TSV/IO share per (die, vault) before it is spread
+    array_bank_j: F64  # (dies · banks per die,) the array share alone
+    tsv_io_vault_j: F64  # (dies, cores): the TSV/IO share per (die, vault) before it is spread
+    chip: Chip
+
+    @cached_property
+    def bank_j(self) -> F64:
+        """(DRAM dies, banks per die): array + TSV/IO (`bank_energy`; built when asked: the physicalizer answers the
+        two shares, the thermal step spreads them)."""
+        return bank_energy(self.chip, self.array_bank_j, self.tsv_io_vault_j)
 
     @property
     def total_j(self) -> float:
@@ -125,8 +133,8 @@ def deposit_memory(chip: Chip, em: EnergyModel, src_core: I64, bank: I64, nbytes
     e_ctl = dram * em.split_controller
     arr: F64 = np.asarray(np.bincount(bank, weights=e_arr, minlength=chip.L * per_die), dtype=np.float64)
     # TSV/IO: per (die, vault), spread evenly over that vault's banks in that die
-    die = bank // per_die
-    dv: F64 = np.asarray(np.bincount(die * n + vault, weights=e_tsv, minlength=chip.L * n), dtype=np.float64)
+    dv: F64 = np.asarray(np.bincount(chip.bank_die_vault(bank), weights=e_tsv, minlength=chip.L * n),
+                         dtype=np.float64)
     dv = dv.reshape(chip.L, n)
     core_j += np.bincount(vault, weights=e_ctl, minlength=n)
     # NoC: per directed link, half the energy on each end router
@@ -135,9 +143,9 @@ def deposit_memory(chip: Chip, em: EnergyModel, src_core: I64, bank: I64, nbytes
     ends = chip.link_ends
     core_j += 0.5 * (np.bincount(ends[:, 0], weights=e_link, minlength=n)
                      + np.bincount(ends[:, 1], weights=e_link, minlength=n))
-    return MemoryDeposit(core_j=core_j, bank_j=bank_energy(chip, arr, dv), array_j=float(e_arr.sum()),
-                         tsv_io_j=float(e_tsv.sum()), controller_j=float(e_ctl.sum()), noc_j=float(e_link.sum()),
-                         array_bank_j=arr, tsv_io_vault_j=dv)
+    return MemoryDeposit(core_j=core_j, array_j=float(e_arr.sum()), tsv_io_j=float(e_tsv.sum()),
+                         controller_j=float(e_ctl.sum()), noc_j=float(e_link.sum()), array_bank_j=arr,
+                         tsv_io_vault_j=dv, chip=chip)
 
 
 @dataclass
@@ -151,13 +159,15 @@ class WindowDeposit:
 
     def to_contract(self) -> EnergyDeposit:
         m = self.memory
-        assert m.array_bank_j is not None and m.tsv_io_vault_j is not None
         ids = np.flatnonzero(m.array_bank_j)
-        return EnergyDeposit(
-            core_compute_j=self.core_compute_j.tolist(), core_mac_j=self.core_mac_j.tolist(),
-            core_mem_j=m.core_j.tolist(), bank_ids=ids.tolist(), bank_array_j=m.array_bank_j[ids].tolist(),
-            tsv_io_vault_j=m.tsv_io_vault_j.tolist(), array_j=m.array_j, tsv_io_j=m.tsv_io_j,
-            controller_j=m.controller_j, noc_j=m.noc_j)
+        fields = {"core_compute_j": self.core_compute_j.tolist(), "core_mac_j": self.core_mac_j.tolist(),
+                  "core_mem_j": m.core_j.tolist(), "bank_ids": ids.tolist(),
+                  "bank_array_j": m.array_bank_j[ids].tolist(), "tsv_io_vault_j": m.tsv_io_vault_j.tolist(),
+                  "array_j": m.array_j, "tsv_io_j": m.tsv_io_j, "controller_j": m.controller_j, "noc_j": m.noc_j}
+        if all(math.isfinite(v) and v >= 0 for v in (m.array_j, m.tsv_io_j, m.controller_j, m.noc_j)):
+            # all validation would check (the lists are floats and ints from arrays already)
+            return EnergyDeposit.model_construct(**fields)
+        return EnergyDeposit(**fields)  # the ValidationError naming the bad total
 
     @classmethod
     def from_contract(cls, dep: EnergyDeposit, chip: Chip, *, field: str = "deposit") -> WindowDeposit:
@@ -175,8 +185,8 @@ class WindowDeposit:
         mem = vec("core_mem_j", dep.core_mem_j, n)
         vals = vec("bank_array_j", dep.bank_array_j, len(dep.bank_ids))
         ids = int_column(dep.bank_ids, f"{field}.bank_ids")
-        bad = np.flatnonzero((ids < 0) | (ids >= n_banks))
-        if bad.size:
+        if ids.size and not 0 <= ids.min() <= ids.max() < n_banks:
+            bad = np.flatnonzero((ids < 0) | (ids >= n_banks))
             raise BadInput(f"{field}.bank_ids[{bad[0]}] = {ids[bad[0]]} is outside the {n_banks} banks",
                            field=f"{field}.bank_ids[{bad[0]}]")
         if np.unique(ids).size != ids.size:
@@ -184,20 +194,35 @@ class WindowDeposit:
         if len(dep.tsv_io_vault_j) != chip.L:
             raise BadInput(f"{field}.tsv_io_vault_j has {len(dep.tsv_io_vault_j)} rows, the chip {chip.L} DRAM dies",
                            field=f"{field}.tsv_io_vault_j")
-        dv = np.stack([vec(f"tsv_io_vault_j[{d}]", row, n) for d, row in enumerate(dep.tsv_io_vault_j)]) \
-            if chip.L else np.zeros((0, n))
+        dv = _matrix_nonneg(dep.tsv_io_vault_j, (chip.L, n))  # the whole matrix at once when it is sound
+        if dv is None:  # else row by row, for the message naming the first bad row or value
+            dv = np.stack([vec(f"tsv_io_vault_j[{d}]", row, n) for d, row in enumerate(dep.tsv_io_vault_j)]) \
+                if chip.L else np.zeros((0, n))
         arr = np.zeros(n_banks)
         arr[ids] = vals
-        memory = MemoryDeposit(core_j=mem, bank_j=bank_energy(chip, arr, dv), array_j=dep.array_j,
-                               tsv_io_j=dep.tsv_io_j, controller_j=dep.controller_j, noc_j=dep.noc_j,
-                               array_bank_j=arr, tsv_io_vault_j=dv)
+        memory = MemoryDeposit(core_j=mem, array_j=dep.array_j, tsv_io_j=dep.tsv_io_j, controller_j=dep.controller_j,
+                               noc_j=dep.noc_j, array_bank_j=arr, tsv_io_vault_j=dv, chip=chip)
         return cls(core_compute_j=core, core_mac_j=mac, memory=memory)
+
+
+def _nonneg(a: F64) -> bool:
+    """Every value of ``a`` a finite number >= 0 (a NaN fails both comparisons)."""
+    return bool(a.size == 0 or (a.min() >= 0 and a.max() < np.inf))
+
+
+def _matrix_nonneg(rows: list[list[float]], shape: tuple[int, int]) -> F64 | None:
+    """``rows`` as a float64 matrix when it has ``shape`` and only finite values >= 0, else None."""
+    try:
+        a = np.asarray(rows, dtype=np.float64)
+    except ValueError:  # rows of unequal lengths
+        return None
+    return a if a.shape == shape and _nonneg(a) else None
 
 
 def check_nonneg(a: F64, field: str) -> F64:
     """``a``, when every value is a finite number >= 0; a 422 naming the first that is not (``field[i]``)."""
-    bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
-    if bad.size:
+    if not _nonneg(a):
+        bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
         raise BadInput(f"{field}[{bad[0]}] must be a finite number >= 0", field=f"{field}[{bad[0]}]")
     return a
 
@@ -222,15 +247,7 @@ def deposit_of_events(compute: ComputeEvents, memory: MemoryEvents, arch: ArchCo
             raise BadInput(f"compute_events.core_id[{bad[0]}] = {core_ids[bad[0]]} is outside the mesh "
                            f"(0..{n_cores - 1})", field=f"compute_events.core_id[{bad[0]}]")
         check_nonneg(e_comp, "compute_events.energy_j")
-    e_core: F64 = np.asarray(np.bincount(core_ids, e_comp, n_cores) if core_ids.size else np.zeros(n_cores),
-                             dtype=np.float64)
-    # the MAC part of each event (flops = 2 · MACs, priced at mac_pj), capped at its energy; the rest is its
-    # scratchpad accesses
     fl = np.asarray(compute.flops, dtype=float)
-    e_mac = np.minimum(np.maximum(fl, 0.0) * 0.5 * arch.power.mac_pj * 1e-12, e_comp) if core_ids.size \
-        else np.zeros(0)
-    mac_core: F64 = np.asarray(np.bincount(core_ids, e_mac, n_cores) if core_ids.size else np.zeros(n_cores),
-                               dtype=np.float64)
 
     chip = Chip.from_arch(arch)
     nbytes = np.asarray(memory.bytes, dtype=float)
@@ -248,18 +265,44 @@ def deposit_of_events(compute: ComputeEvents, memory: MemoryEvents, arch: ArchCo
         if bad_q:
             raise BadInput(f"memory_events.noc_qos[{bad_q[0]}] = {memory.noc_qos[bad_q[0]]!r}: one of "
                            f"{', '.join(NOC_QOS)}", field=f"memory_events.noc_qos[{bad_q[0]}]")
+    return deposit_of_arrays(core_ids, e_comp, fl, src.astype(np.int64), _bank_column(memory.dst_bank, chip), nbytes,
+                             noc_only_mask(memory.noc_qos), arch, chip)
+
+
+def _bank_column(names: list[str], chip: Chip) -> I64:
+    """The flat ids of bank names (checked: a 422 naming the first that is no bank of the chip's grid). Names as
+    `Chip.bank_str` writes them are looked up; any other spelling is parsed."""
+    lookup = chip.bank_of_name
+    found = [lookup.get(b, -1) for b in names]
+    if -1 not in found:
+        return np.asarray(found, dtype=np.int64)
     try:
-        xyz = parse_bank_ids(memory.dst_bank)
+        xyz = parse_bank_ids(names)
     except ValueError as exc:
         i = str(exc)[1:str(exc).index("]")]
         raise BadInput(str(exc).split("] ", 1)[1], field=f"memory_events.dst_bank[{i}]") from None
     bad = np.flatnonzero((xyz[:, 0] >= chip.BX) | (xyz[:, 1] >= chip.BY) | (xyz[:, 2] >= chip.L))
     if bad.size:
-        raise BadInput(f"bank {memory.dst_bank[bad[0]]} outside the {chip.BX}x{chip.BY}x{chip.L} bank grid",
+        raise BadInput(f"bank {names[bad[0]]} outside the {chip.BX}x{chip.BY}x{chip.L} bank grid",
                        field=f"memory_events.dst_bank[{bad[0]}]")
-    banks = chip.flat_bank(xyz[:, 0], xyz[:, 1], xyz[:, 2]).astype(np.int64)
-    dep = deposit_memory(chip, EnergyModel.from_arch(arch), src.astype(np.int64), banks, nbytes,
-                         noc_only_mask(memory.noc_qos))
+    return chip.flat_bank(xyz[:, 0], xyz[:, 1], xyz[:, 2]).astype(np.int64)
+
+
+def deposit_of_arrays(core_ids: I64, e_comp: F64, flops: F64, src: I64, banks: I64, nbytes: F64,
+                      noc_only: NDArray[np.bool_], arch: ArchConfig, chip: Chip) -> WindowDeposit:
+    """The `WindowDeposit` of a window's events given as columns, already checked: compute events' cores, energy
+    (J at V0) and FLOPs; memory events' source cores, flat bank ids, bytes and NoC-only flags (`deposit_of_events`
+    for the events themselves; the physicalizer calls this with its own columns)."""
+    n_cores = arch.mesh.n_cores
+    e_core: F64 = np.asarray(np.bincount(core_ids, e_comp, n_cores) if core_ids.size else np.zeros(n_cores),
+                             dtype=np.float64)
+    # the MAC part of each event (flops = 2 · MACs, priced at mac_pj), capped at its energy; the rest is its
+    # scratchpad accesses
+    e_mac = np.minimum(np.maximum(flops, 0.0) * 0.5 * arch.power.mac_pj * 1e-12, e_comp) if core_ids.size \
+        else np.zeros(0)
+    mac_core: F64 = np.asarray(np.bincount(core_ids, e_mac, n_cores) if core_ids.size else np.zeros(n_cores),
+                               dtype=np.float64)
+    dep = deposit_memory(chip, EnergyModel.from_arch(arch), src, banks, nbytes, noc_only)
     return WindowDeposit(core_compute_j=e_core, core_mac_j=mac_core, memory=dep)
 
 
@@ -292,8 +335,23 @@ def leakage_scale(T_k: np.ndarray, V: np.ndarray | float, arch: ArchConfig) -> n
     if model == "exp":
         out: np.ndarray = np.exp(arch.power.leak_beta_per_k * (T - T_LEAK_REF))
         return out
-    ratio: np.ndarray = liao(T, V) / liao(np.array(T_LEAK_REF), arch.power.v0)
+    ratio: np.ndarray = liao(T, V) / _liao_ref(arch.power.v0)
     return ratio
+
+
+@lru_cache(maxsize=64)
+def _liao_ref(v0: float) -> float:
+    """The Liao fit at 45 °C and ``v0``: what every `leakage_scale` divides by."""
+    return float(liao(np.array(T_LEAK_REF), v0))
+
+
+@lru_cache(maxsize=64)
+def _tref_curve(cfg: RefreshConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The refresh curve's temperatures (°C) and multipliers as arrays (read-only: shared by every call)."""
+    t = np.array([p[0] for p in cfg.tref_curve])
+    m = np.array([p[1] for p in cfg.tref_curve])
+    t.flags.writeable = m.flags.writeable = False
+    return t, m
 
 
 def refresh_multiplier(temp_c: float | np.ndarray, refresh: RefreshConfig | None = None) -> np.ndarray:
@@ -301,8 +359,7 @@ def refresh_multiplier(temp_c: float | np.ndarray, refresh: RefreshConfig | None
     or above T (JEDEC: 1× up to 85 °C, 2× in (85, 95]), the last one beyond the curve; ``linear``: interpolated,
     constant beyond its ends."""
     cfg = refresh or RefreshConfig()
-    t = np.array([p[0] for p in cfg.tref_curve])
-    m = np.array([p[1] for p in cfg.tref_curve])
+    t, m = _tref_curve(cfg)
     if cfg.tref_interp == "step":
         idx = np.minimum(np.searchsorted(t, np.asarray(temp_c, dtype=float), side="left"), t.size - 1)
         return np.asarray(m[idx], dtype=float)

@@ -63,6 +63,18 @@ class QuotaExceeded(TasmoeError):
         self.retry_after_s = retry_after_s
 
 
+class DatabaseUnavailable(TasmoeError):
+    """The service's own database cannot be reached for now (a lost or refused connection, a server restarting):
+    503 with Retry-After, an outage the client waits out, not a bug (500)."""
+
+    status = 503
+    code = "database_unavailable"
+
+    def __init__(self, message: str, *, retry_after_s: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class ConfigError(TasmoeError):
     """A config file that cannot be read or does not validate (CLI exit 2, HTTP 422)."""
 

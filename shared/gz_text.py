@@ -18,10 +18,11 @@ def is_gz(path: Path | str) -> bool:
     return str(path).endswith(".gz")
 
 
-def encode(path: Path | str, text: str) -> bytes:
-    """The bytes one append of ``text`` adds to ``path``: a gzip member for a ``.gz`` file, else UTF-8."""
+def encode(path: Path | str, text: str, level: int = GZIP_LEVEL) -> bytes:
+    """The bytes one append of ``text`` adds to ``path``: a gzip member (of compression ``level``) for a ``.gz``
+    file, else UTF-8."""
     data = text.encode("utf-8")
-    return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0) if is_gz(path) else data
+    return gzip.compress(data, compresslevel=level, mtime=0) if is_gz(path) else data
 
 
 def append(path: Path | str, text: str) -> int:

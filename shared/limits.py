@@ -32,6 +32,10 @@ MAX_POSITIONS = 1 << 30
 MAX_STAGES = 65536
 """Stages of one `/v1/lower/stages` request: a block is ~30 stages plus ~5 per selected expert."""
 
+MAX_EPOCH_WINDOWS = 1024
+"""Windows of one control epoch (one call of a service's ``.../epoch`` endpoint): the window loop grows its epochs to
+a few hundred windows while nothing happens."""
+
 Experts = Annotated[int, Field(ge=1, le=MAX_EXPERTS)]
 Layers = Annotated[int, Field(ge=1, le=MAX_LAYERS)]
 

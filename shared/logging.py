@@ -92,6 +92,9 @@ def setup_logging(level: str = "INFO", *, json_lines: bool = False, force: bool 
         root.removeHandler(h)
     root.addHandler(handler)
     root.setLevel(level)
+    # httpx and httpcore log every request at INFO: a run's calls to the services are the services' own logs' to tell
+    for chatty in ("httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().getEffectiveLevel()))
     _configured = True
 
 

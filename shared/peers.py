@@ -7,13 +7,14 @@ service started alone (``tasmoe serve placement``, a cluster pod) has none wired
 ``TASMOE_<SERVICE>_URL`` (a client built on first use and kept on the app).
 
 The calls services make of each other are typed here, once, against the ``shared/contracts`` models: the thermal
-service's influence matrix and the workload service's model facts.
+service's influence matrix, the workload service's model facts and the rows of the micro-batches a serving
+scheduler (the lowering service's) forms.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -24,6 +25,13 @@ from shared.client import ServiceClients
 from shared.configs import ArchConfig
 from shared.configs.workload import InlineModel
 from shared.contracts.thermal import InfluenceMatrix, PulseResponse
+from shared.contracts.workload import (
+    MAX_MICROBATCHES_PER_CALL,
+    LogicalCompute,
+    LogicalMemory,
+    MicroBatchRows,
+    MicroBatchSpec,
+)
 from shared.errors import NotFound
 
 _lock = threading.Lock()
@@ -125,3 +133,22 @@ def activated_experts(clients: ServiceClients, model: str | InlineModel) -> int:
     """Experts a token activates in each MoE layer of a workload's model (its config.json's
     ``num_experts_per_tok``), from the workload service (0: a dense model)."""
     return int(_model_facts(clients, model)["num_activated_experts"])
+
+
+def workload_microbatches(clients: ServiceClients) -> Callable[[str, Sequence[MicroBatchSpec]], MicroBatchRows]:
+    """The workload service's rows of micro-batches of a serving trace (``POST /v1/traces/{id}/microbatches``), as
+    the function the lowering service's scheduler takes: all of a window's micro-batches in one call
+    (`MAX_MICROBATCHES_PER_CALL` a call when there are more; each micro-batch is answered alone, so the split
+    changes nothing). A trace the workload service does not know is its 404 ``unknown_trace``."""
+
+    def rows(trace_id: str, batches: Sequence[MicroBatchSpec]) -> MicroBatchRows:
+        path = f"/v1/traces/{quote(trace_id, safe='')}/microbatches"
+        parts = [clients["workload"].post_model(
+            path, {"batches": [b.model_dump(mode="json") for b in batches[i:i + MAX_MICROBATCHES_PER_CALL]]},
+            MicroBatchRows) for i in range(0, len(batches), MAX_MICROBATCHES_PER_CALL)]
+        if len(parts) == 1:
+            return parts[0]
+        return MicroBatchRows.model_construct(compute=LogicalCompute.concat([p.compute for p in parts]),
+                                              memory=LogicalMemory.concat([p.memory for p in parts]))
+
+    return rows

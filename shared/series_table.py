@@ -18,6 +18,14 @@ window. Columns, in this order (SI-derived units in the names; temperatures in Â
 ``oldest_inflight_ms``                     in flight
 ``freq_mean_ghz``, ``freq_min_ghz``        core clock over the cores
 ``noc_util_mean``, ``noc_util_max``        NoC link utilisation over the links
+``requests_arrived``, ``requests_shed``,   served requests (0 in a fixed-arrival run): arrived in the window, of
+``requests_done``                          those refused by the full queue, finished in the window
+``requests_waiting``, ``requests_running`` admitted requests at the window end, before / after their first token
+``tokens_offered``, ``tokens_shed``,       output tokens of the requests that arrived, of the refused ones, and not
+``tokens_queued``                          yet generated of the admitted requests at the window end (with
+                                           ``tokens_completed``: the token balance, shared/token_balance.py)
+``ttft_p99_ms``, ``tpot_p99_ms``           p99 time to first token / per output token (>= 2 tokens) of the requests
+                                           finished in the window (services/metrics/reduce.py); empty: none
 ``power_<component>_w``                    mean power by component (`PowerBreakdown`: logic_dynamic, spm,
                                            logic_leakage, dram_dynamic, dram_refresh, dram_leakage, noc,
                                            dram_controller), when the run reports it
@@ -50,7 +58,12 @@ SUFFIX = ".series.csv.gz"
 SCALARS: tuple[str, ...] = ("window", "t_start_ms", "dt_ms", "T_peak_logic", "T_peak_dram", "T_mean_logic",
                             "T_mean_dram", "power_w", "refresh_mhz", "bytes_moved", "bw_eff_gbps", "tokens_completed",
                             "lat_count", "lat_mean_ms", "lat_max_ms", "queue_delay_ms", "migrations",
-                            "oldest_inflight_ms", "freq_mean_ghz", "freq_min_ghz", "noc_util_mean", "noc_util_max")
+                            "oldest_inflight_ms", "freq_mean_ghz", "freq_min_ghz", "noc_util_mean", "noc_util_max",
+                            "requests_arrived", "requests_shed", "requests_done", "requests_waiting",
+                            "requests_running", "tokens_offered", "tokens_shed", "tokens_queued", "ttft_p99_ms",
+                            "tpot_p99_ms")
+_COUNTS = ("requests_arrived", "requests_shed", "requests_waiting", "requests_running", "tokens_offered",
+           "tokens_shed", "tokens_queued")
 POWER_COMPONENTS: tuple[str, ...] = tuple(PowerBreakdown.model_fields)
 
 
@@ -88,6 +101,19 @@ def _num(v: Any) -> str:
     return "" if not math.isfinite(f) else f"{f:.7g}"
 
 
+def _request_p99_ms(done: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """(p99 TTFT, p99 TPOT) in ms of a window's finished requests (JSON form of `RequestsDone`); None: none."""
+    arrival = np.asarray(done.get("t_arrival_ns") or [], dtype=np.int64)
+    if not arrival.size:
+        return None, None
+    first = np.asarray(done["t_first_token_ns"], dtype=np.int64)
+    tokens = np.asarray(done["output_tokens"], dtype=np.int64)
+    multi = tokens >= 2
+    tpot_ms = (np.asarray(done["t_done_ns"], dtype=np.int64) - first)[multi] / (tokens[multi] - 1) / 1e6
+    return (float(np.percentile((first - arrival) / 1e6, 99.0)),
+            float(np.percentile(tpot_ms, 99.0)) if tpot_ms.size else None)
+
+
 def row_of(w: Mapping[str, Any], cols: Sequence[str]) -> list[str]:
     """One table row of a window (JSON form of `WindowMetrics`) under the header ``cols``."""
     lat = [float(x) for x in w.get("latencies_ms") or []]
@@ -98,6 +124,10 @@ def row_of(w: Mapping[str, Any], cols: Sequence[str]) -> list[str]:
                 lat_mean_ms=sum(lat) / len(lat) if lat else None, lat_max_ms=max(lat) if lat else None,
                 freq_mean_ghz=sum(freq) / len(freq) if freq else None, freq_min_ghz=min(freq) if freq else None,
                 noc_util_mean=sum(noc) / len(noc) if noc else None, noc_util_max=max(noc) if noc else None)
+    done = w.get("requests_done") or {}
+    vals.update({c: w.get(c, 0) for c in _COUNTS})
+    vals["requests_done"] = len(done.get("request_id") or [])
+    vals["ttft_p99_ms"], vals["tpot_p99_ms"] = _request_p99_ms(done)
     power = w.get("power")
     if isinstance(power, dict):
         vals.update({f"power_{c}_w": power.get(c) for c in POWER_COMPONENTS})

@@ -17,9 +17,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared import __version__
-from shared.auth import ANONYMOUS, LOCAL_ADMIN, PUBLIC_PATHS, KeyStore, Principal, bearer, needed_scope
+from shared.auth import ANONYMOUS, LOCAL_ADMIN, PUBLIC_PATHS, PUBLIC_PREFIXES, KeyStore, Principal, bearer, needed_scope
 from shared.blas import limit_blas_threads
+from shared.body_guard import JsonBodyGuard, JsonLimits
 from shared.errors import TasmoeError, first_validation_error, format_loc, humanize
+from shared.link_tokens import LinkTokens
 from shared.logging import RUN_ID_HEADER, bind_run_id
 from shared.settings import Settings
 
@@ -39,7 +41,7 @@ class ErrorBody(BaseModel):  # every 4xx/5xx answer; TasmoeError.body() builds t
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": desc}
-    for code, desc in ((400, "Bad request"), (401, "No valid API key (TASMOE_AUTH=keys)"),
+    for code, desc in ((401, "No valid API key (TASMOE_AUTH=keys)"),
                        (403, "The key's scope does not allow this"), (404, "Not found"), (409, "Conflict"),
                        (413, "Request body too large"), (422, "Invalid input"),
                        (429, "Over the principal's quota; see Retry-After"),
@@ -123,6 +125,35 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(500, "internal", f"internal error ({type(exc).__name__})")
 
 
+def install_database_errors(app: FastAPI) -> None:
+    """A service with a database of its own (the orchestrator) answers a request that met the database away with
+    503 ``database_unavailable`` and ``Retry-After`` (`shared.db.database_outage`: a lost or refused connection, a
+    server restarting, a pool exhausted) instead of a 500: the client retries, nothing is wrong with its request.
+    Any other database error is the bug it is (500, logged with its traceback). Both are answered here, inside the
+    app, so the connection stays open for the client's next request."""
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    from shared.db import database_outage, outage_text
+    from shared.errors import DatabaseUnavailable
+
+    async def _database(request: Request, exc: Exception) -> JSONResponse:
+        with bind_run_id(request.headers.get(RUN_ID_HEADER)):
+            if not database_outage(exc):
+                log.error("unhandled database error on %s %s", request.method, request.url.path, exc_info=exc)
+                return error_response(500, "internal", f"internal error ({type(exc).__name__})")
+            log.warning("%s %s: the database is unreachable (%s)", request.method, request.url.path,
+                        outage_text(exc))
+        err = DatabaseUnavailable("the run-state database cannot be reached for now; retry after Retry-After "
+                                  "seconds (a POST sent with an Idempotency-Key is safe to repeat)")
+        resp = JSONResponse(status_code=err.status, content=err.body())
+        resp.headers["Retry-After"] = str(err.retry_after_s)
+        return resp
+
+    app.add_exception_handler(DBAPIError, _database)
+    app.add_exception_handler(PoolTimeout, _database)
+
+
 class RunIdMiddleware:
     """Bind the request's ``X-Run-Id`` header (the caller's run) for the request's lifetime, so every log record the
     service writes while answering it carries that run id. Pure ASGI (no BaseHTTPMiddleware), so the context variable
@@ -143,11 +174,15 @@ class RunIdMiddleware:
 class AuthMiddleware:
     """Who is calling (``shared.auth``): with a key store, every request but the public paths needs a bearer key of
     a sufficient scope (401 / 403 with the standard error body); without one (TASMOE_AUTH=off) every caller is the
-    local admin. The principal is in ``request.state.principal`` for the routes."""
+    local admin. The principal is in ``request.state.principal`` for the routes.
 
-    def __init__(self, app: ASGIApp, store: KeyStore | None) -> None:
+    ``link_tokens``: a request without a bearer key may carry a link token (``?token=``, `shared.link_tokens`) on
+    the GET paths of the one experiment it was issued for; it then runs as the token's principal."""
+
+    def __init__(self, app: ASGIApp, store: KeyStore | None, link_tokens: LinkTokens | None = None) -> None:
         self.app = app
         self.store = store
+        self.link_tokens = link_tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -161,12 +196,22 @@ class AuthMiddleware:
         # the path inside this app (under `tasmoe serve all` the app is mounted below a prefix, its root_path)
         path, root = scope["path"], scope.get("root_path", "")
         rel = path[len(root):] if root and path.startswith(root) else path
-        if rel in PUBLIC_PATHS:  # exactly these: an experiment called "docs" is not public
+        if rel in PUBLIC_PATHS or rel.startswith(PUBLIC_PREFIXES):  # an experiment called "docs" is not public
             state["principal"] = ANONYMOUS
             await self.app(scope, receive, send)
             return
         token = bearer(Headers(scope=scope).get("authorization"))
         principal = self.store.verify(token) if token else None
+        link = None if token is not None or self.link_tokens is None else _query_token(scope)
+        if link is not None and self.link_tokens is not None:
+            grant = self.link_tokens.verify(link, rel, scope["method"])
+            if grant is None:
+                await error_response(401, "unauthorized", "the link token is invalid, expired or not for this "
+                                     "path: ask GET /v1/experiments/{id}/token for a new one",
+                                     field="token")(scope, receive, send)
+                return
+            principal = grant.principal
+            state["link_expires_at"] = grant.expires_at  # a stream opened with it ends then
         if principal is None:
             msg = ("no API key: send 'Authorization: Bearer <key>' (tasmoe keys create)" if token is None
                    else "the API key is unknown or revoked")
@@ -181,6 +226,15 @@ class AuthMiddleware:
             return
         state["principal"] = principal
         await self.app(scope, receive, send)
+
+
+def _query_token(scope: Scope) -> str | None:
+    """The ``token`` query parameter of a request (the last one when repeated), or None."""
+    from urllib.parse import parse_qsl
+
+    raw = scope.get("query_string", b"").decode("latin-1")
+    found = [v for k, v in parse_qsl(raw, keep_blank_values=True) if k == "token"]
+    return found[-1] if found else None
 
 
 def principal_of(request: Request) -> Principal:
@@ -305,9 +359,12 @@ def create_service_app(
     *,
     lifespan: Lifespan | None = None,
     description: str = "",
+    link_tokens: LinkTokens | None = None,
 ) -> FastAPI:
     """Build one service's app: routers mounted under ``/v1``, ``GET /healthz``, shared error handling. Caps the
-    process's BLAS threads at ``settings.blas_threads`` (``shared.blas``)."""
+    process's BLAS threads at ``settings.blas_threads`` (``shared.blas``). ``link_tokens``: the service issues link
+    tokens (the orchestrator, for its dashboard) and accepts them in place of a key where they apply
+    (``app.state.link_tokens``)."""
     limit_blas_threads(settings.blas_threads)
     app = FastAPI(
         title=f"tasmoe-{name}",
@@ -322,10 +379,15 @@ def create_service_app(
     _local_docs(app)
     app.state.settings = settings
     app.state.service_name = name
+    app.state.link_tokens = link_tokens
     install_error_handlers(app)
 
-    app.add_middleware(AuthMiddleware, store=KeyStore(settings.effective_keys_file()) if settings.auth == "keys"
-                       else None)
+    # innermost: after the key check, inside the body size limit (shared.body_guard)
+    app.add_middleware(JsonBodyGuard, limits=JsonLimits.of(settings))
+    store = KeyStore(settings.effective_keys_file()) if settings.auth == "keys" else None
+    if link_tokens is not None:
+        link_tokens.store = store
+    app.add_middleware(AuthMiddleware, store=store, link_tokens=link_tokens if store is not None else None)
     app.add_middleware(RunIdMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=int(settings.max_body_mb * 2**20))
     _add_security_scheme(app)

@@ -45,6 +45,16 @@ class Settings(BaseSettings):
 
     max_body_mb: float = Field(default=32.0, gt=0, le=4096,
                                description="largest request body a service reads (MiB); larger ones get 413")
+    max_json_depth: int = Field(default=64, ge=2, le=512,
+                                description="deepest nesting of arrays and objects in a JSON request body; deeper "
+                                            "ones get 422 before they are parsed")
+    max_json_keys: int = Field(default=2**20, ge=1,
+                               description="object keys one JSON request body may hold; more get 422 before the "
+                                           "body is parsed (a key costs ~100 bytes parsed)")
+    max_json_values: int = Field(default=2**21, ge=1,
+                                 description="values (numbers, strings, arrays, objects, ...) one JSON request body "
+                                             "may hold; more get 422 before the body is parsed (a number costs "
+                                             "~40-60 bytes parsed and validated)")
     cache_size: int = Field(default=32, ge=1, description="LRU entries for content-hashed models/traces per service")
     thermal_cache_size: int = Field(default=8, ge=1, le=1024,
                                     description="stack models (and their solvers and influence matrices) a thermal "

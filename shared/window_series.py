@@ -11,7 +11,10 @@ figure reads from it:
 - ``temps_core_c``, ``temps_bank_c`` = those of the block's hottest window (max ``T_peak_logic``, first on ties), so
   the heat map of the hottest window is the run's own;
 - ``bytes_moved``, ``tokens_completed``, ``migrations`` = sums; ``latencies_ms`` = all samples; ``oldest_inflight_ms``
-  = max; the power breakdown and per-layer power (when present) = time-weighted means.
+  = max; the power breakdown and per-layer power (when present) = time-weighted means;
+- the served requests (when present): ``requests_done`` = all of them, ``requests_arrived``, ``requests_shed``,
+  ``tokens_offered``, ``tokens_shed`` = sums, ``requests_waiting``, ``requests_running``, ``tokens_queued`` = the
+  block's last window's (at its end), so the merged windows keep the token balance.
 
 The reduction of the merged windows gives the run's own row for every column except ``T_var_logic`` (the spatial
 variance is taken on the hottest window's map) and ``noc_load_max`` (the busiest link of a block's mean): the
@@ -65,6 +68,8 @@ def write_windows_jsonl(path: Path, windows: Iterable[dict[str, Any]]) -> int:
 
 _WEIGHTED = ("T_mean_logic", "T_mean_dram", "power_w", "refresh_mhz", "bw_eff_gbps", "queue_delay_ms")
 _VECTORS = ("freq_ghz", "noc_link_util", "power_core_w")
+_REQUEST_SUMS = ("requests_arrived", "requests_shed", "tokens_offered", "tokens_shed")
+_REQUEST_AT_END = ("requests_waiting", "requests_running", "tokens_queued")
 
 
 def block_size(n_windows: int, max_windows: int) -> int:
@@ -94,6 +99,13 @@ def merge(block: Sequence[dict[str, Any]]) -> dict[str, Any]:
         rows = [w.get(name) or [] for w in block]
         if rows[0] and all(len(r) == len(rows[0]) for r in rows):
             out[name] = (wt @ np.asarray(rows, dtype=np.float64)).tolist()
+    if any("requests_done" in w or "tokens_offered" in w for w in block):
+        out.update({k: int(sum(int(w.get(k, 0)) for w in block)) for k in _REQUEST_SUMS})
+        out.update({k: int(block[-1].get(k, 0)) for k in _REQUEST_AT_END})
+        done = [w.get("requests_done") or {} for w in block]
+        names = next((list(d) for d in done if d), [])
+        if names:
+            out["requests_done"] = {k: [x for d in done for x in d.get(k, [])] for k in names}
     if all(isinstance(w.get("power"), dict) for w in block):
         keys = block[0]["power"].keys()
         out["power"] = {k: float(wt @ np.array([float(w["power"][k]) for w in block])) for k in keys}

@@ -50,7 +50,7 @@ def test_one_dvfs_domain_rule_across_the_services(order: str) -> None:
     window, the lowering service's default clocks, the thermal service's DVFS and its voltages, and the event
     columns; every other core at 2.0 GHz."""
     from services.lowering.service import default_freqs
-    from services.orchestrator.window_loop import initial_freqs
+    from services.orchestrator.epochs import initial_freqs
     from shared.chip import core_domains
     from shared.contracts.events import PhysicalizeRequest
     from shared.contracts.placement import Placement

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.lowering.physical import physicalize_window
+from services.lowering.physical import physicalize_one
+from services.lowering.physical.serving import MicroBatchFn
 from shared.configs import ArchConfig
 from shared.content import ContentStore, arch_store, object_or_hash, placement_store, state_store
 from shared.contracts.events import PhysicalizeRequest, PhysicalizeResponse, PhysicalState
 from shared.contracts.placement import Placement, check_cores_in_mesh
 from shared.contracts.registry import Registered
 from shared.dvfs import top_freqs
-from shared.energy import deposit_of_events
 from shared.errors import BadInput
 
 DEFAULT_ARCH = ArchConfig()
@@ -52,8 +52,11 @@ def default_freqs(arch: ArchConfig) -> list[float]:
     return top_freqs(arch)
 
 
-def physicalize(req: PhysicalizeRequest, data: RunData | None = None) -> PhysicalizeResponse:
-    """One window. ``data``: the registered run data the request's hashes name (None: a hash is unknown here)."""
+def physicalize(req: PhysicalizeRequest, data: RunData | None = None,
+                microbatches: MicroBatchFn | None = None) -> PhysicalizeResponse:
+    """One window. ``data``: the registered run data the request's hashes name (None: a hash is unknown here).
+    ``microbatches``: the workload service's rows of serving micro-batches (``req.serving``; the app passes its
+    peer, a test the workload function)."""
     data = data or RunData.of(1)
     placement = object_or_hash(req.placement, req.placement_hash, data.placements, field="placement")
     arch = object_or_hash(req.arch, req.arch_hash, data.archs, field="arch", default=DEFAULT_ARCH)
@@ -65,15 +68,22 @@ def physicalize(req: PhysicalizeRequest, data: RunData | None = None) -> Physica
         check_cores_in_mesh({k: e.cores for k, e in state.replicas.experts.items()}, arch.mesh.n_cores,
                             "replicas.experts" if req.replicas is not None else "state.replicas.experts", nonempty=True)
     try:
-        c, m, st, tm = physicalize_window(req.window, req.logical, placement, req.overlays, state, arch,
-                                          freq, req.window_ms, req.bw_eff_factor, n_layers=req.n_layers)
-    except BadInput as exc:  # a replica state given as ``replicas`` is named so, not as the state's
-        if req.replicas is not None and exc.field and exc.field.startswith("state.replicas"):
-            exc.field = "replicas" + exc.field[len("state.replicas"):]
-            exc.message = exc.message.replace("state.replicas", "replicas")
-        raise
+        res = physicalize_one(req.window, req.logical, placement, req.overlays, state, arch, freq, req.window_ms,
+                              req.bw_eff_factor, n_layers=req.n_layers, serving=req.serving,
+                              microbatches=microbatches)
+        deposit = res.deposit()
+    except BadInput as exc:
+        raise named_replicas(exc, req.replicas is not None) from None
+    st = res.carry.to_state(res.ctx)
     ref, _ = data.states.put(st)
-    deposit = deposit_of_events(c, m, arch).to_contract()
     return PhysicalizeResponse(
-        compute=c if req.events else None, memory=m if req.events else None, deposit=deposit,
-        state=st if req.return_state else None, state_ref=ref, timing=tm)
+        compute=res.compute_events() if req.events else None, memory=res.memory_events() if req.events else None,
+        deposit=deposit, state=st if req.return_state else None, state_ref=ref, timing=res.timing)
+
+
+def named_replicas(exc: BadInput, given: bool) -> BadInput:
+    """A replica state given as ``replicas`` is named so, not as the state's."""
+    if given and exc.field and exc.field.startswith("state.replicas"):
+        exc.field = "replicas" + exc.field[len("state.replicas"):]
+        exc.message = exc.message.replace("state.replicas", "replicas")
+    return exc

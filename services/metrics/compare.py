@@ -3,13 +3,19 @@
 For each metric of `COMPARE_METRICS` and each scenario ``s``: the value, and its delta against ``baseline`` of the
 same workload — in °C (``x_s − x_baseline``) for temperatures, in % (``100·(x_s − x_baseline)/x_baseline``) for the
 other rates and times, and as a plain difference for counts that are zero in baseline by construction (migrations,
-time above Thot). A % delta against a zero baseline is undefined: empty in the CSV, ``n/a`` in Markdown.
+time above Thot). A % delta against a zero baseline is undefined: empty in the CSV, ``n/a`` in Markdown. A value
+that is empty in the result row (the serving columns of a fixed-arrival run, or of a run given no SLO) is empty in
+the CSV with an empty delta, ``n/a`` in Markdown; a metric empty in every scenario is left out of the Markdown.
 
 Outputs: CSV (one line per scenario: values then ``<metric>_delta_c`` / ``_delta_pct`` / ``_delta`` columns) and a
 Markdown table (one line per metric, one column per scenario, ``value (delta)`` cells). Values are taken at the
 unified CSV's precision (9 significant digits), so rows in memory and rows read back from their CSVs compare
-identically. Scenarios appear in the canonical order baseline, taps, tacs, tas; baseline is required, the
-others optional.
+identically. Scenarios appear in the canonical order baseline, taps, tacs, tas, unthrottled; baseline is required,
+the others optional.
+
+With the ``unthrottled`` reference in the table, the Markdown also says what throttling costs and what each policy
+recovers of it (`throttling`): loss = ``x_unthrottled − x_baseline`` of the served rate (``goodput_tok_s`` when both
+rows have it, else ``ips``), recovered = ``(x_s − x_baseline) / loss``.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -45,6 +51,9 @@ COMPARE_METRICS: tuple[tuple[str, str, DeltaKind], ...] = (
     ("T_var_logic", "°C²", "pct"),
     ("migrations", "count", "abs"),
     ("time_above_thot_ms", "ms", "abs"),
+    ("ttft_p99_ms", "ms", "pct"),
+    ("tpot_p99_ms", "ms", "pct"),
+    ("goodput_tok_s", "tokens/s", "pct"),
 )
 _SUFFIX = {"c": "_delta_c", "pct": "_delta_pct", "abs": "_delta"}
 
@@ -63,16 +72,23 @@ COMPARE_CSV_COLUMNS: tuple[str, ...] = (
 class CompareTable:
     workload: str
     scenarios: tuple[str, ...]  # canonical order, baseline first
-    values: dict[str, dict[str, float]]  # scenario -> metric -> value
+    values: dict[str, dict[str, float | None]]  # scenario -> metric -> value (None: empty in the row)
     deltas: dict[str, dict[str, float | None]]  # scenario -> metric -> delta (None: undefined)
 
 
-def _delta(x: float, base: float, kind: DeltaKind) -> float | None:
+def _delta(x: float | None, base: float | None, kind: DeltaKind) -> float | None:
+    if x is None or base is None:
+        return None
     if kind in ("c", "abs"):
         return x - base
     if base == 0.0:
         return 0.0 if x == 0.0 else None
     return 100.0 * (x - base) / base
+
+
+def _value(v: float | None) -> float | None:
+    """A row's value at the unified CSV's precision (None: empty in the row)."""
+    return None if v is None else float(format_value(float(v)))
 
 
 def compare(rows: Sequence[ResultRow], *, positions: Sequence[int] | None = None) -> CompareTable:
@@ -99,11 +115,75 @@ def compare(rows: Sequence[ResultRow], *, positions: Sequence[int] | None = None
         raise BadInput(f"rows: no baseline row for workload {workload!r} (deltas are against baseline)", field="rows")
     order = tuple(s for s in SCENARIOS if s in by_scn)
     # values at CSV precision, so comparing in-memory rows and rows read back from their CSVs gives the same bytes
-    values = {s: {m: float(format_value(float(getattr(by_scn[s], m)))) for m, _, _ in COMPARE_METRICS}
-              for s in order}
+    values = {s: {m: _value(getattr(by_scn[s], m)) for m, _, _ in COMPARE_METRICS} for s in order}
     base = values["baseline"]
     deltas = {s: {m: _delta(values[s][m], base[m], k) for m, _, k in COMPARE_METRICS} for s in order}
     return CompareTable(workload=workload, scenarios=order, values=values, deltas=deltas)
+
+
+# a throttling loss below this fraction of the unthrottled rate is within a run's own noise: nothing to recover
+NO_LOSS_FRACTION = 0.005
+
+
+@dataclass(frozen=True)
+class Throttling:
+    """What throttling costs in served tokens per second and what each policy recovers of it (fractions)."""
+
+    metric: str  # goodput_tok_s or ips
+    unthrottled: float
+    baseline: float
+    recovered: dict[str, float | None]  # policy -> (x - baseline) / loss; None: no loss to recover
+
+    @property
+    def loss(self) -> float:
+        return self.unthrottled - self.baseline
+
+    @property
+    def loss_fraction(self) -> float:
+        return self.loss / self.unthrottled if self.unthrottled else 0.0
+
+
+ServedMetric = Literal["goodput_tok_s", "ips"]
+
+
+def served_metric(values: Iterable[Mapping[str, float | None]]) -> ServedMetric:
+    """The served rate a throttling loss is measured in: ``goodput_tok_s`` (output tokens/s within the SLO) when
+    every one of ``values`` (rows, or a table's values per scenario) has it, else ``ips`` (a run given no SLO, or a
+    fixed-arrival run, has no goodput)."""
+    return "goodput_tok_s" if all(v.get("goodput_tok_s") is not None for v in values) else "ips"
+
+
+def throttling(t: CompareTable, *, metric: ServedMetric | None = None) -> Throttling | None:
+    """The throttling loss and recoveries of a table with the ``unthrottled`` reference (None without it).
+
+    ``metric``: the served rate to measure them in; default `served_metric` of the unthrottled and baseline rows
+    (a caller comparing several tables on one axis passes the metric it chose for all of them)."""
+    if "unthrottled" not in t.scenarios:
+        return None
+    ref, base = t.values["unthrottled"], t.values["baseline"]
+    metric = metric or served_metric((ref, base))
+    y, x = ref[metric], base[metric]
+    if y is None or x is None:
+        return None
+    lossy = y - x > NO_LOSS_FRACTION * abs(y)
+    recovered: dict[str, float | None] = {}
+    for s in t.scenarios:
+        v = t.values[s][metric]
+        if s not in ("baseline", "unthrottled"):
+            recovered[s] = (v - x) / (y - x) if lossy and v is not None else None
+    return Throttling(metric=metric, unthrottled=y, baseline=x, recovered=recovered)
+
+
+def _throttling_text(th: Throttling) -> str:
+    unit = "tokens/s within the SLO" if th.metric == "goodput_tok_s" else "tokens/s"
+    head = (f"Throttling ({th.metric}, {unit}): unthrottled {_num(th.unthrottled)}, baseline {_num(th.baseline)}: "
+            f"DVFS and the DTM limit cost {_num(th.loss)} ({100 * th.loss_fraction:.1f} % of unthrottled).")
+    if th.loss <= NO_LOSS_FRACTION * abs(th.unthrottled):
+        return head + f" Below {100 * NO_LOSS_FRACTION:g} % of unthrottled: nothing to recover."
+    if not th.recovered:
+        return head
+    parts = [f"{s} {100 * v:.0f} %" for s, v in th.recovered.items() if v is not None]
+    return head + " Recovered of that loss: " + ", ".join(parts) + "."
 
 
 def compare_all(rows: Sequence[ResultRow]) -> list[CompareTable]:
@@ -165,11 +245,18 @@ def compare_markdown(tables: Sequence[CompareTable]) -> str:
                  "| metric | unit | " + " | ".join(t.scenarios) + " |",
                  "|---|---|" + "---:|" * len(t.scenarios)]
         for m, unit, kind in COMPARE_METRICS:
+            if all(t.values[s][m] is None for s in t.scenarios):
+                continue
             cells = []
             for s in t.scenarios:
-                v = f"{t.values[s][m]:g}" if unit == "count" else _num(t.values[s][m])
-                cells.append(v if s == "baseline" else f"{v} ({_delta_text(t.deltas[s][m], kind, unit)})")
+                x = t.values[s][m]
+                v = "n/a" if x is None else f"{x:g}" if unit == "count" else _num(x)
+                cells.append(v if s == "baseline" or x is None
+                             else f"{v} ({_delta_text(t.deltas[s][m], kind, unit)})")
             lines.append(f"| {m} | {unit} | " + " | ".join(cells) + " |")
+        th = throttling(t)
+        if th is not None:
+            lines += ["", _throttling_text(th)]
         parts.append("\n".join(lines) + "\n")
     return "\n".join(parts)
 

@@ -53,10 +53,11 @@ FORMATS: tuple[str, ...] = ("png", "svg")
 MEDIA_TYPES: dict[str, str] = {"png": "image/png", "svg": "image/svg+xml"}
 DPI = 100
 # Okabe-Ito colours (colour-blind safe), one per scenario, used in every figure.
-SCENARIO_COLORS: dict[str, str] = {"baseline": "#555555", "taps": "#E69F00", "tacs": "#0072B2", "tas": "#009E73"}
+SCENARIO_COLORS: dict[str, str] = {"baseline": "#555555", "taps": "#E69F00", "tacs": "#0072B2", "tas": "#009E73",
+                                   "unthrottled": "#CC79A7"}
 # marker and line style per scenario, so series that lie on each other stay distinguishable
 SCENARIO_STYLES: dict[str, tuple[str, str]] = {"baseline": ("o", "-"), "taps": ("s", "--"), "tacs": ("^", ":"),
-                                               "tas": ("D", "-.")}
+                                               "tas": ("D", "-."), "unthrottled": ("v", "-")}
 _RC: dict[RcKeyType, Any] = {
     "svg.hashsalt": "tasmoe-metrics",
     "svg.fonttype": "path",
@@ -442,11 +443,24 @@ def render_plot(kind: str, data: PlotRequest, fmt: str = "png") -> bytes:
     """The figure ``kind`` for ``data`` as PNG or SVG bytes (same input, same bytes)."""
     if fmt not in FORMATS:
         raise BadInput(f"format: must be one of {', '.join(FORMATS)}, got {fmt!r}", field="format")
-    # the workload name is the one free text on a figure: its "$" would start matplotlib math text (a user's
-    # "$\\foo$" was a 422 carrying the parser's output, nested roots a 500); escaped, it is drawn as written
-    data = data.model_copy(update={"workload": data.workload.replace("$", r"\$")})
+    # the workload name is the one free text on a figure (escape_text)
+    data = data.model_copy(update={"workload": escape_text(data.workload)})
+    return render_figure(lambda: build_figure(kind, data), fmt)
+
+
+def escape_text(text: str) -> str:
+    """Free text drawn on a figure as written: its "$" would start matplotlib math text (a user's "$\\foo$" was a
+    422 carrying the parser's output, nested roots a 500)."""
+    return text.replace("$", r"\$")
+
+
+def render_figure(build: Callable[[], Figure], fmt: str) -> bytes:
+    """The figure ``build`` draws, as PNG or SVG bytes, in this module's style (`_RC`, `DPI`) and without metadata
+    that changes between runs: the same figure, the same bytes. Every kind of the metrics service is saved here."""
+    if fmt not in FORMATS:
+        raise BadInput(f"format: must be one of {', '.join(FORMATS)}, got {fmt!r}", field="format")
     with matplotlib.rc_context(_RC):
-        fig = build_figure(kind, data)
+        fig = build()
         buf = io.BytesIO()
         fig.savefig(buf, format=fmt, dpi=DPI, metadata=_METADATA[fmt])
     return buf.getvalue()

@@ -26,6 +26,37 @@ simulated time covered by the run:
   ``T_mean_dram`` / ``freq_avg_ghz`` (mean over cores) / ``queue_delay_ms`` time-weighted means; ``tokens``,
   ``windows``, ``sim_time_ms`` = ``T``.
 
+Serving columns, over the requests that finished in the run (``requests_done`` of the windows; a request still
+waiting or running at the end is in none of them, ``tokens_queued`` counts its tokens):
+
+- ``ttft_p50_ms`` / ``ttft_p99_ms``: percentiles (linear interpolation) of the time to first token,
+  ``t_first_token - t_arrival``; ``tpot_p50_ms`` / ``tpot_p99_ms``: of the time per output token after the first,
+  ``(t_done - t_first_token) / (output_tokens - 1)``, over the requests of at least 2 output tokens (MLPerf
+  Inference's TPOT). Empty when no such request finished.
+- ``requests_done``: the requests that finished; ``tokens_offered`` / ``tokens_shed``: ``Σ_w`` of the windows'
+  (output tokens asked for by the requests that arrived / by those the full queue refused); ``tokens_served``
+  ``Σ_w tokens_completed`` (output tokens generated, = ``tokens``); ``tokens_queued`` the last window's (output
+  tokens not yet generated of the admitted, unfinished requests at the run's end).
+- ``goodput_tok_s``: output tokens per second of simulated time of the finished requests that met both SLO limits
+  on their own (TTFT <= ``slo_ttft_p99_ms`` and, with >= 2 output tokens, TPOT <= ``slo_tpot_p99_ms``),
+  ``Σ output_tokens / (T/1000)``; ``slo_met``: 1 when ``ttft_p99_ms <= slo_ttft_p99_ms`` and ``tpot_p99_ms <=
+  slo_tpot_p99_ms`` (a run with no multi-token request has no TPOT to exceed), else 0 (also when no request
+  finished). Both are empty when the reduction is given no SLO.
+- ``tokens_unbalanced``: ``Σ_w |error_w|`` of the token balance of shared/token_balance.py, ``tokens_queued_w =
+  tokens_queued_{w-1} + tokens_offered_w - tokens_completed_w - tokens_shed_w``: 0 when every window balances.
+
+Throttling columns, from the thermal snapshots' counts (``cores_throttled_w``, ``cores_emergency_w``: cores that ran
+window ``w`` below their top DVFS step, and in the emergency clock modulation of ``arch.dtm``'s hard limit):
+
+- ``time_throttled_ms`` ``Σ dt_w`` over windows with ``cores_throttled_w > 0`` (any core below its top step);
+- ``time_emergency_ms`` ``Σ dt_w`` over windows with ``cores_emergency_w > 0``.
+
+A run whose windows report no request at all (fixed arrival: ``requests_done`` empty and every request count 0) has
+``requests_done``, the four token counts and ``tokens_unbalanced`` 0, and the percentiles, ``goodput_tok_s`` and
+``slo_met`` empty, whatever the SLO: its other columns are those it had before the serving columns existed. The
+per-request samples are kept whole in a `ReducePartial` (three integers per finished request), as the token
+latency samples are, so a fold gives exactly the one-shot row.
+
 Nothing is silently zero: an empty run, a NaN or infinite value, windows of different shapes (cores, vaults, DRAM
 layers, NoC links), a run without any latency sample (and no token in flight) or NoC link, windows out of order or
 overlapping in time all raise `BadInput` naming the field (``windows[3].temps_core_c[5]``), which the HTTP layer
@@ -47,6 +78,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from shared.contracts.events import MAX_REQUEST_COUNT
 from shared.contracts.metrics import (
     ALL_COLUMNS,
     POWER_COMPONENTS,
@@ -55,11 +87,13 @@ from shared.contracts.metrics import (
     PowerReport,
     PowerStat,
     ReducePartial,
+    RequestSamples,
     ResultRow,
     WindowMetrics,
     check_workload_name,
 )
 from shared.errors import BadInput, first_validation_error
+from shared.token_balance import serving_columns, token_imbalance, windows_report_requests
 
 _SCALARS = ("t_start_ms", "dt_ms", "T_peak_logic", "T_peak_dram", "T_mean_logic", "T_mean_dram", "power_w",
             "refresh_mhz", "bytes_moved", "bw_eff_gbps", "queue_delay_ms")
@@ -125,23 +159,28 @@ def _cells(windows: Sequence[WindowMetrics], n_cores: int, n_dram: int) -> tuple
 
 
 def reduce_window_metrics(windows: Sequence[WindowMetrics], *, scenario: str, workload: str, thot_c: float,
-                          bw_raw_gbps: float | None = None, partial: ReducePartial | None = None) -> ResultRow:
+                          bw_raw_gbps: float | None = None, partial: ReducePartial | None = None,
+                          slo_ttft_p99_ms: float | None = None, slo_tpot_p99_ms: float | None = None) -> ResultRow:
     """One `ResultRow` from a run's windows (definitions in the module docstring), after the windows already folded
-    into ``partial`` (a long run is reduced chunk by chunk, `fold_windows`). Raises `BadInput` on bad input."""
+    into ``partial`` (a long run is reduced chunk by chunk, `fold_windows`); ``slo_*``: the serving SLO (ms, both or
+    neither). Raises `BadInput` on bad input."""
     return reduce_with_power(windows, scenario=scenario, workload=workload, thot_c=thot_c, bw_raw_gbps=bw_raw_gbps,
-                             partial=partial)[0]
+                             partial=partial, slo_ttft_p99_ms=slo_ttft_p99_ms, slo_tpot_p99_ms=slo_tpot_p99_ms)[0]
 
 
 def reduce_with_power(windows: Sequence[WindowMetrics], *, scenario: str, workload: str, thot_c: float,
-                      bw_raw_gbps: float | None = None, partial: ReducePartial | None = None
+                      bw_raw_gbps: float | None = None, partial: ReducePartial | None = None,
+                      slo_ttft_p99_ms: float | None = None, slo_tpot_p99_ms: float | None = None
                       ) -> tuple[ResultRow, PowerReport | None]:
     """`reduce_window_metrics` and the run's `PowerReport` (None unless every window reports its power)."""
     _check_header(scenario=scenario, workload=workload, thot_c=thot_c, bw_raw_gbps=bw_raw_gbps)
+    _check_slo(slo_ttft_p99_ms, slo_tpot_p99_ms)
     if not windows and partial is None:
         raise BadInput("windows: a run needs at least one window", field="windows")
     acc = fold_windows(windows, thot_c=thot_c, partial=partial) if windows else partial
     assert acc is not None
-    row = finish(acc, scenario=scenario, workload=workload, thot_c=thot_c, bw_raw_gbps=bw_raw_gbps)
+    row = finish(acc, scenario=scenario, workload=workload, thot_c=thot_c, bw_raw_gbps=bw_raw_gbps,
+                 slo_ttft_p99_ms=slo_ttft_p99_ms, slo_tpot_p99_ms=slo_tpot_p99_ms)
     return row, power_report(acc)
 
 
@@ -233,6 +272,106 @@ def _check_header(*, scenario: str, workload: str, thot_c: float, bw_raw_gbps: f
         raise BadInput("bw_raw_gbps: must be a finite number > 0", field="bw_raw_gbps")
 
 
+def _check_slo(slo_ttft_p99_ms: float | None, slo_tpot_p99_ms: float | None) -> None:
+    """The SLO comes whole (both limits, each a finite number > 0 ms) or not at all."""
+    given = {"slo_ttft_p99_ms": slo_ttft_p99_ms, "slo_tpot_p99_ms": slo_tpot_p99_ms}
+    for name, v in given.items():
+        if v is None and any(x is not None for x in given.values()):
+            raise BadInput(f"{name}: an SLO needs both limits, slo_ttft_p99_ms and slo_tpot_p99_ms", field=name)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise BadInput(f"{name}: must be a finite number > 0 (ms)", field=name)
+
+
+def _request_samples(windows: Sequence[WindowMetrics], sc: Mapping[str, np.ndarray]) -> RequestSamples:
+    """The finished requests of the windows as `RequestSamples`, after checking each: ``t_arrival_ns <=
+    t_first_token_ns <= t_done_ns``, ``t_done_ns`` within its window, no request twice in a window (the contract
+    bounds the integers and asks for at least one output token)."""
+    counts = np.array([len(w.requests_done) for w in windows], dtype=np.int64)
+    if not counts.any():
+        return RequestSamples.empty()
+    cols = {name: np.concatenate([np.asarray(getattr(w.requests_done, name), dtype=np.int64) for w in windows])
+            for name in ("request_id", "t_arrival_ns", "t_first_token_ns", "t_done_ns", "output_tokens")}
+    win = np.repeat(np.arange(len(windows)), counts)
+    pos = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)  # index within its window
+    end_ns = (sc["t_start_ms"] + sc["dt_ms"]) * 1e6
+    tol_ns = 1.0 + _TIME_TOL * np.abs(end_ns)  # the window's bounds are ms floats
+    lo_ns, hi_ns = sc["t_start_ms"] * 1e6 - tol_ns, end_ns + tol_ns
+    order = np.lexsort((cols["request_id"], win))
+    repeat = np.zeros(win.size, dtype=bool)
+    repeat[order[1:]] = (win[order[1:]] == win[order[:-1]]) & (cols["request_id"][order[1:]]
+                                                                == cols["request_id"][order[:-1]])
+    checks = (
+        ("t_first_token_ns", cols["t_first_token_ns"] < cols["t_arrival_ns"], "is before its t_arrival_ns"),
+        ("t_done_ns", cols["t_done_ns"] < cols["t_first_token_ns"], "is before its t_first_token_ns"),
+        ("t_done_ns", (cols["t_done_ns"] < lo_ns[win]) | (cols["t_done_ns"] > hi_ns[win]),
+         "is outside its window (a request is reported in the window its last token is generated in)"),
+        ("request_id", repeat, "is reported twice in the window"),
+    )
+    for name, bad, what in checks:
+        hit = np.flatnonzero(bad)
+        if hit.size:
+            i, j = int(win[hit[0]]), int(pos[hit[0]])
+            field = f"windows[{i}].requests_done.{name}[{j}]"
+            raise BadInput(f"{field}: {int(cols[name][hit[0]])} {what}", field=field)
+    return RequestSamples(ttft_ns=(cols["t_first_token_ns"] - cols["t_arrival_ns"]).tolist(),
+                          decode_ns=(cols["t_done_ns"] - cols["t_first_token_ns"]).tolist(),
+                          output_tokens=cols["output_tokens"].tolist())
+
+
+def _fold_serving(windows: Sequence[WindowMetrics], sc: Mapping[str, np.ndarray], p: ReducePartial
+                  ) -> dict[str, Any]:
+    """The serving part of the partial: the finished requests' samples, the token counts, the balance error.
+
+    Nothing is added while no window has reported a request (a fixed-arrival run). The windows before the first
+    that does each break the balance by their ``tokens_completed`` (tokens generated, none offered): they are added
+    to ``tokens_unbalanced`` then, so the error does not depend on how the run is chunked."""
+    if not p.serving and not windows_report_requests(windows):
+        return {}
+    big = next((i for i, w in enumerate(windows) if w.tokens_completed > MAX_REQUEST_COUNT), None)
+    if big is not None:
+        raise BadInput(f"windows[{big}].tokens_completed: more than {MAX_REQUEST_COUNT} in a window",
+                       field=f"windows[{big}].tokens_completed")
+    cols = serving_columns(windows)
+    err = token_imbalance(cols["tokens_offered"], cols["tokens_completed"], cols["tokens_queued"],
+                          cols["tokens_shed"], queued_before=p.tokens_queued)
+    new = _request_samples(windows, sc)
+    return {"serving": True,
+            "requests": RequestSamples.concat([p.requests, new]) if len(new) else p.requests,
+            "tokens_offered": p.tokens_offered + int(cols["tokens_offered"].sum()),
+            "tokens_shed": p.tokens_shed + int(cols["tokens_shed"].sum()),
+            "tokens_queued": int(cols["tokens_queued"][-1]),
+            "tokens_unbalanced": p.tokens_unbalanced + (0 if p.serving else p.tokens) + int(np.abs(err).sum())}
+
+
+def _serving_columns(p: ReducePartial, *, t_s: float, slo_ttft_p99_ms: float | None,
+                     slo_tpot_p99_ms: float | None) -> dict[str, Any]:
+    """The result row's serving columns (module docstring) from the folded windows."""
+    if not p.serving:
+        return {}  # the ResultRow defaults: counts 0, the rest empty
+    ttft_ms = np.asarray(p.requests.ttft_ns, dtype=np.int64) / 1e6
+    decode_ns = np.asarray(p.requests.decode_ns, dtype=np.int64)
+    out_tok = np.asarray(p.requests.output_tokens, dtype=np.int64)
+    multi = out_tok >= 2
+    tpot_all_ms = decode_ns / np.maximum(out_tok - 1, 1) / 1e6  # a single-token request's is never read
+    tpot_ms = tpot_all_ms[multi]
+    ttft_p = np.percentile(ttft_ms, [50.0, 99.0]) if ttft_ms.size else None
+    tpot_p = np.percentile(tpot_ms, [50.0, 99.0]) if tpot_ms.size else None
+    out: dict[str, Any] = {
+        "ttft_p50_ms": None if ttft_p is None else float(ttft_p[0]),
+        "ttft_p99_ms": None if ttft_p is None else float(ttft_p[1]),
+        "tpot_p50_ms": None if tpot_p is None else float(tpot_p[0]),
+        "tpot_p99_ms": None if tpot_p is None else float(tpot_p[1]),
+        "requests_done": int(out_tok.size), "tokens_offered": p.tokens_offered, "tokens_served": p.tokens,
+        "tokens_queued": p.tokens_queued, "tokens_shed": p.tokens_shed, "tokens_unbalanced": p.tokens_unbalanced,
+    }
+    if slo_ttft_p99_ms is not None and slo_tpot_p99_ms is not None:
+        met = (ttft_ms <= slo_ttft_p99_ms) & (~multi | (tpot_all_ms <= slo_tpot_p99_ms))
+        out["goodput_tok_s"] = float(out_tok[met].sum()) / t_s
+        out["slo_met"] = int(ttft_p is not None and bool(ttft_p[1] <= slo_ttft_p99_ms)
+                             and (tpot_p is None or bool(tpot_p[1] <= slo_tpot_p99_ms)))
+    return out
+
+
 def _same(partial_value: int | None, value: int, field: str, what: str) -> int:
     if partial_value is not None and partial_value != value:
         raise BadInput(f"{field}: {what} {value}, but the windows folded before have {partial_value} (windows of "
@@ -306,6 +445,7 @@ def fold_windows(windows: Sequence[WindowMetrics], *, thot_c: float,
     n_l, n_d = _cells(windows, n_cores, banks.shape[1] * banks.shape[2])
     n_l = _same(p.cells_logic, n_l, "windows[0].cells_logic", "has")
     n_d = _same(p.cells_dram, n_d, "windows[0].cells_dram", "has")
+    serving = _fold_serving(windows, sc, p)
 
     # --- sums (ms, °C, W, bytes; the reductions follow in `finish`) -----------------------------------------------
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught on the result in `finish`
@@ -335,16 +475,21 @@ def fold_windows(windows: Sequence[WindowMetrics], *, thot_c: float,
             tokens=p.tokens + int(sum(w.tokens_completed for w in windows)),
             migrations=p.migrations + int(sum(w.migrations for w in windows)),
             above_thot_ms=p.above_thot_ms + float(dt[sc["T_peak_logic"] > thot_c].sum()),
+            throttled_ms=p.throttled_ms + float(dt[np.array([w.cores_throttled > 0 for w in windows])].sum()),
+            emergency_ms=p.emergency_ms + float(dt[np.array([w.cores_emergency > 0 for w in windows])].sum()),
             oldest_inflight_ms=max(p.oldest_inflight_ms, max(w.oldest_inflight_ms for w in windows)),
             latencies_ms=[*p.latencies_ms, *(x for w in windows for x in w.latencies_ms)],
             **_fold_power(windows, dt, p),
+            **serving,
         )
 
 
 def finish(p: ReducePartial, *, scenario: str, workload: str, thot_c: float,
-           bw_raw_gbps: float | None = None) -> ResultRow:
+           bw_raw_gbps: float | None = None, slo_ttft_p99_ms: float | None = None,
+           slo_tpot_p99_ms: float | None = None) -> ResultRow:
     """The `ResultRow` of a run whose windows are all folded into ``p``."""
     _check_header(scenario=scenario, workload=workload, thot_c=thot_c, bw_raw_gbps=bw_raw_gbps)
+    _check_slo(slo_ttft_p99_ms, slo_tpot_p99_ms)
     if p.windows == 0 or p.peak_logic is None or p.peak_dram is None or p.noc_max is None:
         raise BadInput("windows: a run needs at least one window", field="windows")
     if p.thot_c != thot_c:
@@ -394,6 +539,9 @@ def finish(p: ReducePartial, *, scenario: str, workload: str, thot_c: float,
             windows=p.windows,
             sim_time_ms=t_ms,
             lat_censored=int(censored),
+            **_serving_columns(p, t_s=t_ms * 1e-3, slo_ttft_p99_ms=slo_ttft_p99_ms, slo_tpot_p99_ms=slo_tpot_p99_ms),
+            time_throttled_ms=p.throttled_ms,
+            time_emergency_ms=p.emergency_ms,
         )
     for name, value in row.model_dump().items():  # e.g. sums that overflow float64
         if isinstance(value, float) and not math.isfinite(value):

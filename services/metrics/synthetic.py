@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.contracts.metrics import SCENARIOS, WindowMetrics
+from shared.contracts.metrics import POLICIES, SCENARIOS, WindowMetrics
 from shared.contracts.thermal import PowerBreakdown
 
 # (hot-spot amplitude °C, hot-spot width in cores, throughput factor)
@@ -19,7 +19,7 @@ _POWER_SPLIT = {"logic_dynamic": 0.12, "spm": 0.10, "logic_leakage": 0.14, "dram
                 "dram_leakage": 0.15, "noc": 0.01, "dram_controller": 0.04}
 _LOGIC_DIE = frozenset({"logic_dynamic", "spm", "logic_leakage", "noc", "dram_controller"})
 _SCENARIO_SHAPE = {"baseline": (38.0, 1.2, 1.00), "taps": (30.0, 2.0, 0.98), "tacs": (31.0, 1.8, 0.97),
-                   "tas": (26.0, 2.6, 0.96)}
+                   "tas": (26.0, 2.6, 0.96), "unthrottled": (40.0, 1.2, 1.05)}
 
 
 def synthetic_windows(n_windows: int, scenario: str, *, seed: int = 0, mesh: tuple[int, int] = (8, 8),
@@ -74,5 +74,6 @@ def synthetic_windows(n_windows: int, scenario: str, *, seed: int = 0, mesh: tup
 
 
 def synthetic_runs(n_windows: int, *, seed: int = 0, **kwargs: object) -> dict[str, list[WindowMetrics]]:
-    """`synthetic_windows` for each of the four scenarios."""
-    return {s: synthetic_windows(n_windows, s, seed=seed, **kwargs) for s in SCENARIOS}  # type: ignore[arg-type]
+    """`synthetic_windows` for each of the four policies (the ``unthrottled`` reference: ask `synthetic_windows`)."""
+    return {s: synthetic_windows(n_windows, s, seed=seed, **kwargs)  # type: ignore[arg-type]
+            for s in POLICIES}

@@ -1,7 +1,10 @@
 """The science acceptance checks of an experiment's result CSVs (seed 001 §9.2–§9.3, §15; issue 8):
 
 - every scenario's ``<out>/<scenario>/<workload>.csv`` exists with non-empty ``T_peak_logic``, ``T_peak_dram``, ``ips``;
-- no NaN or infinite value, no temperature below ambient.
+- no NaN or infinite value, no temperature below ambient;
+- a served run's tokens balance (offered = served + queued + shed, window by window): the row's ``tokens_unbalanced``
+  is 0; when it is not, `check_token_balance_columns` (shared/token_balance.py) over the run's series table names
+  the windows that do not balance.
 
 Whether a policy lowers the peak (the seed's ``T_peak_logic(tas|taps) < T_peak_logic(baseline)``) is a finding, not a
 check: ``policy_findings`` reports each policy's peaks and throughput against baseline, and the README states them,
@@ -13,6 +16,9 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
+
+from shared.series_table import read_series_table, series_path
+from shared.token_balance import check_token_balance_columns
 
 TEMPERATURE_COLUMNS = ("T_peak_logic", "T_peak_dram", "T_avg")
 REQUIRED = ("T_peak_logic", "T_peak_dram", "ips")
@@ -54,6 +60,22 @@ def check_results(out_dir: Path, *, workload: str, ambient_c: float,
                 problems.append(f"{sc}: {col} = {text}")
             elif col in TEMPERATURE_COLUMNS and value < ambient_c:
                 problems.append(f"{sc}: {col} = {value} °C is below ambient {ambient_c} °C")
+        problems += [f"{sc}: {p}" for p in check_token_balance_of(out_dir, sc, workload, row)]
+    return problems
+
+
+def check_token_balance_of(out_dir: Path, scenario: str, workload: str, row: dict[str, str]) -> list[str]:
+    """The token balance problems of a scenario's run: the result row's ``tokens_unbalanced`` (the sum over windows
+    of each one's error) when it is not 0, with the windows of its series table (``<out>/<scenario>/<workload>
+    .series.csv.gz``, when written) that do not balance. A row without the column (fixed arrival, or written before
+    it existed) has nothing to balance."""
+    unbalanced = (row.get("tokens_unbalanced") or "").strip()
+    if unbalanced in ("", "0"):
+        return []
+    problems = [f"tokens_unbalanced = {unbalanced}: offered tokens != served + queued + shed"]
+    path = series_path(out_dir, scenario, workload)
+    if path.is_file():
+        problems += [f"{path.name}: {p}" for p in check_token_balance_columns(read_series_table(path))]
     return problems
 
 

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,39 +16,53 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import FileResponse, PlainTextResponse, RedirectResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
 from sqlalchemy.orm import Session
 from starlette.background import BackgroundTask
+from starlette.types import Scope
 
-from services.orchestrator import artefacts, service
+from services.orchestrator import artefacts, chrome_trace, series, service
 from services.orchestrator import repository as repo
 from services.orchestrator.jobs import Dispatcher
 from services.orchestrator.models import TERMINAL, Experiment, RunStatus
 from services.orchestrator.pipeline_clients import Pipeline
 from services.orchestrator.runtime import Runtime, runtime
 from services.orchestrator.schemas import (
+    ALL_SCENARIOS,
     ExperimentAccepted,
     ExperimentPage,
     ExperimentRequest,
     ExperimentSpec,
     ExperimentView,
+    LinkToken,
     Scenario,
     SweepRequest,
     SweepView,
 )
 from services.orchestrator.settings import orchestrator_settings
+from shared import json_codec
 from shared.auth import redact_paths
 from shared.client import ServiceClients
 from shared.configs.workload import InlineModel
-from shared.errors import BadInput, Conflict, NotFound, UpstreamError
-from shared.service_app import create_service_app, principal_of
+from shared.db import database_outage, outage_text
+from shared.errors import BadInput, Conflict, DatabaseUnavailable, NotFound, TasmoeError, UpstreamError
+from shared.link_tokens import LinkTokens
+from shared.service_app import ErrorBody, create_service_app, install_database_errors, principal_of
 from shared.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(tags=["orchestrator"])
+router = APIRouter(tags=["orchestrator"], responses={
+    503: {"model": ErrorBody, "description": "The run-state database cannot be reached for now; see Retry-After"}})
 
 IdPath = Annotated[str, "experiment id"]
+
+
+def _prefix(request: Request) -> str:
+    """The path this app is mounted under (``/orchestrator`` under ``tasmoe serve all``; empty on its own port), so
+    that every URL it hands out (``Location``, links) is one the client can follow."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
 
 
 def _rt(request: Request) -> Runtime:
@@ -114,8 +130,9 @@ def _check_windows(request: Request, spec: ExperimentSpec) -> None:
     """A run of ``windows`` windows that ends before any token can complete is refused (422 naming ``windows`` with
     the minimum): the first micro-batch alone on the idle chip (``capacity.first_token_window``, the cycle model)
     must finish inside it. Unchecked (accepted) when the services cannot be reached or the answer takes longer than
-    FIRST_TOKEN_CHECK_S; the run itself then says why no token completed."""
-    if spec.windows is None:
+    FIRST_TOKEN_CHECK_S; the run itself then says why no token completed. A serving workload is not checked (its
+    micro-batches are formed at run time: ``capacity.serving_note``)."""
+    if spec.windows is None or spec.workload.serving is not None:
         return
     from services.orchestrator.capacity import first_token_window
 
@@ -156,7 +173,7 @@ def create_experiment(body: ExperimentRequest, request: Request, response: Respo
                                                 idempotency_key=idempotency_key, owner=who.name, quota=quota)
     if created:
         rt.dispatcher.submit_experiment(exp_id)
-    location = f"/v1/experiments/{exp_id}"
+    location = f"{_prefix(request)}/v1/experiments/{exp_id}"
     response.headers["Location"] = location
     with rt.sessions() as s:
         exp = repo.get_experiment(session=s, exp_id=exp_id)
@@ -211,16 +228,108 @@ def get_power(exp_id: IdPath, request: Request) -> dict[str, Any]:
 def get_windows(exp_id: IdPath, request: Request, scenario: Scenario | None = None,
                 offset: Annotated[int, Query(ge=0, le=1 << 31, description="first window")] = 0,
                 limit: Annotated[int, Query(ge=1, le=service.MAX_WINDOWS_PAGE,
-                                            description="windows per scenario")] = service.MAX_WINDOWS_PAGE
+                                            description="windows per scenario")] = service.MAX_WINDOWS_PAGE,
+                fields: Annotated[str | None, Query(max_length=2000, description=(
+                    "comma-separated WindowMetrics keys to return (window always), e.g. temps_core_c,temps_bank_c"
+                    " for a heat map; default: all"))] = None,
                 ) -> dict[str, Any]:
     """The per-window metrics series of each scenario (or of one), a page of at most ``limit`` windows from window
-    ``offset``; ``next_offset`` is the window to ask for next (None when no scenario has more)."""
+    ``offset``; ``next_offset`` is the window to ask for next (None when no scenario has more). For a timeline of a
+    long run use ``.../series`` (decimated) instead."""
+    keep = service.window_fields(fields)
     with _rt(request).sessions() as s:
         _visible(request, s, exp_id)
-        series = service.window_series(session=s, exp_id=exp_id, scenario=scenario, offset=offset, limit=limit)
+        series = service.window_series(session=s, exp_id=exp_id, scenario=scenario, offset=offset, limit=limit,
+                                       fields=keep)
     full = [ws for ws in series.values() if len(ws) == limit]
     nxt = max(int(ws[-1]["window"]) for ws in full) + 1 if full else None
     return {"id": exp_id, "scenarios": series, "offset": offset, "next_offset": nxt}
+
+
+@router.get("/experiments/{exp_id}/token", response_model=LinkToken)
+def get_link_token(exp_id: IdPath, request: Request, response: Response) -> LinkToken:
+    """A link token for this experiment (``shared.link_tokens``): what a browser passes as ``?token=`` where it
+    cannot send the key (the dashboard's event stream, figures and downloads). It opens only this experiment's GET
+    paths (not this one), for the caller, until it expires (``TASMOE_LINK_TOKEN_TTL_S``)."""
+    with _rt(request).sessions() as s:
+        _visible(request, s, exp_id)
+    tokens: LinkTokens = request.app.state.link_tokens
+    issued = tokens.issue(principal_of(request), exp_id)
+    response.headers["Cache-Control"] = "no-store"
+    return LinkToken(token=issued.token, experiment=exp_id, expires_at=issued.expires_at, ttl_s=issued.ttl_s)
+
+
+@router.get("/experiments/{exp_id}/series")
+def get_series(exp_id: IdPath, request: Request, scenario: Scenario | None = None,
+               points: Annotated[int, Query(ge=1, le=series.MAX_POINTS, description="buckets at most")] = 600,
+               start: Annotated[int, Query(ge=0, le=1 << 31, description="first window")] = 0,
+               stop: Annotated[int | None, Query(ge=1, le=1 << 31, description="window after the last")] = None,
+               ) -> dict[str, Any]:
+    """Each scenario's committed windows ``start .. stop-1`` as a timeline of at most ``points`` buckets of
+    ``stride`` windows (decimated on the server: a 30 s run has 10^4 windows): per bucket the logic and DRAM peaks
+    (the maximum, and ``*_w`` the window it was reached in), throughput, mean latency, power by component, clocks,
+    refresh rate, migrations. Also the chip's facts (mesh, dies, Thot, the 85 °C refresh step) and the experiment's
+    one colour scale for heat maps (°C; null before its first window)."""
+    with _rt(request).sessions() as s:
+        _visible(request, s, exp_id)
+        _, spec, runs = service.dashboard_runs(session=s, exp_id=exp_id)
+    chosen = [r for r in runs if scenario is None or r.scenario == scenario]
+    if scenario is not None and not chosen:
+        raise NotFound(f"experiment {exp_id} has no scenario {scenario!r}", field="scenario")
+    summaries = {r.scenario: series.SUMMARIES.get(r.run_dir, r.committed) for r in runs}
+    out: dict[str, Any] = {}
+    for r in chosen:
+        with summaries[r.scenario].lock:  # read while no other request extends it
+            out[r.scenario] = {**series.decimate(summaries[r.scenario], start, stop, points), "status": r.status,
+                               "n_windows": r.n_windows}
+    return {"id": exp_id, "chip": service.chip_facts(spec), "scale": service.colour_scale(list(summaries.values())),
+            "scenarios": out}
+
+
+@router.get("/experiments/{exp_id}/map")
+def get_map(exp_id: IdPath, request: Request, scenario: Scenario,
+            window: Annotated[int | None, Query(ge=0, le=1 << 31, description="default: the newest")] = None,
+            span: Annotated[int, Query(ge=1, le=10_000, description="moves of this many windows up to it")] = 20,
+            ) -> dict[str, Any]:
+    """The expert map of one scenario during ``window``: the experts on each core (the run's placement with TACS's
+    migrations applied up to it) and the weight shards in each core's vault, with TACS's moves (migrations,
+    reroutes) of the ``span`` windows up to it, each with the window from whose start it applies."""
+    with _rt(request).sessions() as s:
+        _visible(request, s, exp_id)
+        _, spec, runs = service.dashboard_runs(session=s, exp_id=exp_id, scenario=scenario)
+    run = runs[0]
+    w = max(0, run.committed - 1) if window is None else min(window, max(0, run.committed - 1))
+    return {"id": exp_id, "scenario": scenario, "committed": run.committed,
+            **series.expert_map(run.run_dir, spec.arch, spec.tas.tacs.window_ms, w, span, run.committed)}
+
+
+@router.get("/experiments/{exp_id}/trace", response_class=Response,
+            responses={200: {"content": {"application/json": {}}, "description": "a Chrome trace (trace-event JSON)"},
+                       409: {"model": ErrorBody, "description": "the run kept no physical events"}})
+def get_trace(exp_id: IdPath, request: Request, scenario: Scenario,
+              start: Annotated[int, Query(ge=0, le=1 << 31, description="first window")] = 0,
+              count: Annotated[int, Query(ge=1, le=chrome_trace.MAX_TRACE_WINDOWS, description="windows")] = 10,
+              ) -> Response:
+    """Windows ``start .. start+count-1`` of one scenario's physical events as a Chrome trace (JSON trace-event
+    format; open it in https://ui.perfetto.dev or chrome://tracing): a track per core (compute) and per DRAM vault
+    channel (memory), and the peaks and power as counters. 409 when the run kept no events (run the experiment with
+    ``"events": true``)."""
+    with _rt(request).sessions() as s:
+        _visible(request, s, exp_id)
+        _, spec, runs = service.dashboard_runs(session=s, exp_id=exp_id, scenario=scenario)
+    run = runs[0]
+    if not chrome_trace.has_events(run.run_dir):
+        raise Conflict(f"the {scenario} run of {exp_id} kept no physical events: submit the experiment again with "
+                       '"events": true (POST /v1/experiments) to write them, then ask for its trace',
+                       field="events", code="no_events")
+    if start >= run.committed:
+        raise NotFound(f"window {start}: the {scenario} run has committed {run.committed} windows", field="start")
+    count = min(count, run.committed - start)
+    trace = chrome_trace.chrome_trace(run.run_dir, spec.arch, spec.tas.tacs.window_ms, start, count,
+                                      f"{exp_id}/{scenario}")
+    name = f"{exp_id}-{scenario}-w{start}-{start + count - 1}.trace.json"
+    return Response(json_codec.dumps(trace), media_type="application/json",
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
 
 @router.get("/experiments/{exp_id}/log", response_class=Response,
@@ -261,8 +370,8 @@ def get_file(exp_id: IdPath, path: str, request: Request) -> Response:
     """One file of the experiment (a path from ``.../files``), with HTTP range requests; confined to its folder."""
     with _rt(request).sessions() as s:
         exp = _visible(request, s, exp_id)
-    p = artefacts.resolve_file(Path(exp.out_dir), path)
-    return FileResponse(p, filename=p.name)
+    p, st = artefacts.resolve_file(Path(exp.out_dir), path)
+    return FileResponse(p, filename=p.name, stat_result=st)
 
 
 @router.get("/experiments/{exp_id}/archive", response_class=Response,
@@ -292,38 +401,175 @@ def retry_experiment(exp_id: IdPath, request: Request) -> ExperimentView:
         return _shown(request, service.experiment_view(session=s, exp_id=exp_id))
 
 
+SSE_RETRY_MS = 2000  # how long an EventSource waits before it reconnects (the stream's ``retry:`` field)
+SSE_OUTAGE_POLL_MAX_S = 5.0  # the longest pause between two looks at the database while it is away
+SSE_KEEPALIVE_S = 15.0  # a comment line at least this often while nothing else is sent (proxies close idle streams)
+
+
+def _event(kind: str, data: str, event_id: str | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {kind}\ndata: {data}\n\n"
+
+
+def _event_id(data: str) -> str:
+    """A progress event's id: a digest of the state it carries, so a client that reconnects with ``Last-Event-ID``
+    is sent the state again only if it changed meanwhile."""
+    return hashlib.sha256(data.encode()).hexdigest()[:16]
+
+FRAME_MIN_POLL_S = 0.5  # with frames, the stream looks at the runs at most twice a second
+MAX_FRAME_MOVES = 50  # TACS moves in one frame (the newest; the frame counts the rest)
+
+
+def _since(text: str | None) -> dict[str, int]:
+    """``since=baseline:120,tas:80`` -> the window each scenario's next frame summarises from."""
+    out: dict[str, int] = {}
+    for part in (text or "").split(","):
+        name, _, num = part.partition(":")
+        if not part.strip():
+            continue
+        if name.strip() not in ALL_SCENARIOS or not num.strip().isdigit():
+            raise BadInput(f"since: {part!r} is not <scenario>:<window>", field="since")
+        out[name.strip()] = int(num)
+    return out
+
+
+def _frames(request: Request, exp_id: str, cursor: dict[str, int]) -> list[dict[str, Any]]:
+    """A frame for each run that committed windows since its cursor (advanced here): the newest window's maps, the
+    windows since the cursor as one timeline bucket (`series.bucket`), TACS's moves applied in them. A run seen for
+    the first time without a cursor gets its newest window's maps and no bucket."""
+    with _rt(request).sessions() as s:
+        _visible(request, s, exp_id)
+        _, spec, runs = service.dashboard_runs(session=s, exp_id=exp_id)
+    out: list[dict[str, Any]] = []
+    for run in runs:
+        prev = cursor.get(run.scenario)
+        if run.committed == 0 or prev == run.committed:
+            continue
+        maps = series.frame(run.run_dir, run.committed - 1)
+        if maps is None:
+            continue
+        item: dict[str, Any] = {"scenario": run.scenario, "committed": run.committed, "n_windows": run.n_windows,
+                                **maps, "summary": None, "moves": [], "moves_dropped": 0}
+        if prev is not None and prev < run.committed:
+            summary = series.SUMMARIES.get(run.run_dir, run.committed)
+            with summary.lock:
+                if summary.n > prev:
+                    item["summary"] = series.bucket(summary.cols, prev, min(summary.n, run.committed))
+            moved = series.moves_between(series.moves(run.run_dir, spec.arch, spec.tas.tacs.window_ms,
+                                                      run.committed), prev, run.committed)
+            item["moves"] = moved[-MAX_FRAME_MOVES:]
+            item["moves_dropped"] = max(0, len(moved) - MAX_FRAME_MOVES)
+        cursor[run.scenario] = run.committed
+        out.append(item)
+    return out
+
+
 @router.get("/experiments/{exp_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
 async def experiment_events(exp_id: IdPath, request: Request,
-                            poll_s: Annotated[float, Query(ge=0.05, le=10)] = 0.5) -> StreamingResponse:
-    """Server-Sent Events: a ``progress`` event whenever the experiment changes, ``done`` when it finished."""
+                            poll_s: Annotated[float, Query(ge=0.05, le=10)] = 0.5,
+                            frames: Annotated[bool, Query(description=(
+                                "also send `frame` events: each run's newest committed window (heat maps), the "
+                                "windows since the last frame as one timeline bucket, TACS's moves"))] = False,
+                            since: Annotated[str | None, Query(max_length=200, description=(
+                                "with frames: <scenario>:<window>,... where each run's first bucket starts"))] = None,
+                            last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)] = None,
+                            ) -> StreamingResponse:
+    """Server-Sent Events: a ``progress`` event whenever the experiment changes, ``done`` when it finished. Every
+    progress event has an id; a client that reconnects with ``Last-Event-ID`` (an EventSource does) is not sent the
+    state it already has again. With ``frames``: also a ``frame`` event per run that advanced, at most one per run
+    every max(``poll_s``, 0.5) s (the windows in between are summarised, not sent: ~5 kB a frame on the default
+    chip). A stream opened with a link token ends with an ``expired`` event when the token does (ask for a new one
+    and reconnect). While the run-state database is away the stream stays open: one ``unavailable`` event (the 503
+    error body) when the outage begins, comments to keep the connection alive, and progress again when the database
+    is back."""
     rt = _rt(request)
+    cursor = _since(since)
+    expires_at = request.scope.get("state", {}).get("link_expires_at")
+    interval = max(poll_s, FRAME_MIN_POLL_S) if frames else poll_s
 
     def view() -> ExperimentView:
         with rt.sessions() as s:
             _visible(request, s, exp_id)
             return _shown(request, service.experiment_view(session=s, exp_id=exp_id))
 
-    first = await run_in_threadpool(view)  # 404 before the stream starts
+    first = await run_in_threadpool(view)  # 404 (or 503) before the stream starts
 
     async def stream() -> AsyncIterator[str]:
-        last = ""
-        current = first
+        yield f"retry: {SSE_RETRY_MS}\n\n"
+        last = last_event_id
+        current: ExperimentView | None = first
+        away = 0  # looks at the database that failed in a row
+        quiet = 0.0  # seconds since the last line sent
         while True:
-            data = current.model_dump_json()
-            if data != last:
-                yield f"event: progress\ndata: {data}\n\n"
-                last = data
-            if RunStatus(current.status) in TERMINAL:
-                yield f"event: done\ndata: {json.dumps({'id': exp_id, 'status': current.status})}\n\n"
+            if current is not None:
+                data = current.model_dump_json()
+                eid = _event_id(data)
+                if eid != last:
+                    yield _event("progress", data, eid)
+                    last, quiet = eid, 0.0
+                if frames:
+                    for item in await run_in_threadpool(_frames, request, exp_id, cursor):
+                        yield _event("frame", json_codec.dumps_str(item))
+                        quiet = 0.0
+                if RunStatus(current.status) in TERMINAL:
+                    yield _event("done", json.dumps({"id": exp_id, "status": current.status}), eid)
+                    return
+            if expires_at is not None and time.time() >= expires_at:
+                yield _event("expired", json.dumps({"id": exp_id}))
                 return
             if await request.is_disconnected():
                 return
-            await asyncio.sleep(poll_s)
-            current = await run_in_threadpool(view)
+            pause = interval if away == 0 else min(SSE_OUTAGE_POLL_MAX_S, interval * 2 ** away)
+            await asyncio.sleep(pause)
+            quiet += pause
+            try:
+                current = await run_in_threadpool(view)
+                away = 0
+            except TasmoeError as exc:  # deleted meanwhile (tasmoe experiments prune): say so and end
+                yield _event("error", json.dumps(exc.body()))
+                return
+            except Exception as exc:
+                if not database_outage(exc):
+                    raise
+                current = None
+                away += 1
+                if away == 1:
+                    log.warning("events of %s: the database is unreachable (%s); the stream waits", exp_id,
+                                outage_text(exc))
+                    body = DatabaseUnavailable("the run-state database cannot be reached for now; this stream "
+                                               "goes on when it is back").body()
+                    yield _event("unavailable", json.dumps(body))
+                    quiet = 0.0
+            if quiet >= SSE_KEEPALIVE_S:
+                yield ": keep-alive\n\n"
+                quiet = 0.0
 
     return StreamingResponse(stream(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@router.get("/configs")
+def list_configs(request: Request) -> dict[str, Any]:
+    """The config files a request may name (``arch``, ``workload``, ``tas``), by kind, and the models the workload
+    service knows (zoo and registered; empty, with ``models_error``, when it cannot be reached): the dashboard's
+    presets."""
+    rt = _rt(request)
+    out: dict[str, Any] = {"configs": service.list_configs(rt.settings.configs_dir), "models": [],
+                           "models_error": None}
+    try:
+        got = _check_clients(request)["workload"].get_json("/v1/models")
+        out["models"] = [m.get("name") for m in got.get("models", []) if isinstance(m, dict)]
+    except TasmoeError as exc:  # unreachable, or a workload service without the list: the presets still load
+        out["models_error"] = str(exc)
+    return out
+
+
+@router.get("/configs/{name}")
+def get_config(name: str, request: Request) -> dict[str, Any]:
+    """One config file (a name from ``GET /v1/configs``), validated, with every default filled in: what an
+    experiment naming it runs with."""
+    return service.read_config(name, configs_dir=_rt(request).settings.configs_dir)
 
 
 @router.post("/sweeps", status_code=202, response_model=SweepView)
@@ -335,7 +581,7 @@ def create_sweep(body: SweepRequest, request: Request, response: Response) -> Sw
                                              owner=principal_of(request).name, quota=_quota(request))
     for exp_id in exp_ids:
         rt.dispatcher.submit_experiment(exp_id)
-    response.headers["Location"] = f"/v1/sweeps/{sweep_id}"
+    response.headers["Location"] = f"{_prefix(request)}/v1/sweeps/{sweep_id}"
     with rt.sessions() as s:
         return service.sweep_view(session=s, sweep_id=sweep_id)
 
@@ -351,11 +597,47 @@ def get_sweep(sweep_id: str, request: Request) -> SweepView:
         return service.sweep_view(session=s, sweep_id=sweep_id)
 
 
+UI_DIR = Path(__file__).resolve().parent / "ui"
+# The dashboard's pages load nothing from elsewhere and run no inline script: what they may fetch, said to the browser
+UI_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+          "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+
+
+class UiFiles(StaticFiles):
+    """The dashboard's static files (``services/orchestrator/ui``: HTML, CSS, ES modules; no build step), served with
+    a content security policy and revalidated on each load (a new version of the page is seen at once)."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        resp = await super().get_response(path, scope)
+        resp.headers["Content-Security-Policy"] = UI_CSP
+        resp.headers["X-Content-Type-Options"] = "nosniff"
+        resp.headers["Referrer-Policy"] = "no-referrer"  # link tokens in URLs are not passed on
+        resp.headers["Cache-Control"] = "no-cache"
+        return resp
+
+
+def mount_ui(app: FastAPI) -> None:
+    """The dashboard at ``/ui/`` (public: the page holds no data and no secret; what it shows comes from the API with
+    the user's key), ``/ui`` redirecting there under whatever prefix the app is mounted."""
+
+    @app.get("/ui", include_in_schema=False)
+    async def ui_redirect(request: Request) -> Response:
+        return RedirectResponse(f"{_prefix(request)}/ui/", status_code=307)
+
+    app.mount("/ui", UiFiles(directory=str(UI_DIR), html=True), name="ui")
+
+
+DESCRIPTION = ("Experiments end to end: scenario runs, window loop, sweeps, results. The dashboard (experiments, "
+               "live heat maps, replay, traces) is the page [/ui/](../ui/) of this service; `tasmoe serve all` links "
+               "it from its root.")
+
+
 def create_app(settings: Settings | None = None, *, clients: ServiceClients | None = None,
                dispatcher: Dispatcher | None = None, lease_s: float | None = None) -> FastAPI:
     """The orchestrator app. ``clients``: compute services to use in embedded mode (default: in-process apps);
     ``dispatcher``: override where runs go (tests)."""
     settings = settings or get_settings()
+    osettings = orchestrator_settings(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -363,5 +645,9 @@ def create_app(settings: Settings | None = None, *, clients: ServiceClients | No
             app.state.rt = rt
             yield
 
-    return create_service_app("orchestrator", settings, [router], lifespan=lifespan,
-                              description="Experiments end to end: scenario runs, window loop, sweeps, results.")
+    tokens = LinkTokens.from_settings(osettings.link_secret, osettings.service_key, osettings.link_token_ttl_s)
+    app = create_service_app("orchestrator", settings, [router], lifespan=lifespan, description=DESCRIPTION,
+                             link_tokens=tokens)
+    install_database_errors(app)
+    mount_ui(app)
+    return app

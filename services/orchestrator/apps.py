@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -22,17 +22,20 @@ from shared.settings import Settings
 COMPUTE_SERVICES: tuple[str, ...] = tuple(s for s in SERVICES if s != "orchestrator")
 
 
-def build_apps(settings: Settings, factory: str | None = None) -> dict[str, Any]:
+def build_apps(settings: Settings, factory: str | None = None,
+               only: Sequence[str] | None = None) -> dict[str, Any]:
     """The compute services as ASGI apps (the real ones, or those of ``module:factory(settings)``), wired to reach
-    each other in process."""
+    each other in process. ``only``: just these services (e.g. the metrics service to draw a figure)."""
     if factory:
         mod, _, fn = factory.partition(":")
         make: Callable[[Any], dict[str, Any]] = getattr(importlib.import_module(mod), fn)
         apps = make(settings)
+        if only is not None:
+            apps = {name: app for name, app in apps.items() if name in only}
     else:
         from services.root_app import create_service
 
-        apps = {name: create_service(name, settings) for name in COMPUTE_SERVICES}
+        apps = {name: create_service(name, settings) for name in COMPUTE_SERVICES if only is None or name in only}
     wire_peers(apps, ServiceClients(settings, asgi_apps=apps))
     return apps
 

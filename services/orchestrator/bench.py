@@ -1,42 +1,27 @@
-"""Orchestrator benchmarks (``make bench``): the embedded ``make run`` experiment (4 scenarios, default Mixtral config)
-wall time against the 60 s goal, windows per second per scenario, and the orchestrator's own per-window overhead
-(window commit with the frontier state, on SQLite)."""
+"""Orchestrator benchmarks (``make bench``): the reference experiment (the 45 nm chip's Mixtral experiment, four
+scenarios: ``make run``'s experiment until the hot chip became the default) against the 60 s goal with what each part
+of an epoch costs, simulated time against wall time, the run database's size; the default experiment (``make run``:
+the hot chip serving the trace, five scenarios) with the same figures; the seed chip's eventful runs in epochs against
+the per-window loop, one window of DeepSeek-V3 and of Qwen3-235B, and the local cluster against the embedded mode."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from services.orchestrator import boundary_bytes, window_overhead
-from services.orchestrator import repository as repo
 from services.orchestrator.acceptance import check_results, policy_findings
-from services.orchestrator.db import open_database
-from services.orchestrator.local import run_local
-from services.orchestrator.settings import orchestrator_settings
+from services.orchestrator.default_experiment import DEFAULT, REFERENCE
+from services.orchestrator.local import LocalResult, run_local
+from services.orchestrator.run_files import run_dir_for
 from shared.bench import BenchRow, fmt_s
+from shared.configs import load_tas
 from shared.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_WINDOWS = 1000  # windows per scenario of the embedded-vs-cluster comparison
-
-
-def _commit_overhead(tmp: Path, n: int = 200) -> float:
-    engine, sessions = open_database(f"sqlite:///{tmp / 'bench.sqlite3'}")
-    with sessions.begin() as s:
-        repo.add_experiment(session=s, exp_id="b", name="b", configs={}, seed=0, scenarios=["tas"], out_dir=str(tmp),
-                            idempotency_key=None, request_hash="", max_attempts=3)
-    run_id = repo.run_id_for("b", "tas")
-    repo.claim_run(sessions=sessions, run_id=run_id, owner="me", lease_s=60)
-    metrics = {"temps_core_c": [50.0 + i / 7 for i in range(64)], "temps_bank_c": [[50.0] * 8] * 64}
-    frontier = {"thermal": {"field_b64": "A" * 260_000}, "physical": {"x": list(range(5000))}}
-    t0 = time.perf_counter()
-    for k in range(n):
-        repo.commit_window(sessions=sessions, run_id=run_id, owner="me", window=k, snapshot=metrics, metrics=metrics,
-                           frontier=frontier, lease_s=60)
-    engine.dispose()
-    return (time.perf_counter() - t0) / n
 
 
 def _cluster_run(tmp: Path, timeout_s: float = 1800.0) -> tuple[float, dict[str, int], dict[str, float], str]:
@@ -72,23 +57,96 @@ def _cluster_run(tmp: Path, timeout_s: float = 1800.0) -> tuple[float, dict[str,
         cluster.down(cfg.state_dir, out=io.StringIO())
 
 
-V3_WINDOWS = 30
-OVERHEAD_WINDOWS = 300  # windows of the whole-window-against-compute row
+BIG_WINDOWS = 30  # windows of the one-window rows of the largest models
+SEED_WINDOWS = 600  # windows of the seed chip's epochs-against-the-loop row
+PHASES_RE = re.compile(r"(\d+) windows in (\d+) epochs, ([\d.]+) s; wall time per window by call \(ms\): (.*)$")
 
 
-def _deepseek_v3_window(tmp: Path, settings: Settings) -> BenchRow:
-    """Issue 21's goal: a window of DeepSeek-V3 (61 layers, 256 experts, top-8) within 400 ms, all calls included
-    (baseline scenario, embedded, no trace files, no warm-up: the window loop's own time per window)."""
-    res = run_local(arch=REPO / "configs/arch_8x8_32x32x8.yaml", workload=REPO / "configs/workload_deepseek_v3.yaml",
-                    tas=REPO / "configs/tas_params.yaml", out=tmp / "v3", scenarios=["baseline"], windows=V3_WINDOWS,
-                    settings=settings, traces=False, warmup_ms=0.0,
-                    database_url=f"sqlite:///{tmp / 'v3.sqlite3'}")
+def epoch_parts(run_log: Path) -> tuple[int, int, float, dict[str, float]] | None:
+    """(windows, epochs, loop wall s, ms per window by part) from a run's run.log (the window loop's last line of
+    them), None when the run wrote none."""
+    found = None
+    for line in run_log.read_text(encoding="utf-8").splitlines():
+        m = PHASES_RE.search(line)
+        if m:
+            parts = {k: float(v) for k, v in (p.strip().rsplit(" ", 1) for p in m.group(4).split(","))}
+            found = (int(m.group(1)), int(m.group(2)), float(m.group(3)), parts)
+    return found
+
+
+def _one_window(tmp: Path, settings: Settings, workload: str, label: str) -> BenchRow:
+    """One window of a large model, all calls included (baseline scenario, embedded, no trace files, no warm-up: the
+    window loop's own time per window), against 400 ms."""
+    res = run_local(arch=REPO / "configs/arch_8x8_32x32x8.yaml", workload=REPO / workload,
+                    tas=REPO / "configs/tas_params.yaml", out=tmp / label, scenarios=["baseline"],
+                    windows=BIG_WINDOWS, settings=settings, traces=False, warmup_ms=0.0,
+                    database_url=f"sqlite:///{tmp / f'{label}.sqlite3'}")
     n, cs = res.windows.get("baseline", 0), res.compute_s.get("baseline", 0.0)
     per = cs / n if n else float("inf")
-    return BenchRow(f"one DeepSeek-V3 window (baseline, embedded, first {V3_WINDOWS} windows, no trace files)",
+    return BenchRow(f"one {label} window (baseline, embedded, first {BIG_WINDOWS} windows, no trace files)",
                     fmt_s(per), "<= 400 ms", res.ok and per <= 0.4,
-                    f"{n} windows, {cs:.1f} s in the window loop; configs/workload_deepseek_v3.yaml (the default "
-                    "mapping: the model does not fit the chip's DRAM, TAPS refuses it)")
+                    f"{n} windows, {cs:.1f} s in the window loop; {workload} (the default mapping: the model does not "
+                    "fit the chip's DRAM, TAPS refuses it)")
+
+
+def _default_experiment(tmp: Path, settings: Settings) -> list[BenchRow]:
+    """``make run``'s experiment (the hot chip serving the trace, five scenarios): its wall time and, per scenario,
+    simulated against wall time with the parts of an epoch."""
+    t0 = time.perf_counter()
+    res = run_local(arch=REPO / DEFAULT.arch, workload=REPO / DEFAULT.workload, tas=REPO / DEFAULT.tas,
+                    out=tmp / "default", scenarios=DEFAULT.scenarios, settings=settings,
+                    database_url=f"sqlite:///{tmp / 'default.sqlite3'}")
+    wall = time.perf_counter() - t0
+    note = "" if res.ok else "; ".join(f"{k}: {v}" for k, v in res.errors.items())[:200]
+    window_ms = load_tas(REPO / DEFAULT.tas).tacs.window_ms
+    return [BenchRow("embedded make run (the default: hot chip serving the trace, 5 scenarios)",
+                     f"{wall:.1f} s, {sum(res.windows.values())} windows", "", None,
+                     note or "two runs at a time on two cores"),
+            *_epoch_rows(tmp / "default", res, window_ms=window_ms)]
+
+
+def _seed_chip(tmp: Path, settings: Settings) -> list[BenchRow]:
+    """configs/arch_seed.yaml, where DVFS, refresh and TACS act every few windows: the first SEED_WINDOWS windows
+    of tas in adaptive epochs against the per-window loop (``--epoch 1``), each alone, the same files."""
+    walls: dict[int | None, float] = {}
+    for epoch in (1, None):
+        t0 = time.perf_counter()
+        res = run_local(arch=REPO / "configs/arch_seed.yaml", workload=REPO / "configs/workload_mixtral_8x7b.yaml",
+                        tas=REPO / "configs/tas_params.yaml", out=tmp / f"seed-{epoch}", scenarios=["tas"],
+                        windows=SEED_WINDOWS, settings=settings, warmup_ms=0.0, epoch=epoch,
+                        database_url=f"sqlite:///{tmp / f'seed-{epoch}.sqlite3'}")
+        if not res.ok:
+            return [BenchRow("seed chip (eventful): epochs against the per-window loop", "did not run", "", False,
+                             "; ".join(res.errors.values())[:200])]
+        walls[epoch] = res.compute_s.get("tas", time.perf_counter() - t0)
+    same = _tree(tmp / "seed-1") == _tree(tmp / "seed-None")
+    parts = epoch_parts(run_dir_for(tmp / "seed-None", "tas") / "run.log")
+    epochs = f"{parts[1]} epochs for {parts[0]} windows" if parts else "epochs not logged"
+    ratio = walls[None] / walls[1] if walls[1] > 0 else float("inf")
+    return [BenchRow(f"seed chip, tas, first {SEED_WINDOWS} windows: adaptive epochs against --epoch 1",
+                     f"{walls[None]:.1f} s against {walls[1]:.1f} s ({ratio:.2f}x)", "<= 1.0x", ratio <= 1.0,
+                     f"{epochs}; files byte-identical: {'yes' if same else 'NO'}")]
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != "run.log"}
+
+
+def _epoch_rows(out: Path, res: LocalResult, window_ms: float) -> list[BenchRow]:
+    """Per scenario: simulated time against the loop's wall time, and what each part of an epoch costs."""
+    rows = []
+    for sc in res.windows:
+        parts = epoch_parts(run_dir_for(out, sc) / "run.log")
+        if parts is None:
+            continue
+        windows, epochs, wall, ms = parts
+        speed = windows * window_ms / 1e3 / wall if wall > 0 else float("inf")
+        rows.append(BenchRow(f"{sc}: simulated time against wall time (the window loop, 2 runs at a time)",
+                             f"{speed:.2f}x real time", ">= 1x", speed >= 1.0,
+                             f"{windows} windows in {epochs} epochs, {wall:.1f} s; ms a window by part: "
+                             + ", ".join(f"{k} {v:.2f}" for k, v in ms.items())))
+    return rows
 
 
 def folder_sizes(root: Path) -> dict[str, int]:
@@ -113,39 +171,26 @@ def bench() -> list[BenchRow]:
     tmp = Path(tempfile.mkdtemp(prefix="tasmoe-orch-bench-"))
     rows: list[BenchRow] = []
     try:
-        per = _commit_overhead(tmp)
-        rows.append(BenchRow("window commit (fenced update + insert + 260 kB frontier), SQLite", fmt_s(per),
-                             "< 10 ms", per < 0.010))
-        tallies, n_win = boundary_bytes.measure(200)
-        total = sum(t.sent + t.received for t in tallies.values()) / n_win
-        detail = ", ".join(f"{name} {(t.sent + t.received) / n_win / 1e3:.0f}" for name, t in tallies.items())
-        rows.append(BenchRow("bytes crossing service boundaries per window (tas, default experiment)",
-                             f"{total / 1e3:.0f} kB", "<= 200 kB", total <= 200e3,
-                             f"kB in + out per service: {detail}; {n_win} windows incl. warm-up "
-                             "(python -m services.orchestrator.boundary_bytes)"))
-        o = window_overhead.measure(OVERHEAD_WINDOWS)
-        rows.append(BenchRow(f"a tas window against its pure compute (embedded, first {OVERHEAD_WINDOWS} windows of "
-                             "the default experiment, trace files written)", f"{o.ratio:.2f}x", "<= 1.3x",
-                             o.ratio <= 1.3, f"{window_overhead.describe(o)} (python -m "
-                             "services.orchestrator.window_overhead)"))
         settings = Settings(results_dir=tmp / "results", configs_dir=REPO / "configs")
-        settings_pool = orchestrator_settings(settings).pool_workers
-        rows.append(_deepseek_v3_window(tmp, settings))
         t0 = time.perf_counter()
         try:
-            res = run_local(arch=REPO / "configs/arch_8x8_32x32x8.yaml",
-                            workload=REPO / "configs/workload_mixtral_8x7b.yaml", tas=REPO / "configs/tas_params.yaml",
+            res = run_local(arch=REPO / REFERENCE.arch, workload=REPO / REFERENCE.workload, tas=REPO / REFERENCE.tas,
                             out=tmp / "mixtral", settings=settings, database_url=f"sqlite:///{tmp / 'run.sqlite3'}")
-        except Exception as exc:  # a service not merged yet: report it instead of a number
-            rows.append(BenchRow("embedded make run (4 scenarios, Mixtral)", "did not run", "< 60 s", False,
-                                 f"{type(exc).__name__}: {exc}"[:200]))
+        except Exception as exc:  # a service broken: report it instead of a number
+            rows.append(BenchRow("embedded reference experiment (4 scenarios, Mixtral, 45 nm)", "did not run",
+                                 "<= 60 s", False, f"{type(exc).__name__}: {exc}"[:200]))
             return rows
         wall = time.perf_counter() - t0
         note = "" if res.ok else "; ".join(f"{k}: {v}" for k, v in res.errors.items())[:200]
-        rows.append(BenchRow("embedded make run (4 scenarios, Mixtral)", f"{wall:.1f} s, {sum(res.windows.values())} "
-                             "windows", "< 60 s", wall < 60 and res.ok,
-                             note or "the sustainable default: 9901 windows per scenario + a 1000-window warm-up "
-                             "(README, Science II)"))
+        rows.append(BenchRow("embedded reference experiment (4 scenarios, Mixtral, 45 nm)",
+                             f"{wall:.1f} s, {sum(res.windows.values())} windows", "<= 60 s", wall <= 60 and res.ok,
+                             note or "the sustainable load: 9901 windows per scenario + a 1000-window warm-up, "
+                             "two runs at a time on two cores"))
+        rows += _epoch_rows(tmp / "mixtral", res, window_ms=3.0)
+        db = (tmp / "run.sqlite3").stat().st_size
+        rows.append(BenchRow("the run database after that run (SQLite file)", f"{db / 1e6:.2f} MB", "<= 50 MB",
+                             db <= 50e6, "the runs' frontiers (dropped when a run succeeds) and the experiment; the "
+                             "windows are the results folder's window store"))
         rows.append(_folder_size(tmp / "mixtral"))
         problems = check_results(tmp / "mixtral", workload="mixtral-8x7b", ambient_c=res.ambient_c)
         rows.append(BenchRow("science acceptance of that run (four CSVs, no NaN, >= ambient)",
@@ -153,13 +198,11 @@ def bench() -> list[BenchRow]:
                              "; ".join(problems)[:300]))
         rows.append(BenchRow("policies against baseline in that run (a finding)", "see note", "", None,
                              "; ".join(policy_findings(tmp / "mixtral", workload="mixtral-8x7b"))[:300]))
-        for sc, n in res.windows.items():
-            cs = res.compute_s.get(sc, 0.0)
-            rate = n / cs if cs > 0 else 0.0
-            rows.append(BenchRow(f"windows/s, {sc} (embedded, {settings_pool} runs at a time)", f"{rate:.1f} windows/s",
-                                 note=f"{n} windows, {cs:.1f} s in the window loop"))
-        # the cluster against embedded on the first CLUSTER_WINDOWS windows of the same experiment (the full run
-        # takes ~12 min per mode on 2 cores)
+        rows += _default_experiment(tmp, settings)
+        rows += _seed_chip(tmp, settings)
+        rows.append(_one_window(tmp, settings, "configs/workload_deepseek_v3.yaml", "DeepSeek-V3"))
+        rows.append(_one_window(tmp, settings, "configs/workload_qwen3_235b.yaml", "Qwen3-235B-A22B"))
+        # the cluster against embedded on the first CLUSTER_WINDOWS windows of the same experiment
         t0 = time.perf_counter()
         short = run_local(arch=REPO / "configs/arch_8x8_32x32x8.yaml",
                           workload=REPO / "configs/workload_mixtral_8x7b.yaml", tas=REPO / "configs/tas_params.yaml",

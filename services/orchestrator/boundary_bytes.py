@@ -1,4 +1,4 @@
-"""Bytes that cross each service boundary per window of a run (issue 21's goal: <= 200 kB per window), measured.
+"""Bytes that cross each service boundary per window of a run (goal: <= 200 kB per window), measured.
 
 The compute services run in process (the embedded wiring), each wrapped in an ASGI counter of the request bodies it
 receives and the response bodies it sends; a ``tas`` run of the default experiment walks ``windows`` windows on them.
@@ -6,12 +6,11 @@ The per-window figure divides everything (the run's set-up included: trace, plac
 run data registered once) by the thermal steps: the windows run plus the warm-up pass's windows (both cross the same
 boundaries).
 
-    python -m services.orchestrator.boundary_bytes [--windows 200] [--paths] [--events]   # also a row of make bench
+    python -m services.orchestrator.boundary_bytes [--windows 200] [--paths] [--events]
 
-Since issue 21's state-by-name (``shared.content.state_store``): the thermal field and the physicalizer's queues
-stay with their services (whole only at a checkpoint every ``window_loop.CHECKPOINT_EVERY`` windows), the thermal
-step takes the events' energy deposit instead of the events, and the replica state goes to the physicalizer only
-when a TACS step changed it.
+In control epochs the states travel whole once per epoch (the thermal field, the physicalizer's queues, the replica
+state), the thermal step takes each window's energy deposit instead of its events, and each window's logical events
+go to the physicalizer (and to TACS in the TACS scenarios) once.
 """
 
 from __future__ import annotations

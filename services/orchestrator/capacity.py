@@ -10,6 +10,11 @@ completion, ms). The chip serves at most ``open_limit`` micro-batches at once (`
 exact for ``open_limit`` 1 (micro-batches are served one after the other and each takes ``L``), an upper bound
 otherwise (concurrent micro-batches share the experts' cores). The offered load is ``micro_batch /
 step_interval_ms``; a run is sustainable when ``offered / capacity < 1``.
+
+A serving workload (``workload.serving``) has no fixed micro-batch to time alone: the physicalizer's scheduler forms
+each one at run time from the requests it holds (prompt chunks and decode steps of any mix), so neither the capacity
+nor the first token's window is estimated (`serving_note` says so); the run's own TTFT/TPOT percentiles, goodput
+and token balance tell whether the chip keeps up with the offered rate.
 """
 
 from __future__ import annotations
@@ -20,12 +25,20 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RunData, StateMissing
+from services.orchestrator.epochs import initial_freqs, initial_replicas
+from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RunData
 from services.orchestrator.schemas import ExperimentSpec
-from services.orchestrator.window_loop import initial_freqs, initial_replicas
 from shared.contracts.events import PhysicalState, WindowTiming
 
 MAX_MAKESPAN_S = 60.0  # simulated: a micro-batch that has not finished by then is reported as such
+SERVING_NOTE = ("capacity: not estimated for a serving workload (its micro-batches are formed at run time from the "
+                "requests, there is no fixed micro-batch to time alone); the run's TTFT/TPOT p99, goodput and token "
+                "balance say whether the chip keeps up")
+
+
+def serving_note(spec: ExperimentSpec) -> str | None:
+    """Why the capacity is not estimated for ``spec`` (a serving workload), or None (it is)."""
+    return SERVING_NOTE if spec.workload.serving is not None else None
 
 
 @dataclass(frozen=True)
@@ -50,7 +63,10 @@ def first_token_window(pipe: Pipeline, spec: ExperimentSpec, *, max_windows: int
                        deadline_s: float) -> int | None:
     """The window (1-based count) in which the first micro-batch, alone on the idle chip, completes: no token of a
     run can complete before it (the first micro-batch is the first to arrive, and alone it is at its fastest). None
-    when it is not found within ``max_windows`` windows or ``deadline_s`` seconds of wall time (not known)."""
+    when it is not found within ``max_windows`` windows or ``deadline_s`` seconds of wall time, or for a serving
+    workload (not known)."""
+    if serving_note(spec) is not None:
+        return None
     t_end = time.monotonic() + deadline_s
     for k, timing in _one_micro_batch(pipe, spec):
         if _completed(timing, spec.workload.sequence.micro_batch):
@@ -64,9 +80,13 @@ def _completed(timing: WindowTiming, micro_batch: int) -> bool:
     return bool(timing.latencies_ms) and timing.tokens_completed >= micro_batch
 
 
+CAPACITY_EPOCH = 64  # windows physicalized per call while one micro-batch runs alone
+
+
 def _one_micro_batch(pipe: Pipeline, spec: ExperimentSpec) -> Iterator[tuple[int, WindowTiming]]:
     """Window by window, the timing of one micro-batch of ``spec.workload`` alone on the idle chip (two steps
-    MAX_MAKESPAN_S apart: the trace has windows for the first one's whole makespan, the second arrives after it)."""
+    MAX_MAKESPAN_S apart: the trace has windows for the first one's whole makespan, the second arrives after it),
+    physicalized `CAPACITY_EPOCH` windows a call."""
     arch, wl = spec.arch, spec.workload
     window_ms = spec.tas.tacs.window_ms
     one = wl.model_copy(update={"sequence": wl.sequence.model_copy(
@@ -77,30 +97,27 @@ def _one_micro_batch(pipe: Pipeline, spec: ExperimentSpec) -> Iterator[tuple[int
                          H=None)
     run = RunData.of(arch=arch, placement=plc).lowering
     pipe.register_all(run.values())
-    start: dict[str, Any] = PhysicalState(replicas=initial_replicas(plc)).model_dump(mode="json")
+    state: dict[str, Any] = PhysicalState(replicas=initial_replicas(plc)).model_dump(mode="json")
     freqs = initial_freqs(arch)
-    ref: str | None = None  # the previous window's state, by the name the lowering service gave it
     k = 0
-    restarted = False
     while k < trace.n_windows:
-        L = pipe.logical_window(trace, k, workload=one, window_ms=window_ms)
-        try:
-            P = pipe.physicalize(window=k, logical=L.raw, run=run, overlays=EMPTY_OVERLAYS,
-                                 state=start if ref is None else None, state_ref=ref, replicas=None,
-                                 freq_ghz=freqs, window_ms=window_ms, bw_eff_factor=1.0, n_layers=trace.n_layers,
-                                 return_state=False, events=False, tag="capacity")
-        except StateMissing:
-            if restarted:
-                raise
-            restarted, ref, k = True, None, 0  # the service lost the state: once more from the start
-            continue
-        ref = P.state_ref
-        yield k, P.timing
-        k += 1
+        logical = pipe.logical_windows(trace, k, min(CAPACITY_EPOCH, trace.n_windows - k), workload=one,
+                                       window_ms=window_ms)
+        P = pipe.physicalize_epoch(window=k, logical=logical, run=run, overlays=EMPTY_OVERLAYS, state=state,
+                                   replicas=None, freq_ghz=freqs, window_ms=window_ms, bw_eff_factor=1.0,
+                                   n_layers=trace.n_layers, return_state=True, events=False, tag="capacity")
+        assert P.state is not None
+        state = P.state
+        for w in P.windows:
+            yield k, w.timing
+            k += 1
 
 
-def estimate_capacity(pipe: Pipeline, spec: ExperimentSpec) -> Capacity:
-    """Physicalize one micro-batch of ``spec.workload`` alone (see the module docstring)."""
+def estimate_capacity(pipe: Pipeline, spec: ExperimentSpec) -> Capacity | None:
+    """Physicalize one micro-batch of ``spec.workload`` alone (see the module docstring); None for a serving
+    workload (`serving_note`)."""
+    if serving_note(spec) is not None:
+        return None
     arch, wl = spec.arch, spec.workload
     makespan = math.inf
     for _, timing in _one_micro_batch(pipe, spec):

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from shared import json_codec
 HERE = Path(__file__).resolve().parent
 ALEMBIC_INI = HERE / "migrations" / "alembic.ini"
 _MIGRATION_LOCK = 0x7A5E_0001  # pg_advisory_xact_lock key for migrations
+CONNECT_TIMEOUT_S = 5  # PostgreSQL: the longest wait for a new connection
 
 
 def make_engine(url: str, *, schema: str | None = None, echo: bool = False) -> Engine:
@@ -38,10 +41,14 @@ def make_engine(url: str, *, schema: str | None = None, echo: bool = False) -> E
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         connect_args = {"check_same_thread": False, "timeout": 60.0}
     elif url.startswith("postgresql"):
+        # a server that does not answer (a network partition) fails a connection attempt in seconds instead of
+        # holding the request or the run for the system's TCP timeout: an outage is then waited out or answered 503
+        if "connect_timeout=" not in url:  # the URL's own wins
+            connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
         if schema:
             connect_args["options"] = f"-csearch_path={schema}"
         kw = {"pool_pre_ping": True, "pool_size": 8, "max_overflow": 8}
-    # JSON columns (a window's frontier is ~430 kB) through orjson: shared.json_codec
+    # JSON columns (a run's frontier holds its thermal state whole, ~300 kB) through orjson: shared.json_codec
     engine = sa.create_engine(url, echo=echo, connect_args=connect_args, json_serializer=json_codec.dumps_str,
                               json_deserializer=json_codec.loads, **kw)
     if engine.dialect.name == "sqlite":
@@ -50,14 +57,9 @@ def make_engine(url: str, *, schema: str | None = None, echo: bool = False) -> E
 
 
 # SQLite's transactions take the write lock when they begin (not at their first write, where a concurrent writer would
-# make them fail with SQLITE_BUSY instead of waiting busy_timeout): the engine's ``begin`` event emits this, and so
-# does a transaction on the driver connection (`services.orchestrator.driver_sql`)
+# make them fail with SQLITE_BUSY instead of waiting busy_timeout): the engine's ``begin`` event emits this (the
+# pysqlite recipe of SQLAlchemy's documentation, "Serializable isolation / Savepoints / Transactional DDL")
 SQLITE_BEGIN = "BEGIN IMMEDIATE"
-
-
-def begin_sql(dialect_name: str) -> str | None:
-    """What starts a transaction on a driver connection of this dialect (None: the driver begins one itself)."""
-    return SQLITE_BEGIN if dialect_name == "sqlite" else None
 
 
 def _sqlite_setup(engine: Engine) -> None:
@@ -86,19 +88,43 @@ def alembic_config() -> Config:
     return cfg
 
 
+@contextlib.contextmanager
+def _migrating(engine: Engine) -> Iterator[sa.Connection]:
+    """A connection in a transaction for Alembic. On SQLite, foreign keys are not enforced while it runs: a batch
+    migration recreates a table (copy, DROP, rename), and the DROP of a parent table with enforcement on would
+    cascade and delete the child rows (every run of every experiment, for a change to ``experiments``). The pragma
+    only works outside a transaction, so it is set on the driver's connection before the transaction begins, and
+    the database's foreign keys are checked before enforcement is turned back on."""
+    with engine.connect() as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        raw: Any = conn.connection.driver_connection
+        if sqlite:
+            raw.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with conn.begin():
+                if conn.dialect.name == "postgresql":
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+                yield conn
+            if sqlite:
+                bad = raw.execute("PRAGMA foreign_key_check").fetchall()
+                if bad:
+                    raise RuntimeError(f"the migration left rows whose foreign key names no row: {bad[:5]}")
+        finally:
+            if sqlite:
+                raw.execute("PRAGMA foreign_keys=ON")
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Run the migrations to ``revision`` on ``engine`` (idempotent)."""
+    """Run the migrations to ``revision`` on ``engine`` (idempotent; under an advisory lock on PostgreSQL)."""
     cfg = alembic_config()
-    with engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+    with _migrating(engine) as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 
 
 def downgrade(engine: Engine, revision: str = "base") -> None:
     cfg = alembic_config()
-    with engine.begin() as conn:
+    with _migrating(engine) as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
 

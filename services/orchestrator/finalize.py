@@ -17,13 +17,14 @@ from typing import Any, TypeVar
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.orchestrator import repository as repo
+from services.orchestrator import window_store
 from services.orchestrator.models import RunStatus
 from services.orchestrator.pipeline_clients import Pipeline
-from services.orchestrator.run_files import power_reports
+from services.orchestrator.run_files import power_reports, run_dir_for
 from services.orchestrator.schemas import ExperimentSpec
 from services.orchestrator.service import results_csv
 from shared.client import ServiceClients
-from shared.errors import TasmoeError
+from shared.errors import Conflict, TasmoeError
 from shared.series_table import SeriesTableWriter, series_path
 from shared.window_series import FIGURE_ARGS_FILE, WINDOWS_SUFFIX, coarsen, write_windows_jsonl
 
@@ -68,6 +69,8 @@ def atomic_write(path: Path, data: str | bytes) -> None:
 
 def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClients, exp_id: str,
                         plots: bool = True) -> Path | None:
+    """Write the experiment's summary files (summary.csv, series, comparison, power table, plots); the summary's
+    path, or None when there is nothing to write (no such experiment, or no scenario with results)."""
     with sessions() as s:
         exp = repo.get_experiment(session=s, exp_id=exp_id)
         if exp is None:
@@ -75,22 +78,25 @@ def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClie
         spec = ExperimentSpec.model_validate(exp.configs)
         plots = plots and spec.plots
         out = Path(exp.out_dir)
-        table = results_csv(session=s, exp_id=exp_id)
+        try:
+            table = results_csv(session=s, exp_id=exp_id)
+        except Conflict:  # no scenario has results (every run failed): nothing to summarise; each run has its error
+            return None
         runs = [r for r in repo.runs_of(session=s, exp_id=exp_id) if r.status == RunStatus.succeeded]
         rows: list[dict[str, Any]] = [r.result_row for r in runs if r.result_row is not None]
-        run_windows = {r.scenario: (r.id, repo.window_count(session=s, run_id=r.id)) for r in runs}
+        run_windows = {r.scenario: r.next_window for r in runs}
     out.mkdir(parents=True, exist_ok=True)
     label = spec.workload.label
     # one pass over each run's windows, read in chunks (a long run's windows never sit in memory or in one request
     # at once): every window into the series table, and the figures' copy merged to at most MAX_PLOT_WINDOWS windows
     # (shared/window_series.py)
     windows: dict[str, list[dict[str, Any]]] = {}
-    for sc, (rid, n) in run_windows.items():
+    for sc, n in run_windows.items():
         with SeriesTableWriter(series_path(out, sc, label)) as table_w:
-            chunks = repo.iter_window_metrics(sessions=sessions, run_id=rid)
+            chunks = window_store.iter_chunks(run_dir_for(out, sc))
             windows[sc] = list(coarsen(_tap(chunks, table_w.add), n_windows=n, max_windows=MAX_PLOT_WINDOWS))
         write_windows_jsonl(out / sc / f"{label}{WINDOWS_SUFFIX}", windows[sc])
-    warm_ms = warmup_ms(spec, max((n for _, n in run_windows.values()), default=0))
+    warm_ms = warmup_ms(spec, max(run_windows.values(), default=0))
     figure_args = {"workload": label, "mesh": list(spec.arch.mesh.cores), "thot_c": spec.tas.tacs.thresholds.Thot,
                    "warmup_ms": warm_ms}
     summary = out / "summary.csv"

@@ -36,8 +36,16 @@ from services.orchestrator import repository as repo
 from services.orchestrator.apps import build_apps, enter_lifespans, preload
 from services.orchestrator.finalize import finalize_experiment
 from services.orchestrator.models import TERMINAL, Experiment, RunStatus, ScenarioRun, utcnow
-from services.orchestrator.settings import OrchestratorSettings
-from services.orchestrator.window_loop import RunOutcome, StopFlag, WindowHook, default_owner, run_scenario
+from services.orchestrator.settings import OrchestratorSettings, orchestrator_settings
+from services.orchestrator.window_loop import (
+    DatabaseAway,
+    RunOutcome,
+    StopFlag,
+    WindowHook,
+    default_owner,
+    run_scenario,
+    through_database_outage,
+)
 from shared.client import ServiceClients
 from shared.logging import setup_logging
 
@@ -58,18 +66,11 @@ class StopEvent(StopFlag, Protocol):
     def wait(self, timeout: float | None = None) -> bool: ...
 
 
-# Expected cost of a scenario's run, for the order runs are handed to workers: longest first (LPT), so that the
-# last run to finish is a short one. TAPS solves a placement before its first window; TACS adds a step per window
-# and the migrations' traffic. Measured on the default Mixtral experiment (make run, 2 workers): baseline 19.6 s,
-# tacs 21.3 s, taps 22.7 s, tas 23.4 s; in position order the two workers ended 5.2 s apart, in this order 0-0.7 s.
-_COST_RANK = {"tas": 0, "taps": 1, "tacs": 2, "baseline": 3}
-
-
 def run_ids_of(*, sessions: sessionmaker[Session], exp_id: str) -> list[str]:
-    """The experiment's unfinished runs, the most expensive scenario first (`_COST_RANK`)."""
+    """The experiment's unfinished runs, the most expensive scenario first (`repository.COST_RANK`)."""
     with sessions() as s:
         runs = [r for r in repo.runs_of(session=s, exp_id=exp_id) if r.status not in TERMINAL]
-        runs.sort(key=lambda r: (_COST_RANK.get(r.scenario, -1), r.position))
+        runs.sort(key=lambda r: repo.cost_order(r.scenario, r.position))
         return [r.id for r in runs]
 
 
@@ -106,7 +107,11 @@ def finalize_once(*, sessions: sessionmaker[Session], clients: ServiceClients, e
 def execute_run(run_id: str, *, clients: ServiceClients, sessions: sessionmaker[Session], owner: str, lease_s: float,
                 on_window: WindowHook | None = None, stop: StopEvent | None = None) -> RunOutcome:
     """One pool task: run (or resume) the run, then finalize its experiment if it was the last one."""
-    repo.note_delivery(sessions=sessions, run_id=run_id)
+    try:  # counted once the database answers (a delivery during an outage waits for it, as the run does)
+        through_database_outage(lambda: repo.note_delivery(sessions=sessions, run_id=run_id),
+                                budget_s=orchestrator_settings(clients.settings).outage_budget_s, what=run_id)
+    except DatabaseAway as exc:
+        return RunOutcome(run_id, "unavailable", error=str(exc))
     out = run_scenario(run_id, clients, sessions, owner=owner, lease_s=lease_s, on_window=on_window, stop=stop)
     if out.status in {"succeeded", "failed", "cancelled", "done", "exhausted"}:
         try:
@@ -145,8 +150,11 @@ class _PoolRunner:
         raise NotImplementedError
 
     def submit_experiment(self, exp_id: str) -> None:
-        for run_id in run_ids_of(sessions=self.sessions, exp_id=exp_id):
+        """Run the experiment's unfinished runs on the pool; their hand-offs (`models.Handoff`) are done."""
+        run_ids = run_ids_of(sessions=self.sessions, exp_id=exp_id)
+        for run_id in run_ids:
             self.submit_run(run_id)
+        repo.drop_handoffs_of(sessions=self.sessions, run_ids=run_ids)
 
     # -- recovery
     ignored_runs: frozenset[str] = frozenset()  # runs recover() leaves alone (abandoned by another process)
@@ -169,6 +177,7 @@ class _PoolRunner:
         picked = [r for r in stale if r not in young and r not in self.ignored_runs]
         for run_id in picked:
             self.submit_run(run_id)  # one future per run in flight: a run already in this pool is not resubmitted
+        repo.drop_handoffs_of(sessions=self.sessions, run_ids=picked)
         for exp_id in unfinalized:  # the process that was writing its files died
             if not set(run_ids_of(sessions=self.sessions, exp_id=exp_id)) & self.ignored_runs:
                 self.submit_finalize(exp_id)

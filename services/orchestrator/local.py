@@ -18,16 +18,16 @@ from pydantic import ValidationError
 
 from services.orchestrator import repository as repo
 from services.orchestrator.acceptance import check_results, policy_findings
-from services.orchestrator.capacity import Capacity, estimate_capacity
+from services.orchestrator.capacity import Capacity, estimate_capacity, serving_note
 from services.orchestrator.db import make_engine, session_factory, upgrade
 from services.orchestrator.jobs import EmbeddedRunner, ProcessRunner
 from services.orchestrator.pipeline_clients import Pipeline
 from services.orchestrator.run_files import placement_path, result_csv_path
-from services.orchestrator.schemas import ALL_SCENARIOS, ExperimentRequest, ExperimentSpec, Scenario
+from services.orchestrator.schemas import POLICY_SCENARIOS, ExperimentRequest, ExperimentSpec, Scenario
 from services.orchestrator.service import create_experiment, resolve_spec
 from services.orchestrator.settings import orchestrator_settings
 from shared.client import ServiceClients
-from shared.configs import ArchConfig, load_arch, load_tas, load_workload
+from shared.configs import ArchConfig, WorkloadConfig, load_arch, load_tas, load_workload
 from shared.contracts.placement import Placement
 from shared.errors import BadInput, TasmoeError, first_validation_error
 from shared.settings import Settings
@@ -45,6 +45,7 @@ class LocalResult:
     compute_s: dict[str, float]
     ambient_c: float = 45.0
     capacity: Capacity | None = None  # the chip's capacity for the workload (services/orchestrator/capacity.py)
+    capacity_note: str | None = None  # why there is none (a serving workload)
 
     @property
     def ok(self) -> bool:
@@ -85,27 +86,31 @@ def with_warmup(arch: ArchConfig, warmup_ms: float) -> ArchConfig:
         raise BadInput(f"warmup_ms: {msg}", field="warmup_ms") from None
 
 
-def run_local(*, arch: str | Path, workload: str | Path, tas: str | Path, out: str | Path,
-              scenarios: Sequence[Scenario] = ALL_SCENARIOS, seed: int | None = None, windows: int | None = None,
+def run_local(*, arch: str | Path, workload: str | Path | WorkloadConfig, tas: str | Path, out: str | Path,
+              scenarios: Sequence[Scenario] = POLICY_SCENARIOS, seed: int | None = None, windows: int | None = None,
               settings: Settings | None = None, clients: ServiceClients | None = None, traces: bool = True,
               events: bool = False,
               progress: ProgressFn | None = None, database_url: str | None = None,
-              apps: str | None = None, warmup_ms: float | None = None) -> LocalResult:
+              apps: str | None = None, warmup_ms: float | None = None, epoch: int | None = None) -> LocalResult:
     """Run the scenarios of one experiment embedded and write ``<out>/<scenario>/<workload>.csv`` for each.
 
     Runs execute on worker processes (`ProcessRunner`, ``TASMOE_POOL=process``, the default), each building the
     compute services in-process, or on threads of this process over ``clients`` (given, or built here) when
     ``clients`` is given or ``TASMOE_POOL=thread``. ``apps``: ``module:factory`` building the compute services
     instead of the real ones (as ``python -m services.orchestrator.worker --apps``). ``warmup_ms`` replaces the arch
-    config's ``thermal.warmup_ms`` (validated as the config field is)."""
+    config's ``thermal.warmup_ms`` (validated as the config field is). ``epoch``: the most windows of one control
+    epoch (``TASMOE_EPOCH_WINDOWS``; 1 is the per-window reference loop; the results do not depend on it)."""
     from services.orchestrator.worker import compute_clients
 
     s = orchestrator_settings(settings)
+    if epoch is not None:
+        s = type(s).model_validate({**s.model_dump(), "epoch_windows": epoch})
     out_dir = Path(out)
     arch_cfg = load_arch(arch)
     if warmup_ms is not None:
         arch_cfg = with_warmup(arch_cfg, warmup_ms)
-    req = ExperimentRequest(arch=arch_cfg, workload=load_workload(workload), tas=load_tas(tas),
+    wl = workload if isinstance(workload, WorkloadConfig) else load_workload(workload)
+    req = ExperimentRequest(arch=arch_cfg, workload=wl, tas=load_tas(tas),
                             scenarios=list(scenarios), seed=seed, windows=windows, traces=traces,
                             events=events)
     spec = resolve_spec(req, configs_dir=s.configs_dir)
@@ -141,16 +146,19 @@ def run_local(*, arch: str | Path, workload: str | Path, tas: str | Path, out: s
             with compute_clients(s, apps) as cc:
                 res = _execute(exp_id, out_dir, spec.workload.label, sessions, _threads(cc, sessions, s), progress,
                                t0, ambient)
-        return replace(res, capacity=cap)
+        return replace(res, capacity=cap, capacity_note=serving_note(spec))
     finally:
         if procs is not None:
             procs.shutdown()
         engine.dispose()
 
 
-def _capacity(clients: ServiceClients, spec: ExperimentSpec, exp_id: str, out_dir: Path) -> Capacity:
-    """The chip's capacity for the experiment's workload, written to ``<out>/capacity.json``."""
+def _capacity(clients: ServiceClients, spec: ExperimentSpec, exp_id: str, out_dir: Path) -> Capacity | None:
+    """The chip's capacity for the experiment's workload, written to ``<out>/capacity.json``; None (no file) for a
+    serving workload (``capacity.serving_note``, printed with the summary)."""
     cap = estimate_capacity(Pipeline(clients, run_key=f"{exp_id}-capacity"), spec)
+    if cap is None:
+        return None
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "capacity.json").write_text(json.dumps(cap.to_json(), indent=1) + "\n", encoding="utf-8")
     return cap
@@ -160,36 +168,52 @@ def _threads(clients: ServiceClients, sessions: Any, s: Any) -> EmbeddedRunner:
     return EmbeddedRunner(sessions=sessions, clients=clients, max_workers=s.pool_workers, lease_s=s.lease_s)
 
 
-def _execute(exp_id: str, out_dir: Path, label: str, sessions: Any, runner: EmbeddedRunner | ProcessRunner,
-             progress: ProgressFn | None, t0: float, ambient_c: float) -> LocalResult:
+def run_experiments(runner: EmbeddedRunner | ProcessRunner, sessions: Any, exp_ids: Sequence[str],
+                    tick: Callable[[], None] | None = None, every_s: float = 0.5) -> None:
+    """Run every run of the experiments on ``runner`` and return when none is queued or running; ``tick`` is called
+    every ``every_s`` seconds meanwhile (a progress display) and once at the end. The runner is shut down."""
     stop = threading.Event()
 
+    def unfinished() -> bool:
+        with sessions() as ses:
+            return any(r.status.value in {"queued", "running"}
+                       for exp_id in exp_ids for r in repo.runs_of(session=ses, exp_id=exp_id))
+
+    def watch() -> None:
+        while not stop.wait(every_s):
+            if tick is not None:
+                tick()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        for exp_id in exp_ids:
+            runner.submit_experiment(exp_id)
+        for exp_id in exp_ids:
+            runner.wait(exp_id)
+        # a run may have been taken by another process sharing the database (its lease, its claim): wait for it too
+        while unfinished():
+            time.sleep(0.5)
+            for exp_id in exp_ids:  # ... and take over a run of ours whose lease expired
+                runner.submit_experiment(exp_id)
+            for exp_id in exp_ids:
+                runner.wait(exp_id)
+    finally:
+        stop.set()
+        watcher.join()
+        runner.shutdown()
+    if tick is not None:
+        tick()
+
+
+def _execute(exp_id: str, out_dir: Path, label: str, sessions: Any, runner: EmbeddedRunner | ProcessRunner,
+             progress: ProgressFn | None, t0: float, ambient_c: float) -> LocalResult:
     def snapshot() -> dict[str, tuple[int, int | None, str]]:
         with sessions() as ses:
             return {r.scenario: (r.next_window, r.n_windows, r.status.value)
                     for r in repo.runs_of(session=ses, exp_id=exp_id)}
 
-    def watch() -> None:
-        while not stop.wait(0.5):
-            if progress is not None:
-                progress(snapshot())
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        runner.submit_experiment(exp_id)
-        runner.wait(exp_id)
-        # a run may have been taken by another process sharing the database (its lease, its claim): wait for it too
-        while any(st in {"queued", "running"} for _, _, st in snapshot().values()):
-            time.sleep(0.5)
-            runner.submit_experiment(exp_id)  # ... and take over a run of ours whose lease expired
-            runner.wait(exp_id)
-    finally:
-        stop.set()
-        watcher.join()
-        runner.shutdown()
-    if progress is not None:
-        progress(snapshot())
+    run_experiments(runner, sessions, [exp_id], None if progress is None else lambda: progress(snapshot()))
     with sessions() as ses:
         runs = repo.runs_of(session=ses, exp_id=exp_id)
         return LocalResult(
@@ -259,9 +283,16 @@ def print_summary(res: LocalResult, stream: TextIO | None = None) -> None:
         print(summary_table(rows), end="", file=stream)
         for line in default_mapping_notes(res):
             print(f"note: {line}", file=stream)
+        cmp_md = res.out_dir / "comparison.md"  # the metrics service's table: its throttling line, when it has one
+        if cmp_md.is_file():
+            for line in cmp_md.read_text(encoding="utf-8").splitlines():
+                if line.startswith("Throttling ("):
+                    print(line, file=stream)
         files = [p for p in ("summary.csv", "comparison.md", "power.md", "plots/") if (res.out_dir / p).exists()]
         print(f"files in {res.out_dir}: {', '.join(files)}, <scenario>/<workload>.csv and .series.csv.gz",
               file=stream)
+    if res.capacity_note is not None:
+        print(res.capacity_note, file=stream)
     if res.capacity is not None:
         print(res.capacity.line(), file=stream)
         if rows and all(int(r["tokens"]) == 0 for r in rows):

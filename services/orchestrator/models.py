@@ -1,5 +1,5 @@
-"""Durable run state (SQLAlchemy 2 typed models): experiments, scenario runs, committed windows, jobs, and the
-principals' quota locks.
+"""Durable run state (SQLAlchemy 2 typed models): experiments, scenario runs, committed windows, jobs, the
+principals' quota locks, and the runs' hand-offs to the queue (the outbox).
 
 Times are naive UTC datetimes (the same on SQLite and PostgreSQL, so lease comparisons in SQL agree on both).
 JSON columns hold plain JSON (not JSONB) so floats round-trip exactly as written.
@@ -40,6 +40,8 @@ def _status_enum(name: str) -> sa.Enum:
 
 class Experiment(Base):
     __tablename__ = "experiments"
+    # an Idempotency-Key is the principal's own: two principals may use the same key for two experiments
+    __table_args__ = (sa.UniqueConstraint("owner", "idempotency_key", name="uq_experiments_owner_idempotency_key"),)
 
     id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
     name: Mapped[str] = mapped_column(sa.String(200), default="")
@@ -47,7 +49,7 @@ class Experiment(Base):
                                               index=True)
     configs: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
     seed: Mapped[int] = mapped_column(sa.BigInteger)
-    idempotency_key: Mapped[str | None] = mapped_column(sa.String(200), unique=True)
+    idempotency_key: Mapped[str | None] = mapped_column(sa.String(200))
     request_hash: Mapped[str] = mapped_column(sa.String(64), default="")
     out_dir: Mapped[str] = mapped_column(sa.String(1000))
     sweep_id: Mapped[str | None] = mapped_column(sa.String(40), index=True)
@@ -89,22 +91,11 @@ class ScenarioRun(Base):
     # set while the run waits out an outage of a service it needs (cleared when it tries again)
     waiting_reason: Mapped[str | None] = mapped_column(sa.Text)
     waiting_since: Mapped[datetime | None] = mapped_column(sa.DateTime)
+    # what window next_window starts from (the window loop's `Frontier`), saved with each epoch's commit; cleared
+    # when the run ends
+    frontier: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
 
     experiment: Mapped[Experiment] = relationship(back_populates="runs")
-
-
-class WindowRecord(Base):
-    """One committed window. `frontier` (the state needed to compute window+1) is kept only on the newest row."""
-
-    __tablename__ = "windows"
-
-    run_id: Mapped[str] = mapped_column(sa.ForeignKey("scenario_runs.id", ondelete="CASCADE"), primary_key=True)
-    window: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=False)
-    snapshot: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
-    metrics: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
-    frontier: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
-    worker: Mapped[str] = mapped_column(sa.String(200), default="")
-    created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
 
 
 class Job(Base):
@@ -132,3 +123,16 @@ class QuotaLock(Base):
     __tablename__ = "quota_locks"
 
     owner: Mapped[str] = mapped_column(sa.String(64), primary_key=True)  # the API key's principal
+
+
+class Handoff(Base):
+    """The outbox of the runs' hand-offs to the queue: one row per run to send, written in the transaction that
+    queues the run (an experiment's creation, a retry), so a submission is accepted whole (its runs and their
+    hand-off) or refused whole, whatever the broker's state. A relay sends the rows to Celery and deletes them once
+    the broker took each message (`services.orchestrator.outbox`); the embedded pool takes them directly."""
+
+    __tablename__ = "handoffs"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(sa.ForeignKey("scenario_runs.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)

@@ -1,15 +1,16 @@
 """Every call the window loop makes to the five compute services, one typed function each (the only module that
 knows their request and response bodies, so adapting to a contract change is a one-file edit).
 
-All calls go through `shared.client.ServiceClients` (retries, timeouts, Idempotency-Key). Keys are derived from the
-run, the window and the call, so a retried request (or a resumed run replaying the same window) carries the same key.
+The loop talks to the services once per control epoch (a run of windows), so bodies are plain JSON built from
+dicts and models; the states travel whole. All calls go through `shared.client.ServiceClients` (retries, timeouts,
+Idempotency-Key). Keys are derived from the run, the epoch's first window and the call, so a retried request (or a
+resumed run replaying the same epoch) carries the same key.
 """
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
@@ -17,12 +18,12 @@ from urllib.parse import quote
 from pydantic import BaseModel
 
 from shared import json_codec
+from shared.body_guard import JsonLimits, Shape, check_raw
 from shared.client import ServiceClients
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
 from shared.configs.tas import TacsParams
-from shared.configs.workload import InlineModel
-from shared.content import field_order_json
-from shared.contracts.events import PhysicalizeRequest, WindowTiming
+from shared.configs.workload import InlineModel, ServingConfig, ServingSlo
+from shared.contracts.events import PhysicalizeEpochRequest, WindowTiming
 from shared.contracts.metrics import (
     CompareRequest,
     CompareResponse,
@@ -32,92 +33,64 @@ from shared.contracts.metrics import (
     PowerTableResponse,
     ReduceRequest,
     ReduceResponse,
+    SweepPlotRequest,
     WindowMetrics,
 )
-from shared.contracts.placement import Overlays, Placement, Telemetry
+from shared.contracts.placement import Overlays, Placement
 from shared.contracts.placement_api import (
     InfluenceRegistration,
     JobAccepted,
     JobStatus,
     PlacementRequest,
-    TacsStepRequest,
+    TacsEpochRequest,
+    TacsEpochResponse,
 )
 from shared.contracts.registry import Registered
-from shared.contracts.thermal import StepRequest, ThermalSnapshot, WarmStartRequest
-from shared.contracts.workload import ExpertLoad, TraceSummary
+from shared.contracts.thermal import StepEpochRequest, ThermalSnapshot, WarmStartRequest
+from shared.contracts.workload import MAX_WINDOWS_PER_CALL, ExpertLoad, TraceSummary
 from shared.contracts.workload_api import IrRequest, TraceRequest
 from shared.errors import BadInput, NotFound, UpstreamError
 from shared.peers import thermal_influence, thermal_model
 
 PlacementMethod = Literal["default", "heuristic", "milp"]
-WINDOW_BATCH = 16  # logical windows read per call to the workload service (GET /v1/traces/{id}/windows)
 Columns = dict[str, list[Any]]  # a columnar batch as plain JSON (one list per field)
-
-
-class RawJson:
-    """A JSON value already encoded: spliced into request bodies as is (a large object that passes through
-    unchanged — the logical window — is encoded once, not per call; what is fixed for a run is registered once and
-    named by hash: `RunData`)."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, text: str | bytes) -> None:
-        self.data = text.encode() if isinstance(text, str) else bytes(text)  # UTF-8
-
-    @property
-    def text(self) -> str:
-        return self.data.decode()
-
-    @classmethod
-    def of(cls, value: Any) -> RawJson:
-        if isinstance(value, BaseModel):
-            return cls(field_order_json(value))
-        return cls(json_codec.dumps(value))
-
-
-def encode_body(parts: Mapping[str, Any]) -> bytes:
-    """A JSON object from parts that are `RawJson`, pydantic models or plain JSON values (assembled as bytes: no
-    text copy of the whole body)."""
-    out = []
-    for key, value in parts.items():
-        if isinstance(value, RawJson):
-            data = value.data
-        elif isinstance(value, BaseModel):
-            data = field_order_json(value)
-        else:
-            data = json_codec.dumps(value)
-        out.append(json_codec.dumps(key) + b":" + data)
-    return b"{" + b",".join(out) + b"}"
-
-
-@functools.lru_cache(maxsize=128)
-def _request_fields(model: type[BaseModel]) -> tuple[frozenset[str], tuple[str, ...]]:
-    """A request model's field names and its required ones (the contract models are fixed: read once each)."""
-    fields = model.model_fields
-    return frozenset(fields), tuple(k for k, f in fields.items() if f.is_required())
+Json = dict[str, Any]
 
 
 def encode_request(model: type[BaseModel], parts: Mapping[str, Any]) -> bytes:
-    """`encode_body` of a request to a route that takes ``model`` (a `shared.contracts` request): every key a field of
-    the model and every required field given, checked on each call (a `TypeError`: a misspelt optional key would be
-    dropped by the service and the run would silently use its default). The values are not validated here: most
-    pass through unparsed (`RawJson`, states as the services answered them); the service validates them, and
-    ``tests/orchestrator/test_contract_bodies.py`` checks a run's bodies against the models."""
-    names, required = _request_fields(model)
-    unknown = [k for k in parts if k not in names]
-    missing = [k for k in required if k not in parts]
+    """The JSON body of a request to a route that takes ``model`` (a `shared.contracts` request), from parts that
+    are pydantic models or plain JSON values: every key a field of the model and every required field given (a
+    `TypeError` otherwise: a misspelt optional key would be dropped by the service and the run would silently use
+    its default). The values are validated by the service (``tests/orchestrator/test_contract_bodies.py`` checks a
+    run's bodies against the models)."""
+    fields = model.model_fields
+    unknown = [k for k in parts if k not in fields]
+    missing = [k for k, f in fields.items() if f.is_required() and k not in parts]
     if unknown or missing:
         raise TypeError(f"a {model.__name__} body with unknown keys {unknown} and without the required {missing}")
-    return encode_body(parts)
+    return json_codec.dumps({k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v
+                             for k, v in parts.items()})
 
 
 @dataclass(frozen=True)
-class WindowData:
-    """One logical window: the response text (forwarded to TACS and the physicalizer unchanged) and its parsed form
-    (for the trace files and the window bounds)."""
+class TraceInfo:
+    trace_id: str
+    n_windows: int
+    n_layers: int
+    n_experts: int
+    moe_layers: list[int]
+    tokens_total: int
+    flops_per_token_expert: float
+    expert_bytes: float
+    nonexpert_flops_per_step: float = 0.0
+    nonexpert_bytes_per_step: float = 0.0
 
-    raw: RawJson
-    data: dict[str, Any]
+
+@dataclass(frozen=True)
+class LogicalWindow:
+    """One logical window as the workload service answered it (JSON), forwarded to TACS and the physicalizer."""
+
+    data: Json
 
     @property
     def t0_ns(self) -> int:
@@ -139,62 +112,27 @@ class WindowData:
 
 
 @dataclass(frozen=True)
-class TraceInfo:
-    trace_id: str
-    n_windows: int
-    n_layers: int
-    n_experts: int
-    moe_layers: list[int]
-    tokens_total: int
-    flops_per_token_expert: float
-    expert_bytes: float
-    nonexpert_flops_per_step: float = 0.0
-    nonexpert_bytes_per_step: float = 0.0
+class PhysicalWindow:
+    """One physicalized window: its energy deposit (forwarded to the thermal step as it came), its timing, and its
+    events when they were asked for."""
 
-
-@dataclass(frozen=True)
-class TacsResult:
-    overlays: dict[str, Columns]  # {"reroute": columns, "migrate": columns} (an `Overlays` as JSON)
-    state: dict[str, Any] | None  # the `ReplicaState` as JSON when the step changed it (None: unchanged)
-    state_ref: str | None  # its name at the placement service
-    smoothed: Any  # opaque to the orchestrator: passed back on the next step, saved at the frontier
-
-
-@dataclass(frozen=True)
-class PhysicalResult:
-    compute: Columns | None  # `ComputeEvents` as JSON (the run's trace files), when asked for
-    memory: Columns | None  # `MemoryEvents` as JSON
-    deposit: RawJson  # their `EnergyDeposit` (forwarded to the thermal step unparsed)
-    state: dict[str, Any] | None  # `PhysicalState` as JSON, when asked for (a checkpoint)
-    state_ref: str  # its name at the lowering service (the next window's ``state_ref``)
+    deposit: Json
     timing: WindowTiming
-
-
-class _StepAnswer(BaseModel):
-    """What the window loop reads of ``POST /v1/step``'s `StepResult`, parsed in one pass from the answer's bytes:
-    the state stays JSON (as the service wrote it: it goes back to the service, or into the frontier, unparsed)."""
-
-    state: dict[str, Any] | None = None
-    state_ref: str
-    snapshot: ThermalSnapshot
+    compute: Columns | None
+    memory: Columns | None
 
 
 @dataclass(frozen=True)
-class ThermalResult:
-    state: dict[str, Any] | None  # `ThermalState` as JSON, when asked for (a checkpoint)
-    state_ref: str  # its name at the thermal service
-    snapshot: ThermalSnapshot
+class PhysicalEpoch:
+    windows: list[PhysicalWindow]
+    state: Json | None  # `PhysicalState` after the last window (when asked for)
 
 
-STATE_CODES = frozenset({"unknown_thermal_state", "unknown_physical_state", "unknown_replica_state"})
-
-
-class StateMissing(Exception):
-    """A service no longer keeps a window state the run named (a restart, an eviction, another replica): the window
-    loop rebuilds it from its last checkpoint (`window_loop`)."""
-
-
-EMPTY_OVERLAYS: dict[str, Columns] = Overlays().model_dump(mode="json")
+@dataclass(frozen=True)
+class ThermalEpoch:
+    snapshots: list[ThermalSnapshot]  # one per window stepped
+    state: Json | None  # `ThermalState` after the last window stepped (when asked for)
+    event: str | None  # "dvfs" | "refresh": why the next window's inputs change
 
 
 def _registered_hash(answer: Any) -> str:
@@ -208,9 +146,10 @@ def _model_hash(answer: Any) -> str:
 @dataclass
 class RunObject:
     """One object fixed for a run (arch, placement, influence matrix, TACS params), registered with one service and
-    named there by the content hash that service answered (``shared.content``); the per-window requests carry the
-    hash. ``code`` is the 404 code of a service that does not know it (a restart, an eviction, another replica):
-    the pipeline registers it again and repeats the request once."""
+    named there by the content hash that service answered (``shared.content``); the epoch requests carry the hash.
+    ``code`` is the 404 code of a service that does not know it (a restart, an eviction, another replica): the
+    pipeline registers it again and repeats the request once. Nothing but these run objects is kept by a service
+    between calls: the states travel whole."""
 
     service: str
     path: str  # the registration endpoint
@@ -230,10 +169,9 @@ RunObjects = Mapping[str, RunObject]  # {request field carrying the hash: the ob
 
 @dataclass(frozen=True)
 class RunData:
-    """A run's fixed objects per consumer, keyed by the field of the per-window request that names them:
-    lowering ``/v1/physicalize`` (arch_hash, placement_hash), thermal ``/v1/step`` and ``/v1/warm_start`` (model:
-    the hash of ``POST /v1/models``) and placement ``/v1/tacs/step`` (placement_hash, arch_hash, params_hash,
-    H_hash; empty when the run has no TACS)."""
+    """A run's fixed objects per consumer, keyed by the field of the epoch request that names them: lowering
+    (arch_hash, placement_hash), thermal (model: the hash of ``POST /v1/models``) and placement's TACS
+    (placement_hash, arch_hash, params_hash, H_hash; empty when the run has no TACS)."""
 
     lowering: dict[str, RunObject]
     thermal: dict[str, RunObject]
@@ -268,6 +206,11 @@ class ReduceResult:
     power: dict[str, Any] | None = None  # the run's `PowerReport` (JSON), when every window reported its power
 
 
+class EpochTooLarge(Exception):
+    """An epoch's request is past the bounds a service reads (``TASMOE_MAX_BODY_MB``, ``TASMOE_MAX_JSON_*``, the
+    cluster's shared settings): it is not sent, and the epoch is asked again with fewer windows."""
+
+
 class Pipeline:
     """Typed wrappers over the five services for one run (``run_key`` prefixes the idempotency keys)."""
 
@@ -277,7 +220,9 @@ class Pipeline:
         self.run_key = run_key
         self.milp_poll_s = milp_poll_s
         self.milp_timeout_s = milp_timeout_s
-        self._windows: dict[tuple[str, int], WindowData] = {}  # the last batch of logical windows read
+        self._windows: dict[tuple[str, int], LogicalWindow] = {}  # the last batch of logical windows read
+        self._limits = JsonLimits.of(clients.settings)
+        self._max_body = int(clients.settings.max_body_mb * 2**20)
 
     def _key(self, *parts: object) -> str:
         return ":".join(str(p) for p in (self.run_key, *parts))
@@ -304,35 +249,42 @@ class Pipeline:
         return data
 
     def _post_naming(self, service: str, path: str, model: type[BaseModel], parts: Mapping[str, Any],
-                     run: RunObjects, idempotency_key: str, *, parse: bool = True) -> Any:
-        """POST ``parts`` plus the hashes of ``run`` (by field) and parse the answer (``parse``; else its bytes). A
-        service that does not know one of them (404 ``unknown_<kind>``: restart, eviction, another replica) gets them
-        registered again, and the request is repeated once (as `logical_window` re-creates a forgotten trace)."""
+                     run: RunObjects, idempotency_key: str) -> bytes:
+        """POST ``parts`` plus the hashes of ``run`` (by field); the answer's bytes. A service that does not know one
+        of them (404 ``unknown_<kind>``: restart, eviction, another replica) gets them registered again, and the
+        request is repeated once (as `logical_windows` re-creates a forgotten trace). A body past the services' bounds
+        raises `EpochTooLarge` unsent."""
         client = self.clients[service]
 
         def body() -> bytes:
-            return encode_request(model, {**parts, **{field: obj.key for field, obj in run.items()}})
+            raw = encode_request(model, {**parts, **{field: obj.key for field, obj in run.items()}})
+            self._check_bounds(service, path, raw)
+            return raw
 
         try:
-            resp = client.request("POST", path, content=body(), idempotency_key=idempotency_key)
+            return client.request("POST", path, content=body(), idempotency_key=idempotency_key).content
         except NotFound as exc:
             if exc.code not in {obj.code for obj in run.values()}:
                 raise
             for obj in run.values():
                 self.register(obj)
-            resp = client.request("POST", path, content=body(), idempotency_key=idempotency_key)
-        return json_codec.loads(resp.content) if parse else resp.content
+            return client.request("POST", path, content=body(), idempotency_key=idempotency_key).content
 
-    def _post_stateful(self, service: str, path: str, model: type[BaseModel], parts: Mapping[str, Any],
-                       run: RunObjects, idempotency_key: str, *, parse: bool = True) -> Any:
-        """`_post_naming` for a request that names a window state: `StateMissing` when the service no longer keeps
-        it (404 ``unknown_<kind>_state``)."""
-        try:
-            return self._post_naming(service, path, model, parts, run, idempotency_key, parse=parse)
-        except NotFound as exc:
-            if exc.code in STATE_CODES:
-                raise StateMissing(f"{service}: {exc}") from exc
-            raise
+    def _check_bounds(self, service: str, path: str, body: bytes) -> None:
+        """Raise `EpochTooLarge` when the service would refuse ``body`` for its size (413) or its JSON shape (422):
+        the same raw count the service's body guard makes."""
+        why = (f"request body is {len(body)} bytes, over TASMOE_MAX_BODY_MB" if len(body) > self._max_body
+               else check_raw(body, self._limits))
+        if isinstance(why, str):
+            raise EpochTooLarge(f"{service}: POST {path}: {why}")
+
+    def windows_per_request(self, sample: Json, most: int) -> int:
+        """How many windows like ``sample`` (a window's JSON) one request may carry within half the services' body
+        bounds (the other half: what comes with them), at most ``most`` and at least one."""
+        raw = json_codec.dumps(sample)
+        shape = check_raw(raw, self._limits)
+        values = shape.values if isinstance(shape, Shape) else self._limits.max_values
+        return max(1, min(most, self._limits.max_values // 2 // values, self._max_body // 2 // max(1, len(raw))))
 
     def _post(self, service: str, path: str, model: type[BaseModel], parts: Mapping[str, Any], *,
               idempotency_key: str | None = None, params: Mapping[str, Any] | None = None) -> bytes:
@@ -369,16 +321,23 @@ class Pipeline:
                          nonexpert_flops_per_step=r.nonexpert_flops_per_step,
                          nonexpert_bytes_per_step=r.nonexpert_bytes_per_step)
 
-    def logical_window(self, trace: TraceInfo, k: int, *, workload: WorkloadConfig, window_ms: float) -> WindowData:
-        """Window k of the trace. Read with the `WINDOW_BATCH` - 1 windows after it in one call (the window loop
-        walks the trace in order; a window the last batch does not hold starts a new one, so a replay or a resumed
-        run reads from where it stands). If the service forgot the trace (restart, LRU), re-create it and retry
-        once."""
-        hit = self._windows.get((trace.trace_id, k))
-        if hit is not None:
-            return hit
+    def logical_windows(self, trace: TraceInfo, start: int, count: int, *, workload: WorkloadConfig,
+                        window_ms: float) -> list[LogicalWindow]:
+        """Windows ``start`` .. ``start + count - 1`` of the trace, read `MAX_WINDOWS_PER_CALL` at a time (a batch is
+        kept: an epoch cut short by an event reads the rest of it again). If the service forgot the trace (restart,
+        LRU), re-create it and retry once."""
+        out: list[LogicalWindow] = []
+        for k in range(start, start + count):
+            hit = self._windows.get((trace.trace_id, k))
+            if hit is None:
+                self._read_batch(trace, k, workload=workload, window_ms=window_ms)
+                hit = self._windows[(trace.trace_id, k)]
+            out.append(hit)
+        return out
+
+    def _read_batch(self, trace: TraceInfo, k: int, *, workload: WorkloadConfig, window_ms: float) -> None:
         path = f"/v1/traces/{trace.trace_id}/windows"
-        params = {"start": k, "count": WINDOW_BATCH}
+        params = {"start": k, "count": max(1, min(MAX_WINDOWS_PER_CALL, trace.n_windows - k))}
         client = self.clients["workload"]
         try:
             resp = client.request("GET", path, params=params)
@@ -390,23 +349,23 @@ class Pipeline:
                 raise UpstreamError(f"workload: trace id changed on re-creation ({trace.trace_id} -> "
                                     f"{again.trace_id}); traces must be deterministic") from exc
             resp = client.request("GET", path, params=params)
-        windows: list[dict[str, Any]] = json_codec.loads(resp.content)["windows"]
+        windows: list[Json] = json_codec.loads(resp.content)["windows"]
         if not windows or windows[0].get("window") != k:
             raise UpstreamError(f"workload: asked for windows from {k}, got "
                                 f"{[w.get('window') for w in windows[:3]]}...")
-        # each window's text is spliced into the TACS and physicalize requests as it came (orjson writes the same
-        # shortest round-trip floats pydantic wrote)
-        self._windows = {(trace.trace_id, int(w["window"])): WindowData(raw=RawJson(json_codec.dumps(w)), data=w)
-                         for w in windows}
-        return self._windows[(trace.trace_id, k)]
+        self._windows = {(trace.trace_id, int(w["window"])): LogicalWindow(w) for w in windows}
 
-    def expert_load(self, trace: TraceInfo, *, workload: WorkloadConfig, window_ms: float) -> list[list[float]]:
+    def expert_load(self, trace: TraceInfo, *, workload: WorkloadConfig, window_ms: float,
+                    expected: bool = False) -> list[list[float]]:
+        """Per MoE layer, each expert's share of the trace's token→expert assignments; ``expected``: the routing
+        law's expected shares (a serving trace's tokens are not known before the run forms its micro-batches)."""
         path = f"/v1/traces/{trace.trace_id}/expert-load"
+        params = {"expected": "true"} if expected else None
         try:
-            r = self.clients["workload"].get_json(path)
+            r = self.clients["workload"].get_json(path, params=params)
         except NotFound:
             self.create_trace(workload, window_ms)
-            r = self.clients["workload"].get_json(path)
+            r = self.clients["workload"].get_json(path, params=params)
         return ExpertLoad.model_validate(r).load
 
     # ------------------------------------------------------------------------------------------------ thermal
@@ -417,29 +376,25 @@ class Pipeline:
         """The cores × cores influence matrix H (K/W); rebuilds the model if the service forgot it."""
         return thermal_influence(self.clients, arch, model_hash, idempotency_key=self._key("thermal-model")).H
 
-    def thermal_step(self, *, run: RunObjects, window: int, window_ms: float, state: dict[str, Any] | None,
-                     state_ref: str | None, deposit: RawJson, return_state: bool, tag: str = "") -> ThermalResult:
-        """One window from the previous state (inline, or named by ``state_ref``; both None: the run's start) and
-        the window's energy deposit; ``run``: the run's thermal model (`RunData`). ``tag`` keeps the idempotency keys
-        of a warm-up pass apart from the run's own windows of the same number. `StateMissing` when the service no
-        longer keeps ``state_ref``."""
-        parts: dict[str, Any] = {"window": window, "window_ms": window_ms, "deposit": deposit,
-                                 "return_state": return_state}
-        if state_ref is not None and state is None:
-            parts["state_ref"] = state_ref
-        else:
-            parts["state"] = state
-        r = _StepAnswer.model_validate_json(self._post_stateful("thermal", "/v1/step", StepRequest, parts, run,
-                                                               self._key(tag + "step", window), parse=False))
-        return ThermalResult(state=r.state, state_ref=r.state_ref, snapshot=r.snapshot)
+    def thermal_epoch(self, *, run: RunObjects, window: int, window_ms: float, state: Json | None,
+                      deposits: Sequence[Json], bw_eff_factor: float | None, until_event: bool,
+                      return_state: bool = True, tag: str = "") -> ThermalEpoch:
+        """Windows ``window`` .. from ``state`` (the run's start when None), one energy deposit each; with
+        ``until_event``, up to the first window after which the DVFS levels or the refresh factor (against
+        ``bw_eff_factor``, the one the deposits were physicalized with) change. ``tag`` keeps the idempotency keys
+        of a warm-up pass apart from the run's own windows of the same number."""
+        parts: dict[str, Any] = {"window": window, "window_ms": window_ms, "state": state,
+                                 "deposits": list(deposits), "bw_eff_factor": bw_eff_factor,
+                                 "until_event": until_event, "return_state": return_state}
+        raw = json_codec.loads(self._post_naming("thermal", "/v1/step/epoch", StepEpochRequest, parts, run,
+                                                 self._key(tag + "step", window, len(deposits), until_event)))
+        return ThermalEpoch(snapshots=[ThermalSnapshot.model_validate(s) for s in raw["snapshots"]],
+                            state=raw.get("state"), event=raw.get("event"))
 
-    def warm_start(self, *, run: RunObjects, state: dict[str, Any] | None, state_ref: str | None
-                   ) -> dict[str, Any]:
-        """The `ThermalState` (JSON) window 0 starts from after a warm-up pass whose last state is ``state`` (or is
-        named ``state_ref``)."""
-        part = {"state": state} if state is not None else {"state_ref": state_ref}
-        return dict(self._post_stateful("thermal", "/v1/warm_start", WarmStartRequest, part, run,
-                                        self._key("warm_start")))
+    def warm_start(self, *, run: RunObjects, state: Json) -> Json:
+        """The `ThermalState` (JSON) window 0 starts from after a warm-up pass whose last state is ``state``."""
+        return dict(json_codec.loads(self._post_naming("thermal", "/v1/warm_start", WarmStartRequest,
+                                                       {"state": state}, run, self._key("warm_start"))))
 
     # ---------------------------------------------------------------------------------------------- placement
     def placement(self, *, arch: ArchConfig, workload: WorkloadConfig, tas: TasParams, method: PlacementMethod,
@@ -469,59 +424,66 @@ class Pipeline:
                                     f"{self.milp_timeout_s:.0f} s")
             time.sleep(self.milp_poll_s)
 
-    def tacs_step(self, *, telemetry: Telemetry, run: RunObjects, state: dict[str, Any], state_ref: str | None,
-                  pending: RawJson | None, smoothed: Any, now_ns: int, bank_bw_gbps: float, window: int,
-                  tag: str = "") -> TacsResult:
-        """One TACS step; ``run``: the run's placement, arch, params and H registered with placement (`RunData`).
-        The replica state by the name the previous step gave it (``state_ref``, when it is still ``state``), else
-        whole; a placement service that no longer keeps it gets it whole (``state``: the caller's copy)."""
-        parts: dict[str, Any] = {"telemetry": telemetry, "smoothed": smoothed, "now_ns": now_ns,
-                                 "bank_bw_gbps": bank_bw_gbps, "return_state": False}
-        if pending is not None:
-            parts["pending"] = pending
-        key = self._key(tag + "tacs", window)
-        try:
-            r = self._post_naming("placement", "/v1/tacs/step", TacsStepRequest,
-                                  {**parts, **({"state_ref": state_ref} if state_ref else {"state": state})}, run, key)
-        except NotFound as exc:
-            if exc.code != "unknown_replica_state":
-                raise
-            r = self._post_naming("placement", "/v1/tacs/step", TacsStepRequest, {**parts, "state": state}, run, key)
-        return TacsResult(overlays=r["overlays"], state=r.get("state"), state_ref=r.get("state_ref"),
-                          smoothed=r.get("smoothed"))
+    def tacs_epoch(self, *, run: RunObjects, steps: Sequence[Json], state: Json, smoothed: Any,
+                   bank_bw_gbps: float, window: int, tag: str = "") -> TacsEpochResponse:
+        """TACS's decisions for consecutive windows from ``window`` on (``steps``: telemetry, pending logical window
+        and start time of each), until one acts; ``run``: the run's placement, arch, params and H registered with
+        placement (`RunData`)."""
+        parts: dict[str, Any] = {"steps": list(steps), "state": state, "smoothed": smoothed,
+                                 "bank_bw_gbps": bank_bw_gbps}
+        raw = self._post_naming("placement", "/v1/tacs/epoch", TacsEpochRequest, parts, run,
+                                self._key(tag + "tacs", window, len(steps)))
+        return TacsEpochResponse.model_validate_json(raw)
 
     # ----------------------------------------------------------------------------------------------- lowering
-    def physicalize(self, *, window: int, logical: RawJson, run: RunObjects, overlays: dict[str, Columns],
-                    state: dict[str, Any] | None, state_ref: str | None, replicas: dict[str, Any] | None,
-                    freq_ghz: list[float], window_ms: float, bw_eff_factor: float | list[float], n_layers: int,
-                    return_state: bool, events: bool, tag: str = "") -> PhysicalResult:
-        """One window's physical events (``events``: also the events themselves, else only their energy deposit);
-        ``run``: the run's arch and placement registered with lowering. The previous state inline or named by
-        ``state_ref`` (`StateMissing` when the service no longer keeps it), ``replicas`` replacing its replica
-        state (the TACS step's answer: the placement service owns it; the physicalizer never changes it)."""
-        parts: dict[str, Any] = {"window": window, "logical": logical, "overlays": overlays}
-        if state is not None or state_ref is None:
-            parts["state"] = state
-        else:
-            parts["state_ref"] = state_ref
+    def physicalize_epoch(self, *, window: int, logical: Sequence[LogicalWindow], run: RunObjects,
+                          overlays: Json, state: Json | None, replicas: Json | None, freq_ghz: list[float],
+                          window_ms: float, bw_eff_factor: float | list[float], n_layers: int, return_state: bool,
+                          events: bool, tag: str = "", serving: ServingConfig | None = None,
+                          retrace: Callable[[], object] | None = None) -> PhysicalEpoch:
+        """The physical events of windows ``window`` .. (``events``: the events themselves, else only their energy
+        deposits) under one mapping and one set of clocks: ``overlays`` (TACS's decision) at the first window only,
+        ``replicas`` replacing the state's (the placement service owns them). ``serving``: the lowering service's
+        scheduler serves the windows' requests, asking the workload service for the rows of the micro-batches it
+        forms; when the workload service no longer knows the trace (404 ``unknown_trace``), ``retrace`` creates it
+        again and the request is repeated once."""
+        parts: dict[str, Any] = {"window": window, "logical": [w.data for w in logical], "overlays": overlays,
+                                 "state": state, "freq_ghz": freq_ghz, "window_ms": window_ms,
+                                 "bw_eff_factor": bw_eff_factor, "n_layers": n_layers,
+                                 "return_state": return_state, "events": events}
         if replicas is not None:
             parts["replicas"] = replicas
-        parts.update({"freq_ghz": freq_ghz, "window_ms": window_ms, "bw_eff_factor": bw_eff_factor,
-                      "n_layers": n_layers, "return_state": return_state, "events": events})
-        r = self._post_stateful("lowering", "/v1/physicalize", PhysicalizeRequest, parts, run,
-                                self._key(tag + "phys", window))
-        return PhysicalResult(compute=r.get("compute"), memory=r.get("memory"), deposit=RawJson.of(r["deposit"]),
-                              state=r.get("state"), state_ref=str(r["state_ref"]),
-                              timing=WindowTiming.model_validate(r["timing"]))
+        if serving is not None:  # left out otherwise: a fixed-arrival body reads as it always has
+            parts["serving"] = serving
+
+        def post() -> bytes:
+            return self._post_naming("lowering", "/v1/physicalize/epoch", PhysicalizeEpochRequest, parts, run,
+                                     self._key(tag + "phys", window, len(logical), return_state, events))
+
+        try:
+            answer = post()
+        except NotFound as exc:
+            if retrace is None or exc.code != "unknown_trace":
+                raise
+            retrace()
+            answer = post()
+        raw = json_codec.loads(answer)
+        return PhysicalEpoch(
+            windows=[PhysicalWindow(deposit=w["deposit"], timing=WindowTiming.model_validate(w["timing"]),
+                                    compute=w.get("compute"), memory=w.get("memory")) for w in raw["windows"]],
+            state=raw.get("state"))
 
     # ------------------------------------------------------------------------------------------------ metrics
     def reduce(self, *, scenario: str, workload: str, thot_c: float, bw_raw_gbps: float | None,
-               windows: list[WindowMetrics] | list[dict[str, Any]], partial: dict[str, Any] | None = None
-               ) -> ReduceResult:
-        """The run's row from its last windows and ``partial`` (the windows before them, `reduce_fold`)."""
+               windows: list[WindowMetrics] | list[dict[str, Any]], partial: dict[str, Any] | None = None,
+               slo: ServingSlo | None = None) -> ReduceResult:
+        """The run's row from its last windows and ``partial`` (the windows before them, `reduce_fold`); ``slo``: a
+        served run's latency limits (goodput and ``slo_met`` against them)."""
         wins = [w.model_dump(mode="json") if isinstance(w, WindowMetrics) else w for w in windows]
-        body = {"scenario": scenario, "workload": workload, "thot_c": thot_c, "bw_raw_gbps": bw_raw_gbps,
-                "windows": wins, "partial": partial}
+        body: dict[str, Any] = {"scenario": scenario, "workload": workload, "thot_c": thot_c,
+                                "bw_raw_gbps": bw_raw_gbps, "windows": wins, "partial": partial}
+        if slo is not None:  # left out otherwise: a fixed-arrival body reads as it always has
+            body.update(slo_ttft_p99_ms=slo.ttft_p99_ms, slo_tpot_p99_ms=slo.tpot_p99_ms)
         raw = json_codec.loads(self._post("metrics", "/v1/reduce", ReduceRequest, body,
                                           idempotency_key=self._key("reduce")))
         r = ReduceResponse.model_validate(raw)  # the answer is a ReduceResponse; its row and report kept as answered
@@ -555,3 +517,13 @@ class Pipeline:
                 "thot_c": thot_c, "warmup_ms": warmup_ms}
         return self._post("metrics", f"/v1/plots/{kind}", PlotRequest, body, params={"format": fmt},
                           idempotency_key=self._key("plot", kind))
+
+    def sweep_plot(self, kind: str, *, label: str, rows: list[dict[str, Any]], at_cooling: float | None = None,
+                   at_limit: float | None = None, fmt: Literal["png", "svg"] = "png") -> bytes:
+        """A sweep's figure from its table's rows (`SweepRow` bodies; metrics ``POST /v1/plots/sweep/{kind}``)."""
+        body = {"label": label, "rows": rows, "at_cooling": at_cooling, "at_limit": at_limit}
+        return self._post("metrics", f"/v1/plots/sweep/{kind}", SweepPlotRequest, body, params={"format": fmt},
+                          idempotency_key=self._key("sweep-plot", kind, fmt))
+
+
+EMPTY_OVERLAYS: Json = Overlays().model_dump(mode="json")

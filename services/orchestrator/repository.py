@@ -5,16 +5,16 @@ The two that make runs crash-safe:
 - `claim_run`: take (or re-take) a run's lease in one conditional UPDATE. A lease that expired (its worker died) can
   be taken by anyone; every claim counts one attempt, and a run whose attempts are used up is failed instead of
   claimed, so a run that keeps killing its worker stops cleanly.
-- `commit_window`: window k's record and the frontier move in ONE transaction; the fenced
-  ``UPDATE scenario_runs SET next_window = k+1 WHERE id = :id AND lease_owner = :me AND next_window = :k`` decides: 0
-  rows means another worker owns the run now (or it was cancelled), so the caller stops without writing anything.
-  The window row is inserted with ``INSERT ... ON CONFLICT DO NOTHING`` (dialect insert for SQLite / PostgreSQL).
+- `commit_epoch`: an epoch's windows k .. e are committed by ONE fenced update that moves the frontier and saves its
+  state: ``UPDATE scenario_runs SET next_window = e+1, frontier = ... WHERE id = :id AND lease_owner = :me AND
+  next_window = :k`` decides: 0 rows means another worker owns the run now (or it was cancelled), so the caller stops
+  without anything committed. The windows' own records are the run's files, appended before the commit and cut back
+  to the frontier's sizes on resume (`services.orchestrator.run_files`).
 """
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, cast
@@ -24,19 +24,16 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.orchestrator import driver_sql
-from services.orchestrator.driver_sql import DriverStatement
 from services.orchestrator.models import (
     TERMINAL,
     Experiment,
+    Handoff,
     Job,
     QuotaLock,
     RunStatus,
     ScenarioRun,
-    WindowRecord,
     utcnow,
 )
-from shared import json_codec
 
 ClaimOutcome = Literal["claimed", "done", "leased", "exhausted", "missing"]
 
@@ -62,14 +59,29 @@ def _rowcount(result: Any) -> int:
 # --------------------------------------------------------------------------------------------------- experiments
 
 
-def get_experiment_by_key(*, session: Session, idempotency_key: str) -> Experiment | None:
-    return session.scalars(sa.select(Experiment).where(Experiment.idempotency_key == idempotency_key)).first()
+def get_experiment_by_key(*, session: Session, owner: str, idempotency_key: str) -> Experiment | None:
+    """The principal's experiment submitted with this key (keys are per principal)."""
+    return session.scalars(sa.select(Experiment).where(Experiment.owner == owner,
+                                                       Experiment.idempotency_key == idempotency_key)).first()
+
+
+# Expected cost of a scenario's run, for the order runs are handed to workers: longest first (LPT), so that the
+# last run to finish is a short one. TAPS solves a placement before its first window; TACS adds a step per window
+# and the migrations' traffic. Measured on the default Mixtral experiment (make run, 2 workers): baseline 19.6 s,
+# tacs 21.3 s, taps 22.7 s, tas 23.4 s; in position order the two workers ended 5.2 s apart, in this order 0-0.7 s.
+COST_RANK = {"tas": 0, "taps": 1, "tacs": 2, "baseline": 3, "unthrottled": 3}
+
+
+def cost_order(scenario: str, position: int) -> tuple[int, int]:
+    """Sort key of an experiment's runs: the most expensive scenario first (`COST_RANK`)."""
+    return COST_RANK.get(scenario, -1), position
 
 
 def add_experiment(*, session: Session, exp_id: str, name: str, configs: dict[str, Any], seed: int,
                    scenarios: Sequence[str], out_dir: str, idempotency_key: str | None, request_hash: str,
                    max_attempts: int, sweep_id: str | None = None, owner: str = "local") -> Experiment:
-    """Insert an experiment and one queued run per scenario (the caller commits)."""
+    """Insert an experiment, one queued run per scenario and the runs' hand-offs to the queue, most expensive first
+    (the caller commits: all of it or nothing)."""
     exp = Experiment(id=exp_id, name=name, configs=configs, seed=seed, out_dir=out_dir,
                      idempotency_key=idempotency_key, request_hash=request_hash, sweep_id=sweep_id,
                      status=RunStatus.queued, owner=owner)
@@ -77,6 +89,9 @@ def add_experiment(*, session: Session, exp_id: str, name: str, configs: dict[st
     for i, sc in enumerate(scenarios):
         session.add(ScenarioRun(id=run_id_for(exp_id, sc), experiment_id=exp_id, scenario=sc, position=i,
                                 status=RunStatus.queued, max_attempts=max_attempts, next_window=0, attempts=0))
+    session.flush()  # the runs before the rows that refer to them
+    order = sorted(range(len(scenarios)), key=lambda i: cost_order(scenarios[i], i))
+    add_handoffs(session=session, run_ids=[run_id_for(exp_id, scenarios[i]) for i in order])
     return exp
 
 
@@ -192,7 +207,7 @@ def claim_run(*, sessions: sessionmaker[Session], run_id: str, owner: str, lease
                    sa.or_(R.lease_owner.is_(None), R.lease_expires_at < now, R.lease_owner == owner),
                    R.attempts < R.max_attempts)
             .values(lease_owner=owner, lease_expires_at=expires, status=RunStatus.running, attempts=R.attempts + 1,
-                    started_at=sa.func.coalesce(R.started_at, now))
+                    started_at=sa.func.coalesce(R.started_at, now), waiting_reason=None, waiting_since=None)
             .execution_options(synchronize_session=False))
         run = s.get(R, run_id)
         if run is None:
@@ -224,148 +239,50 @@ def set_n_windows(*, sessions: sessionmaker[Session], run_id: str, owner: str, n
         return _rowcount(res) == 1
 
 
-@dataclass(frozen=True)
-class _CommitStatements:
-    """`commit_window`'s statements, built and compiled once per engine (Core, not the ORM) and run on the
-    driver's cursor (`driver_sql`): building them per call cost more than the database's own work (SQLAlchemy's
-    coercion and cache key of every value, ~4 ms a window), and so did executing them through a `Connection`
-    (~0.6 ms of a 1.2 ms commit right after a window's compute)."""
-
-    advance: DriverStatement  # the fenced update of the run: next_window, lease, compute time
-    insert: DriverStatement  # the window's row (a replay of a committed window changes nothing)
-    drop: DriverStatement  # the frontier state of an earlier window, no longer needed
-
-
-# by engine (its dialect object: the compiled form carries that engine's bind processors, e.g. its JSON serializer);
-# an engine's entry goes with it
-_COMMIT: weakref.WeakKeyDictionary[sa.Dialect, _CommitStatements] = weakref.WeakKeyDictionary()
-_WINDOW_ROW = frozenset({"run_id", "window", "snapshot", "metrics", "frontier", "worker", "created_at"})
-
-
-def _commit_statements(dialect: sa.Dialect) -> _CommitStatements:
-    got = _COMMIT.get(dialect)
-    if got is None:
-        runs, W = cast(sa.Table, ScenarioRun.__table__), cast(sa.Table, WindowRecord.__table__)
-        R = runs.c
-        advance = (sa.update(runs)
-                   .where(R.id == sa.bindparam("b_run"), R.lease_owner == sa.bindparam("b_owner"),
-                          R.next_window == sa.bindparam("b_window"), R.status == RunStatus.running)
-                   .values(next_window=sa.bindparam("b_next"), lease_expires_at=sa.bindparam("b_lease"),
-                           compute_s=R.compute_s + sa.bindparam("b_compute_s", type_=sa.Float)))
-        # the dialects' own ``insert().on_conflict_do_nothing()`` is never cached (SQLAlchemy 2.0 gives it no cache
-        # key); the same statement as text, with the columns' types on its parameters (JSON through
-        # shared.json_codec). ON CONFLICT ... DO NOTHING: PostgreSQL, SQLite >= 3.24
-        q = dialect.identifier_preparer.quote
-        names = [c.name for c in W.columns]
-        if set(names) != _WINDOW_ROW:  # the text lists every column: a new one needs its value in commit_window
-            raise RuntimeError(f"windows has columns {sorted(names)}; commit_window writes {sorted(_WINDOW_ROW)}")
-        insert = sa.text(f"INSERT INTO {q(W.name)} ({', '.join(q(n) for n in names)}) "
-                         f"VALUES ({', '.join(':' + n for n in names)}) "
-                         f"ON CONFLICT ({q('run_id')}, {q('window')}) DO NOTHING"
-                         ).bindparams(*(sa.bindparam(c.name, type_=c.type) for c in W.columns))
-        drop = (sa.update(W).where(W.c.run_id == sa.bindparam("b_run"), W.c.window == sa.bindparam("b_drop"))
-                .values(frontier=None))
-        got = _COMMIT[dialect] = _CommitStatements(
-            advance=DriverStatement.of(advance, dialect), insert=DriverStatement.of(insert, dialect),
-            drop=DriverStatement.of(drop, dialect))
-    return got
-
-
-def _engine(sessions: sessionmaker[Session]) -> sa.Engine:
-    """The engine a session factory binds its sessions to (`services.orchestrator.db.session_factory`)."""
-    bind = sessions.kw.get("bind")
-    if not isinstance(bind, sa.Engine):
-        raise TypeError("the session factory is not bound to an engine")
-    return bind
-
-
-def commit_window(*, sessions: sessionmaker[Session], run_id: str, owner: str, window: int,
-                  snapshot: dict[str, Any] | json_codec.Encoded, metrics: dict[str, Any] | json_codec.Encoded,
-                  frontier: dict[str, Any], lease_s: float, compute_s: float = 0.0,
-                  drop_frontiers: Sequence[int] | None = None) -> bool:
-    """Commit window ``window`` (the frontier moves to window+1) in one transaction; False = lease lost, stop.
-    ``snapshot`` and ``metrics``: JSON objects, or the same already encoded (`shared.json_codec.encoded`: the
-    window loop's models written once by pydantic, not turned into Python objects first).
-    ``drop_frontiers``: the earlier windows whose frontier state is no longer needed (default: window - 1, so only
-    the newest keeps one; the window loop also keeps its last checkpoint's)."""
+def commit_epoch(*, sessions: sessionmaker[Session], run_id: str, owner: str, first: int, next_window: int,
+                 frontier: dict[str, Any], lease_s: float, compute_s: float = 0.0) -> bool:
+    """Commit windows ``first`` .. ``next_window - 1`` (the frontier moves to ``next_window`` with its state) in one
+    fenced update; False = lease lost (or the run was cancelled): stop, nothing was committed. The run's waiting
+    mark (an outage it waited out) is cleared: it made progress again."""
+    R = ScenarioRun
     now = utcnow()
-    engine = _engine(sessions)
-    st = _commit_statements(engine.dialect)
-    with driver_sql.transaction(engine) as tx:
-        if tx.execute(st.advance, {"b_run": run_id, "b_owner": owner, "b_window": window, "b_next": window + 1,
-                                   "b_lease": now + timedelta(seconds=lease_s), "b_compute_s": compute_s}) != 1:
-            tx.abort()
-            return False
-        tx.execute(st.insert, {"run_id": run_id, "window": window, "snapshot": snapshot, "metrics": metrics,
-                               "frontier": frontier, "worker": owner, "created_at": now})  # every `_WINDOW_ROW`
-        drop = [window - 1] if drop_frontiers is None else [w for w in drop_frontiers if 0 <= w < window]
-        for w in drop if window > 0 else []:  # only the newest window (and a checkpoint) keeps its frontier state
-            tx.execute(st.drop, {"b_run": run_id, "b_drop": w})
-    return True
-
-
-def load_frontier_at(*, sessions: sessionmaker[Session], run_id: str, window: int) -> dict[str, Any]:
-    """The frontier state saved with ``window`` (a checkpoint the window loop kept); an error when it is gone."""
-    with sessions() as s:
-        row = s.execute(sa.select(WindowRecord.frontier)
-                        .where(WindowRecord.run_id == run_id, WindowRecord.window == window)).first()
-    if row is None or row[0] is None:
-        raise RuntimeError(f"run {run_id}: frontier state of window {window} (a checkpoint) is missing")
-    frontier: dict[str, Any] = row[0]
-    return frontier
+    with sessions.begin() as s:
+        res = s.execute(
+            sa.update(R).where(R.id == run_id, R.lease_owner == owner, R.next_window == first,
+                               R.status == RunStatus.running)
+            .values(next_window=next_window, frontier=frontier, lease_expires_at=now + timedelta(seconds=lease_s),
+                    compute_s=R.compute_s + compute_s, waiting_reason=None, waiting_since=None)
+            .execution_options(synchronize_session=False))
+        return _rowcount(res) == 1
 
 
 def load_frontier(*, sessions: sessionmaker[Session], run_id: str, next_window: int) -> dict[str, Any] | None:
-    """The state saved with window next_window-1 (None when next_window == 0: start from scratch)."""
+    """The state saved with the commit that moved the frontier to ``next_window`` (None when next_window == 0:
+    start from scratch)."""
     if next_window <= 0:
         return None
     with sessions() as s:
-        row = s.execute(sa.select(WindowRecord.frontier)
-                        .where(WindowRecord.run_id == run_id, WindowRecord.window == next_window - 1)).first()
-    if row is None or row[0] is None:
-        raise RuntimeError(f"run {run_id}: frontier state of window {next_window - 1} is missing")
-    frontier: dict[str, Any] = row[0]
-    return frontier
-
-
-def window_metrics(*, session: Session, run_id: str, offset: int = 0, limit: int | None = None
-                   ) -> list[dict[str, Any]]:
-    """The run's committed windows' metrics in window order, from window ``offset``, at most ``limit`` of them."""
-    q = (sa.select(WindowRecord.metrics).where(WindowRecord.run_id == run_id, WindowRecord.window >= offset)
-         .order_by(WindowRecord.window))
-    if limit is not None:
-        q = q.limit(limit)
-    return [r[0] for r in session.execute(q).all()]
-
-
-def iter_window_metrics(*, sessions: sessionmaker[Session], run_id: str, chunk: int = 500
-                        ) -> Iterator[list[dict[str, Any]]]:
-    """The run's windows' metrics in chunks of ``chunk`` windows (window order), one short session per chunk:
-    a run of 10^4 windows is ~150 MB of JSON, never held at once."""
-    offset = 0
-    while True:
-        with sessions() as s:
-            part = window_metrics(session=s, run_id=run_id, offset=offset, limit=chunk)
-        if not part:
-            return
-        yield part
-        offset = int(part[-1]["window"]) + 1
-
-
-def window_count(*, session: Session, run_id: str) -> int:
-    return int(session.scalar(sa.select(sa.func.count()).select_from(WindowRecord)
-                              .where(WindowRecord.run_id == run_id)) or 0)
+        frontier = s.scalar(sa.select(ScenarioRun.frontier).where(ScenarioRun.id == run_id,
+                                                                  ScenarioRun.next_window == next_window))
+    if frontier is None:
+        raise RuntimeError(f"run {run_id}: the frontier state of window {next_window} is missing")
+    return dict(frontier)
 
 
 def finish_run(*, sessions: sessionmaker[Session], run_id: str, owner: str, status: RunStatus,
                error: str | None = None, result_row: dict[str, Any] | None = None) -> bool:
-    """Close the run (fenced on the lease); False if the run is no longer ours."""
+    """Close the run (fenced on the lease); False if the run is no longer ours. A run that succeeded drops its
+    frontier state (a failed one keeps it: ``POST .../retry`` resumes there)."""
     R = ScenarioRun
+    values: dict[str, Any] = {"status": status, "error": error, "result_row": result_row, "finished_at": utcnow(),
+                              "lease_owner": None, "lease_expires_at": None, "waiting_reason": None,
+                              "waiting_since": None}
+    if status == RunStatus.succeeded:
+        values["frontier"] = None
     with sessions.begin() as s:
         res = s.execute(
             sa.update(R).where(R.id == run_id, R.lease_owner == owner, R.status == RunStatus.running)
-            .values(status=status, error=error, result_row=result_row, finished_at=utcnow(), lease_owner=None,
-                    lease_expires_at=None)
+            .values(**values)
             .execution_options(synchronize_session=False))
         ok = _rowcount(res) == 1
         run = s.get(R, run_id)
@@ -412,8 +329,10 @@ def release_lease(*, sessions: sessionmaker[Session], run_id: str, owner: str) -
 
 def set_waiting(*, sessions: sessionmaker[Session], run_id: str, owner: str, reason: str | None,
                 lease_s: float) -> bool:
-    """Record (``reason``) or clear (None) the outage the run waits out, renewing its lease (fenced on it: False when
-    the run is no longer ours, e.g. cancelled while it waited)."""
+    """Record (``reason``) or clear (None) the outage the run waits out, renewing its lease (fenced on the owner, not
+    on the lease's expiry: a run that waited out a database outage longer than its lease takes its lease back here,
+    unless another worker claimed the run meanwhile). False when the run is no longer ours (cancelled, finished or
+    claimed by another worker). The mark stays while the run tries again; its next committed epoch clears it."""
     R = ScenarioRun
     now = utcnow()
     values: dict[str, Any] = {"lease_expires_at": now + timedelta(seconds=lease_s), "waiting_reason": reason}
@@ -444,7 +363,59 @@ def retry_experiment(*, session: Session, exp_id: str) -> list[str]:
                     .execution_options(synchronize_session=False))
     session.expire_all()
     refresh_experiment_status(session=session, exp_id=exp_id)
+    runs = [r for r in runs_of(session=session, exp_id=exp_id) if r.id in set(ids)]
+    add_handoffs(session=session, run_ids=[r.id for r in sorted(runs, key=lambda r: cost_order(r.scenario,
+                                                                                                r.position))])
     return ids
+
+
+# ------------------------------------------------------------------------------------------- hand-offs (outbox)
+
+
+def add_handoffs(*, session: Session, run_ids: Sequence[str]) -> None:
+    """Queue the runs' hand-offs, in this order, in the caller's transaction (`models.Handoff`)."""
+    now = utcnow()
+    session.add_all([Handoff(run_id=r, created_at=now) for r in run_ids])
+    session.flush()
+
+
+@dataclass(frozen=True)
+class PendingHandoff:
+    id: int
+    run_id: str
+    queued: bool  # the run still waits for a worker (else it was cancelled, claimed or finished meanwhile)
+
+
+def take_handoffs(*, session: Session, limit: int) -> list[PendingHandoff]:
+    """The oldest hand-offs, locked for the caller's transaction: PostgreSQL skips the rows another relay holds
+    (``FOR UPDATE SKIP LOCKED``), so two relays never send the same hand-off; on SQLite the transaction already
+    holds the database's write lock (``BEGIN IMMEDIATE``)."""
+    H, R = Handoff, ScenarioRun
+    q = (sa.select(H.id, H.run_id, R.status).join(R, R.id == H.run_id).order_by(H.id).limit(limit)
+         .with_for_update(of=H, skip_locked=True))
+    return [PendingHandoff(int(i), str(r), st == RunStatus.queued) for i, r, st in session.execute(q)]
+
+
+def drop_handoffs(*, session: Session, ids: Sequence[int]) -> None:
+    if ids:
+        session.execute(sa.delete(Handoff).where(Handoff.id.in_(list(ids))).execution_options(
+            synchronize_session=False))
+
+
+def drop_handoffs_of(*, sessions: sessionmaker[Session], run_ids: Sequence[str]) -> None:
+    """The runs were handed over some other way (the embedded pool took them): their hand-offs are done."""
+    if not run_ids:
+        return
+    with sessions.begin() as s:
+        s.execute(sa.delete(Handoff).where(Handoff.run_id.in_(list(run_ids))).execution_options(
+            synchronize_session=False))
+
+
+def count_handoffs(*, session: Session, exp_id: str | None = None) -> int:
+    q = sa.select(sa.func.count()).select_from(Handoff)
+    if exp_id is not None:
+        q = q.join(ScenarioRun, ScenarioRun.id == Handoff.run_id).where(ScenarioRun.experiment_id == exp_id)
+    return int(session.scalar(q) or 0)
 
 
 def note_delivery(*, sessions: sessionmaker[Session], run_id: str) -> None:
@@ -459,25 +430,37 @@ def mark_enqueued(*, sessions: sessionmaker[Session], run_ids: list[str], now: d
     """The runs were handed to the queue (the reaper leaves a queued run alone while its hand-off is recent)."""
     if not run_ids:
         return
-    R = ScenarioRun
     with sessions.begin() as s:
-        s.execute(sa.update(R).where(R.id.in_(run_ids)).values(enqueued_at=now or utcnow())
-                  .execution_options(synchronize_session=False))
+        mark_enqueued_in(session=s, run_ids=run_ids, now=now)
+
+
+def mark_enqueued_in(*, session: Session, run_ids: Sequence[str], now: datetime | None = None) -> None:
+    """`mark_enqueued` in the caller's transaction."""
+    if run_ids:
+        R = ScenarioRun
+        session.execute(sa.update(R).where(R.id.in_(list(run_ids))).values(enqueued_at=now or utcnow())
+                        .execution_options(synchronize_session=False))
 
 
 def runs_to_redeliver(*, session: Session, now: datetime | None = None, handoff_grace_s: float,
-                      requeue_after_s: float) -> list[str]:
-    """What a reaper re-enqueues: running runs whose lease expired (their worker died); queued runs never handed to
-    the queue (the process that created them died before it could) once ``handoff_grace_s`` passed since their
-    creation; queued runs whose hand-off is older than ``requeue_after_s`` (the broker lost the message). A queued
-    run that waits its turn in the queue is left alone: it is not a lost run."""
+                      requeue_after_s: float, expired: bool = True) -> list[str]:
+    """What a reaper re-enqueues: running runs whose lease expired (their worker died; not with ``expired=False``),
+    unless they were handed to the queue less than ``handoff_grace_s`` ago (a reaper re-enqueued one already: the
+    worker that takes it has that long to claim it, instead of a duplicate per reaper pass piling up in the queue);
+    queued runs never handed to the queue and with no hand-off waiting in the outbox (created before it existed)
+    once ``handoff_grace_s`` passed since their creation; queued runs whose hand-off is older than
+    ``requeue_after_s`` (the broker lost the message). A queued run that waits its turn in the queue is left alone:
+    it is not a lost run; nor is one whose hand-off waits in the outbox (the relay sends it)."""
     now = now or utcnow()
     R, E = ScenarioRun, Experiment
-    expired = sa.and_(R.status == RunStatus.running, R.lease_expires_at < now)
-    never_handed = sa.and_(R.status == RunStatus.queued, R.enqueued_at.is_(None),
+    handed_long_ago = sa.or_(R.enqueued_at.is_(None), R.enqueued_at < now - timedelta(seconds=handoff_grace_s))
+    lease_gone = (sa.and_(R.status == RunStatus.running, R.lease_expires_at < now, handed_long_ago) if expired
+                  else sa.false())
+    pending = sa.exists(sa.select(Handoff.id).where(Handoff.run_id == R.id))
+    never_handed = sa.and_(R.status == RunStatus.queued, R.enqueued_at.is_(None), ~pending,
                            E.created_at < now - timedelta(seconds=handoff_grace_s))
     lost = sa.and_(R.status == RunStatus.queued, R.enqueued_at < now - timedelta(seconds=requeue_after_s))
-    q = sa.select(R.id).join(E, R.experiment_id == E.id).where(sa.or_(expired, never_handed, lost))
+    q = sa.select(R.id).join(E, R.experiment_id == E.id).where(sa.or_(lease_gone, never_handed, lost))
     return list(session.scalars(q.order_by(R.id)))
 
 
@@ -542,6 +525,30 @@ def abandoned_experiments(*, session: Session, now: datetime | None = None) -> l
     unfinished = sa.select(R.experiment_id).where(R.status.in_([RunStatus.queued, RunStatus.running]))
     q = sa.select(E.id).where(E.id.in_(unfinished), E.id.not_in(live)).order_by(E.created_at, E.id)
     return list(session.scalars(q))
+
+
+def apply_retention(*, sessions: sessionmaker[Session], retention_days: float | None) -> list[str]:
+    """`prune_experiments` of the experiments finished more than ``retention_days`` ago (None: nothing)."""
+    if retention_days is None:
+        return []
+    with sessions.begin() as s:
+        return prune_experiments(session=s, older_than=utcnow() - timedelta(days=retention_days))
+
+
+def prune_experiments(*, session: Session, older_than: datetime) -> list[str]:
+    """Delete the finished experiments (succeeded, failed or cancelled) last updated before ``older_than``, with
+    their runs and their runs' placement job rows; their results folders are left alone. The ids, oldest first."""
+    E, R = Experiment, ScenarioRun
+    q = (sa.select(E.id).where(E.status.in_(list(TERMINAL)), E.updated_at < older_than)
+         .order_by(E.created_at, E.id))
+    found = list(session.scalars(q))
+    for exp_id in found:
+        run_ids = list(session.scalars(sa.select(R.id).where(R.experiment_id == exp_id)))
+        session.execute(sa.delete(Job).where(Job.id.in_([f"plc-{r}" for r in run_ids]))
+                        .execution_options(synchronize_session=False))
+        session.execute(sa.delete(R).where(R.experiment_id == exp_id).execution_options(synchronize_session=False))
+        session.execute(sa.delete(E).where(E.id == exp_id).execution_options(synchronize_session=False))
+    return found
 
 
 # ------------------------------------------------------------------------------------------------------------ jobs

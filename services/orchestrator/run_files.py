@@ -1,4 +1,4 @@
-"""The files a scenario run writes (ARCHITECTURE §6, seed §3), appended window by window.
+"""The files a scenario run writes (ARCHITECTURE §6, seed §3), appended epoch by epoch, window by window.
 
 Layout under the experiment's output directory ``<out>``::
 
@@ -9,6 +9,7 @@ Layout under the experiment's output directory ``<out>``::
     <out>/runs/<scenario>/mapping/placement.json
     <out>/runs/<scenario>/runtime/overlay_reroute.csv, overlay_migrate.csv
     <out>/runs/<scenario>/runtime/replica_state.json       the replica state after the newest committed window
+    <out>/runs/<scenario>/windows.jsonl.gz, windows.idx     every window's metrics and their index (window_store)
     <out>/runs/<scenario>/traces/physical/compute_events.csv.gz, memory_events.csv.gz   only with ``events``
 
 The logical trace is the same for every scenario (seed §3.1: scenario-agnostic; the runs read the same windows of one
@@ -16,12 +17,12 @@ workload trace), so one copy per experiment: four were 84 % of what a run wrote.
 experiment are ~85 kB of CSV per window and scenario (3.4 GB per experiment; gzip: ~400 MB), so they are written on
 request (``events``). The trace files are gzip-compressed CSV with a header (``pandas.read_csv(path)``, ``zcat``):
 each window appends its rows as one gzip member (a file of several members is one valid gzip stream; ``mtime`` 0,
-so the same rows give the same bytes).
+so the same rows give the same bytes), whatever the epoch it was computed in.
 
-Crash safety: each window appends its rows *before* the window commits, and the file sizes after the append are saved
-in the frontier state. A resumed run first truncates every appended file to the sizes saved at the frontier (a
-member boundary), which drops the rows of a window that was written but never committed, so the files end up
-byte-identical to an uninterrupted run's.
+Crash safety: each epoch appends its windows' rows *before* the epoch commits, and the file sizes after the append
+are saved in the frontier state. A resumed run first truncates every appended file to the sizes saved at the
+frontier (a member boundary), which drops the rows of an epoch that was written but never committed, so the files
+end up byte-identical to an uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ import io
 import json
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from services.orchestrator import window_store
 from shared import gz_text
 from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.ids import expert_id
@@ -91,6 +94,8 @@ class RunFiles:
             self._files.update({f"{run_rel}/{rel}": (self.run_dir / rel, cols) for rel, cols in OVERLAY_FILES.items()})
         if events:
             self._files.update({f"{run_rel}/{rel}": (self.run_dir / rel, cols) for rel, cols in EVENT_FILES.items()})
+        for rel in (window_store.WINDOWS_FILE, window_store.INDEX_FILE):  # the series: always, no header
+            self._files[f"{run_rel}/{rel}"] = (self.run_dir / rel, ())
         self._sizes: dict[str, int] = {}  # what this object wrote or truncated to: no stat per window
 
     def path(self, rel: str) -> Path:
@@ -104,7 +109,7 @@ class RunFiles:
         """Window 0: (re)create every appended file with its header only."""
         for rel, (p, cols) in self._files.items():
             p.parent.mkdir(parents=True, exist_ok=True)
-            header = gz_text.encode(p, _csv_text([cols]))
+            header = gz_text.encode(p, _csv_text([cols])) if cols else b""
             p.write_bytes(header)
             self._sizes[rel] = len(header)
 
@@ -139,26 +144,56 @@ class RunFiles:
         tmp.write_text(_dump_json(state.to_json_obj()), encoding="utf-8")
         os.replace(tmp, p)
 
-    def append_window(self, *, logical_compute: Columns, logical_memory: Columns, overlays: dict[str, Columns],
-                      compute: Columns, memory: Columns) -> None:
-        """Append one window's rows to the files this run writes; every argument is a columnar batch as JSON (one
-        list per field)."""
+    def append_windows(self, windows: Sequence[WindowRows]) -> None:
+        """Append an epoch's windows to the files this run writes: per window and file, one gzip member of its rows
+        (the bytes window-by-window appends would give), written once per file; each window's metrics line and its
+        offset to the window store."""
+        run_rel = self.run_dir.relative_to(self.out_dir).as_posix()
+        store = f"{run_rel}/{window_store.WINDOWS_FILE}"
+        index = f"{run_rel}/{window_store.INDEX_FILE}"
+        out: dict[str, list[bytes]] = {}
+        store_at = self.sizes()[store]
+        for w in windows:
+            for key, text in self._texts(w, run_rel).items():
+                if text:
+                    out.setdefault(key, []).append(gz_text.encode(self._files[key][0], text))
+            data = window_store.member(w.metrics_line)
+            out.setdefault(index, []).append(window_store.offset_entry(store_at))
+            out.setdefault(store, []).append(data)
+            store_at += len(data)
+        for key, parts in out.items():
+            with open(self._files[key][0], "ab") as fh:
+                fh.write(b"".join(parts))
+                self._sizes[key] = fh.tell()
+
+    def _texts(self, w: WindowRows, run_rel: str) -> dict[str, str]:
+        """One window's CSV rows per trace file (no header)."""
         parts: dict[str, str] = {}
         if self.logical:
-            parts["traces/logical_compute.csv.gz"] = _csv_text(_logical_compute_rows(logical_compute))
+            parts["traces/logical_compute.csv.gz"] = _csv_text(_logical_compute_rows(w.logical_compute))
             rel = "traces/logical_memory.csv.gz"
-            parts[rel] = _table(logical_memory, LOGICAL_FILES[rel])
-        run_rel = self.run_dir.relative_to(self.out_dir).as_posix()
+            parts[rel] = _table(w.logical_memory, LOGICAL_FILES[rel])
         if self.traces:
             for kind in ("reroute", "migrate"):
                 rel = f"runtime/overlay_{kind}.csv"
-                parts[f"{run_rel}/{rel}"] = _table(overlays[kind], OVERLAY_FILES[rel])
+                parts[f"{run_rel}/{rel}"] = _table(w.overlays[kind], OVERLAY_FILES[rel])
         if self.events:
-            for rel, batch in zip(EVENT_FILES, (compute, memory), strict=True):
-                parts[f"{run_rel}/{rel}"] = _table(batch, EVENT_FILES[rel])
-        for key, text in parts.items():
-            if text:
-                self._sizes[key] = gz_text.append(self._files[key][0], text)
+            for rel, batch in zip(EVENT_FILES, (w.compute, w.memory), strict=True):
+                parts[f"{run_rel}/{rel}"] = _table(batch or {c: [] for c in EVENT_FILES[rel]}, EVENT_FILES[rel])
+        return parts
+
+
+@dataclass(frozen=True)
+class WindowRows:
+    """What one committed window appends: its logical rows, the overlays applied at it, its physical events (with
+    ``events``; every argument a columnar batch as JSON, one list per field) and its metrics as one JSON line."""
+
+    logical_compute: Columns
+    logical_memory: Columns
+    overlays: dict[str, Columns]
+    compute: Columns | None
+    memory: Columns | None
+    metrics_line: bytes
 
 
 def _logical_compute_rows(lc: Columns) -> Iterable[Sequence[Any]]:

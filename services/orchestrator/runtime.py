@@ -75,6 +75,10 @@ async def runtime(settings: Settings, *, clients: ServiceClients | None = None,
                 stack.callback(clients.close)
             runner = EmbeddedRunner(sessions=sessions, clients=clients, lease_s=lease,
                                     max_workers=osettings.pool_workers, reap_interval_s=max(lease / 2, 1.0))
+            pruned = repo.apply_retention(sessions=sessions, retention_days=osettings.retention_days)
+            if pruned:
+                log.info("retention (TASMOE_RETENTION_DAYS=%g): %d finished experiment(s) deleted from the database",
+                         osettings.retention_days, len(pruned))
             handle_abandoned(runner, sessions, resume=osettings.resume_stale)
             runner.recover()
             dispatcher = runner

@@ -11,8 +11,11 @@ from shared.configs import ArchConfig, TasParams, WorkloadConfig
 from shared.contracts.placement import Placement
 from shared.contracts.thermal import ThermalState
 
-Scenario = Literal["baseline", "taps", "tacs", "tas"]
-ALL_SCENARIOS: tuple[Scenario, ...] = ("baseline", "taps", "tacs", "tas")
+Scenario = Literal["baseline", "taps", "tacs", "tas", "unthrottled"]
+# the four policies (what an experiment runs unless it says otherwise); "unthrottled" is the reference run: baseline
+# with the chip's DVFS trips and DTM limit taken away (`shared.configs.arch.unthrottled`), asked for by name
+POLICY_SCENARIOS: tuple[Scenario, ...] = ("baseline", "taps", "tacs", "tas")
+ALL_SCENARIOS: tuple[Scenario, ...] = (*POLICY_SCENARIOS, "unthrottled")
 ConfigRef = str  # a file name under configs/ (``arch_8x8_32x32x8.yaml`` or ``arch_8x8_32x32x8``)
 
 
@@ -35,7 +38,7 @@ class ExperimentRequest(BaseModel):
     arch: ArchConfig | ConfigRef = "arch_8x8_32x32x8.yaml"
     workload: WorkloadConfig | ConfigRef = "workload_mixtral_8x7b.yaml"
     tas: TasParams | ConfigRef = "tas_params.yaml"
-    scenarios: list[Scenario] = Field(default_factory=lambda: list(ALL_SCENARIOS), min_length=1, max_length=4)
+    scenarios: list[Scenario] = Field(default_factory=lambda: list(POLICY_SCENARIOS), min_length=1, max_length=5)
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1,
                              description="routing seed; default: the workload config's routing.seed")
     windows: int | None = Field(default=None, ge=1, le=100_000, description="run only the first N windows")
@@ -103,6 +106,15 @@ class ExperimentAccepted(BaseModel):
     status: str
     location: str
     created: bool
+
+
+class LinkToken(BaseModel):
+    """``GET /v1/experiments/{id}/token``: read access to one experiment as ``?token=`` (``shared.link_tokens``)."""
+
+    token: str
+    experiment: str
+    expires_at: int = Field(description="Unix seconds")
+    ttl_s: int
 
 
 class ExperimentPage(BaseModel):

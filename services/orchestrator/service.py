@@ -6,8 +6,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.orchestrator import repository as repo
+from services.orchestrator import series, window_store
 from services.orchestrator.models import Experiment, RunStatus, ScenarioRun
 from services.orchestrator.run_files import power_reports, result_csv_path, run_dir_for
 from services.orchestrator.schemas import (
@@ -33,7 +37,7 @@ from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
 from shared.configs.base import StrictModel
 from shared.configs.loader import inline_model_file
 from shared.configs.workload import InlineModel
-from shared.contracts.metrics import RESULT_COLUMNS
+from shared.contracts.metrics import RESULT_COLUMNS, WindowMetrics
 from shared.contracts.thermal import ThermalState
 from shared.errors import BadInput, Conflict, NotFound, QuotaExceeded, first_validation_error
 from shared.settings import Settings
@@ -78,6 +82,51 @@ def resolve_spec(req: ExperimentRequest, *, configs_dir: Path) -> ExperimentSpec
     return ExperimentSpec(arch=arch, workload=wl, tas=tas, scenarios=scenarios, seed=seed, windows=req.windows,
                           name=req.name or f"{wl.label}", traces=req.traces, events=req.events, plots=req.plots,
                           placement=req.placement, thermal_init=load_thermal_init(arch, configs_dir=configs_dir))
+
+
+CONFIG_KINDS: dict[str, type[StrictModel]] = {"arch": ArchConfig, "workload": WorkloadConfig, "tas": TasParams}
+
+
+def _config_kind(path: Path) -> str | None:
+    """Which config a shipped YAML file holds: by its name's prefix (``arch_``, ``workload_``, ``tas_``), as the
+    project names them, else the first model that validates it."""
+    for kind in CONFIG_KINDS:
+        if path.name.startswith(f"{kind}_"):
+            return kind
+    for kind, model in CONFIG_KINDS.items():
+        try:
+            load_config(path, model)
+        except Exception:  # a file of another kind, or no config at all: tried as the next kind
+            continue
+        return kind
+    return None
+
+
+def list_configs(configs_dir: Path) -> dict[str, list[str]]:
+    """The config files under ``configs_dir`` by kind (the presets of the dashboard's form; what a request may
+    name)."""
+    out: dict[str, list[str]] = {kind: [] for kind in CONFIG_KINDS}
+    for path in sorted(configs_dir.glob("*.yaml")) if configs_dir.is_dir() else []:
+        kind = _config_kind(path)
+        if kind is not None:
+            out[kind].append(path.name)
+    return out
+
+
+def read_config(name: str, *, configs_dir: Path) -> dict[str, Any]:
+    """One config file, validated, with every default filled in (a workload's model config file read in, as a run
+    would): ``{"name", "kind", "config"}``. 404 naming ``name`` when there is no such file; 422 when it is not
+    valid."""
+    path = configs_dir / name
+    if not _NAME.match(name) or name.startswith(".") or not name.endswith((".yaml", ".yml")) or not path.is_file():
+        raise NotFound(f"no config file {name!r} (GET /v1/configs lists them)", field="name")
+    kind = _config_kind(path)
+    if kind is None:
+        raise BadInput(f"{name}: not a valid arch, workload or TAS-parameter config", field="name")
+    cfg = load_config(path, CONFIG_KINDS[kind])
+    if isinstance(cfg, WorkloadConfig):
+        cfg = inline_model_file(cfg, configs_dir)
+    return {"name": name, "kind": kind, "config": cfg.model_dump(mode="json")}
 
 
 def check_cross_fields(arch: ArchConfig, tas: TasParams) -> None:
@@ -154,8 +203,9 @@ def create_experiment(*, sessions: sessionmaker[Session], spec: ExperimentSpec, 
                       max_attempts: int = MAX_ATTEMPTS,
                       sweep_id: str | None = None, exp_id: str | None = None,
                       owner: str = LOCAL, quota: RunQuota | None = None) -> tuple[str, bool]:
-    """Create the experiment and its queued runs; (id, created). The same Idempotency-Key returns the first
-    experiment (a different body under a used key is a 409, and so is another principal's key).
+    """Create the experiment and its queued runs; (id, created). The same Idempotency-Key returns the principal's
+    first experiment (a different body under a used key is a 409). Keys are per principal: another principal's use
+    of the same key is neither seen nor told.
 
     ``quota``: the principal's run quota (None: none, e.g. the CLI's own runs). It is checked in the transaction
     that inserts the runs, under the principal's quota lock, so concurrent submissions cannot pass it together,
@@ -171,9 +221,9 @@ def create_experiment(*, sessions: sessionmaker[Session], spec: ExperimentSpec, 
             if quota is not None:
                 repo.lock_owner_quota(session=s, owner=owner)
             if idempotency_key is not None:
-                old = repo.get_experiment_by_key(session=s, idempotency_key=idempotency_key)
+                old = repo.get_experiment_by_key(session=s, owner=owner, idempotency_key=idempotency_key)
                 if old is not None:
-                    return _same(old, h, owner)
+                    return _same(old, h)
             if quota is not None:
                 check_quota(session=s, owner=owner, new_runs=len(spec.scenarios), quota=quota)
             _add_experiment(session=s, exp_id=exp_id, spec=spec, out_dir=out, idempotency_key=idempotency_key,
@@ -181,18 +231,15 @@ def create_experiment(*, sessions: sessionmaker[Session], spec: ExperimentSpec, 
     except IntegrityError:
         if idempotency_key is None:
             raise
-        with sessions() as s:  # a concurrent request with the same key (another principal's: no shared lock) won
-            old = repo.get_experiment_by_key(session=s, idempotency_key=idempotency_key)
+        with sessions() as s:  # a concurrent request of the principal with the same key (without a quota lock) won
+            old = repo.get_experiment_by_key(session=s, owner=owner, idempotency_key=idempotency_key)
             if old is None:
                 raise
-            return _same(old, h, owner)
+            return _same(old, h)
     return exp_id, True
 
 
-def _same(old: Experiment, h: str, owner: str) -> tuple[str, bool]:
-    if old.owner != owner:
-        raise Conflict("Idempotency-Key already used by another principal; choose another key",
-                       field="Idempotency-Key", code="idempotency_mismatch")
+def _same(old: Experiment, h: str) -> tuple[str, bool]:
     if old.request_hash != h:
         raise Conflict(f"Idempotency-Key already used for experiment {old.id} with a different request",
                        field="Idempotency-Key", code="idempotency_mismatch")
@@ -265,19 +312,112 @@ def results_csv(*, session: Session, exp_id: str) -> str:
     return (header or ",".join(RESULT_COLUMNS) + "\n") + "".join(body)
 
 
-MAX_WINDOWS_PAGE = 2000  # windows per scenario in one answer of GET /v1/experiments/{id}/windows (~15 kB each)
+MAX_WINDOWS_PAGE = 2000  # windows per scenario in one answer of GET /v1/experiments/{id}/windows (~17 kB each)
 
 
 def window_series(*, session: Session, exp_id: str, scenario: str | None, offset: int = 0,
-                  limit: int = MAX_WINDOWS_PAGE) -> dict[str, list[dict[str, Any]]]:
-    """Per scenario, the committed windows ``offset`` .. ``offset + limit - 1`` (a page: a long run has 10^4)."""
-    runs = repo.runs_of(session=session, exp_id=exp_id)
-    if not runs and repo.get_experiment(session=session, exp_id=exp_id) is None:
+                  limit: int = MAX_WINDOWS_PAGE, fields: set[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Per scenario, the committed windows ``offset`` .. ``offset + limit - 1`` (a page: a long run has 10^4), from
+    the run's window store (what the frontier covers: an epoch appended but not yet committed is not shown);
+    ``fields``: only these keys of each window (a replay's heat maps need 2 of its ~35)."""
+    exp = repo.get_experiment(session=session, exp_id=exp_id)
+    if exp is None:
         raise NotFound(f"no experiment {exp_id!r}", field="id")
+    runs = repo.runs_of(session=session, exp_id=exp_id)
     if scenario is not None and scenario not in {r.scenario for r in runs}:
         raise NotFound(f"experiment {exp_id} has no scenario {scenario!r}", field="scenario")
-    return {r.scenario: repo.window_metrics(session=session, run_id=r.id, offset=offset, limit=limit)
-            for r in runs if scenario is None or r.scenario == scenario}
+    out = {r.scenario: window_store.read(run_dir_for(Path(exp.out_dir), r.scenario), offset,
+                                         max(0, min(limit, r.next_window - offset)))
+           for r in runs if scenario is None or r.scenario == scenario}
+    if fields is not None:
+        out = {sc: [{k: v for k, v in w.items() if k in fields} for w in ws] for sc, ws in out.items()}
+    return out
+
+
+def window_fields(fields: str | None) -> set[str] | None:
+    """The WindowMetrics keys a ``fields`` parameter names (comma-separated; ``window`` always), or None for all.
+    An unknown key is a 422 naming ``fields``."""
+    if fields is None or not fields.strip():
+        return None
+    names = {f.strip() for f in fields.split(",") if f.strip()}
+    unknown = sorted(names - set(WindowMetrics.model_fields))
+    if unknown:
+        raise BadInput(f"fields: unknown window field(s) {', '.join(unknown)}; known: "
+                       f"{', '.join(WindowMetrics.model_fields)}", field="fields")
+    return names | {"window"}
+
+
+# ----------------------------------------------------------------------------------------------------- dashboard
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """One scenario run as the dashboard reads it: its folder and how many windows are committed."""
+
+    scenario: str
+    run_dir: Path
+    committed: int  # windows 0 .. committed-1 are committed (the run's next_window)
+    n_windows: int | None
+    status: str
+
+
+_SPECS: OrderedDict[str, ExperimentSpec] = OrderedDict()  # an experiment's spec never changes: parsed once
+_SPECS_LOCK = threading.Lock()
+
+
+def experiment_spec(exp: Experiment) -> ExperimentSpec:
+    """The experiment's stored spec, parsed (the 64 most recent kept)."""
+    with _SPECS_LOCK:
+        spec = _SPECS.pop(exp.id, None)
+    if spec is None:
+        spec = ExperimentSpec.model_validate(exp.configs)
+    with _SPECS_LOCK:
+        _SPECS[exp.id] = spec
+        while len(_SPECS) > 64:
+            _SPECS.popitem(last=False)
+    return spec
+
+
+def dashboard_runs(*, session: Session, exp_id: str, scenario: str | None = None
+                   ) -> tuple[Experiment, ExperimentSpec, list[RunRef]]:
+    """The experiment, its spec and its runs (one when ``scenario`` is given: 404 naming ``scenario`` when it has no
+    such run)."""
+    exp = repo.get_experiment(session=session, exp_id=exp_id)
+    if exp is None:
+        raise NotFound(f"no experiment {exp_id!r}", field="id")
+    runs = [RunRef(r.scenario, run_dir_for(Path(exp.out_dir), r.scenario), r.next_window, r.n_windows,
+                   r.status.value) for r in repo.runs_of(session=session, exp_id=exp_id)]
+    if scenario is not None:
+        runs = [r for r in runs if r.scenario == scenario]
+        if not runs:
+            raise NotFound(f"experiment {exp_id} has no scenario {scenario!r}", field="scenario")
+    return exp, experiment_spec(exp), runs
+
+
+def chip_facts(spec: ExperimentSpec) -> dict[str, Any]:
+    """What the dashboard marks and lays out: the mesh, the DRAM dies, ambient, TACS's Thot/Temg, the refresh
+    curve's temperatures (85 °C: the JEDEC step of the default chip), the DTM limit, the window length."""
+    arch = spec.arch
+    dies = sum(layer.count for layer in arch.geometry.stack if layer.kind == "dram")
+    return {"mesh": list(arch.mesh.cores), "dram_dies": dies, "banks": list(arch.dram.banks),
+            "ambient_c": arch.geometry.cooling.ambient_c, "thot_c": spec.tas.tacs.thresholds.Thot,
+            "temg_c": spec.tas.tacs.thresholds.Temg, "refresh_step_c": 85.0,
+            "refresh_curve_c": [t for t, _ in arch.refresh.tref_curve],
+            "dtm_limit_c": arch.dtm.limit_c if arch.dtm is not None else None,
+            "window_ms": spec.tas.tacs.window_ms, "workload": spec.workload.label}
+
+
+def colour_scale(summaries: list[series.RunSummary]) -> dict[str, float] | None:
+    """One scale for every heat map of the experiment (°C, steps of 5): from the coolest to the hottest cell of the
+    maps over every committed window of every scenario, at least 10 K wide (None before any window). Fitted to the
+    data, not to Thot: a chip at 50 °C with Thot at 80 °C still shows its pattern (the page marks Thot at the edge
+    of the bar when it lies outside)."""
+    done = [s for s in summaries if s.n]
+    if not done:
+        return None
+    lo = 5.0 * math.floor(min(min(s.cols["T_map_min"]) for s in done) / 5.0)
+    hi = 5.0 * math.ceil(max(max(s.cols["T_map_max"]) for s in done) / 5.0)
+    return {"lo": lo, "hi": max(hi, lo + 10.0)}
 
 
 def log_text(*, session: Session, exp_id: str, scenario: str | None = None) -> str:
@@ -344,14 +484,10 @@ def dump(model: BaseModel) -> dict[str, Any]:
     return model.model_dump(mode="json")
 
 
-def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings: Settings,
-                 check_model: Callable[[str | InlineModel], None] | None = None, owner: str = LOCAL,
-                 quota: RunQuota | None = None) -> tuple[str, list[str]]:
-    """One experiment per grid point (sharing the sweep id); the sweep itself is a job row. Every point is checked
-    (cross-field checks; ``check_model`` on each model) before any experiment is created. The experiments and the
-    job row are inserted in one transaction, which charges all their runs (points x scenarios) to ``quota`` as
-    `create_experiment` does: the whole sweep is accepted or none of it."""
-    base = resolve_spec(req.base, configs_dir=settings.configs_dir)
+def plan_sweep(req: SweepRequest, *, configs_dir: Path) -> tuple[list[dict[str, Any]], list[ExperimentSpec]]:
+    """The sweep's points and each point's resolved experiment, every one checked (the configs, the grid's keys and
+    values, the cross-field checks): a `BadInput` naming the field before anything is created or started."""
+    base = resolve_spec(req.base, configs_dir=configs_dir)
     points = sweep_points(req.grid)
     specs = [apply_point(base, p) for p in points]
     for i, spec in enumerate(specs):
@@ -359,11 +495,24 @@ def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings
             check_cross_fields(spec.arch, spec.tas)
         except BadInput as exc:
             raise BadInput(f"grid point {i} ({points[i]}): {exc.message}", field=exc.field) from None
+    return points, specs
+
+
+def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings: Settings,
+                 check_model: Callable[[str | InlineModel], None] | None = None, owner: str = LOCAL,
+                 quota: RunQuota | None = None, out_dir: Path | None = None) -> tuple[str, list[str]]:
+    """One experiment per grid point (sharing the sweep id); the sweep itself is a job row. Every point is checked
+    (`plan_sweep`; ``check_model`` on each model) before any experiment is created. The experiments and the job row
+    are inserted in one transaction, which charges all their runs (points x scenarios) to ``quota`` as
+    `create_experiment` does: the whole sweep is accepted or none of it. Point ``i``'s folder is
+    ``<out_dir>/p<i>`` (default ``out_dir``: ``<results_dir>/<sweep id>``)."""
+    points, specs = plan_sweep(req, configs_dir=settings.configs_dir)
     distinct = {m if isinstance(m, str) else m.model_dump_json(): m for m in (sp.workload.model for sp in specs)}
     for model in distinct.values():  # each model once (an inline one by its content)
         if check_model is not None:
             check_model(model)
     sweep_id = f"swp-{uuid.uuid4().hex[:12]}"
+    folder = out_dir if out_dir is not None else settings.results_dir / sweep_id
     exp_ids = [new_experiment_id() for _ in specs]
     with sessions.begin() as s:
         if quota is not None:
@@ -371,7 +520,7 @@ def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings
             check_quota(session=s, owner=owner, new_runs=sum(len(sp.scenarios) for sp in specs), quota=quota)
         for i, (exp_id, spec) in enumerate(zip(exp_ids, specs, strict=True)):
             named = spec.model_copy(update={"name": f"{req.name or 'sweep'}[{i}]"})
-            _add_experiment(session=s, exp_id=exp_id, spec=named, out_dir=settings.results_dir / sweep_id / f"p{i:03d}",
+            _add_experiment(session=s, exp_id=exp_id, spec=named, out_dir=folder / f"p{i:03d}",
                             idempotency_key=None, max_attempts=MAX_ATTEMPTS, sweep_id=sweep_id, owner=owner)
         repo.add_job(session=s, job_id=sweep_id, kind="sweep", owner=owner,
                      payload={"grid": req.grid, "points": points, "experiments": exp_ids, "name": req.name})

@@ -31,13 +31,15 @@ from shared.settings import Settings
 
 @contextmanager
 def compute_clients(settings: Settings, factory: str | None = None,
-                    wrap: Callable[[str, Any], Any] | None = None) -> Iterator[ServiceClients]:
+                    wrap: Callable[[str, Any], Any] | None = None,
+                    only: Sequence[str] | None = None) -> Iterator[ServiceClients]:
     """Clients over the five compute services running in this process (their lifespans entered on a portal thread
     for the duration of the block). The orchestrator app is not started: its runtime would recover runs itself.
-    ``wrap(name, app)``: the ASGI app the clients call instead of ``app`` (a measuring wrapper)."""
+    ``wrap(name, app)``: the ASGI app the clients call instead of ``app`` (a measuring wrapper). ``only``: just
+    these services in process (the others' clients go to their TASMOE_<SERVICE>_URL)."""
     from anyio.from_thread import start_blocking_portal
 
-    apps = build_apps(orchestrator_settings(settings), factory)
+    apps = build_apps(orchestrator_settings(settings), factory, only)
     with start_blocking_portal() as portal:
         stack = AsyncExitStack()
         portal.call(stack.__aenter__)

@@ -15,6 +15,7 @@ from services.placement.service import (
     balance_for,
     placement_for,
     register,
+    tacs_epoch,
     tacs_for,
     with_model_topk,
     with_thermal_h,
@@ -29,6 +30,8 @@ from shared.contracts.placement_api import (
     JobAccepted,
     JobStatus,
     PlacementRequest,
+    TacsEpochRequest,
+    TacsEpochResponse,
     TacsStepRequest,
     TacsStepResponse,
 )
@@ -107,6 +110,14 @@ def tacs_step_endpoint(req: TacsStepRequest, request: Request) -> TacsStepRespon
     With ``params.lookahead_windows`` > 0 this service asks the thermal service for the chip's pulse responses (once
     per chip, window length and look-ahead)."""
     return tacs_for(req, data=_run_data(request), pulse_peers=peers_of(request.app))
+
+
+@router.post("/tacs/epoch", response_model=TacsEpochResponse, response_model_exclude_none=True)
+def tacs_epoch_endpoint(req: TacsEpochRequest, request: Request) -> TacsEpochResponse:
+    """TACS's decisions for consecutive windows of a control epoch, one per step, until one acts (a reroute or a
+    migration): each decision is what ``/tacs/step`` answers for that window alone. The run's fixed objects as in
+    ``/tacs/step``; the replica state whole."""
+    return tacs_epoch(req, data=_run_data(request), pulse_peers=peers_of(request.app))
 
 
 @router.post("/registry/placements", response_model=Registered)

@@ -5,6 +5,8 @@ Variables: ``x[i, c] ∈ {0, 1}`` (instance i on core c) and the peak ``t`` (°C
 - ``t_base[k] + Σ_{i,c} H[k, c]·p_i·x[i, c] ≤ t`` for every core k (the peak of the steady model's ``T̂``, linear in
   x; ``H`` the instances' matrix, ``taps.instance_influence``);
 - ``Σ_i f_i·x[i, c] ≤ core_flops_tps`` for every core (capacity, FLOP/s);
+- ``Σ_i x[i, c] ≤ vault_cap`` for every core (the expert copies its vault's banks hold, packed by bytes), where it
+  can bind and every vault can keep it;
 - ``Σ_{r ∈ replicas(e)} x[r, c] ≤ 1`` for every replicated expert e and core c;
 - symmetry breaking: the most powerful instance sits in the fundamental domain of the mesh symmetries that leave H
   unchanged (mirrors, transpose), which keeps at least one optimal solution.
@@ -93,6 +95,14 @@ def solve_peak_milp(pb: Problem, time_limit_s: float) -> MilpResult:
     rows.append(A3)
     lo.append(np.full(n, -np.inf))
     hi.append(np.full(n, pb.cap_flops))
+    # vault capacity rows (the expert copies a vault's banks hold, packed by bytes: ``Problem.vault_cap``), where
+    # they can bind and can all hold (a model that needs shards spilled to other vaults is the heuristic's, whose
+    # bank book spills them)
+    if pb.inst_copies is not None and pb.inst_copies.sum() > pb.vault_cap and pb.inst_copies.sum() <= n * pb.vault_cap:
+        A4 = sparse.csr_matrix((np.repeat(pb.inst_copies, n), (cc, np.arange(m * n))), shape=(n, nv))
+        rows.append(A4)
+        lo.append(np.full(n, -np.inf))
+        hi.append(np.full(n, pb.vault_cap))
     # replica separation rows
     counts = np.bincount(pb.inst_expert)
     sep_r, sep_c = [], []

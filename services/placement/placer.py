@@ -9,7 +9,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from services.placement.geometry import MIB, ChipGeometry
 from services.placement.milp import solve_milp
+from services.placement.shards import pack_banks, shard_sizes
 from services.placement.slots import (
     PULSE_LAGS,
     PULSE_MAX_CORES,
@@ -84,10 +86,13 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
                            vault_influence=vault_influence)
         if method == "heuristic":
             assign, notes = heuristic_assign(pb, taps.local_search_iters, workload.routing.seed)
-            sm = None if pulse is None or H_vault is None else slot_model(pb, pulse, H_vault)
+            sm = None if pulse is None or H_vault is None or striped else slot_model(pb, pulse, H_vault)
+            if striped and pulse is not None:
+                notes = [*notes, f"striped experts (arch.schedule.expert_stripe = {arch.schedule.expert_stripe}): "
+                         "steady model only (the slot model times one core's weight stream)"]
             if sm is not None:
                 return pb, _on_slots(pb, sm, assign, notes, k_hot)
-            if pulse is not None:
+            if pulse is not None and not striped:
                 notes = [*notes, "slot model not available for this chip (no timing, more than "
                          f"{PULSE_MAX_CORES} cores, or a stack too large for the pulse responses): steady model only"]
             return pb, assemble(pb, assign, arch=arch, expert_bytes=expert_bytes,
@@ -123,13 +128,43 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
                                            "predicted_core_temps_c": [round(float(t), 4) for t in T]})
         return plc.model_copy(update={"meta": meta})
 
-    pb, plc = solve(taps.replicate_hot_k)
+    striped = arch.schedule.expert_stripe > 1
+    if striped:  # a striped expert streams from k vaults already; a second copy would take k more
+        k_hot = 0
+        why = (f"replication: not on a striped chip (arch.schedule.expert_stripe = {arch.schedule.expert_stripe}: "
+               "each expert's weights stream from its group's vaults)") if taps.replicate_hot_k > 0 else ""
+    else:
+        k_hot, why = _replicas_that_fit(arch, workload, taps, expert_load, expert_bytes)
+    pb, plc = solve(k_hot)
     if pb.m == pb.expert_layer.shape[0]:  # nothing replicated (k = 0, or a one-core chip)
+        if why:
+            return plc.model_copy(update={"meta": plc.meta.model_copy(update={"notes": [*plc.meta.notes, why]})})
         return plc
     _, plain = solve(0)
     keep, note = replicas_help(plc, plain, taps.replicate_hot_k)
     chosen = plc if keep else plain
     return chosen.model_copy(update={"meta": chosen.meta.model_copy(update={"notes": [*chosen.meta.notes, note]})})
+
+
+def _replicas_that_fit(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams,
+                       expert_load: Sequence[Sequence[float]], expert_bytes: int) -> tuple[int, str]:
+    """``taps.replicate_hot_k``, or 0 when a second copy of the ``replicate_hot_k`` hottest experts of each layer
+    does not fit the chip's banks (packed by bytes): a replica is an option, the model is not. The note says so
+    when the model alone fits (when it does not, `taps.build_problem` refuses it with the numbers)."""
+    k = taps.replicate_hot_k
+    if k <= 0 or expert_bytes <= 0 or arch.mesh.n_cores < 2 or not expert_load:
+        return k, ""
+    n_layers, n_e = len(expert_load), len(expert_load[0])
+    geom = ChipGeometry.of(arch)
+    sizes = shard_sizes(int(expert_bytes), workload.tensors.weight_shard_mb)
+    cap, banks = arch.dram.bank_capacity_mb * MIB, geom.n_cores * geom.vault_banks
+    copies = n_layers * (n_e + min(k, n_e))
+    if pack_banks(sizes, copies, cap) <= banks:
+        return k, ""
+    if pack_banks(sizes, n_layers * n_e, cap) > banks:
+        return 0, ""  # the model alone does not fit: build_problem refuses it with its own numbers
+    return 0, (f"replication of the {k} most loaded expert(s) per layer: not tried, {copies} expert copies do not "
+               f"fit the chip's {banks} banks (the model's {n_layers * n_e} do)")
 
 
 def replicas_help(with_: Placement, without: Placement, k: int) -> tuple[bool, str]:

@@ -29,6 +29,8 @@ from shared.contracts.placement_api import (
     BalanceResponse,
     InfluenceRegistration,
     PlacementRequest,
+    TacsEpochRequest,
+    TacsEpochResponse,
     TacsStepRequest,
     TacsStepResponse,
 )
@@ -237,20 +239,26 @@ DEFAULT_ARCH = ArchConfig()
 DEFAULT_TACS = TacsParams()
 
 
-def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None,
-             data: RunData | None = None, *, pulse_peers: ServiceClients | None = None) -> TacsStepResponse:
-    """One TACS step; the run's fixed objects inline or by the hashes ``data`` knows (`RunData`). ``peers``: where a
-    missing H comes from (None: a 422 naming H); ``pulse_peers`` (default ``peers``): where the look-ahead's pulse
-    responses come from."""
-    data = data or RunData.of(1)
+@dataclass(frozen=True)
+class _TacsRun:
+    """A TACS request's fixed objects, resolved (inline or by the hashes the service knows)."""
+
+    arch: ArchConfig
+    placement: Placement
+    params: TacsParams
+    H: np.ndarray
+    pulse: tuple[np.ndarray, np.ndarray] | None
+
+
+def _tacs_run(req: TacsStepRequest | TacsEpochRequest, data: RunData, peers: ServiceClients | None,
+              pulse_peers: ServiceClients | None, check: Callable[[ArchConfig, Placement], None]) -> _TacsRun:
+    """The arch, placement, params, H and (with a look-ahead) the pulse responses of a TACS request. ``check``
+    validates the request's own fields before a missing H is named."""
     arch = object_or_hash(req.arch, req.arch_hash, data.archs, field="arch", default=DEFAULT_ARCH)
     _check_mesh(arch.mesh.n_cores)
     placement = object_or_hash(req.placement, req.placement_hash, data.placements, field="placement")
     params = object_or_hash(req.params, req.params_hash, data.params, field="params", default=DEFAULT_TACS)
-    # no replica state: no change yet (every expert at its placement cores)
-    state = object_or_hash(req.state, req.state_ref, data.states, field="state", default=ReplicaState())
-    # the request's own fields first: a bad one is named before a missing H is
-    validate_inputs(req.telemetry, placement, state, ChipGeometry.of(arch), req.smoothed)
+    check(arch, placement)  # the request's own fields first: a bad one is named before a missing H is
     if req.H is not None and req.H_hash is not None:
         raise BadInput("H: give H or H_hash, not both", field="H")
     if req.H_hash is not None:
@@ -264,9 +272,22 @@ def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None,
                        "/v1/registry/influence); the thermal service's: GET /v1/models/{hash}/influence", field="H")
     pulse = data.pulses.get(arch, params.window_ms, params.lookahead_windows, pulse_peers or peers) \
         if params.lookahead_windows > 0 else None
-    overlays, new, smoothed = tacs_step(req.telemetry, placement, state, params, arch, H,
+    return _TacsRun(arch=arch, placement=placement, params=params, H=H, pulse=pulse)
+
+
+def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None,
+             data: RunData | None = None, *, pulse_peers: ServiceClients | None = None) -> TacsStepResponse:
+    """One TACS step; the run's fixed objects inline or by the hashes ``data`` knows (`RunData`). ``peers``: where a
+    missing H comes from (None: a 422 naming H); ``pulse_peers`` (default ``peers``): where the look-ahead's pulse
+    responses come from."""
+    data = data or RunData.of(1)
+    # no replica state: no change yet (every expert at its placement cores)
+    state = object_or_hash(req.state, req.state_ref, data.states, field="state", default=ReplicaState())
+    run = _tacs_run(req, data, peers, pulse_peers, lambda arch, placement: validate_inputs(
+        req.telemetry, placement, state, ChipGeometry.of(arch), req.smoothed))
+    overlays, new, smoothed = tacs_step(req.telemetry, run.placement, state, run.params, run.arch, run.H,
                                         req.pending, req.smoothed, req.now_ns, bank_bw_gbps=req.bank_bw_gbps,
-                                        pulse=pulse)
+                                        pulse=run.pulse)
     if new is state and req.state_ref is not None:  # no move: the very state kept under that name (no re-hash)
         ref = req.state_ref
         data.states.keep(ref, new)  # kept as an answered state is, should it have left the cache meanwhile
@@ -274,6 +295,39 @@ def tacs_for(req: TacsStepRequest, peers: ServiceClients | None = None,
         ref, _ = data.states.put(new)
     send = req.return_state or new != state
     return TacsStepResponse(overlays=overlays, state=new if send else None, state_ref=ref, smoothed=smoothed)
+
+
+def tacs_epoch(req: TacsEpochRequest, peers: ServiceClients | None = None, data: RunData | None = None, *,
+               pulse_peers: ServiceClients | None = None) -> TacsEpochResponse:
+    """TACS's decisions for the windows of a control epoch (``POST /v1/tacs/epoch``): step after step, each from the
+    smoothed temperatures the one before left, until a decision acts (non-empty overlays). Each decision is exactly
+    what `tacs_for` answers for that window alone; the caller discards the windows it physicalized past the one that
+    acted."""
+    data = data or RunData.of(1)
+    state = req.state if req.state is not None else ReplicaState()
+
+    def check(arch: ArchConfig, placement: Placement) -> None:
+        geom = ChipGeometry.of(arch)
+        for i, step in enumerate(req.steps):
+            try:
+                validate_inputs(step.telemetry, placement, state, geom, req.smoothed if i == 0 else None)
+            except BadInput as exc:
+                if exc.field and exc.field.startswith("telemetry"):
+                    exc.field = f"steps[{i}].{exc.field}"
+                raise
+
+    run = _tacs_run(req, data, peers, pulse_peers, check)
+    smoothed = req.smoothed
+    seen: list[list[float]] = []
+    for i, step in enumerate(req.steps):
+        overlays, new, smoothed = tacs_step(step.telemetry, run.placement, state, run.params, run.arch, run.H,
+                                            step.pending, smoothed, step.now_ns, bank_bw_gbps=req.bank_bw_gbps,
+                                            pulse=run.pulse)
+        seen.append(smoothed)
+        if not overlays.is_empty():
+            return TacsEpochResponse(smoothed=seen, acted=i, overlays=overlays,
+                                     state=new if new != state else None)
+    return TacsEpochResponse(smoothed=seen)
 
 
 def balance_for(req: BalanceRequest) -> BalanceResponse:

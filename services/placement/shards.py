@@ -21,6 +21,7 @@ is GB/s (1e9 bytes/s).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -47,6 +48,90 @@ def shard_sizes(expert_bytes: int, weight_shard_mb: float) -> list[int]:
     shard = max(1, int(weight_shard_mb * MIB))
     n = math.ceil(expert_bytes / shard)
     return [shard] * (n - 1) + [expert_bytes - shard * (n - 1)]
+
+
+def pack_banks(sizes: Sequence[int], copies: int, cap: float) -> float:
+    """Banks that ``copies`` copies of one expert's shards (``sizes``, bytes) take when packed first-fit decreasing
+    into banks of ``cap`` bytes (a bank holds as many shards as fit; a shard is never split); ``math.inf`` when a
+    shard is larger than a bank. Exact first-fit, in closed form per size: banks alike (the same free bytes, in the
+    order they were opened) are kept as one group, so the work is a few groups per distinct size, not per shard.
+    The fill the capacity checks assume: with shards the size of a bank it is one bank per shard and the smaller
+    remainders packed together; with small shards ``floor(cap / size)`` per bank."""
+    counts: dict[int, int] = {}
+    for z in sizes:
+        counts[int(z)] = counts.get(int(z), 0) + int(copies)
+    groups: list[tuple[int, float]] = []  # (banks, free bytes of each), in the order they were opened
+    opened = 0
+    for z in sorted(counts, reverse=True):
+        left = counts[z]
+        if left == 0 or z <= 0:
+            continue
+        if z > cap + 1e-6:
+            return math.inf
+        out: list[tuple[int, float]] = []
+        for nb, free in groups:
+            per = int((free + 1e-6) // z)
+            take = min(left, nb * per) if per else 0
+            if take == 0:
+                out.append((nb, free))
+                continue
+            full, part = divmod(take, per)
+            out.extend(g for g in ((full, free - per * z), (1 if part else 0, free - part * z),
+                                   (nb - full - (1 if part else 0), free)) if g[0])
+            left -= take
+        k = int((cap + 1e-6) // z)
+        if left:
+            full, part = divmod(left, k)
+            out.extend(g for g in ((full, cap - k * z), (1 if part else 0, cap - part * z)) if g[0])
+            opened += full + (1 if part else 0)
+        groups = out
+    return float(opened)
+
+
+def vault_copies(sizes: Sequence[int], cap: float, banks: int) -> int:
+    """The most copies of one expert's shards (``sizes``) that `pack_banks` fits in ``banks`` banks of ``cap``
+    bytes: TAPS's capacity of one vault, in expert copies (every copy has the same shards)."""
+    total = sum(int(z) for z in sizes)
+    if total <= 0:
+        return MAX_SHARDS
+    lo, hi = 0, int(banks * cap // total) + 1  # hi: more bytes than the banks hold, never fits
+    while lo < hi:  # the largest q with pack_banks(q) <= banks (monotone in q)
+        mid = (lo + hi + 1) // 2
+        if pack_banks(sizes, mid, cap) <= banks:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def check_fits(copies: int, sizes: Sequence[int], cap: float, geom: ChipGeometry) -> None:
+    """A 422 naming ``expert_bytes`` when ``copies`` copies of an expert's shards (``sizes``, bytes) do not fit the
+    chip's banks of ``cap`` bytes, packed by bytes (`pack_banks`): the numbers, and what would make them fit."""
+    banks = geom.n_cores * geom.vault_banks
+    need = pack_banks(sizes, copies, cap)
+    if need <= banks:
+        return
+    total = copies * sum(int(z) for z in sizes)
+    shards = " + ".join(f"{n} x {z / MIB:.4g} MiB" for z, n in sorted(_size_counts(sizes, copies).items(),
+                                                                     reverse=True))
+    why = (f"{_gib(total)} GiB is more than the chip's {_gib(banks * cap)} GiB" if total > banks * cap else
+           f"{_gib(total)} GiB would fit, but a shard is never split across banks: a smaller "
+           "workload.tensors.weight_shard_mb packs tighter")
+    raise BadInput(f"the model does not fit the chip's DRAM: {copies} expert copies in shards of {shards} take "
+                   f"{need:.0f} banks packed by bytes (a bank holds as many shards as fit), the chip has {banks} "
+                   f"({geom.n_cores} vaults x {geom.vault_banks} banks of {cap / MIB:.4g} MiB): {why}",
+                   field="expert_bytes")
+
+
+def _size_counts(sizes: Sequence[int], copies: int) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for z in sizes:
+        out[int(z)] = out.get(int(z), 0) + copies
+    return out
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.1f}"
 
 
 def spread_pick(load: np.ndarray, used: np.ndarray, mask: np.ndarray, n_dram_layers: int) -> int:

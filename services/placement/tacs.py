@@ -12,8 +12,10 @@ Per call (temperatures °C, times ns, powers W, energies J):
    work on s: its FLOPs at ``mac_pj/2`` times ``(V/V0)²`` of the core that runs them, and its weight reads at the
    DRAM access energy, shared/energy.py, spread over the horizon τ below; so ``w_s`` on s and ``w_d`` on d, each
    core at its clock for the coming window, ``telemetry.freq_ghz``, else its domain's top step, with the voltage of
-   shared/dvfs.py): a *reroute* (to another of its replicas; no weights move) or a *migration* (a
-   single-core expert and its weight shards). With H the steady-state influence matrix (K/W) and
+   shared/dvfs.py): a *reroute* (to another of its replicas; no weights move; or, for a striped expert, its slice
+   to another core of its group: the compute moves, the slice's weight reads stay in the source's vault and cross
+   the NoC with every token's activations) or a *migration* (a single-core expert and its weight shards). With H
+   the steady-state influence matrix (K/W) and
    τ = max(``min_residency_ms``, window) the horizon the move holds for (``power_over: window`` spreads the pending
    energy over the window instead of τ: a sensitivity setting that takes the pending work as continuous):
    - benefit ``B = min(w_s·H[s,s] − w_d·H[s,d], x_s) · max(0, 1 − t_stream/τ)``: the hot core's drop, counted only
@@ -33,9 +35,9 @@ Per call (temperatures °C, times ns, powers W, energies J):
    with less NoC load (the argmax of ``B − Q − μ·ΔNoĈ`` has a non-increasing ΔNoĈ in μ).
 5. Migrations respect ``min_residency_ms`` (since the expert's last change), the undo cool-down (no move back to its
    previous cores within ``undo_cooldown_ms``), the NoC guard (none while ``noc_load > noc_guard``), bank capacity
-   (free banks in the destination vault, from the LIVE occupancy: the placement's banks with every earlier TACS move
-   of the replica state applied) and bank bandwidth (each shard must be writable within one window at
-   ``bank_bw_gbps``, one incoming shard per bank per window).
+   (the free bytes of the destination vault's banks, from the LIVE occupancy: the placement's banks with every
+   earlier TACS move of the replica state applied; a bank takes as many shards as fit) and bank bandwidth (the
+   bytes written into one bank in one window, by every move of that window, within ``bank_bw_gbps`` · window).
 6. Look-ahead (``lookahead_windows`` N > 0; issue 16): instead of the reactive test, each source picks the move, or
    none, with the lowest predicted peak ``mean_t max_k T̂[t, k]`` (the hottest core's temperature over the next N
    windows, averaged: a move's own heat while its weights stream counts for as long as it lasts; the maximum over
@@ -205,11 +207,14 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
     S = np.maximum(T - thot, 0) / span + params.gamma * np.maximum(q - params.q_target, 0) / params.q_target
 
     t_apply = pending_window.t0_ns if pending_window is not None else now_ns
+    if not np.greater(T, thot).any():  # no core past Thot: no source (step 2), so no move; nothing else to price
+        return _emit([], t_apply), state, [float(x) for x in T]
     window_s = (params.window_ms * 1e-3 if pending_window is None or pending_window.t1_ns <= pending_window.t0_ns
                 else (pending_window.t1_ns - pending_window.t0_ns) * 1e-9)
 
     # current cores of every expert (state overrides placement)
     cores_of: dict[str, list[int]] = {eid: ep.cores for eid, ep in placement.experts.items()}
+    striped = {eid for eid, ep in placement.experts.items() if ep.policy == "stripe"}  # never migrated
     for eid, entry in state.experts.items():
         cores_of[eid] = entry.cores
     on_core: list[list[str]] = [[] for _ in range(n)]
@@ -228,6 +233,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
     v_scale = dynamic_scale(volts_for(f_core, arch), arch)
     inst_power: dict[str, float] = {}  # W per core of the expert at V0 (compute) plus its vault part
     inst_vault: dict[str, float] = {}  # the part of inst_power spent in the expert's vault (its weight reads)
+    bytes_e: dict[str, float] = {}  # the pending window's weight bytes of each expert
     if pending_window is not None and len(pending_window.compute):
         comp = pending_window.compute
         flops_e: dict[str, float] = {}
@@ -238,7 +244,6 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
             flops_e[eid] = flops_e.get(eid, 0.0) + fl
             tokens[eid] = tokens.get(eid, 0.0) + tok
         # + the weight stream: the DRAM access energy of the expert's weight reads (it moves with the expert)
-        bytes_e: dict[str, float] = {}
         mem = pending_window.memory
         owner: dict[str, str] = {}  # weight shard id -> its expert's id ("" for any other tensor)
         for tid, nb in zip(mem.tensor_id, mem.bytes, strict=True):
@@ -292,13 +297,16 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
     undo_ns = params.undo_cooldown_ms * 1e6
     bank_cap = arch.dram.bank_capacity_mb * MIB
     bank_bw = bank_bw_gbps * 1e9
-    claimed: set[tuple[int, int]] = set()  # banks receiving a shard this window
+    # bytes written into each bank of the chip this window (vault core, slot): at most bank_bw · window
+    incoming = np.zeros((n, geom.vault_banks))
     look = _Lookahead.of(T, pulse, params.lookahead_windows) if params.lookahead_windows > 0 else None
 
-    def evaluate(kind: str, eid: str, s: int, d: int, w: float, nbytes: float, stream_s: float
-                 ) -> _Action | None:
-        """The move's net benefit (module docstring, step 4); None when it is not worth making or not allowed."""
-        wv = inst_vault.get(eid, 0.0)
+    def evaluate(kind: str, eid: str, s: int, d: int, w: float, nbytes: float, stream_s: float, *,
+                 vault_moves: bool = True) -> _Action | None:
+        """The move's net benefit (module docstring, step 4); None when it is not worth making or not allowed.
+        ``vault_moves`` False: the work's weight reads stay in s's vault (a striped expert's slice), ``w`` is its
+        compute alone."""
+        wv = inst_vault.get(eid, 0.0) if vault_moves else 0.0
         # the instance's power on s, and the same work's on d, each core's compute at its voltage; at V0 (factor
         # 1: every core at its top step with V ∝ f) exactly w, as before the factor was counted
         ws = w if v_scale[s] == 1.0 else (w - wv) * float(v_scale[s]) + wv
@@ -343,6 +351,17 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
             w = inst_power.get(eid, 0.0)
             if w <= 0:
                 continue  # no work of this expert here: moving it relieves nothing
+            if len(cores) >= 2 and eid in striped:
+                # reroute this core's slice of a striped expert to another core of its group: its compute moves,
+                # its weight reads stay in s's vault and cross the NoC, with every token's activations both ways
+                slice_bytes = tokens.get(eid, 0.0) * ACT_BYTES_PER_TOKEN * 2 + bytes_e.get(eid, 0.0) / len(cores)
+                for d in cores:
+                    if d != s:
+                        a = evaluate("reroute", eid, s, d, w - inst_vault.get(eid, 0.0), slice_bytes, 0.0,
+                                     vault_moves=False)
+                        if a is not None:
+                            options.append(a)
+                continue
             if len(cores) >= 2:  # reroute this core's share to another replica: activations move, weights stay
                 act_bytes = tokens.get(eid, 0.0) / len(cores) * ACT_BYTES_PER_TOKEN * 2
                 for d in cores:
@@ -379,7 +398,7 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
         for act in options:
             if act.kind == "migrate":
                 assert used is not None
-                dst_banks = _pick_banks(act, used, geom, bank_cap, claimed)
+                dst_banks = _pick_banks(act, used, geom, bank_cap, incoming, bank_bw * window_s)
                 if dst_banks is None:
                     continue
                 act.shards = [(t, sz, src, dst)
@@ -497,25 +516,28 @@ def _occupy(used: np.ndarray, act: _Action, geom: ChipGeometry) -> None:
         used[c1, s1] += size
 
 
-def _pick_banks(act: _Action, used_all: np.ndarray, geom: ChipGeometry, bank_cap: float,
-                claimed: set[tuple[int, int]]) -> list[str] | None:
-    """Distinct banks with room in the destination vault, one incoming shard per bank this window (bandwidth),
-    spread over the vault's columns as TAPS spreads them (``shards.spread_pick`` on the bytes each bank holds: the
-    shards of an expert are read one after another, a column holding several of them is one hot spot)."""
+def _pick_banks(act: _Action, used_all: np.ndarray, geom: ChipGeometry, bank_cap: float, incoming: np.ndarray,
+                write_cap: float) -> list[str] | None:
+    """Banks in the destination vault for the action's shards, packed by bytes: a bank takes a shard when its free
+    bytes hold it (``used_all``: the live occupancy) and the bytes written into it this window stay within
+    ``write_cap`` (``bank_bw_gbps`` over one window; ``incoming``: what earlier moves of this window write, per
+    (vault core, slot)); among those, spread over the vault's columns as TAPS spreads them (``shards.spread_pick``
+    on the bytes each bank holds: the shards of an expert are read one after another, a column holding several of
+    them is one hot spot). None when a shard finds no such bank. ``incoming`` is updated when the action is
+    placed."""
     d = act.dst
     out: list[str] = []
     used = used_all[d].copy()  # this action's shards count as they are placed
-    free = np.array([(d, b) not in claimed for b in range(geom.vault_banks)], dtype=bool)
+    written = incoming[d].copy()
     for _, size, _, _ in act.shards or []:
-        mask = free & (used + size <= bank_cap + 1e-6)
+        mask = (used + size <= bank_cap + 1e-6) & (written + size <= write_cap * (1 + 1e-9))
         if not mask.any():
             return None
         b = spread_pick(used, used, mask, geom.n_dram_layers)
         out.append(geom.slot_bank_id(d, b))
         used[b] += size
-        free[b] = False
-    for bank in out:
-        claimed.add(geom.bank_core_slot(bank))
+        written[b] += size
+    incoming[d] = written
     return out
 
 

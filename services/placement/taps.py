@@ -19,8 +19,9 @@ When the demand exceeds the chip (``Σ f > n_cores·core_flops_tps``) the chip s
 bank traffic) is scaled to the sustainable throughput, a mean utilisation of ``1/CAPACITY_HEADROOM`` (noted).
 Constraints: per-core FLOP rate ≤ ``core_flops_tps``; per-layer critical path (Science III): the instances of one layer
 on one core take at most ``(1 + CRITICAL_PATH_TOL)`` times the layer's slowest instance (``layer_budgets``: the
-load-balanced placement's critical path); hard vault capacity: a core's instances' shards fit its vault's banks (a
-model that does not fit the chip's banks is refused with the numbers);
+load-balanced placement's critical path); hard vault capacity: a core's instances' shards fit its vault's banks, packed
+by bytes (a bank holds as many shards as fit: ``shards.vault_copies``; a model whose shards do not fit the chip's banks
+is refused with the numbers, ``shards.check_fits``);
 two replicas of one expert never share a core; weight shards in the vault of the core that uses them, spilling to the
 nearest vault with room, each bank within ``bank_capacity_mb`` and ``bank_bw_gbps`` where possible.
 
@@ -41,11 +42,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from services.placement.geometry import MIB, ChipGeometry, adjacent_pairs, analytic_influence, check_h, hops_matrix
-from services.placement.shards import BankBook, read_die_profile, shard_sizes
-from shared.chip import attention_share
+from services.placement.shards import BankBook, check_fits, read_die_profile, shard_sizes, vault_copies
+from shared.chip import attention_share, stripe_groups
 from shared.configs import ArchConfig, WorkloadConfig
 from shared.configs.tas import TapsParams
-from shared.contracts.ids import expert_id, weight_tensor_id
+from shared.contracts.ids import expert_id, parse_expert_id, weight_tensor_id
 from shared.contracts.placement import ExpertPlacement, Placement, PlacementMeta, TensorPlacement
 from shared.dvfs import dynamic_scale, freq_volt, step_levels
 from shared.energy import EnergyModel, dtype_bytes, spm_accesses, static_power
@@ -85,8 +86,9 @@ class Problem:
     # layer on one core; None = no budget (the MILP oracle's problems, tests)
     inst_time: np.ndarray | None = None  # (m,)
     inst_budget: np.ndarray | None = None  # (m,)
-    # hard vault capacity: the banks each instance's copy of the weights takes and the banks of one core's vault
-    inst_bytes: np.ndarray | None = None  # (m,)
+    # hard vault capacity: the expert copies each instance holds (1) and the copies one core's vault holds, its
+    # banks packed by bytes (`shards.vault_copies`)
+    inst_copies: np.ndarray | None = None  # (m,)
     vault_cap: float = math.inf
     # energy per micro-batch step of each instance (J): in its core and in its vault (``instance_energy``)
     inst_e_logic: np.ndarray | None = None  # (m,)
@@ -97,6 +99,9 @@ class Problem:
     read_dies: np.ndarray | None = None
     H_vault_reads: np.ndarray | None = None
     base_field: BaseField | None = None  # what ``t_base`` comes from (`base_power`); None: leakage-free library use
+    # experts striped over groups of this many consecutive cores (`stripe_influence`): a layer's time is summed over a
+    # group, whose instances run one after another on all of its cores
+    stripe: int = 1
     # derived (filled by __post_init__)
     adj_i: np.ndarray = field(init=False)
     adj_j: np.ndarray = field(init=False)
@@ -287,8 +292,9 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     t_amb = arch.geometry.cooling.ambient_c
     Hv = None if H_vault is None else check_h(H_vault, n)
     obj = taps.objective
-    inst_bytes = None
+    inst_copies = None
     vault_cap = math.inf
+    shards_per_vault = 0.0
     read_dies = H_reads = None
     if expert_bytes > 0:
         sizes = shard_sizes(int(expert_bytes), wl.tensors.weight_shard_mb)
@@ -296,18 +302,15 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
         if max(sizes) > bank_cap:
             raise BadInput(f"a weight shard of {max(sizes) / MIB:.0f} MiB does not fit a {bank_cap / MIB:.0f} MiB "
                            "bank: lower workload.tensors.weight_shard_mb", field="workload.tensors.weight_shard_mb")
-        # counted in banks: each shard takes a bank of its own (a remainder shard is not packed with another), so a
-        # vault's instances fit its banks and no shard spills to a remote vault (read over the NoC, slower)
-        vault_cap = float(geom.vault_banks)
-        inst_bytes = np.full(inst_expert.shape[0], float(len(sizes)))
-        need, have = float(inst_bytes.sum()), vault_cap * n
-        if need > have:
-            raise BadInput(f"the model does not fit the chip's DRAM: {inst_expert.shape[0]} expert copies x "
-                           f"{len(sizes)} shards of <= {max(sizes) / MIB:.0f} MiB = {int(need)} banks "
-                           f"({inst_expert.shape[0] * sum(sizes) / 2**30:.1f} GiB), the chip has {int(have)} banks "
-                           f"({n} vaults x {geom.vault_banks} banks of {bank_cap / MIB:.0f} MiB)", field="expert_bytes")
-    if inst_bytes is not None and Hv is not None and vault_influence is not None:  # the mean vault's shards
-        read_dies = read_die_profile(geom, float(inst_bytes.sum()) / n)
+        # counted in expert copies packed by bytes (`shards.pack_banks`: a bank holds as many shards as fit): every
+        # instance holds one copy of the same shards, so a vault's capacity is the copies its banks hold, and a
+        # core's instances within it keep their shards in its vault (no read over the NoC from a remote one)
+        check_fits(int(inst_expert.shape[0]), sizes, bank_cap, geom)
+        vault_cap = float(vault_copies(sizes, bank_cap, geom.vault_banks))
+        inst_copies = np.ones(inst_expert.shape[0])
+        shards_per_vault = inst_expert.shape[0] * len(sizes) / n
+    if inst_copies is not None and Hv is not None and vault_influence is not None:  # the mean vault's shards
+        read_dies = read_die_profile(geom, shards_per_vault)
         H_reads = check_h(vault_influence(read_dies), n)
     base = base_power(arch, H, Hv, steps_per_s, nonexpert_flops_per_step, nonexpert_bytes_per_step,
                       float(e_compute.sum()) * steps_per_s, float(e_ctrl.sum()) * steps_per_s,
@@ -318,7 +321,7 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     e_logic = e_compute * float(base.dyn_scale.mean()) + e_ctrl
     power = (e_logic + e_vault) * steps_per_s  # W, mean
     # the instances' heat (the base field's is in t_base): their vault share where their shards are
-    H_inst = instance_influence(H, Hv if H_reads is None else H_reads, e_logic, e_vault)
+    H_inst = stripe_influence(instance_influence(H, Hv if H_reads is None else H_reads, e_logic, e_vault), arch)
     inst_time = inst_budget = None
     if critical_path_tol is not None:
         inst_time, inst_budget = layer_budgets(arch, taps, tok_step * expert_flops_per_token, expert_bytes,
@@ -328,8 +331,8 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
                    inst_expert=inst_expert, inst_power=power, inst_flops=flops, inst_tokens_step=tok_step,
                    expert_layer=expert_layer, expert_e=expert_e, cap_flops=cap, steps_per_s=steps_per_s,
                    t_amb=t_amb, notes=notes, h_source=source, inst_time=inst_time, inst_budget=inst_budget,
-                   inst_bytes=inst_bytes, vault_cap=vault_cap, inst_e_logic=e_logic, inst_e_vault=e_vault,
-                   read_dies=read_dies, H_vault_reads=H_reads)
+                   inst_copies=inst_copies, vault_cap=vault_cap, inst_e_logic=e_logic, inst_e_vault=e_vault,
+                   read_dies=read_dies, H_vault_reads=H_reads, stripe=arch.schedule.expert_stripe)
 
 
 def work_energy(arch: ArchConfig, macs: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -360,6 +363,10 @@ class BaseField:
 
 
 BASE_FIELD_PASSES = 60  # fixed-point passes at most (to < 1 mK: 3 on the default chip, 8 on the seed's)
+# the passes price leakage at most at this temperature: a field past it has run away (leakage growing faster than the
+# stack removes its heat, no steady state without throttling); far beyond any part's rating (silicon's junction
+# limit is ~150 degC), low enough that every power stays finite
+RUNAWAY_C = 500.0
 
 
 def instance_influence(H: np.ndarray, H_vault: np.ndarray | None, e_logic: np.ndarray,
@@ -380,6 +387,21 @@ def instance_influence(H: np.ndarray, H_vault: np.ndarray | None, e_logic: np.nd
     tot = float(e_logic.sum() + e_vault.sum())
     a = float(e_logic.sum()) / tot if tot > 0 else 1.0
     return np.asarray(a * H + (1.0 - a) * H_vault, dtype=float)
+
+
+def stripe_influence(H_inst: np.ndarray, arch: ArchConfig) -> np.ndarray:
+    """Striped experts (``arch.schedule.expert_stripe`` = k > 1): an instance "on core j" stands for its expert
+    striped over j's stripe group (`shared.chip.stripe_groups`), its power spread evenly over the group's k cores and
+    their vaults, so column j becomes the mean of the group's columns. Every core of a group is then the same target;
+    the per-core capacities (FLOP/s, vault copies) summed over a group are the group's (a striped copy takes 1/k of
+    each of its k vaults), so the optimisers' per-core constraints bound the groups' totals. The layer budgets stay
+    per core (an approximation: a group runs its instances one after another, each on all k cores). k = 1: as
+    given."""
+    groups = stripe_groups(arch)
+    if groups.shape[1] == 1:
+        return H_inst
+    mean = H_inst[:, groups].mean(axis=2)  # (n, groups)
+    return np.asarray(np.repeat(mean, groups.shape[1], axis=1), dtype=float)
 
 
 def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, steps_per_s: float,
@@ -425,7 +447,8 @@ def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, step
         vault_w = e_vault * steps_per_s + (bank_leak + bank_ref) * banks
         expert_logic_w = expert_compute_w * float(scale.mean()) + expert_ctrl_w
         t_base = t_amb + H @ core_w + Hv @ vault_w
-        T_new = t_base + H @ np.full(n, expert_logic_w / n) + Hr @ np.full(n, expert_vault_w / n)
+        T_new = np.minimum(t_base + H @ np.full(n, expert_logic_w / n) + Hr @ np.full(n, expert_vault_w / n),
+                           RUNAWAY_C)  # leakage is priced at most there: every power of the next pass stays finite
         new_levels = step_levels(T_new, levels, arch)
         held = np.array_equal(new_levels, levels)
         moved = float(np.abs(T_new - T).max())
@@ -438,6 +461,11 @@ def base_power(arch: ArchConfig, H: np.ndarray, H_vault: np.ndarray | None, step
             notes.append(f"base field: not settled in {BASE_FIELD_PASSES} passes: {cause}; the last pass is used")
             break
         levels = new_levels
+    if float(T.max()) >= RUNAWAY_C:
+        notes.append(f"base field: runs away (leakage feeding back on temperature past {RUNAWAY_C:g} °C at the "
+                     "DVFS levels it settles at): there is no steady state without the DTM limit's clock "
+                     "modulation, which TAPS does not model; its temperatures are capped there (the run's DTM "
+                     "throttles the chip)")
     if levels.any():
         notes.append(f"DVFS: the predicted mean field ({T.min():.1f}-{T.max():.1f} °C) holds the cores at "
                      f"{f.min():g}-{f.max():g} GHz: compute energy priced at (V/V0)² = {scale.min():.3g}-"
@@ -465,8 +493,10 @@ def layer_budgets(arch: ArchConfig, taps: TapsParams, flops_step: np.ndarray, ex
     or the stream of its whole copy of the weights, whichever is longer: decode is the second), and its layer's
     budget on one core, ``(1 + tol) · max_(i in layer) t_i``: the layer's critical path in the load-balanced
     placement, where every instance of a layer has a core of its own (``instances ≤ cores``; a layer with more
-    instances than cores gets ``(1 + tol) · Σ t_i / cores`` or its longest instance, whichever is larger)."""
-    n = arch.mesh.n_cores
+    instances than cores gets ``(1 + tol) · Σ t_i / cores`` or its longest instance, whichever is larger). On a
+    striped chip the units are the stripe groups (each instance on all of its group's cores, at k times the bandwidth
+    and compute: times and budgets alike divided by k, so kept per core and summed per group, `_layer_time`)."""
+    n = arch.mesh.n_cores // arch.schedule.expert_stripe
     t = np.maximum(flops_step / taps.capacity.core_flops_tps, expert_bytes / (arch.dram.vault_bw_gbps * 1e9))
     budget = np.empty_like(t)
     for layer in np.unique(inst_layer):
@@ -481,7 +511,8 @@ def layer_budgets(arch: ArchConfig, taps: TapsParams, flops_step: np.ndarray, ex
 
 
 def _layer_time(pb: Problem, assign: np.ndarray) -> np.ndarray | None:
-    """(instances, cores): the time per step of instance i's layer already on each core (excluding nothing)."""
+    """(instances, cores): the time per step of instance i's layer already on each core (excluding nothing); on a
+    striped chip, on each core's group (`per_group`)."""
     if pb.inst_time is None:
         return None
     layer = pb.expert_layer[pb.inst_expert]
@@ -489,7 +520,29 @@ def _layer_time(pb: Problem, assign: np.ndarray) -> np.ndarray | None:
     lt = np.zeros((keys.size, pb.n))
     placed = assign >= 0
     np.add.at(lt, (inv[placed], assign[placed]), pb.inst_time[placed])
-    return np.asarray(lt[inv])
+    return np.asarray(per_group(lt, pb.stripe)[inv])
+
+
+def _swap_cores(assign: np.ndarray, load: np.ndarray, h: int, b: int, stripe: int) -> None:
+    """Swap what cores h and b run, and their loads; on a striped chip (``stripe`` > 1) what their groups run, each
+    core with the one in the same position of the other group (per-core loads and copies swap with them)."""
+    gh, gb = h // stripe * stripe, b // stripe * stripe
+    for off in range(stripe) if stripe > 1 else (None,):
+        c, d = (h, b) if off is None else (gh + off, gb + off)
+        on_c, on_d = assign == c, assign == d
+        load[c], load[d] = load[d], load[c]
+        assign[on_c] = d
+        assign[on_d] = c
+
+
+def per_group(x: np.ndarray, stripe: int) -> np.ndarray:
+    """``x`` (..., cores) summed over each stripe group of ``stripe`` consecutive cores, the sum on every core of the
+    group (``stripe`` 1: ``x``)."""
+    if stripe == 1:
+        return x
+    shape = x.shape
+    sums = x.reshape(*shape[:-1], shape[-1] // stripe, stripe).sum(axis=-1)
+    return np.asarray(np.repeat(sums, stripe, axis=-1), dtype=float)
 
 
 def _sibling_cores(pb: Problem, assign: np.ndarray, i: int) -> np.ndarray:
@@ -512,22 +565,27 @@ def greedy(pb: Problem) -> tuple[np.ndarray, int]:
     cores = np.arange(pb.n)
     has_rep = np.bincount(pb.inst_expert, minlength=int(pb.inst_expert.max()) + 1) > 1
     violations = 0
-    vbytes = np.zeros(pb.n)
+    vcopies = np.zeros(pb.n)
+    _, layer_of = np.unique(pb.expert_layer[pb.inst_expert], return_inverse=True)
+    members = [np.flatnonzero(layer_of == k) for k in range(int(layer_of.max()) + 1)] if pb.m else []
     for i in order:
         w = pb.inst_power[i]
         f = pb.inst_flops[i]
         objs = pb.delta_objective(T, cores, None, np.full(pb.n, w))
         ok = load + f <= pb.cap_flops * (1 + 1e-12)
-        if pb.inst_bytes is not None:
-            fits = vbytes + pb.inst_bytes[i] <= pb.vault_cap * (1 + 1e-12)
+        if pb.inst_copies is not None:
+            fits = vcopies + pb.inst_copies[i] <= pb.vault_cap * (1 + 1e-12)
             if (ok & fits).any():
                 ok &= fits
             else:
                 violations += 1
         if pb.inst_time is not None and pb.inst_budget is not None:
-            lt = _layer_time(pb, assign)
-            assert lt is not None
-            within = lt[i] + pb.inst_time[i] <= pb.inst_budget[i] * (1 + 1e-12)
+            # instance i's row of `_layer_time` from its layer's instances alone (the same sums, in the same order)
+            mates = members[int(layer_of[i])]
+            at = assign[mates]
+            row = np.zeros(pb.n)
+            np.add.at(row, at[at >= 0], pb.inst_time[mates[at >= 0]])
+            within = per_group(row, pb.stripe) + pb.inst_time[i] <= pb.inst_budget[i] * (1 + 1e-12)
             if (ok & within).any():
                 ok &= within
             else:
@@ -544,8 +602,8 @@ def greedy(pb: Problem) -> tuple[np.ndarray, int]:
         c = int(np.argmin(np.where(ok, objs, np.inf)))
         assign[i] = c
         load[c] += f
-        if pb.inst_bytes is not None:
-            vbytes[c] += pb.inst_bytes[i]
+        if pb.inst_copies is not None:
+            vcopies[c] += pb.inst_copies[i]
         T += w * pb.H[:, c]
     return assign, violations
 
@@ -580,7 +638,7 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
             break
         best: tuple[float, str, int, int] | None = None
         lt = _layer_time(pb, assign)  # per-layer time on every core (the critical-path budget), None without one
-        vb = None if pb.inst_bytes is None else np.bincount(assign, weights=pb.inst_bytes, minlength=pb.n)
+        vb = None if pb.inst_copies is None else np.bincount(assign, weights=pb.inst_copies, minlength=pb.n)
         cool_mask = np.zeros(pb.n, dtype=bool)
         cool_mask[np.argsort(T, kind="stable")[:n_cool]] = True
         hot = [int(x) for x in np.argsort(-T, kind="stable")[:hot_cores]]
@@ -589,10 +647,11 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
             on_h = np.flatnonzero(assign == h)
             if on_h.size == 0:
                 continue
-            # swap the whole contents of h with another core (always feasible: loads and replicas swap together)
-            core_p = np.bincount(assign, weights=pb.inst_power, minlength=pb.n)
+            # swap the whole contents of h with another core (always feasible: loads and replicas swap together); on a
+            # striped chip of h's group with another group, core by core (`_swap_cores`)
+            core_p = per_group(np.bincount(assign, weights=pb.inst_power, minlength=pb.n), pb.stripe)
             cobjs = pb.delta_objective(T, cores, np.full(pb.n, h), core_p[h] - core_p)
-            cobjs[h] = np.inf
+            cobjs[cores // pb.stripe == h // pb.stripe] = np.inf
             b = int(np.argmin(cobjs))
             if cobjs[b] < cur - 1e-9 * max(1.0, abs(cur)) and (best is None or cobjs[b] < best[0]):
                 best = (float(cobjs[b]), "cores", h, b)
@@ -607,8 +666,8 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
                     ok &= ~_sibling_cores(pb, assign, i)
                 if lt is not None and pb.inst_time is not None and pb.inst_budget is not None:
                     ok &= lt[i] + pb.inst_time[i] <= pb.inst_budget[i] * (1 + 1e-12)
-                if vb is not None and pb.inst_bytes is not None:
-                    ok &= vb + pb.inst_bytes[i] <= pb.vault_cap * (1 + 1e-12)
+                if vb is not None and pb.inst_copies is not None:
+                    ok &= vb + pb.inst_copies[i] <= pb.vault_cap * (1 + 1e-12)
                 if ok.any():
                     b = int(np.argmin(np.where(ok, objs, np.inf)))
                     if objs[b] < cur - 1e-9 * max(1.0, abs(cur)) and (best is None or objs[b] < best[0]):
@@ -635,8 +694,8 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
                     # i lands on bj (leaving j's time there when j is of its layer); j lands on h likewise
                     sok &= lt[i][bj] - np.where(same, tj, 0.0) + ti <= pb.inst_budget[i] * (1 + 1e-12)
                     sok &= lt[js, h] - np.where(same, ti, 0.0) + tj <= pb.inst_budget[js] * (1 + 1e-12)
-                if vb is not None and pb.inst_bytes is not None:
-                    db = pb.inst_bytes[i] - pb.inst_bytes[js]
+                if vb is not None and pb.inst_copies is not None:
+                    db = pb.inst_copies[i] - pb.inst_copies[js]
                     sok &= (vb[bj] + db <= pb.vault_cap * (1 + 1e-12)) & (vb[h] - db <= pb.vault_cap * (1 + 1e-12))
                 if sok.any():
                     t = int(np.argmin(np.where(sok, sobjs, np.inf)))
@@ -649,12 +708,9 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
         _, kind, i, x = best
         if kind == "cores":
             h, b = i, x
-            on_h, on_b = assign == h, assign == b
-            core_p = np.bincount(assign, weights=pb.inst_power, minlength=pb.n)
+            core_p = per_group(np.bincount(assign, weights=pb.inst_power, minlength=pb.n), pb.stripe)
             T += (core_p[h] - core_p[b]) * (pb.H[:, b] - pb.H[:, h])
-            load[h], load[b] = load[b], load[h]
-            assign[on_h] = b
-            assign[on_b] = h
+            _swap_cores(assign, load, h, b, pb.stripe)
             cur = pb.objective(T)
             continue
         h = int(assign[i])
@@ -688,6 +744,10 @@ def assemble(pb: Problem, assign: np.ndarray, *, arch: ArchConfig, expert_bytes:
     book = BankBook(geom, arch.dram.bank_capacity_mb * MIB, bank_bw_gbps * 1e9)
     sizes = shard_sizes(int(expert_bytes), weight_shard_mb)
     n_exp = int(pb.expert_layer.shape[0])
+    groups = stripe_groups(arch)
+    if groups.shape[1] > 1:
+        return _assemble_striped(pb, assign, groups, arch=arch, sizes=sizes, bank_bw_gbps=bank_bw_gbps, method=method,
+                                 extra_notes=extra_notes, gap=gap)
     cores_of: list[list[int]] = [[] for _ in range(n_exp)]
     for i in range(pb.m):  # replica order = instance order
         cores_of[int(pb.inst_expert[i])].append(int(assign[i]))
@@ -704,11 +764,22 @@ def assemble(pb: Problem, assign: np.ndarray, *, arch: ArchConfig, expert_bytes:
         k = int(pb.inst_expert[i])
         first[i] = seen.get(k, 0)
         seen[k] = first[i] + 1
+    # a vault with more shards than banks shares banks (packed by bytes): there its shards the size of the largest
+    # go first (first-fit decreasing), so that a remainder never takes the bank a whole shard needs and no shard
+    # spills while the vault's capacity (`shards.vault_copies`) holds; a vault with a bank for every shard keeps
+    # the instances' order
+    tight = np.bincount(assign, minlength=pb.n) * len(sizes) > geom.vault_banks
+    hot = np.argsort(-p_active, kind="stable")
+    order = [(int(i), s) for i in hot for s in range(len(sizes))]
+    if tight.any() and len(set(sizes)) > 1:
+        later = [tight[assign[i]] and sizes[s] < sizes[0] for i, s in order]
+        order = [o for o, d in zip(order, later, strict=True) if not d] + \
+            [o for o, d in zip(order, later, strict=True) if d]
     banks: dict[tuple[int, int, int], str] = {}
-    for i in (int(x) for x in np.argsort(-p_active, kind="stable")):
-        for s, size in enumerate(sizes):
-            v, slot = book.place(int(assign[i]), size, size * pb.steps_per_s * p_active[i])
-            banks[(int(pb.inst_expert[i]), int(first[i]), s)] = geom.slot_bank_id(v, slot)
+    for i, s in order:
+        size = sizes[s]
+        v, slot = book.place(int(assign[i]), size, size * pb.steps_per_s * p_active[i])
+        banks[(int(pb.inst_expert[i]), int(first[i]), s)] = geom.slot_bank_id(v, slot)
     tensors: dict[str, TensorPlacement] = {}
     for k in range(n_exp):
         layer, e = int(pb.expert_layer[k]), int(pb.expert_e[k])
@@ -717,6 +788,13 @@ def assemble(pb: Problem, assign: np.ndarray, *, arch: ArchConfig, expert_bytes:
             tensors[weight_tensor_id(layer, e, s)] = TensorPlacement(
                 dram_bank=banks[(k, 0, s)], size_bytes=size,
                 replica_banks=[banks[(k, r, s)] for r in range(1, nrep)] if nrep > 1 else None)
+    return Placement(experts=experts, tensors=tensors,
+                     meta=_meta(pb, assign, book, method=method, extra_notes=extra_notes, gap=gap))
+
+
+def _meta(pb: Problem, assign: np.ndarray, book: BankBook, *, method: str, extra_notes: Sequence[str],
+          gap: float | None) -> PlacementMeta:
+    """What TAPS predicts of an assignment: the core temperatures and powers, the objective's terms."""
     T = pb.temps(assign)
     terms = pb.terms(T)
     load = np.bincount(assign, weights=pb.inst_flops, minlength=pb.n)
@@ -726,11 +804,43 @@ def assemble(pb: Problem, assign: np.ndarray, *, arch: ArchConfig, expert_bytes:
         "capacity_util_max": float(load.max() / pb.cap_flops),
         "bank_bw_util_max": book.bw_util_max(),
     })
-    meta = PlacementMeta(method=method, predicted_core_temps_c=[round(float(t), 4) for t in T],
+    return PlacementMeta(method=method, predicted_core_temps_c=[round(float(t), 4) for t in T],
                          predicted_core_power_w=[round(float(x), 6) for x in pb.core_power(assign)],
                          predicted_peak_c=round(float(T.max()), 4), objective=terms, optimality_gap=gap,
                          notes=[*pb.notes, *extra_notes, *book.notes()])
-    return Placement(experts=experts, tensors=tensors, meta=meta)
+
+
+def _assemble_striped(pb: Problem, assign: np.ndarray, groups: np.ndarray, *, arch: ArchConfig, sizes: list[int],
+                      bank_bw_gbps: float, method: str, extra_notes: Sequence[str], gap: float | None) -> Placement:
+    """`assemble` for striped experts: an instance on core j is its expert striped over j's group (policy
+    ``stripe``); each shard a slice of 1/k in every core's vault of the group, the most read instances first
+    (``dram_bank``: the first core's slice, ``replica_banks``: the others'). Replicas are not made on a striped chip
+    (`build_placement`): one instance per expert."""
+    geom = pb.geom
+    book = BankBook(geom, arch.dram.bank_capacity_mb * MIB, bank_bw_gbps * 1e9)
+    k = groups.shape[1]
+    group_of = np.arange(pb.n) // k
+    p_active = 1.0 - np.exp(-pb.inst_tokens_step)
+    experts: dict[str, ExpertPlacement] = {}
+    tensors: dict[str, TensorPlacement] = {}
+    for i in np.argsort(-p_active, kind="stable").tolist():
+        e = int(pb.inst_expert[i])
+        layer, ex = int(pb.expert_layer[e]), int(pb.expert_e[e])
+        cores = [int(c) for c in groups[group_of[int(assign[i])]]]
+        experts[expert_id(layer, ex)] = ExpertPlacement(cores=cores, policy="stripe")
+        for s, size in enumerate(sizes):
+            banks = [geom.slot_bank_id(*book.place(c, size / k, size / k * pb.steps_per_s * p_active[i]))
+                     for c in cores]
+            tensors[weight_tensor_id(layer, ex, s)] = TensorPlacement(dram_bank=banks[0], size_bytes=size,
+                                                                       replica_banks=banks[1:])
+    experts = {key: experts[key] for key in sorted(experts, key=_expert_order)}
+    return Placement(experts=experts, tensors=tensors,
+                     meta=_meta(pb, assign, book, method=method, extra_notes=extra_notes, gap=gap))
+
+
+def _expert_order(key: str) -> tuple[int, int]:
+    layer, e = parse_expert_id(key)
+    return layer, e
 
 
 ILS_MAX_INSTANCES = 128  # iterated local search (random kicks + local search) only for problems up to this size
@@ -744,7 +854,7 @@ def _feasible(pb: Problem, assign: np.ndarray) -> bool:
     pairs = pb.inst_expert.astype(np.int64) * pb.n + assign
     if np.unique(pairs).size != pairs.size:
         return False
-    if pb.inst_bytes is not None and np.any(np.bincount(assign, weights=pb.inst_bytes, minlength=pb.n)
+    if pb.inst_copies is not None and np.any(np.bincount(assign, weights=pb.inst_copies, minlength=pb.n)
                                             > pb.vault_cap * (1 + 1e-12)):
         return False
     lt = _layer_time(pb, assign)

@@ -26,6 +26,8 @@ from shared.contracts.thermal import (
     PulseResponse,
     SolveRequest,
     SolveResult,
+    StepEpochRequest,
+    StepEpochResult,
     StepRequest,
     StepResult,
     ThermalState,
@@ -60,6 +62,15 @@ def step(req: StepRequest, request: Request) -> StepResult:
     replica lacks it); the previous state inline or as ``state_ref`` (404 ``unknown_thermal_state`` when this replica
     no longer keeps it: send it inline)."""
     return service.step_request(req, _states(request))
+
+
+@router.post("/step/epoch", response_model=StepEpochResult)
+def step_epoch(req: StepEpochRequest) -> StepEpochResult:
+    """Windows ``window .. window + len(deposits) - 1`` (one energy deposit each, at most 1024) from the state after
+    ``window - 1``: one snapshot per window, the state after the last and the first DVFS or refresh event, bit for bit
+    what ``POST /v1/step`` answers window after window; with ``until_event`` (the default) it stops after the first
+    window whose successor's inputs change."""
+    return service.step_epoch_request(req)
 
 
 @router.post("/warm_start", response_model=ThermalState)
@@ -127,11 +138,12 @@ def hotspot_import(req: HotspotImportRequest) -> HotspotFiles:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The thermal service's app. Loads the window step's compiled kernels now (numba's cache; ~1-3 s, ~10 s the
     first time on a machine) so that no request pays it and worker processes forked from this one share them."""
-    from services.thermal import exp_kernels, spectral_kernels
+    from services.thermal import exp_kernels, spectral_kernels, window_kernels
 
     s = settings or get_settings()
     app = create_service_app("thermal", s, [router])
     app.state.thermal_states = state_store("thermal_state", s.state_cache_size, long_strings=True)
     spectral_kernels.warm_up()
     exp_kernels.warm_up()
+    window_kernels.warm_up()
     return app

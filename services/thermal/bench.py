@@ -12,11 +12,12 @@ import numpy as np
 
 from services.thermal import hotspot, solvers
 from services.thermal.model import build_model
-from services.thermal.service import thermal_step
+from services.thermal.service import thermal_epoch, thermal_step
 from services.thermal.spectral import SpectralSolver
 from shared.bench import BenchRow, fmt_s, time_call
 from shared.configs import ArchConfig
 from shared.contracts.events import ComputeEvents, MemoryEvents
+from shared.energy import deposit_of_events
 
 REFERENCE = Path(os.environ.get("TASMOE_REFERENCE_DIR", Path(__file__).resolve().parents[2].parent / "shared" /
                                 "reference"))
@@ -117,6 +118,21 @@ def bench_default_stack(window_ms: float = 1.0, repeat: int = 30) -> list[BenchR
     med_step, _ = time_call(lambda: thermal_step(arch, 1, 3.0, first.state, c, m), repeat=10)
     rows.append(BenchRow("thermal: thermal_step() incl. power from events + snapshot, 3 ms window",
                          f"{fmt_s(med_step)} median of 10"))
+    # a control epoch: 64 windows of that deposit in one call, against thermal_step window after window (state
+    # decoded and encoded every window); process CPU per window
+    deps = [deposit_of_events(c, m, arch)] * 64
+
+    def sequential() -> None:
+        state = first.state
+        for j, dep in enumerate(deps):
+            state = thermal_step(arch, 1 + j, 3.0, state, None, None, deposit=dep).state
+
+    cpu_seq = _cpu_median(sequential, 5) / len(deps)
+    cpu_epoch = _cpu_median(lambda: thermal_epoch(arch, 1, 3.0, first.state, deps, until_event=False), 5) / len(deps)
+    rows.append(BenchRow("thermal: thermal_epoch() per window, 64 windows in one call (the snapshots and state of "
+                         "thermal_step window after window, byte for byte)",
+                         f"CPU {fmt_s(cpu_epoch)} a window, median of 5 (thermal_step window after window: "
+                         f"{fmt_s(cpu_seq)})", "", None, f"{cpu_seq / cpu_epoch:.1f}x"))
     return rows
 
 

@@ -29,3 +29,11 @@ def bw_eff_factor(temp_c: float | np.ndarray, refresh: RefreshConfig) -> np.ndar
 def refresh_mhz(bank_temps_c: np.ndarray, refresh: RefreshConfig) -> float:
     """Refresh commands per second over all banks (one per bank per tREFI), in MHz."""
     return float(np.sum(1.0 / trefi_us(bank_temps_c, refresh)))  # 1/µs = MHz
+
+
+def refresh_mhz_rows(bank_temps_c: np.ndarray, refresh: RefreshConfig) -> np.ndarray:
+    """``refresh_mhz`` of every row of ``bank_temps_c`` (rows, ...) at once: each row's rates summed as one
+    contiguous run, as ``refresh_mhz`` sums a C-ordered array (the same numbers)."""
+    rate = np.ascontiguousarray(1.0 / trefi_us(bank_temps_c, refresh))
+    out: np.ndarray = np.sum(rate.reshape(rate.shape[0], -1), axis=1)
+    return out

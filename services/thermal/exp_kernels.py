@@ -12,7 +12,9 @@ fastmath in the passes: the same operations as a complex tridiagonal solve.
 
 Notation as in ``spectral_kernels``: per pole the reciprocal pivots ``inv = 1/dd`` (complex, (L, P)), multipliers
 ``m[l] = off[l]·inv[l]``; forward ``x[l] = f[l] − m[l−1]·x[l−1]``; correction ``x[L−2] += wh0``,
-``x[L−1] += wh1 − m[L−2]·wh0``; back ``s[L−1] = x[L−1]·inv[L−1]``, ``s[l] = x[l]·inv[l] − m[l]·s[l+1]``.
+``x[L−1] += wh1 − m[L−2]·wh0``; back ``s[L−1] = x[L−1]·inv[L−1]``, ``s[L−2] = x[L−2]·inv[L−2] − m[L−2]·s[L−1]``,
+above them ``s[l] = (x[l] − off[l]·s[l+1])·inv[l]`` (the same value as ``x[l]·inv[l] − m[l]·s[l+1]`` with one
+complex product instead of two).
 """
 
 from __future__ import annotations
@@ -124,10 +126,16 @@ def backward(x_r: np.ndarray, x_i: np.ndarray, off: np.ndarray, inv_r: np.ndarra
                     x_r_, x_i_ = xr[layer, p0:p0 + n], xi[layer, p0:p0 + n]
                     u_r, u_i = sr[layer + 1, :n], si[layer + 1, :n]
                     i_r, i_i = ir[layer, p0:p0 + n], ii[layer, p0:p0 + n]
+                    # s[l] = (x[l] − off[l]·s[l+1])·inv[l]: the subtraction into t, then the complex product
                     for k in range(n):
-                        t_r[k] = x_r_[k] * i_r[k] - x_i_[k] * i_i[k] - ((o * i_r[k]) * u_r[k] - (o * i_i[k]) * u_i[k])
+                        t_r[k] = x_r_[k] - o * u_r[k]
                     for k in range(n):
-                        t_i[k] = x_r_[k] * i_i[k] + x_i_[k] * i_r[k] - ((o * i_r[k]) * u_i[k] + (o * i_i[k]) * u_r[k])
+                        t_i[k] = x_i_[k] - o * u_i[k]
+                    for k in range(n):
+                        a_r = t_r[k]
+                        a_i = t_i[k]
+                        t_r[k] = a_r * i_r[k] - a_i * i_i[k]
+                        t_i[k] = a_r * i_i[k] + a_i * i_r[k]
                 o_l = out[layer, p0:p0 + n]
                 if pole == 0:
                     for k in range(n):
@@ -205,28 +213,61 @@ def edge(y2: np.ndarray, g: np.ndarray, DR: np.ndarray, DRt: np.ndarray, DC: np.
         border_to_modes(w_i[layer * ke:(layer + 1) * ke], DR, DRt, DCt, wh[2 * layer + 1].reshape((R, C)))
 
 
+@_jit
+def step(theta: np.ndarray, ph: np.ndarray, tr: np.ndarray, pr: np.ndarray, cap: np.ndarray, off: np.ndarray,
+         rcap: np.ndarray, inv_r: np.ndarray, inv_i: np.ndarray, q: np.ndarray, beta: np.ndarray,
+         DR: np.ndarray, DRt: np.ndarray, DC: np.ndarray, DCt: np.ndarray, kd: np.ndarray, koff_r: np.ndarray,
+         koff_i: np.ndarray, koff_sum: np.ndarray, Wg: np.ndarray, R_inv: np.ndarray, Ry: np.ndarray,
+         Rw: np.ndarray, x_r: np.ndarray, x_i: np.ndarray, y2: np.ndarray, wh: np.ndarray, out: np.ndarray,
+         ring: np.ndarray) -> None:
+    """The whole exponential window step in mode space in one call (``SpectralSolver.step_exponential_modes``):
+    ``θ1 = Re Σ_k β_k·(G + α_k·C)⁻¹·(C·θ0 + q_k·P)`` with ``θ = T − T_amb`` (K), ``q_k = 1/α_k`` (s),
+    ``β_k = −(2/dt)·c_k`` (1/s). ``theta``, ``ph`` (L, P) cell modes of ``θ0`` (K) and of the power (W); ``tr``,
+    ``pr`` (12,) the ring's. Writes the cell modes of ``θ1`` into ``out`` (L, P) and the ring's into ``ring``.
+    Per pole (stacked on the first axis): reciprocal pivots ``inv_r + i·inv_i`` (L, P), the Woodbury data of
+    ``edge`` (``kd``, ``koff_r``/``koff_i`` float32 triangles, ``koff_sum``, ``Wg``, ``R_inv``, ``Ry``, ``Rw``);
+    ``x_r``, ``x_i`` (poles, L, P) and ``y2``, ``wh`` (poles, 4, P) scratch. One call instead of a Python loop over
+    the poles: the ring's 12-vectors and the per-pole slicing cost no interpreter time."""
+    n_poles = q.size
+    q_r, q_i = np.empty(n_poles), np.empty(n_poles)
+    b_r, b_i = np.empty(n_poles), np.empty(n_poles)
+    for k in range(n_poles):
+        q_r[k], q_i[k] = q[k].real, q[k].imag
+        b_r[k], b_i[k] = beta[k].real, beta[k].imag
+    forward(theta, ph, cap, off, inv_r, inv_i, q_r, q_i, x_r, x_i, y2)
+    g = np.empty(rcap.size, dtype=np.complex128)
+    r = np.empty(rcap.size, dtype=np.complex128)
+    for e in range(ring.size):
+        ring[e] = 0.0
+    for k in range(n_poles):
+        for e in range(g.size):
+            g[e] = rcap[e] * tr[e] + q[k] * pr[e]  # the ring's right-hand side C·θ0 + q_k·P (W)
+        edge(y2[k], g, DR, DRt, DC, DCt, kd[k], koff_r[k], koff_i[k], koff_sum[k], Wg[k], R_inv[k], Ry[k], Rw[k],
+             wh[k], r)
+        for e in range(ring.size):
+            ring[e] += (beta[k] * r[e]).real
+    backward(x_r, x_i, off, inv_r, inv_i, wh, b_r, b_i, out)
+
 def warm_up() -> None:
     """Compile (or load from numba's cache) the kernels for the argument types the solver uses."""
-    L, P, n_p = 3, CHUNK + 3, 2
-    theta, ph = np.ones((L, P)), np.ones((L, P))
+    L, n_p, n = 3, 2, 4
+    theta, ph = np.ones((L, n * n)), np.ones((L, n * n))
     cap, off = np.ones(L), -0.1 * np.ones(L - 1)
-    inv_r, inv_i = np.ones((n_p, L, P)), np.zeros((n_p, L, P))
-    q, y2, wh = np.ones(n_p), np.empty((n_p, 4, P)), np.zeros((n_p, 4, P))
-    x_r, x_i = np.empty((n_p, L, P)), np.empty((n_p, L, P))
-    forward(theta, ph, cap, off, inv_r, inv_i, q, q, x_r, x_i, y2)
-    backward(x_r, x_i, off, inv_r, inv_i, wh, q, q, np.empty((L, P)))
-    n = 4
+    inv_r, inv_i = np.ones((n_p, L, n * n)), np.zeros((n_p, L, n * n))
+    cq = np.ones(n_p, dtype=np.complex128)
+    y2, wh = np.empty((n_p, 4, n * n)), np.zeros((n_p, 4, n * n))
     D = np.eye(n)
     k = 2 * (2 * n + 2 * (n - 2))
-    cv = np.zeros(k, dtype=np.complex128)
-    tri = np.zeros(k * (k - 1) // 2, dtype=np.float32)
-    edge(np.zeros((4, n * n)), np.zeros(12, dtype=np.complex128), D, D, D, D, cv, tri, tri, cv,
-         np.zeros((k, 12), dtype=np.complex128), np.zeros((12, 12), dtype=np.complex128),
-         np.zeros((12, k), dtype=np.complex128), np.zeros((12, k), dtype=np.complex128), np.zeros((4, n * n)),
-         np.zeros(12, dtype=np.complex128))
+    cv = np.zeros((n_p, k), dtype=np.complex128)
+    tri = np.zeros((n_p, k * (k - 1) // 2), dtype=np.float32)
+    ring = np.zeros(12)
+    step(theta, ph, ring, ring, cap, off, ring, inv_r, inv_i, cq, cq, D, D, D, D, cv, tri, tri, cv,
+         np.zeros((n_p, k, 12), dtype=np.complex128), np.zeros((n_p, 12, 12), dtype=np.complex128),
+         np.zeros((n_p, 12, k), dtype=np.complex128), np.zeros((n_p, 12, k), dtype=np.complex128),
+         np.empty((n_p, L, n * n)), np.empty((n_p, L, n * n)), y2, wh, np.empty((L, n * n)), np.empty(12))
 
 
-__all__ = ["backward", "edge", "forward", "sym_matvec", "warm_up"]
+__all__ = ["backward", "edge", "forward", "step", "sym_matvec", "warm_up"]
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m services.thermal.exp_kernels` (Dockerfile)

@@ -214,6 +214,60 @@ class StackModel:
         assert isinstance(self.solver, SpectralSolver)
         return self.solver.step_trbdf2_modes(T, modes[0], modes[1], dt, n_sub)
 
+    # -- the state a run of windows carries (epoch.run_windows) ----------------------------------------------------
+    @property
+    def modal(self) -> bool:
+        """Whether a run's state between windows is ``θ = T − T_amb`` in the spectral solver's modes (the cell modes,
+        layer-major, then the 12 ring nodes' ``θ``), which the window step takes and returns without a DCT; else
+        (the sparse solver) the node temperatures themselves."""
+        return isinstance(self.solver, SpectralSolver)
+
+    def state_of(self, T: np.ndarray) -> np.ndarray:
+        """The state vector (n_nodes,) of node temperatures ``T`` (K): their ``θ`` modes (``modal``), else ``T``."""
+        T = np.asarray(T, dtype=np.float64)
+        if not isinstance(self.solver, SpectralSolver):
+            return T.copy()
+        th, tr = self.solver.to_modes(T)
+        th[:, 0] -= self._amb0
+        out: np.ndarray = np.concatenate([th.reshape(-1), tr - self.net.ambient])
+        return out
+
+    @property
+    def _amb0(self) -> float:
+        """Mode (0, 0) of a layer uniformly at ``T_amb`` (orthonormal DCT: ``T_amb·√(rows·cols)``), K."""
+        return float(self.net.ambient * np.sqrt(float(self.net.rows * self.net.cols)))
+
+    def field_of(self, v: np.ndarray) -> np.ndarray:
+        """Node temperatures (K) of a state vector (``state_of``'s inverse): the inverse DCT of the cell modes with
+        ``T_amb`` added to mode (0, 0) of each layer (on a copy of those 12 values: ``v`` is not written), the ring's
+        ``θ + T_amb``; ``v`` itself for the sparse solver."""
+        if not isinstance(self.solver, SpectralSolver):
+            return v
+        L, nc = self.net.n_layers, self.net.n_cells
+        th = v[:nc].reshape(L, -1)
+        keep = th[:, 0].copy()
+        th[:, 0] += self._amb0
+        try:
+            return self.solver.from_modes(th, v[nc:] + self.net.ambient)
+        finally:
+            th[:, 0] = keep
+
+    def step_state(self, v: np.ndarray, core_w: np.ndarray, bank_w: np.ndarray, dt: float,
+                   field: str = "window_ms") -> np.ndarray:
+        """``step`` on a state vector (``state_of``): the exponential step on the spectral solver goes from modes to
+        modes without a DCT; the other integrators and solvers through the node temperatures."""
+        th = self.arch.thermal
+        modes = self.source_modes(core_w, bank_w, with_ambient=False) \
+            if th.integrator == "exponential" and isinstance(self.solver, SpectralSolver) else None
+        if modes is None:
+            return self.state_of(self.step(self.field_of(v), core_w, bank_w, dt, field))
+        assert isinstance(self.solver, SpectralSolver)
+        nc = self.net.n_cells
+        out, ring = self.solver.step_exponential_theta(v[:nc].reshape(self.net.n_layers, -1), v[nc:], modes[0],
+                                                       modes[1], dt, th.exp_degree)
+        res: np.ndarray = np.concatenate([out.reshape(-1), ring])
+        return res
+
     def layer_cells(self, T: np.ndarray, layer: int) -> np.ndarray:
         nrc = self.net.rows * self.net.cols
         return T[layer * nrc:(layer + 1) * nrc]
@@ -227,14 +281,20 @@ class StackModel:
         avg = self.core_map.avg
         return [avg.indices[avg.indptr[c]:avg.indptr[c + 1]] for c in range(avg.shape[0])]
 
+    @cached_property
+    def _core_cells_2d(self) -> np.ndarray | None:
+        """(cores, cells per core) the logic-layer cells of every core when every core has as many, else None."""
+        idx = self._core_cells
+        return np.stack(idx) if len({i.size for i in idx}) == 1 else None
+
     def core_max_temps(self, T: np.ndarray) -> np.ndarray:
         """(cores,) hottest cell of each core, K."""
         cells = self.layer_cells(T, self.logic_layer)
-        idx = self._core_cells
-        if len({i.size for i in idx}) == 1:
-            out: np.ndarray = cells[np.stack(idx)].max(axis=1)
+        idx2 = self._core_cells_2d
+        if idx2 is not None:
+            out: np.ndarray = cells[idx2].max(axis=1)
             return out
-        return np.array([cells[i].max() for i in idx])
+        return np.array([cells[i].max() for i in self._core_cells])
 
     def bank_temps(self, T: np.ndarray) -> np.ndarray:
         """(DRAM dies, banks per layer) K."""
@@ -243,11 +303,57 @@ class StackModel:
 
     def vault_temps(self, T: np.ndarray) -> np.ndarray:
         """(cores, DRAM dies) mean bank temperature of each vault per die, K."""
-        bt = self.bank_temps(T)
-        counts = np.bincount(self.vault_of_bank, minlength=self.n_cores)
-        out = np.stack([np.bincount(self.vault_of_bank, row, self.n_cores) / counts for row in bt], axis=1) \
-            if len(bt) else np.zeros((self.n_cores, 0))
-        return out
+        return self.vault_means(self.bank_temps(T))
+
+    def vault_means(self, bank: np.ndarray) -> np.ndarray:
+        """(..., cores, DRAM dies) the mean of each vault's banks per die from bank values (..., DRAM dies, banks per
+        layer), any leading axes (e.g. one per window): one ``np.bincount`` over them all, each vault's banks summed
+        in bank order (as a bincount per die would)."""
+        b = np.asarray(bank, dtype=float)
+        n, nd = self.n_cores, len(self.dram_layers)
+        lead = b.shape[:-2]
+        if not nd:
+            return np.zeros((*lead, n, 0))
+        rows = b.size // self.n_banks_per_layer  # (window, die) pairs
+        bins = (np.arange(rows)[:, None] * n + self.vault_of_bank[None, :]).ravel()
+        counts = np.bincount(self.vault_of_bank, minlength=n)
+        sums = np.bincount(bins, weights=b.ravel(), minlength=rows * n).reshape(*lead, nd, n)
+        return np.ascontiguousarray(np.swapaxes(sums / counts, -1, -2))
+
+    @cached_property
+    def _block_grids(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """The averaging maps of the cores and of every DRAM die's banks for ``block_temps``: node indices and
+        weights (cells per core, cores) and (cells per bank, DRAM dies · banks per layer), row k holding every
+        block's k-th entry in ``CellMap``'s order (a pass over row k adds one term to every block: no add waits on
+        the previous one). None when the blocks of a map do not all cover as many cells."""
+        nrc = self.net.rows * self.net.cols
+        out = []
+        for cm, layers in ((self.core_map.avg, (self.logic_layer,)), (self.bank_map.avg, self.dram_layers)):
+            counts = np.diff(cm.indptr)
+            if counts.size == 0 or np.any(counts != counts[0]):
+                return None
+            k = int(counts[0])
+            idx, w = cm.indices.reshape(-1, k).T, cm.data.reshape(-1, k).T  # entries are sorted by block
+            out.append(np.ascontiguousarray(np.concatenate([layer * nrc + idx for layer in layers], axis=1)
+                                            if layers else np.zeros((k, 0), dtype=np.intp)))
+            out.append(np.ascontiguousarray(np.concatenate([w] * len(layers), axis=1) if layers else np.zeros((k, 0))))
+        return out[0], out[1], out[2], out[3]
+
+    def block_temps(self, T: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(core_temps(T), core_max_temps(T), bank_temps(T))`` bit for bit in one compiled pass over the blocks'
+        cells (``window_kernels.block_sums``): each block's ``Σ w·T`` summed in ``CellMap``'s order from 0.0, as
+        its ``np.bincount`` does."""
+        grids = self._block_grids
+        if grids is None:
+            return self.core_temps(T), self.core_max_temps(T), self.bank_temps(T)
+        # numba is imported on the first window step, not with the module (the CLI and the other services skip it)
+        from services.thermal.window_kernels import block_sums
+
+        core_nodes, core_w, bank_nodes, bank_w = grids
+        core, core_max, bank = np.empty(self.n_cores), np.empty(self.n_cores), np.empty(bank_nodes.shape[1])
+        block_sums(np.ascontiguousarray(T, dtype=np.float64), core_nodes, core_w, bank_nodes, bank_w, core, core_max,
+                   bank)
+        return core, core_max, bank.reshape(len(self.dram_layers), self.n_banks_per_layer)
 
     def summary(self) -> dict[str, object]:
         return {"model": self.key, "nodes": self.net.n_nodes, "layers": list(self.layer_names),

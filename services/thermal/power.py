@@ -55,13 +55,15 @@ def compute_power_from_events(compute: ComputeEvents, memory: MemoryEvents, arch
 
 
 def compute_power(dep: WindowDeposit, arch: ArchConfig, *, core_temp_c: np.ndarray, bank_temp_c: np.ndarray,
-                  freq_ghz: np.ndarray, window_s: float) -> WindowPower:
+                  freq_ghz: np.ndarray, window_s: float, volts: np.ndarray | None = None) -> WindowPower:
     """Window-average power per core and per bank from the window's energy deposit (``shared.energy``; what
-    ``compute_power_from_events`` computes from the events, or what the lowering service sent in their place)."""
+    ``compute_power_from_events`` computes from the events, or what the lowering service sent in their place).
+    ``volts``: the cores' voltages at ``freq_ghz`` (``volts_for``) when the caller has them (a run of windows at the
+    same clocks looks them up once)."""
     if not window_s > 0:
         raise BadInput("window length must be > 0", field="window_ms")
     bx_n, by_n, n_dies = arch.dram.banks
-    V = volts_for(np.asarray(freq_ghz, dtype=float), arch)
+    V = volts_for(np.asarray(freq_ghz, dtype=float), arch) if volts is None else volts
 
     # logic dynamic: the events' energy at V0 (MACs + scratchpad, shared/energy.py) scaled by (V/V0)²
     vscale = dynamic_scale(V, arch)

@@ -14,13 +14,24 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from services.thermal import solvers
-from services.thermal.dvfs import busy_fraction, refresh_mhz
+from services.thermal.epoch import (
+    FIELD_INVALID,
+    MODES_INVALID,
+    WARM_INVALID,
+    EpochOutcome,
+    EpochStart,
+    check_finite,
+    encode_field,
+    energy_ok,
+    field_ok,
+    run_windows,
+)
 from services.thermal.model import KELVIN, StackModel, get_model, lookup_model
 from services.thermal.power import WindowPower, compute_power
 from shared.chip import Chip
@@ -28,19 +39,22 @@ from shared.configs import ArchConfig
 from shared.content import ContentStore, object_or_hash
 from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.thermal import (
+    MAX_WINDOW,
     ModelInfo,
     PowerBreakdown,
-    RefreshReport,
     SolveResult,
+    StepEpochRequest,
+    StepEpochResult,
     StepRequest,
     StepResult,
     ThermalSnapshot,
     ThermalState,
     WarmStartRequest,
 )
-from shared.dvfs import freq_volt, step_levels
-from shared.energy import WindowDeposit, deposit_of_events, refresh_multiplier, trefi_us
+from shared.dvfs import freq_volt
+from shared.energy import WindowDeposit, deposit_of_events
 from shared.errors import BadInput, Conflict, NotFound
+from shared.limits import MAX_EPOCH_WINDOWS
 
 
 def model_info(arch: ArchConfig) -> ModelInfo:
@@ -68,10 +82,6 @@ def arch_of(arch: ArchConfig | None, model_hash: str | None) -> ArchConfig:
     return arch
 
 
-def encode_field(T: np.ndarray) -> str:
-    return base64.b64encode(np.asarray(T, dtype="<f4").tobytes()).decode("ascii")
-
-
 def decode_array(b64: str, *, field: str, dtype: str, n: int, what: str) -> np.ndarray:
     """``n`` little-endian values (``dtype`` "<f4" or "<f8") from base64, float64; errors name ``field``."""
     try:
@@ -89,8 +99,8 @@ def decode_field(b64: str | None, model: StackModel) -> np.ndarray:
     if b64 is None:
         return np.full(n, model.net.ambient)
     T = decode_array(b64, field="state.field_b64", dtype="<f4", n=n, what=f"model {model.key} (nodes)")
-    if not np.all(np.isfinite(T)) or np.any(T <= 0):
-        raise BadInput("state.field_b64 holds non-finite or non-positive temperatures", field="state.field_b64")
+    if not field_ok(T):
+        raise BadInput(FIELD_INVALID, field="state.field_b64")
     return T
 
 
@@ -100,23 +110,6 @@ def layer_stats(model: StackModel, T: np.ndarray) -> tuple[dict[str, float], dic
     peak = {name: float(cells[i].max()) for i, name in enumerate(model.layer_names)}
     mean = {name: float(cells[i].mean()) for i, name in enumerate(model.layer_names)}
     return peak, mean
-
-
-def _refresh_report(model: StackModel, T: np.ndarray) -> RefreshReport:
-    arch = model.arch
-    if not model.dram_layers:
-        return RefreshReport()
-    bank_c = model.bank_temps(T) - KELVIN  # (dies, banks)
-    layer_peak = bank_c.max(axis=1)
-    vault_c = model.vault_temps(T) - KELVIN  # (cores, dies)
-    vault_busy = busy_fraction(vault_c, arch.refresh).mean(axis=1)
-    return RefreshReport(
-        multiplier=[float(x) for x in refresh_multiplier(layer_peak, arch.refresh)],
-        trefi_us=[float(x) for x in trefi_us(layer_peak, arch.refresh)],
-        busy_fraction=[float(x) for x in busy_fraction(layer_peak, arch.refresh)],
-        refresh_mhz=refresh_mhz(bank_c, arch.refresh),
-        bw_eff_factor=float(np.mean(1.0 - vault_busy)),
-    )
 
 
 def warm_start(model: StackModel, power_at: Callable[[np.ndarray], WindowPower], refinements: int = 1) -> np.ndarray:
@@ -163,108 +156,129 @@ def step_request(req: StepRequest, states: ContentStore[ThermalState]) -> StepRe
     return StepResult(state=out.state if req.return_state else None, state_ref=ref, snapshot=out.snapshot)
 
 
-def check_finite(T: np.ndarray, field: str, what: str) -> None:
-    """A 422 naming ``field`` when a solved field is not finite (inputs past what a float holds: a power of 1e308 W,
-    a DVFS voltage of 1e3 V at 1e3 GHz), instead of answering NaN temperatures a later request refuses."""
-    if not np.isfinite(T).all():
-        raise BadInput(f"{what} gives temperatures that are not finite numbers", field=field)
-
-
 def warm_start_request(req: WarmStartRequest, states: ContentStore[ThermalState]) -> ThermalState:
     """``POST /v1/warm_start``: the warm-up's last state inline or by its name."""
     return warm_state(arch_of(req.arch, req.model), object_or_hash(req.state, req.state_ref, states, field="state"))
+
+
+def _check_step(window: int, window_ms: float) -> None:
+    if window < 0:
+        raise BadInput("window must be >= 0", field="window")
+    if not (math.isfinite(window_ms) and window_ms > 0):
+        raise BadInput("window_ms must be > 0", field="window_ms")
+
+
+def decode_state(state: ThermalState | None, model: StackModel) -> np.ndarray:
+    """The state vector a window starts from (``StackModel.state_of``): ``state.modes_b64`` when present (exactly
+    what the previous window left), else the modes of ``state.field_b64``'s field (ambient when None)."""
+    if state is None or state.modes_b64 is None:
+        return model.state_of(decode_field(state.field_b64 if state else None, model))
+    if not model.modal:
+        raise BadInput(f"state.modes_b64: model {model.key} carries node temperatures (the sparse solver), not modes; "
+                       "send field_b64 only", field="state.modes_b64")
+    v = decode_array(state.modes_b64, field="state.modes_b64", dtype="<f4", n=model.net.n_nodes,
+                     what=f"model {model.key} (nodes)")
+    if not (np.isfinite(v).all() and field_ok(model.field_of(v))):
+        raise BadInput(MODES_INVALID, field="state.modes_b64")
+    return v
+
+
+def _state_inputs(model: StackModel, window: int, state: ThermalState | None) -> tuple[np.ndarray, np.ndarray]:
+    """The state vector (``decode_state``) and DVFS levels ``window`` starts from: ``state``'s (it must be the state
+    after ``window - 1``), or ambient at the top step when None."""
+    if state is not None and state.window != window - 1:
+        raise Conflict(f"state is after window {state.window}; window {window} needs the state after window "
+                       f"{window - 1}", field="state.window")
+    v0 = decode_state(state, model)
+    levels = np.zeros(model.n_cores, dtype=int)
+    if state is not None and state.dvfs_level:
+        if len(state.dvfs_level) != model.n_cores:
+            raise BadInput(f"state.dvfs_level has {len(state.dvfs_level)} entries for {model.n_cores} cores",
+                           field="state.dvfs_level")
+        levels = np.asarray(state.dvfs_level, dtype=int)
+    return v0, levels
+
+
+def _epoch_start(model: StackModel, window: int, window_ms: float, state: ThermalState | None, v0: np.ndarray,
+                 levels: np.ndarray, first: WindowDeposit) -> EpochStart:
+    """What the first window starts from. No state: the run's start (``thermal.init``: ambient, or the steady state
+    of the first window's power, ``warm_start``), and the warm-up pass starts with it; a state carries the pass's
+    energy while the pass lasts (its first ``warmup_windows`` windows)."""
+    arch = model.arch
+    if state is None and arch.thermal.init == "steady":
+        freq, _ = freq_volt(levels, arch)
+
+        def power_at(T: np.ndarray) -> WindowPower:
+            return compute_power(first, arch, core_temp_c=model.core_temps(T) - KELVIN,
+                                 bank_temp_c=model.bank_temps(T) - KELVIN, freq_ghz=freq, window_s=window_ms * 1e-3)
+
+        v0 = model.state_of(warm_start(model, power_at))
+    elif state is None and arch.thermal.init != "ambient":
+        raise BadInput(f"arch.thermal.init names a state file ({arch.thermal.init}): the orchestrator loads it; a "
+                       "step of window 0 needs that state in `state`", field="arch.thermal.init")
+    n = model.n_cores + len(model.dram_layers) * model.n_banks_per_layer
+    warm: np.ndarray | None = None
+    if window < arch.thermal.warmup_windows(window_ms):
+        if state is None:
+            warm = np.zeros(n)
+        elif state.warm_energy_b64 is not None:  # else a run that started from a given state: no pass
+            warm = _decode_energy(state.warm_energy_b64, n)
+    return EpochStart(v=v0, levels=levels, t_ns=state.t_ns if state else 0, warm=warm,
+                      warm_s=state.warm_s if state is not None and warm is not None else 0.0,
+                      decided=state is not None and bool(state.dvfs_level))
 
 
 def thermal_step(arch: ArchConfig, window: int, window_ms: float, state: ThermalState | None,
                  compute: ComputeEvents | None, memory: MemoryEvents | None, *,
                  deposit: WindowDeposit | None = None) -> StepOutcome:
     """One window: events (or their ``deposit``) -> power -> temperatures, DVFS levels for the next window, refresh
-    report."""
-    if window < 0:
-        raise BadInput("window must be >= 0", field="window")
-    if not (math.isfinite(window_ms) and window_ms > 0):
-        raise BadInput("window_ms must be > 0", field="window_ms")
+    report (``epoch.run_windows`` with one window)."""
+    _check_step(window, window_ms)
     model = get_model(arch)
-    n_cores = model.n_cores
-    if state is not None and state.window != window - 1:
-        raise Conflict(f"state is after window {state.window}; window {window} needs the state after window "
-                       f"{window - 1}", field="state.window")
-    T0 = decode_field(state.field_b64 if state else None, model)
-    levels = np.zeros(n_cores, dtype=int)
-    if state is not None and state.dvfs_level:
-        if len(state.dvfs_level) != n_cores:
-            raise BadInput(f"state.dvfs_level has {len(state.dvfs_level)} entries for {n_cores} cores",
-                           field="state.dvfs_level")
-        levels = np.asarray(state.dvfs_level, dtype=int)
-    freq, _ = freq_volt(levels, arch)
-
+    v0, levels = _state_inputs(model, window, state)
     from_events = deposit is None
     if deposit is None:
         if compute is None or memory is None:
             missing = "compute_events" if compute is None else "memory_events"
             raise BadInput(f"{missing}: required (the window's events, or their deposit)", field=missing)
         deposit = deposit_of_events(compute, memory, arch)
-    dep = deposit
-
-    def power_at(T: np.ndarray) -> WindowPower:
-        return compute_power(dep, arch, core_temp_c=model.core_temps(T) - KELVIN,
-                             bank_temp_c=model.bank_temps(T) - KELVIN, freq_ghz=freq, window_s=window_ms * 1e-3)
-
-    if state is None and arch.thermal.init == "steady":
-        T0 = warm_start(model, power_at)
-    elif state is None and arch.thermal.init != "ambient":
-        raise BadInput(f"arch.thermal.init names a state file ({arch.thermal.init}): the orchestrator loads it; a "
-                       "step of window 0 needs that state in `state`", field="arch.thermal.init")
-    power = power_at(T0)
-    warm_b64, warm_s = _accumulate_warmup(arch, model, window, window_ms, state, power)
-    T1 = model.step(T0, power.core_w, power.bank_w, window_ms * 1e-3)
-    check_finite(T1, "compute_events" if from_events else "deposit",
-                 "the window's power (its events' energy with arch's leakage, DVFS and refresh)")
-    # what the next window starts from is the float32 state: decide on exactly that
-    T1 = np.asarray(T1, dtype="<f4").astype(np.float64)
-    core_c = model.core_temps(T1) - KELVIN
-    next_levels = step_levels(core_c, levels, arch)
-    next_freq, _ = freq_volt(next_levels, arch)
-    peak, mean = layer_stats(model, T1)
-    snap = ThermalSnapshot(
-        window=window,
-        temps_core_c=[float(x) for x in core_c],
-        temps_core_max_c=[float(x) for x in model.core_max_temps(T1) - KELVIN],
-        temps_bank_c=(model.vault_temps(T1) - KELVIN).tolist(),
-        peak_c=peak,
-        mean_c=mean,
-        power_w=power.breakdown,
-        power_core_w=[float(x) for x in power.core_w],
-        power_layer_w={"logic": float(power.core_w.sum()),
-                       **{name: float(power.bank_w[d].sum())
-                          for d, name in enumerate(model.layer_names[i] for i in model.dram_layers)}},
-        freq_ghz=[float(x) for x in next_freq],
-        refresh=_refresh_report(model, T1),
-    )
-    new_state = ThermalState(
-        t_ns=(state.t_ns if state else 0) + round(window_ms * 1e6),
-        field_b64=encode_field(T1),
-        dvfs_level=[int(x) for x in next_levels],
-        window=window,
-        warm_energy_b64=warm_b64,
-        warm_s=warm_s,
-    )
-    return StepOutcome(state=new_state, snapshot=snap)
+    start = _epoch_start(model, window, window_ms, state, v0, levels, deposit)
+    field = "compute_events" if from_events else "deposit"
+    out = run_windows(model, window, window_ms, start, [deposit], field_of=lambda _: field)
+    return StepOutcome(state=out.state, snapshot=out.snapshots[0])
 
 
-def _accumulate_warmup(arch: ArchConfig, model: StackModel, window: int, window_ms: float,
-                       state: ThermalState | None, power: WindowPower) -> tuple[str | None, float]:
-    """The warm-up pass's energy after this window: ``E += P · Δt`` per core and per bank (J), while the pass is on:
-    it starts with the run (``state`` None) and is carried in the state for its first ``warmup_windows`` windows."""
-    if window >= arch.thermal.warmup_windows(window_ms):
-        return None, 0.0
-    if state is not None and state.warm_energy_b64 is None:
-        return None, 0.0  # a run that started from a given state (e.g. after the warm-up): no pass
-    n = model.n_cores + power.bank_w.size
-    prev = _decode_energy(state.warm_energy_b64, n) if state is not None else np.zeros(n)
-    dt = window_ms * 1e-3
-    e = prev + np.concatenate([power.core_w, power.bank_w.ravel()]) * dt
-    return base64.b64encode(e.astype("<f8").tobytes()).decode("ascii"), (state.warm_s if state else 0.0) + dt
+def thermal_epoch(arch: ArchConfig, window: int, window_ms: float, state: ThermalState | None,
+                  deposits: Sequence[WindowDeposit], *, bw_eff_factor: float | None = None,
+                  until_event: bool = True) -> EpochOutcome:
+    """Windows ``window .. window + len(deposits) - 1`` in one call, deposit ``j`` the energy of window
+    ``window + j``: the snapshots and the final state are bit for bit those of ``thermal_step`` called window after
+    window, each with the previous call's state. Events (after window j): ``"dvfs"`` when the next window's clocks
+    differ from the ones window j ran at, else ``"refresh"`` when ``bw_eff_factor`` is given and window j's refresh
+    factor differs from it: the deposits after j were physicalized with inputs that no longer hold. ``until_event``:
+    stop after the first window with an event; without, step every deposit. The outcome names the first event."""
+    _check_step(window, window_ms)
+    if not 1 <= len(deposits) <= MAX_EPOCH_WINDOWS:
+        raise BadInput(f"deposits: 1 to {MAX_EPOCH_WINDOWS} windows a call, got {len(deposits)}", field="deposits")
+    if window + len(deposits) - 1 > MAX_WINDOW:
+        raise BadInput(f"deposits: the last window would be {window + len(deposits) - 1}, past {MAX_WINDOW}",
+                       field="deposits")
+    model = get_model(arch)
+    v0, levels = _state_inputs(model, window, state)
+    start = _epoch_start(model, window, window_ms, state, v0, levels, deposits[0])
+    return run_windows(model, window, window_ms, start, deposits, field_of=lambda j: f"deposits[{j}]",
+                       bw_eff_factor=bw_eff_factor, until_event=until_event)
+
+
+def step_epoch_request(req: StepEpochRequest) -> StepEpochResult:
+    """``POST /v1/step/epoch``: the deposits checked against the chip (a 422 names ``deposits[j]``), then
+    ``thermal_epoch``."""
+    arch = arch_of(req.arch, req.model)
+    chip = Chip.from_arch(arch)
+    deposits = [WindowDeposit.from_contract(d, chip, field=f"deposits[{j}]") for j, d in enumerate(req.deposits)]
+    out = thermal_epoch(arch, req.window, req.window_ms, req.state, deposits, bw_eff_factor=req.bw_eff_factor,
+                        until_event=req.until_event)
+    return StepEpochResult(snapshots=out.snapshots, state=out.state if req.return_state else None, event=out.event)
 
 
 def _decode_energy(b64: str | None, n: int) -> np.ndarray:
@@ -272,8 +286,8 @@ def _decode_energy(b64: str | None, n: int) -> np.ndarray:
         raise BadInput("state.warm_energy_b64 is missing: the state is not from a warm-up pass",
                        field="state.warm_energy_b64")
     e = decode_array(b64, field="state.warm_energy_b64", dtype="<f8", n=n, what="this model (cores + banks)")
-    if not np.all(np.isfinite(e)) or np.any(e < 0):
-        raise BadInput("state.warm_energy_b64 holds non-finite or negative energies", field="state.warm_energy_b64")
+    if not energy_ok(e):
+        raise BadInput(WARM_INVALID, field="state.warm_energy_b64")
     return e
 
 
@@ -321,7 +335,7 @@ def solve_power_map(arch: ArchConfig, core_w: list[float], bank_w: list[list[flo
     elif mode == "transient":
         if not (math.isfinite(duration_ms) and duration_ms > 0):
             raise BadInput("duration_ms must be > 0 for a transient solve", field="duration_ms")
-        T0 = decode_field(state.field_b64 if state else None, model)
+        T0 = model.field_of(decode_state(state, model))
         T = model.step(T0, cw, bw, duration_ms * 1e-3, field="duration_ms")
         out_state = ThermalState(t_ns=(state.t_ns if state else 0) + round(duration_ms * 1e6),
                                  field_b64=encode_field(T), dvfs_level=list(state.dvfs_level) if state else [],
@@ -335,4 +349,5 @@ def solve_power_map(arch: ArchConfig, core_w: list[float], bank_w: list[list[flo
                        state=out_state)
 
 
-__all__ = ["PowerBreakdown", "model_info", "solve_power_map", "thermal_step"]
+__all__ = ["PowerBreakdown", "check_finite", "encode_field", "model_info", "solve_power_map", "thermal_epoch",
+           "thermal_step"]

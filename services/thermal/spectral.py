@@ -69,17 +69,23 @@ class _Factor:
 
 @dataclass(frozen=True)
 class _ExpData:
-    facs: tuple[_Factor, ...]  # one per pole in the upper half plane
-    # per pole K = diag(kd) + Koff: kd, Koff's strict upper triangle (re, im; float32, row by row), Koff·1
-    k_split: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
+    """The exponential step's factors for one (dt, degree), per pole in the upper half plane stacked on the first
+    axis of every array (what ``exp_kernels.step`` takes)."""
+
+    facs: tuple[_Factor, ...]
     inv_r: np.ndarray  # (poles, L, P) real part of the reciprocal pivots
     inv_i: np.ndarray  # (poles, L, P) imaginary part
     q: np.ndarray  # (poles,) complex 1/α_k
-    q_r: np.ndarray
-    q_i: np.ndarray
     beta: np.ndarray  # (poles,) complex −(2/dt)·c_k
-    b_r: np.ndarray
-    b_i: np.ndarray
+    # K = diag(kd) + Koff: kd (poles, k), Koff's strict upper triangle (re, im; float32, row by row), Koff·1
+    kd: np.ndarray
+    koff_r: np.ndarray
+    koff_i: np.ndarray
+    koff_sum: np.ndarray
+    Wg: np.ndarray  # (poles, k, 12)
+    R_inv: np.ndarray  # (poles, 12, 12)
+    Ry: np.ndarray  # (poles, 12, k)
+    Rw: np.ndarray  # (poles, 12, k)
 
 
 class SpectralSolver:
@@ -402,16 +408,21 @@ class SpectralSolver:
         facs = tuple(self.factor(a) for a in alphas)
         q = np.array([1.0 / a for a in alphas])
         beta = -(2.0 / dt) * np.array(residues)
-        k_split = []
+        kd, koff_r, koff_i, koff_sum = [], [], [], []
         for f in facs:
-            kd, off, off_sum = _split_k(f.K)
-            upper = off[np.triu_indices(kd.size, 1)]  # row by row; K is complex symmetric (E and S are)
-            k_split.append((kd, np.ascontiguousarray(upper.real, dtype=np.float32),
-                            np.ascontiguousarray(upper.imag, dtype=np.float32), off_sum))
-        data = _ExpData(facs, tuple(k_split), np.ascontiguousarray(np.stack([f.inv_dd.real for f in facs])),
-                        np.ascontiguousarray(np.stack([f.inv_dd.imag for f in facs])), q,
-                        np.ascontiguousarray(q.real), np.ascontiguousarray(q.imag), beta,
-                        np.ascontiguousarray(beta.real), np.ascontiguousarray(beta.imag))
+            d, off, off_sum = _split_k(f.K)
+            upper = off[np.triu_indices(d.size, 1)]  # row by row; K is complex symmetric (E and S are)
+            kd.append(d)
+            koff_r.append(upper.real.astype(np.float32))
+            koff_i.append(upper.imag.astype(np.float32))
+            koff_sum.append(off_sum)
+
+        def stack(arrays: list[np.ndarray]) -> np.ndarray:
+            return np.ascontiguousarray(np.stack(arrays))
+
+        data = _ExpData(facs, stack([f.inv_dd.real for f in facs]), stack([f.inv_dd.imag for f in facs]), q, beta,
+                        stack(kd), stack(koff_r), stack(koff_i), stack(koff_sum), stack([f.Wg for f in facs]),
+                        stack([f.R_inv for f in facs]), stack([f.Ry for f in facs]), stack([f.Rw for f in facs]))
         with self._lock:
             self._exp[key] = data
             while len(self._exp) > MAX_FACTORS // 4:
@@ -444,35 +455,34 @@ class SpectralSolver:
         ``pr`` (12,); ``StackModel.step`` builds them from block powers without a DCT). One DCT of the state, one
         inverse DCT, and between them two compiled passes over the modes for all poles at once (``exp_kernels``)
         around one Woodbury correction per pole. ``T_amb`` is uniform: in modes it is only mode 0 of each layer."""
-        # numba is imported on the first step, not with the module (~1 s that the CLI and the other services skip)
-        from services.thermal.exp_kernels import backward, edge, forward
-
-        d = self._exp_data(dt, degree)
-        L, R, C = self.shape
+        _, R, C = self.shape
         P = R * C
         amb = self.net.ambient
         amb0 = amb * np.sqrt(float(P))  # mode (0, 0) of a uniform layer at T_amb (orthonormal DCT)
         th, tr = self.to_modes(np.asarray(T, dtype=np.float64))
         th[:, 0] -= amb0
         tr -= amb
-        ph = np.ascontiguousarray(ph, dtype=np.float64)
-        n_p = len(d.facs)
-        x_r, x_i, y2, wh = self._exp_workspace(n_p)
-        forward(th, ph, self._cap_layer, self._off, d.inv_r, d.inv_i, d.q_r, d.q_i, x_r, x_i, y2)
-        r = np.empty(tr.size, dtype=np.complex128)
-        ring = np.zeros(tr.size)
-        rcap = self.net.ring_cap * tr
-        pr = np.asarray(pr, dtype=np.float64)
-        for k, fac in enumerate(d.facs):
-            g = rcap + d.q[k] * pr
-            kd, koff_r, koff_i, koff_sum = d.k_split[k]
-            edge(y2[k], g, self._DR, self._DRt, self._DC, self._DCt, kd, koff_r, koff_i, koff_sum, fac.Wg, fac.R_inv,
-                 fac.Ry, fac.Rw, wh[k], r)
-            ring += (d.beta[k] * r).real
-        out = np.empty((L, P))
-        backward(x_r, x_i, self._off, d.inv_r, d.inv_i, wh, d.b_r, d.b_i, out)
+        out, ring = self.step_exponential_theta(th, tr, ph, pr, dt, degree)
         out[:, 0] += amb0
         return self.from_modes(out, ring + amb)
+
+    def step_exponential_theta(self, th: np.ndarray, tr: np.ndarray, ph: np.ndarray, pr: np.ndarray, dt: float,
+                               degree: int) -> tuple[np.ndarray, np.ndarray]:
+        """The exponential window step on ``θ = T − T_amb`` given in modes (cell modes ``th`` (L, P), ring ``tr``
+        (12,), K), the power in modes (``ph`` (L, P), ``pr`` (12,), W): ``θ1``'s cell modes and ring values. No DCT:
+        the epoch's window steps carry ``θ`` in modes from window to window (``StackModel.step_state``)."""
+        # numba is imported on the first step, not with the module (~1 s that the CLI and the other services skip)
+        from services.thermal.exp_kernels import step
+
+        d = self._exp_data(dt, degree)
+        x_r, x_i, y2, wh = self._exp_workspace(d.q.size)
+        out, ring = np.empty(th.shape), np.empty(tr.size)
+        step(np.ascontiguousarray(th, dtype=np.float64), np.ascontiguousarray(ph, dtype=np.float64),
+             np.ascontiguousarray(tr, dtype=np.float64), np.ascontiguousarray(pr, dtype=np.float64),
+             self._cap_layer, self._off, self.net.ring_cap, d.inv_r, d.inv_i, d.q, d.beta, self._DR, self._DRt,
+             self._DC, self._DCt, d.kd, d.koff_r, d.koff_i, d.koff_sum, d.Wg, d.R_inv, d.Ry, d.Rw, x_r, x_i, y2, wh,
+             out, ring)
+        return out, ring
 
     def step_trbdf2(self, T: np.ndarray, b: np.ndarray, dt: float, n_sub: int) -> np.ndarray:
         """The same TR-BDF2 scheme as ``solvers.step`` (``b = P + g_amb·T_amb``) carried in mode space; see

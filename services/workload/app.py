@@ -10,8 +10,15 @@ from fastapi.responses import Response
 
 from services.workload import service
 from services.workload.sources import WorkloadSources
-from shared.contracts.workload import MAX_WINDOWS_PER_CALL, ExpertLoad, LogicalWindow, LogicalWindows, TraceSummary
-from shared.contracts.workload_api import IrRequest, ModelRegistration, TraceRequest
+from shared.contracts.workload import (
+    MAX_WINDOWS_PER_CALL,
+    ExpertLoad,
+    LogicalWindow,
+    LogicalWindows,
+    MicroBatchRows,
+    TraceSummary,
+)
+from shared.contracts.workload_api import IrRequest, MicroBatchesRequest, ModelRegistration, TraceRequest
 from shared.service_app import create_service_app
 from shared.settings import Settings, get_settings
 
@@ -82,6 +89,16 @@ def get_windows(trace_id: str, request: Request,
     """Windows ``start`` .. ``start + count - 1`` of the trace, each as ``GET .../windows/{k}`` answers it."""
     windows = service.get_windows(_cache(request).get(trace_id), start, count, window_ms)
     return Response(content=LogicalWindows(windows=windows).model_dump_json(), media_type="application/json")
+
+
+@router.post("/traces/{trace_id}/microbatches", response_model=MicroBatchRows)
+def post_microbatches(trace_id: str, body: MicroBatchesRequest, request: Request) -> Response:
+    """The logical events of micro-batches a serving scheduler formed from a serving trace's requests: each one's
+    rows as a fixed-arrival micro-batch's, its costs from its requests' tokens and contexts, its routing from its
+    place in the run's token stream (``token_offset``); event ids from ``mb_id``. 422 naming the field for a
+    micro-batch over the config's budget or the call's bounds, or a fixed-arrival trace."""
+    rows = service.microbatch_rows(_cache(request).get(trace_id), body.batches)
+    return Response(content=rows.model_dump_json(), media_type="application/json")
 
 
 @router.get("/traces/{trace_id}/expert-load")

@@ -543,6 +543,14 @@ class ReplayStream:
         self.position += n_mb
         return np.ascontiguousarray(out)
 
+    def tokens_at(self, offset: int, n: int) -> IntArray:
+        """The recorded choices of the tokens at positions ``[offset, offset + n)`` of the replay (the file's tokens
+        in order, repeated from its start past its end), (n_layers, n, k): what `take` gives those slots."""
+        if offset < 0 or n < 0:
+            raise ValueError(f"tokens_at: offset ({offset}) and n ({n}) must be >= 0")
+        idx = (offset + np.arange(n, dtype=np.int64)) % self._experts.shape[0]
+        return np.ascontiguousarray(self._experts[idx].transpose(1, 0, 2))
+
     def probabilities(self) -> FloatArray:
         """(n_layers, E) share of each expert's selections over the whole trace."""
         N, L, k = self._experts.shape

@@ -18,6 +18,11 @@ Determinism: ``SeedSequence(routing.seed)`` spawns one child per MoE layer, each
 draw stream (``numpy.random.default_rng``). Every micro-batch consumes exactly ``T·(1+E)`` doubles of its layer's draw
 stream (T locality draws, then T·E race draws), so generating micro-batches in chunks of any size gives the same
 routing as generating them all at once.
+
+Random access (`RoutingStream.tokens_at`): the same stream read as a sequence of tokens, token ``p`` being slot
+``p mod T`` of micro-batch ``p div T``: the draw stream is advanced to that micro-batch (``PCG64.advance``, one 64-bit
+output per double) instead of generated up to it, so the tokens ``[p, p + n)`` cost their own micro-batches' draws
+whatever ``p``. Without locality only: a repeat chains a token to the one ``T`` positions earlier, back to the start.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ class RoutingStream:
         root = np.random.SeedSequence(seed)
         self.perms: list[IntArray] = []
         self._rngs: list[np.random.Generator] = []
+        self._draw_seeds: list[np.random.SeedSequence] = []  # each layer's draw stream from its start (tokens_at)
         inv_p = np.empty((n_layers, n_experts), dtype=np.float64)
         for j, child in enumerate(root.spawn(n_layers)):
             perm_ss, draw_ss = child.spawn(2)
@@ -75,6 +81,7 @@ class RoutingStream:
             with np.errstate(divide="ignore", over="ignore"):  # 1/p of a p_r that underflowed: the log race
                 inv_p[j] = 1.0 / zipf_probabilities(n_experts, zipf_s, perm)
             self._rngs.append(np.random.default_rng(draw_ss))
+            self._draw_seeds.append(draw_ss)
         self._inv_p = inv_p
         # the race in logs where some 1/p_r is too large (never at the skews of real routers: byte-identical there)
         self._log_inv_p: FloatArray | None = None
@@ -110,28 +117,7 @@ class RoutingStream:
         for j, rng in enumerate(self._rngs):
             u = rng.random((n, T * (1 + E)))
             u_loc = u[:, :T]
-            race = u[:, T:].reshape(n, T, E)
-            with np.errstate(divide="ignore"):
-                np.log(race, out=race)
-                if self._log_inv_p is None:
-                    race *= -self._inv_p[j][None, None, :]  # x_e = -ln(u) / p_e (u = 0 -> +inf: never chosen)
-                else:  # ln x_e = ln(-ln u) - ln p_e: the same order (u = 0 -> +inf; u < 1, so -ln u > 0)
-                    np.negative(race, out=race)
-                    np.log(race, out=race)
-                    race += self._log_inv_p[j][None, None, :]
-            if self.n_group is not None and self.topk_group is not None and self.topk_group < self.n_group:
-                G = self.n_group
-                grouped = race.reshape(n, T, G, E // G)
-                score = grouped.min(axis=-1)  # (n, T, G)
-                keep = np.argpartition(score, self.topk_group - 1, axis=-1)[..., : self.topk_group]
-                mask = np.ones(score.shape, dtype=bool)
-                np.put_along_axis(mask, keep, False, axis=-1)
-                grouped[mask] = np.inf
-            if k < E:
-                pj = np.argpartition(race, k - 1, axis=-1)[..., :k]
-            else:
-                pj = np.broadcast_to(np.arange(E), (*race.shape[:-1], E)).copy()
-            pj.sort(axis=-1)
+            pj = self._race(j, u[:, T:].reshape(n, T, E))
             if self.locality > 0.0:
                 repeat = u_loc < self.locality
                 prev = None if self._prev is None else self._prev[j]
@@ -144,6 +130,61 @@ class RoutingStream:
             self._prev = picks[-1].copy()
         self.position += n
         return picks
+
+    def _race(self, j: int, race: FloatArray) -> IntArray:
+        """Layer ``j``'s top-k of each row of ``race`` (..., E): uniforms, overwritten by the race keys; the chosen
+        expert ids sorted, (..., k)."""
+        E, k = self.E, self.k
+        with np.errstate(divide="ignore"):
+            np.log(race, out=race)
+            if self._log_inv_p is None:
+                race *= -self._inv_p[j]  # x_e = -ln(u) / p_e (u = 0 -> +inf: never chosen)
+            else:  # ln x_e = ln(-ln u) - ln p_e: the same order (u = 0 -> +inf; u < 1, so -ln u > 0)
+                np.negative(race, out=race)
+                np.log(race, out=race)
+                race += self._log_inv_p[j]
+        if self.n_group is not None and self.topk_group is not None and self.topk_group < self.n_group:
+            G = self.n_group
+            grouped = race.reshape(*race.shape[:-1], G, E // G)
+            score = grouped.min(axis=-1)  # (..., G)
+            keep = np.argpartition(score, self.topk_group - 1, axis=-1)[..., : self.topk_group]
+            mask = np.ones(score.shape, dtype=bool)
+            np.put_along_axis(mask, keep, False, axis=-1)
+            grouped[mask] = np.inf
+        if k < E:
+            pj: IntArray = np.argpartition(race, k - 1, axis=-1)[..., :k]
+        else:
+            pj = np.broadcast_to(np.arange(E), (*race.shape[:-1], E)).copy()
+        pj.sort(axis=-1)
+        return pj
+
+    def tokens_at(self, offset: int, n: int) -> IntArray:
+        """Expert choices of the tokens at positions ``[offset, offset + n)`` of the stream (token ``p``: slot
+        ``p mod T`` of micro-batch ``p div T``), (n_layers, n, k), each row sorted: exactly what `take` gives those
+        slots, without generating the micro-batches before them and without moving the sequential position. Draws
+        the whole micro-batches the tokens fall in (at most ``n + 2·(T − 1)`` tokens' draws), a chunk at a time."""
+        if self.locality > 0.0:
+            raise ValueError("tokens_at needs locality 0: a repeat chains a token to the micro-batches before it")
+        if offset < 0 or n < 0:
+            raise ValueError(f"tokens_at: offset ({offset}) and n ({n}) must be >= 0")
+        L, T, E, k = self.n_layers, self.T, self.E, self.k
+        out = np.empty((L, n, k), dtype=np.int64)
+        if n == 0 or L == 0:
+            return out
+        m0, m1 = offset // T, (offset + n - 1) // T + 1
+        per_mb = T * (1 + E)
+        step = self._chunk_size()
+        for j, seeds in enumerate(self._draw_seeds):
+            bits = np.random.PCG64(seeds)
+            bits.advance(m0 * per_mb)  # one 64-bit output per double: the state after m0 micro-batches' draws
+            rng = np.random.Generator(bits)
+            for a in range(m0, m1, step):
+                b = min(m1, a + step)
+                u = rng.random((b - a, per_mb))
+                race = u[:, T:].reshape((b - a) * T, E)
+                lo, hi = max(offset, a * T), min(offset + n, b * T)  # the wanted tokens within these micro-batches
+                out[j, lo - offset:hi - offset] = self._race(j, race[lo - a * T:hi - a * T])
+        return out
 
 
 def expert_counts(picks: IntArray, n_experts: int) -> IntArray:

@@ -2,7 +2,8 @@
 
 Stateless: a trace is identified by the content hash of its workload config and window size; the LRU keeps the config
 and, once computed, the routing counts (steps x MoE layers x experts) and the event-id offsets, all rebuildable from
-the config. A trace id that fell out of the LRU answers 404 ``unknown_trace``: the caller re-POSTs the config.
+the config (a serving trace: its offered requests, ``services.workload.serving``). A trace id that fell out of the LRU
+answers 404 ``unknown_trace``: the caller re-POSTs the config.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 from services.workload.ir import ModelConfig, TransformerModel, build_ir
 from services.workload.ir.hf_config import from_hf_config
 from services.workload.routing import IntArray
+from services.workload.serving import ServingPlan
 from services.workload.sources import WorkloadSources
 from services.workload.traces import (
     FC,
@@ -29,7 +31,15 @@ from services.workload.traces import (
 )
 from services.workload.zoo import normalize_name, read_config_file
 from shared.configs import WorkloadConfig
-from shared.contracts.workload import MAX_WINDOWS_PER_CALL, ExpertLoad, LogicalWindow, RoutingStats, TraceSummary
+from shared.contracts.workload import (
+    MAX_WINDOWS_PER_CALL,
+    ExpertLoad,
+    LogicalWindow,
+    MicroBatchRows,
+    MicroBatchSpec,
+    RoutingStats,
+    TraceSummary,
+)
 from shared.errors import BadInput, NotFound, TasmoeError
 from shared.lru import LRU
 
@@ -137,7 +147,12 @@ class TraceEntry:
     counts: IntArray | None = None  # (steps, n_moe, E) routing counts, computed on first use
     mb_event0: IntArray | None = None  # id of the first event of each micro-batch
     stats: RoutingStats | None = None  # routing skew and locality, computed on first use
+    serving: ServingPlan | None = None  # the offered requests and micro-batch rows of a serving workload
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def window_count(self, window_ms: float) -> int:
+        """Windows of ``window_ms`` in the trace (checked): through the last arrival, or the serving run's length."""
+        return self.serving.window_count(window_ms) if self.serving is not None else self.plan.window_count(window_ms)
 
     def routing_stats(self) -> RoutingStats | None:
         """The routing's per-layer skew and locality (computed once per entry)."""
@@ -190,36 +205,46 @@ def create_trace(cache: TraceCache, sources: WorkloadSources, cfg: WorkloadConfi
     try:
         tid = trace_id_of(cfg, window_ms, sources)
         plan = make_plan(cfg, sources)
-        plan.window_count(window_ms)
+        serving = ServingPlan(plan) if cfg.serving is not None else None
+        entry = TraceEntry(trace_id=tid, cfg=cfg, window_ms=float(window_ms), plan=plan, serving=serving)
+        entry.window_count(window_ms)
     except TasmoeError as exc:
         if exc.field and exc.field != "window_ms":
             raise _prefixed(exc, "workload.") from None
         raise
-    entry = cache.put(TraceEntry(trace_id=tid, cfg=cfg, window_ms=float(window_ms), plan=plan))
-    return trace_summary(entry)
+    return trace_summary(cache.put(entry))
 
 
 def trace_summary(entry: TraceEntry) -> TraceSummary:
     plan = entry.plan
-    n_windows = plan.window_count(entry.window_ms)
-    ne_flops, ne_bytes = plan.nonexpert_per_step()
-    return TraceSummary(
+    n_windows = entry.window_count(entry.window_ms)
+    common = dict(
         trace_id=entry.trace_id, model=plan.mc.name, window_ms=entry.window_ms, n_windows=n_windows,
         n_layers=plan.mc.num_hidden_layers, n_experts=plan.E, topk=plan.topk, moe_layers=list(plan.moe_layers),
-        steps=plan.steps, micro_batch=plan.T, tokens_total=plan.steps * plan.T,
         flops_per_token_expert=float(plan.costs.flops[FC]) if plan.E else 0.0,
         expert_bytes=plan.costs.expert_bytes, shard_bytes=list(plan.shard_bytes),
-        nonexpert_flops_per_step=ne_flops, nonexpert_bytes_per_step=ne_bytes,
         t_end_ns=n_windows * round(entry.window_ms * 1e6),
         routing_source=f"trace:{entry.cfg.routing.trace}" if entry.cfg.routing.trace else "zipf",
         routing_stats=entry.routing_stats())
+    if entry.serving is not None:  # no fixed micro-batches: the offered requests instead
+        off = entry.serving.offered
+        prompt, output = int(off.prompt_tokens.sum()), int(off.output_tokens.sum())
+        return TraceSummary.model_validate({
+            **common, "steps": 0, "micro_batch": 0, "tokens_total": output, "serving": True,
+            "n_requests": off.n, "offered_prompt_tokens": prompt, "offered_output_tokens": output,
+            "offered_rate_rps": off.offered_rate_rps, "rate_factor": off.rate_factor,
+            "mb_event_stride": entry.serving.stride})
+    ne_flops, ne_bytes = plan.nonexpert_per_step()
+    return TraceSummary.model_validate({
+        **common, "steps": plan.steps, "micro_batch": plan.T, "tokens_total": plan.steps * plan.T,
+        "nonexpert_flops_per_step": ne_flops, "nonexpert_bytes_per_step": ne_bytes})
 
 
 def _in_range(entry: TraceEntry, k: int, window_ms: float | None, field: str) -> tuple[float, int]:
     """(window ms, windows of the trace): ``window_ms``, or the trace's; window ``k`` one of them, else ``NotFound``
     naming ``field``."""
     wm = entry.window_ms if window_ms is None else window_ms
-    n_windows = entry.plan.window_count(wm)
+    n_windows = entry.window_count(wm)
     if not 0 <= k < n_windows:
         raise NotFound(f"window {k} out of range: the trace has {n_windows} windows of {wm} ms", field=field,
                        code="unknown_window")
@@ -229,8 +254,10 @@ def _in_range(entry: TraceEntry, k: int, window_ms: float | None, field: str) ->
 def get_window(entry: TraceEntry, k: int, window_ms: float | None = None) -> LogicalWindow:
     """Window ``k`` of the trace (``window_ms`` defaults to the trace's), with its global event ids."""
     wm, _ = _in_range(entry, k, window_ms, "k")
-    counts, mb_event0 = entry.ensure_routing()
     w_ns = round(wm * 1e6)
+    if entry.serving is not None:
+        return entry.serving.window(entry.trace_id, k, w_ns)
+    counts, mb_event0 = entry.ensure_routing()
     a, b = entry.plan.window_range(k, w_ns)
     block = entry.plan.events(a, counts[a:b].astype(np.int64), int(mb_event0[a]))
     return entry.plan.to_window(entry.trace_id, k, k * w_ns, (k + 1) * w_ns, block)
@@ -252,6 +279,18 @@ def get_expert_load(entry: TraceEntry, *, expected: bool = False) -> ExpertLoad:
     if expected:
         layers, load = expected_expert_load(entry.plan)
         return ExpertLoad(trace_id=entry.trace_id, layers=layers, load=load.tolist())
+    if entry.serving is not None:
+        raise BadInput("a serving trace's micro-batches are formed at run time, so its tokens are not known in "
+                       "advance: ask for the routing law's shares (expected=true)", field="expected")
     counts, _ = entry.ensure_routing()
     layers, load = expert_load_from_counts(entry.plan, counts)
     return ExpertLoad(trace_id=entry.trace_id, layers=layers, load=load.tolist())
+
+
+def microbatch_rows(entry: TraceEntry, batches: list[MicroBatchSpec]) -> MicroBatchRows:
+    """The logical events of micro-batches a serving scheduler formed (``services.workload.serving``); a
+    fixed-arrival trace has none to give (its micro-batches are its windows')."""
+    if entry.serving is None:
+        raise BadInput(f"trace {entry.trace_id} has fixed arrivals (no serving section): its micro-batches are in "
+                       "its windows", field="trace_id", code="not_serving")
+    return entry.serving.rows(batches)

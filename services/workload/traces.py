@@ -22,6 +22,10 @@ with tokens (ascending id) on MoE layers, or ``dense`` on dense layers; finally 
 
 Event ids are global and count from 0 in the order above, so they do not depend on the window size. A window ``k`` of
 ``window_ms`` holds the micro-batches arriving in ``[k·W, (k+1)·W)``.
+
+Serving (``WorkloadConfig.serving``): a window holds the requests arriving in it (``services.workload.arrivals``) and
+no events; the micro-batches a scheduler forms get theirs from ``services.workload.serving``, built on the same
+`TracePlan` (slots, memory templates, routing stream).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from services.workload.arrivals import OfferedRequests, load_arrival_trace, offered_requests, requests_between
 from services.workload.ir import ModelConfig, TransformerModel, build_ir
 from services.workload.recorded import RecordedRouting, ReplayStream, check_against_model, routing_stats
 from services.workload.routing import (
@@ -418,6 +423,13 @@ class TracePlan:
 
     def to_window(self, trace_id: str, k: int, t0: int, t1: int, block: EventBlock) -> LogicalWindow:
         """The wire form (columnar; built without re-validating the lists, which are consistent by construction)."""
+        compute, memory = self.to_rows(block)
+        n_mb = len(np.unique(block.c_mb)) if block.n_compute else 0
+        return LogicalWindow.model_construct(trace_id=trace_id, window=k, t0_ns=t0, t1_ns=t1, compute=compute,
+                                             memory=memory, tokens_generated=n_mb * self.T)
+
+    def to_rows(self, block: EventBlock) -> tuple[LogicalCompute, LogicalMemory]:
+        """The events' wire columns (built without re-validating the lists, consistent by construction)."""
         compute = LogicalCompute.model_construct(
             event_id=block.c_event.tolist(), t_gen_ns=block.c_t.tolist(), mb_id=block.c_mb.tolist(),
             layer=block.c_layer.tolist(), op_type=self.op_names_obj[block.c_op].tolist(),
@@ -426,9 +438,7 @@ class TracePlan:
             event_id=block.m_event.tolist(), tensor_id=self.tensor_ids(block),
             access=self.tpl_access_obj[block.m_tpl].tolist(), bytes=block.m_bytes.astype(np.float64).tolist(),
             locality_hint=self.tpl_hint_obj[block.m_tpl].tolist())
-        n_mb = len(np.unique(block.c_mb)) if block.n_compute else 0
-        return LogicalWindow.model_construct(trace_id=trace_id, window=k, t0_ns=t0, t1_ns=t1, compute=compute,
-                                             memory=memory, tokens_generated=n_mb * self.T)
+        return compute, memory
 
     def compute_csv(self, block: EventBlock) -> str:
         """Rows of logical_compute.csv (seed §3.1): ``token_id`` is the micro-batch's first token (global index
@@ -450,6 +460,31 @@ class TracePlan:
                 self.tpl_prefix_obj[dt].tolist(), block.m_mb[di].tolist(), self.tpl_access_obj[dt].tolist(),
                 block.m_bytes[di].tolist(), self.tpl_hint_obj[dt].tolist(), strict=True)]
         return "".join(map(str.__add__, map(str, block.m_event.tolist()), suffix.tolist()))
+
+
+def serving_window_count(offered: OfferedRequests, window_ms: float, drain_ms: float = 0.0) -> int:
+    """Windows of ``window_ms`` covering a serving run: its arrivals ``[0, duration)`` and the ``drain_ms`` after
+    them (``services.workload.serving``), checked."""
+    if not window_ms > 0:
+        raise BadInput("window_ms must be > 0", field="window_ms")
+    w_ns = round(window_ms * 1e6)
+    if w_ns < 1:
+        raise BadInput("window_ms must be at least 1 ns", field="window_ms")
+    n = max(1, -(-(offered.duration_ns + round(drain_ms * 1e6)) // w_ns))
+    if n > MAX_TRACE_WINDOWS:
+        raise BadInput(f"window_ms {window_ms:g} cuts the {offered.duration_ns / 1e6:g} ms serving run into {n} "
+                       f"windows; at most {MAX_TRACE_WINDOWS} (a longer window or a shorter serving.duration_ms)",
+                       field="window_ms")
+    return n
+
+
+def serving_window(offered: OfferedRequests, trace_id: str, k: int, w_ns: int) -> LogicalWindow:
+    """Window ``k`` of a serving run: the requests arriving in ``[k·w_ns, (k+1)·w_ns)``, no events (the
+    micro-batches are formed at run time)."""
+    return LogicalWindow.model_construct(
+        trace_id=trace_id, window=k, t0_ns=k * w_ns, t1_ns=(k + 1) * w_ns, compute=LogicalCompute.empty(),
+        memory=LogicalMemory.empty(), tokens_generated=0,
+        requests=requests_between(offered, k * w_ns, (k + 1) * w_ns))
 
 
 def make_plan(cfg: WorkloadConfig, sources: WorkloadSources | None = None) -> TracePlan:
@@ -478,6 +513,12 @@ def iter_windows(cfg: WorkloadConfig, window_ms: float = DEFAULT_WINDOW_MS, *, t
     """Streaming form: one ``LogicalWindow`` at a time; memory proportional to a window, not to the run."""
     plan = make_plan(cfg, sources)
     tid = trace_id or trace_id_of(cfg, window_ms, plan.sources)
+    if cfg.serving is not None:  # requests, no events (services.workload.serving)
+        offered = offered_requests(cfg.serving)
+        w_ns = round(window_ms * 1e6)
+        for k in range(serving_window_count(offered, window_ms, cfg.serving.drain_ms)):
+            yield serving_window(offered, tid, k, w_ns)
+        return
     for k, t0, t1, block in iter_blocks(plan, window_ms):
         yield plan.to_window(tid, k, t0, t1, block)
 
@@ -487,6 +528,10 @@ def generate_logical_traces(cfg: WorkloadConfig, out_dir: str | Path, *, window_
     """Write ``logical_compute.csv`` and ``logical_memory.csv`` under ``out_dir`` window by window (appended, never
     one in-memory frame). Returns their paths. Byte-identical for the same config (the seed is in the config);
     the window size only changes how the files are chunked, not their content."""
+    if cfg.serving is not None:
+        raise BadInput("serving: a serving workload has no fixed micro-batches to write (a scheduler forms them at "
+                       "run time); its windows carry the offered requests (iter_windows, GET /v1/traces/{id}/windows)",
+                       field="serving")
     plan = make_plan(cfg, sources)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -568,4 +613,6 @@ def trace_id_of(cfg: WorkloadConfig, window_ms: float, sources: WorkloadSources 
     text = cfg.canonical_json() + f"|window_ms={float(window_ms)!r}"
     if cfg.routing.trace is not None:  # the replayed file's content, not only its name
         text += f"|routing_trace={(sources or WorkloadSources.packaged()).recorded.sha256(cfg.routing.trace)}"
+    if cfg.serving is not None:  # likewise the arrival trace's
+        text += f"|serving_trace={load_arrival_trace(cfg.serving.trace).sha256}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]

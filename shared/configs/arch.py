@@ -219,6 +219,32 @@ class DvfsConfig(StrictModel):
     domains: tuple[DvfsDomain, ...] = Field(default=(DvfsDomain(),), min_length=1)  # at least one (every core's)
 
 
+# Clock modulation duty cycles below the last DVFS step: halvings down to 1/16, the finest granularity of Intel's
+# on-demand clock modulation (Intel SDM vol. 3B §14.7.3: duty cycle in 12.5 % steps, 6.25 % with the extension of
+# §14.7.3.1) and the first halving NVIDIA's hardware slowdown applies ("reducing the core clocks by a factor of 2 or
+# more", NVML nvmlClocksThrottleReasonHwSlowdown).
+DEFAULT_DUTY: tuple[float, ...] = (0.5, 0.25, 0.125, 0.0625)
+
+
+class DtmConfig(StrictModel):
+    """Dynamic thermal management's hard limit (services/thermal/dtm.py): no cell of the stack, logic or DRAM, ever
+    ends a window above ``limit_c``. After each window the thermal service bounds the next window's peak at the
+    levels the DVFS trips chose, every core at its maximum power; while the bound exceeds the limit every core steps
+    one level deeper, past the last DVFS step into clock modulation: ``duty[i]`` of the last step's clock at the last
+    step's voltage (Intel's TCC clock modulation, NVIDIA's hardware slowdown). A section of its own rather than fields
+    of ``dvfs``: the limit is a property of the stack (its hottest cell, DRAM included), the DVFS domains are per
+    core, and the duty cycles apply below every domain's last step alike."""
+
+    limit_c: Celsius
+    duty: tuple[Annotated[float, Field(gt=0, lt=1)], ...] = Field(default=DEFAULT_DUTY, min_length=1, max_length=16)
+
+    @model_validator(mode="after")
+    def _check(self) -> DtmConfig:
+        if list(self.duty) != sorted(set(self.duty), reverse=True):
+            raise ValueError("dtm.duty must be strictly descending (each step deeper than the one before)")
+        return self
+
+
 class RefreshConfig(StrictModel):
     """DRAM refresh: ``tREFI(T) = tref_base_us / multiplier(T)``.
 
@@ -261,7 +287,13 @@ class CoreConfig(StrictModel):
 
 
 class PowerConfig(StrictModel):
-    """Energy constants (defaults cite ../shared/reference/energy/energy_anchors.csv)."""
+    """Energy constants (defaults cite ../shared/reference/energy/energy_anchors.csv).
+
+    ``mac_pj`` is the one energy every MAC is charged (lowering prices events with it, thermal reports it as
+    ``logic_dynamic``, TAPS and TACS price work with it); the scratchpad accesses are priced apart. The default is the
+    bare fp16 MAC; a config may fold into it what its accelerator spends per MAC beyond the array and the scratchpad
+    (instruction issue, operand delivery, caches, clock tree), as configs/arch_hbm_on_logic.yaml does from H100's TDP.
+    """
 
     mac_pj: float = Field(default=1.5, ge=0, le=1e6)  # fp16 mult 1.1 + add 0.4 pJ (Horowitz ISSCC 2014, 45 nm)
     # 512 KB as 16 banks of 32 KB: 64-bit access (Horowitz)
@@ -289,6 +321,12 @@ class ScheduleConfig(StrictModel):
     attention: Literal["all", "group"] = "all"
     group_cores: int = Field(default=8, ge=1, le=MAX_CORES)
     max_open_mb: int | None = Field(default=None, ge=1, le=1 << 30)
+    # Routed experts striped over ``expert_stripe`` consecutive cores (cores g·k .. g·k + k − 1 of group g): an
+    # expert's weights spread over the group's vaults and its GEMMs split tensor-parallel over its cores, each
+    # reading its own vault (placement policy ``stripe``; services/lowering/physical/assign.py). 1: every expert on
+    # one core, its weights in one vault (the seed's mapping). Left out of the dump at 1, so that an arch without it
+    # keeps its canonical JSON and content hash.
+    expert_stripe: int = Field(default=1, ge=1, le=MAX_CORES, exclude_if=lambda v: v == 1)
 
     def open_limit(self, n_cores: int) -> int:
         if self.max_open_mb is not None:
@@ -302,6 +340,9 @@ class ArchConfig(StrictModel):
     geometry: GeometryConfig = GeometryConfig()
     thermal: ThermalModelConfig = ThermalModelConfig()
     dvfs: DvfsConfig = DvfsConfig()
+    # None: no hard limit (DVFS trips only). Left out of the dump when None, so that an arch without it has the
+    # canonical JSON and the content hash it had before the section existed.
+    dtm: DtmConfig | None = Field(default=None, exclude_if=lambda v: v is None)
     refresh: RefreshConfig = RefreshConfig()
     core: CoreConfig = CoreConfig()
     power: PowerConfig = PowerConfig()
@@ -332,9 +373,21 @@ class ArchConfig(StrictModel):
         n = self.mesh.n_cores
         if self.schedule.attention == "group" and n % self.schedule.group_cores:
             raise ValueError(f"schedule.group_cores = {self.schedule.group_cores} must divide the {n} cores")
+        if n % self.schedule.expert_stripe:
+            raise ValueError(f"schedule.expert_stripe = {self.schedule.expert_stripe} must divide the {n} cores")
         for d, dom in enumerate(self.dvfs.domains):
             if dom.cores != "all":
                 bad = [c for c in dom.cores if not 0 <= c < n]
                 if bad:
                     raise ValueError(f"dvfs.domains[{d}].cores: core {bad[0]} outside the mesh (0..{n - 1})")
         return self
+
+
+def unthrottled(arch: ArchConfig) -> ArchConfig:
+    """The same chip with nothing that slows it for heat: each DVFS domain held at its top step (no trips) and no
+    DTM limit. Refresh still rises with temperature (it is the DRAM's own need, not a policy). The reference the
+    throttling loss is measured against (scenario ``unthrottled``)."""
+    domains = tuple(d.model_copy(update={"steps_ghz": d.steps_ghz[:1], "trip_c": (),
+                                         "volts": d.volts[:1] if d.volts is not None else None})
+                    for d in arch.dvfs.domains)
+    return arch.model_copy(update={"dvfs": arch.dvfs.model_copy(update={"domains": domains}), "dtm": None})

@@ -7,6 +7,7 @@ Subclasses declare ``list[...]`` fields only; ``to_numpy()`` gives arrays withou
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from functools import cache
 from typing import Any, Self
 
 import numpy as np
@@ -30,8 +31,8 @@ class Columnar(BaseModel):
         return self
 
     def __len__(self) -> int:
-        names = list(type(self).model_fields)
-        return len(getattr(self, names[0])) if names else 0
+        first = _first_column(type(self))
+        return len(getattr(self, first)) if first is not None else 0
 
     @classmethod
     def empty(cls) -> Self:
@@ -54,3 +55,9 @@ class Columnar(BaseModel):
             for name in cls.model_fields:
                 out[name].extend(getattr(p, name))
         return cls.model_validate(out)
+
+
+@cache
+def _first_column(cls: type[Columnar]) -> str | None:
+    """The first declared column of a batch class (looked up once: ``model_fields`` is slow to read per call)."""
+    return next(iter(cls.model_fields), None)

@@ -12,20 +12,28 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from shared.contracts.columnar import Columnar
+from shared.contracts.events import MAX_REQUEST_COUNT, RequestCount, RequestsDone, TimeNs
 from shared.contracts.thermal import PowerBreakdown
 
 RESULT_COLUMNS: tuple[str, ...] = (
     "scenario", "workload", "T_peak_logic", "T_peak_dram", "T_avg", "ips", "lat_ms", "bw_util", "refresh_mhz",
     "noc_load",
 )
-SCENARIOS: tuple[str, ...] = ("baseline", "taps", "tacs", "tas")
-Scenario = Literal["baseline", "taps", "tacs", "tas"]
+# "unthrottled": the reference, baseline on the same chip with its DVFS trips and DTM limit taken away (the throttling
+# loss is what baseline serves less than it)
+SCENARIOS: tuple[str, ...] = ("baseline", "taps", "tacs", "tas", "unthrottled")
+Scenario = Literal["baseline", "taps", "tacs", "tas", "unthrottled"]
+POLICIES: tuple[str, ...] = SCENARIOS[:4]  # the four policies, without the reference
 
 # Columns after RESULT_COLUMNS, in this order (units in the name or in services/metrics/reduce.py).
 EXTRA_COLUMNS: tuple[str, ...] = (
     "lat_p50_ms", "lat_p99_ms", "energy_j", "power_avg_w", "migrations", "time_above_thot_ms", "thot_c",
     "T_var_logic", "T_mean_logic", "T_mean_dram", "freq_avg_ghz", "queue_delay_ms", "noc_load_max",
     "bw_util_raw", "tokens", "windows", "sim_time_ms", "lat_censored",
+    "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "requests_done", "tokens_offered", "tokens_served",
+    "tokens_queued", "tokens_shed", "goodput_tok_s", "slo_met", "tokens_unbalanced",
+    "time_throttled_ms", "time_emergency_ms",
 )
 ALL_COLUMNS: tuple[str, ...] = RESULT_COLUMNS + EXTRA_COLUMNS
 
@@ -74,6 +82,21 @@ class WindowMetrics(BaseModel):
     # the window's mean power of each core's area of the logic die (W: its compute, scratchpad, DRAM controller share,
     # NoC routing and leakage); []: not reported
     power_core_w: list[float] = Field(default_factory=list)
+    # Served requests (`WindowTiming`'s fields of the same names, copied by the orchestrator): empty / 0 in a
+    # fixed-arrival run. tokens_completed above are the output tokens generated in the window.
+    requests_done: RequestsDone = Field(default_factory=RequestsDone.empty)  # requests finished in the window
+    requests_arrived: RequestCount = 0
+    requests_shed: RequestCount = 0  # refused by the full request queue
+    tokens_offered: RequestCount = 0  # output tokens of the requests that arrived in the window
+    tokens_shed: RequestCount = 0  # output tokens of the refused requests
+    requests_waiting: RequestCount = 0  # at the window end
+    requests_running: RequestCount = 0  # at the window end
+    tokens_queued: RequestCount = 0  # at the window end: not yet generated, of admitted requests
+    # The thermal snapshot's throttling in the window (copied by the orchestrator): cores below their top DVFS step,
+    # cores in emergency clock modulation, and whether the hard limit (arch.dtm) could not be guaranteed
+    cores_throttled: int = Field(default=0, ge=0)
+    cores_emergency: int = Field(default=0, ge=0)
+    limit_unheld: bool = False
 
 
 class ResultRow(BaseModel):
@@ -107,6 +130,33 @@ class ResultRow(BaseModel):
     windows: int
     sim_time_ms: float
     lat_censored: int = 0  # 1: no token completed; lat_ms/p50/p99 are the lower bound oldest_inflight_ms
+    # Serving columns (definitions in services/metrics/reduce.py). A run whose windows report no request (fixed
+    # arrival) has the counts 0 and the rest empty; the defaults also read a CSV written before these columns.
+    ttft_p50_ms: float | None = None  # time to first token over the requests that finished; empty: none did
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None  # time per output token after the first, requests of >= 2 output tokens
+    tpot_p99_ms: float | None = None
+    requests_done: int = 0
+    tokens_offered: int = 0
+    tokens_served: int = 0
+    tokens_queued: int = 0  # at the run's end
+    tokens_shed: int = 0
+    goodput_tok_s: float | None = None  # output tokens/s of the finished requests within both SLO limits
+    slo_met: int | None = None  # 1: p99 TTFT and p99 TPOT within the SLO; empty: no SLO given
+    tokens_unbalanced: int = 0  # Σ over windows of |token balance error|; 0: every window balances
+    # Σ dt over windows in which a core ran below its top DVFS step / in emergency clock modulation (arch.dtm); the
+    # defaults also read a CSV written before these columns
+    time_throttled_ms: float = 0.0
+    time_emergency_ms: float = 0.0
+
+
+class RequestSamples(Columnar):
+    """Per finished request, what the serving columns need (ns, exact integers): time to first token, time from
+    the first to the last output token, and its output tokens."""
+
+    ttft_ns: list[TimeNs]
+    decode_ns: list[TimeNs]
+    output_tokens: list[Annotated[int, Field(ge=1, le=MAX_REQUEST_COUNT)]]
 
 
 class ReducePartial(BaseModel):
@@ -144,6 +194,14 @@ class ReducePartial(BaseModel):
     above_thot_ms: float = 0.0
     oldest_inflight_ms: float = 0.0
     latencies_ms: list[float] = Field(default_factory=list)
+    # serving (services/metrics/reduce.py): whether any window reported requests, every finished request's samples
+    # (all kept, as the token latencies are), the token counts and the last window's tokens_queued
+    serving: bool = False
+    requests: RequestSamples = Field(default_factory=RequestSamples.empty)
+    tokens_offered: int = Field(default=0, ge=0)
+    tokens_shed: int = Field(default=0, ge=0)
+    tokens_queued: RequestCount = 0
+    tokens_unbalanced: int = Field(default=0, ge=0)
     # power report (services/metrics/reduce.py): energy (J) and peak window power (W) per component and per die,
     # over the windows that report power (all of them, or the report is left out)
     power_windows: int = Field(default=0, ge=0)
@@ -151,6 +209,9 @@ class ReducePartial(BaseModel):
     peak_by: dict[str, float] = Field(default_factory=dict)
     energy_layer: dict[str, float] = Field(default_factory=dict)
     peak_layer: dict[str, float] = Field(default_factory=dict)
+    # Σ dt (ms) over the windows with a core below its top DVFS step, and with a core in emergency throttle
+    throttled_ms: float = Field(default=0.0, ge=0)
+    emergency_ms: float = Field(default=0.0, ge=0)
 
 
 class ReduceRequest(BaseModel):
@@ -161,6 +222,10 @@ class ReduceRequest(BaseModel):
     windows: list[WindowMetrics]
     # the windows before these, folded by POST /v1/reduce/fold (None: these are all the run's windows)
     partial: ReducePartial | None = None
+    # the serving SLO (ms), both or neither: goodput_tok_s counts the requests within both limits, slo_met compares
+    # the run's p99s with them; None: no SLO, those two columns are empty
+    slo_ttft_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    slo_tpot_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
 
 class FoldRequest(BaseModel):
@@ -227,3 +292,37 @@ class PlotRequest(BaseModel):
     thot_c: float | None = None  # drawn as a line on the temperature time series
     # the warm-up before window 0 that the metrics exclude (ms; arch thermal.warmup_ms with init steady), for titles
     warmup_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+
+# --- a sweep's figure (``POST /v1/plots/sweep/{kind}``): the rows of a sweep's table, not one run's windows ---------
+
+SweepPlotKind = Literal["pareto"]
+# the grid keys the Pareto figure is drawn against by default: the cold plate's heat transfer coefficient and the DTM
+# hard limit (configs/sweep_cooling_limit.yaml)
+COOLING_KEY = "arch.geometry.cooling.h_wmk2k"
+LIMIT_KEY = "arch.dtm.limit_c"
+# a sweep has at most 256 points (orchestrator) of at most five scenarios
+MAX_SWEEP_ROWS = 256 * len(SCENARIOS)
+ParamValue = bool | float | str | None
+
+
+class SweepRow(BaseModel):
+    """One row of a sweep's table (orchestrator ``GET /v1/sweeps/{id}``: ``experiment``, ``param:<key>`` columns and
+    the result row): the grid point's values by dotted key, and one scenario's result at that point."""
+
+    experiment: str = Field(default="", max_length=64)
+    params: dict[Annotated[str, Field(max_length=200)], ParamValue] = Field(default_factory=dict, max_length=32)
+    row: ResultRow
+
+
+class SweepPlotRequest(BaseModel):
+    """What the sweep figure needs: the table's rows and which grid keys are its two axes. ``at_cooling`` /
+    ``at_limit``: the value of the other key each slice is drawn at (one of the swept values; None: the upper
+    median of the swept values)."""
+
+    label: str = Field(default="sweep", max_length=200)  # the sweep's name, in the title
+    rows: list[SweepRow] = Field(min_length=1, max_length=MAX_SWEEP_ROWS)
+    cooling_key: str = Field(default=COOLING_KEY, min_length=1, max_length=200)
+    limit_key: str = Field(default=LIMIT_KEY, min_length=1, max_length=200)
+    at_cooling: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    at_limit: float | None = Field(default=None, allow_inf_nan=False)

@@ -14,10 +14,16 @@ from shared.contracts.columnar import Columnar
 from shared.contracts.ids import parse_weight_tensor_id, weight_tensor_id
 from shared.errors import BadInput
 
+META_MAX_CORES = 1024  # the most cores of a mesh (shared.configs.arch.MAX_CORES)
+
 
 class ExpertPlacement(BaseModel):
-    cores: list[int] = Field(min_length=1)
-    policy: Literal["single", "replicate"] = "single"
+    """An expert instance's cores. ``single``: one core; ``replicate``: full copies, tokens split over them;
+    ``stripe``: its weights spread over the cores' vaults and its GEMMs split tensor-parallel over the cores (each
+    reads its own vault)."""
+
+    cores: list[int] = Field(min_length=1, max_length=META_MAX_CORES)
+    policy: Literal["single", "replicate", "stripe"] = "single"
 
 
 class TensorPlacement(BaseModel):
@@ -27,13 +33,17 @@ class TensorPlacement(BaseModel):
 
 
 class PlacementMeta(BaseModel):
-    method: str = "default"
-    predicted_core_temps_c: list[float] | None = None
-    predicted_core_power_w: list[float] | None = None  # TAPS's mean power of each core's area of the logic die (W)
+    """What the placer says of its placement: per core at most the mesh's most cores (shared.configs.arch
+    MAX_CORES), a bounded objective and notes (a request carries a placement inline: its size is bounded here)."""
+
+    method: str = Field(default="default", max_length=64)
+    predicted_core_temps_c: list[float] | None = Field(default=None, max_length=META_MAX_CORES)
+    # TAPS's mean power of each core's area of the logic die (W)
+    predicted_core_power_w: list[float] | None = Field(default=None, max_length=META_MAX_CORES)
     predicted_peak_c: float | None = None
-    objective: dict[str, float] = Field(default_factory=dict)
+    objective: dict[str, float] = Field(default_factory=dict, max_length=64)
     optimality_gap: float | None = None
-    notes: list[str] = Field(default_factory=list)
+    notes: list[Annotated[str, Field(max_length=4096)]] = Field(default_factory=list, max_length=64)
 
 
 class Placement(BaseModel):

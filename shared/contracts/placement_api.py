@@ -14,7 +14,7 @@ from shared.configs.tas import TacsParams
 from shared.contracts.placement import Overlays, Placement, ReplicaState, Telemetry
 from shared.contracts.registry import ContentHash
 from shared.contracts.workload import LogicalWindow
-from shared.limits import MAX_EXPERTS, MAX_LAYERS
+from shared.limits import MAX_EPOCH_WINDOWS, MAX_EXPERTS, MAX_LAYERS
 
 
 class PlacementRequest(BaseModel):
@@ -84,6 +84,50 @@ class TacsStepRequest(BaseModel):
     smoothed: list[float] | None = None
     now_ns: int = Field(default=0, ge=0)
     bank_bw_gbps: float = Field(default=25.0, gt=0)
+
+
+class TacsEpochStep(BaseModel):
+    """What TACS sees before one window: the telemetry after the window before it, the window's pending logical
+    work and its start time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    telemetry: Telemetry
+    pending: LogicalWindow | None = None
+    now_ns: int = Field(default=0, ge=0)
+
+
+class TacsEpochRequest(BaseModel):
+    """``POST /v1/tacs/epoch``: TACS's decisions for consecutive windows of a control epoch, one step per window from
+    the state and smoothed temperatures before the first, stopping at the first decision that acts (a reroute or a
+    migration: the windows after it must be physicalized with its overlays). The run's fixed objects as in
+    `TacsStepRequest`; the replica state whole (None: every expert at its placement cores)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: list[TacsEpochStep] = Field(min_length=1, max_length=MAX_EPOCH_WINDOWS)
+    placement: Placement | None = None
+    placement_hash: ContentHash | None = None
+    state: ReplicaState | None = None
+    params: TacsParams | None = None
+    params_hash: ContentHash | None = None
+    arch: ArchConfig | None = None
+    arch_hash: ContentHash | None = None
+    H: list[list[float]] | None = None
+    H_hash: ContentHash | None = None
+    smoothed: list[float] | None = None
+    bank_bw_gbps: float = Field(default=25.0, gt=0)
+
+
+class TacsEpochResponse(BaseModel):
+    """The smoothed temperatures after each step evaluated; ``acted``: the index of the step whose decision acts (the
+    last one evaluated), with its overlays and, when it moved an expert, the replica state after it; None when no
+    step acted (``overlays`` empty, the state unchanged)."""
+
+    smoothed: list[list[float]]
+    acted: int | None = None
+    overlays: Overlays = Field(default_factory=Overlays)
+    state: ReplicaState | None = None
 
 
 class InfluenceRegistration(BaseModel):

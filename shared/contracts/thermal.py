@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from shared.configs.arch import ArchConfig
 from shared.contracts.events import ComputeEvents, EnergyDeposit, MemoryEvents
 from shared.contracts.registry import ContentHash
+from shared.limits import MAX_EPOCH_WINDOWS
 
 # Bounds of a state's integers (a larger one would overflow the int64 arrays they become: a 422, not a 500)
 MAX_T_NS = 1 << 62  # ~146 years of simulated time
@@ -23,6 +24,10 @@ MAX_DVFS_LEVEL = 1 << 16  # an index into a domain's steps (levels past the last
 class ThermalState(BaseModel):
     t_ns: int = Field(default=0, ge=0, le=MAX_T_NS)
     field_b64: str | None = None  # float32 little-endian temperatures in K, model node order; None = ambient
+    # The state proper of a spectral model's run (what the next window starts from, when present): θ = T − T_amb in
+    # the solver's modes (orthonormal 2-D DCT-II of each layer's cells, layer-major, then the 12 package-ring nodes'
+    # θ), float32 little-endian, K. field_b64 is then that state's field rounded to float32, for readers.
+    modes_b64: str | None = None
     dvfs_level: list[Annotated[int, Field(ge=0, le=MAX_DVFS_LEVEL)]] = Field(
         default_factory=list)  # per core: index into the domain's steps_ghz
     window: int = Field(default=-1, ge=-1, le=MAX_WINDOW)  # last window stepped (out-of-order steps: 409)
@@ -72,6 +77,13 @@ class ThermalSnapshot(BaseModel):
     power_layer_w: dict[str, float] = Field(default_factory=dict)  # per die: "logic", "dram_1" .. "dram_n"
     freq_ghz: list[float] = Field(default_factory=list)  # per core, for the NEXT window
     refresh: RefreshReport = Field(default_factory=RefreshReport)
+    # Throttling in THIS window (the levels it ran at): cores below their DVFS domain's top step (emergency levels
+    # included), and cores in the emergency clock modulation of arch.dtm below the last DVFS step.
+    cores_throttled: int = Field(default=0, ge=0)
+    cores_emergency: int = Field(default=0, ge=0)
+    # arch.dtm's hard limit could not be guaranteed: even at the deepest levels the bound on the next window's peak
+    # (at a run's start, also this window's) exceeds dtm.limit_c; the run goes on at the deepest levels.
+    limit_unheld: bool = False
 
 
 class ModelInfo(BaseModel):
@@ -149,6 +161,39 @@ class StepRequest(BaseModel):
     deposit: EnergyDeposit | None = None  # the events' energy deposit in their place (lowering's physicalize)
 
 
+class StepEpochRequest(BaseModel):
+    """``POST /v1/step/epoch``: windows ``window .. window + len(deposits) - 1`` in one call (a control epoch),
+    ``deposits[j]`` the energy deposit of window ``window + j``. Every window and the final state are bit for bit what
+    ``POST /v1/step`` answers window after window (each with the previous answer's state). ``state``: the state after
+    ``window - 1``, whole (None: the run's start, as ``/v1/step``). ``bw_eff_factor``: the refresh factor these
+    windows' events were physicalized with (None: refresh changes are no event). ``until_event``: stop after the
+    first window whose successor's inputs change (its DVFS clocks, or its refresh factor when ``bw_eff_factor`` is
+    given); without, step every deposit. The arch inline or its ``model`` hash: exactly one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arch: ArchConfig | None = None
+    model: ContentHash | None = None
+    window: int = Field(ge=0, le=MAX_WINDOW)  # the first window
+    window_ms: float = Field(gt=0, le=1e6, allow_inf_nan=False)
+    state: ThermalState | None = None
+    deposits: list[EnergyDeposit] = Field(min_length=1, max_length=MAX_EPOCH_WINDOWS)
+    bw_eff_factor: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    until_event: bool = True
+    return_state: bool = True
+
+
+class StepEpochResult(BaseModel):
+    """``POST /v1/step/epoch`` answer: one snapshot per window stepped, in order (fewer than the deposits when it
+    stopped at an event), the state after the last of them (None when the request said ``return_state: false``),
+    and the first event met among them: ``"dvfs"`` (the next window's clocks differ from the ones this window ran
+    at) or ``"refresh"`` (this window's ``refresh.bw_eff_factor`` differs from the request's), or None."""
+
+    snapshots: list[ThermalSnapshot]
+    state: ThermalState | None
+    event: Literal["dvfs", "refresh"] | None
+
+
 class SolveRequest(BaseModel):
     """``POST /v1/solve``: a power map in W (``core_w`` per core in the logic layer, ``bank_w`` [DRAM die][bank])."""
 
@@ -210,3 +255,4 @@ class HotspotImportRequest(BaseModel):
 
     files: dict[str, str]
     args: list[str]
+

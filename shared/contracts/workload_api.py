@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.configs import WorkloadConfig
+from shared.contracts.workload import MAX_MICROBATCHES_PER_CALL, MicroBatchSpec
 from shared.limits import Dim
 
 DEFAULT_WINDOW_MS = 3.0  # the window of a trace unless the caller says (the orchestrator sends the arch's)
@@ -42,3 +43,12 @@ class TraceRequest(BaseModel):
 
     workload: WorkloadConfig
     window_ms: float = Field(default=DEFAULT_WINDOW_MS, ge=1e-6, le=1e6, allow_inf_nan=False)  # 1 ns .. 1000 s
+
+
+class MicroBatchesRequest(BaseModel):
+    """``POST /v1/traces/{id}/microbatches``: the micro-batches of a serving trace whose logical events the caller
+    wants (1 .. `MAX_MICROBATCHES_PER_CALL`, each answered alone: how they are grouped into calls changes nothing)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batches: list[MicroBatchSpec] = Field(min_length=1, max_length=MAX_MICROBATCHES_PER_CALL)

@@ -527,9 +527,9 @@ def test_a_tampered_state_is_refused_naming_the_field(mutate: object, field: str
 
 
 def test_the_layer_look_ahead_gives_the_result_of_lowering_every_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    """physical.__init__ lowers only the first layers of each micro-batch and grows the look-ahead when needed; the
+    """physical.lookahead lowers only the first layers of each micro-batch and grows the look-ahead when needed; the
     events, state and timing equal those of lowering every open row in every window."""
-    import services.lowering.physical as phys
+    import services.lowering.physical.lookahead as phys
 
     # 20 ms windows of two 6-layer micro-batches: a micro-batch runs past the first look-ahead within a window (the
     # look-ahead grows: `assign` is called twice in windows 0 and 3) and other work stays open across windows
@@ -558,3 +558,68 @@ def test_the_layer_look_ahead_gives_the_result_of_lowering_every_row(monkeypatch
     eager = stream()
     assert lazy == eager
     assert sum(1 for s in lazy if '"open_compute":{"event_id":[]' not in s) >= 2  # work stayed open
+
+
+def test_emergency_throttle_clocks_stretch_compute_in_time() -> None:
+    """The hard limit's emergency levels (arch.dtm) hand the physicalizer effective clocks down to 1/16 of the last
+    DVFS step (1.2 GHz x 0.0625 = 75 MHz here): the same work takes as many cycles and as much energy at V0 (thermal
+    charges the last step's voltage), over proportionally more time."""
+    lw = small_window()
+    fast = run(lw, window_ms=100_000.0, freq=[1.2] * N)
+    slow = run(lw, window_ms=100_000.0, freq=[1.2 * 0.0625] * N)
+    for r in (fast, slow):
+        assert all(d > 0 for d in r[0].duration_cycles)
+    assert sum(fast[0].flops) == pytest.approx(sum(slow[0].flops), rel=1e-12)
+    assert sum(fast[0].energy_j) == pytest.approx(sum(slow[0].energy_j), rel=1e-9)
+    assert np.mean(slow[3].latencies_ms) > np.mean(fast[3].latencies_ms)
+    # cycles are counted at each run's own clock: in time, compute-bound pieces take 16 x longer (DMA-bound ones keep
+    # their DMA time, so the whole stretches by less)
+    t_fast = sum(fast[0].duration_cycles) / 1.2
+    t_slow = sum(slow[0].duration_cycles) / (1.2 * 0.0625)
+    assert t_slow > 4 * t_fast
+
+
+def test_shards_sharing_a_bank_cost_nothing_in_the_schedule() -> None:
+    """Several shards in one bank (bank packing) against each in a bank of its own, in the same vault: the schedule,
+    the events and their bytes are the same but for the banks, and the DRAM array energy of the shared bank is the
+    sum of the banks it replaces. The physicalizer times a piece's weight stream against its vault's channel
+    (``vault_bw_gbps``) and runs a core's pieces one after another: no bank is a resource of the schedule, so bank
+    conflicts and a bank's own bandwidth (TAPS's and TACS's ``bank_bw_gbps``) cost no time here; sharing a bank
+    concentrates the reads' heat in it. (It takes the placement's banks as they are: every expert's six shards in one
+    bank here is over a bank's capacity, on purpose, so that every read of an expert hits the one bank.)"""
+    from shared.contracts.ids import bank_id
+    from shared.contracts.placement import TensorPlacement
+    from shared.energy import deposit_of_events
+
+    lw = small_window()
+    chip = Chip.from_arch(ARCH)
+    bx, by = chip.BX // chip.X, chip.BY // chip.Y  # a vault's banks per die, in x and y
+
+    def placed(shared: bool) -> Placement:
+        plc = default_placement(ARCH, n_layers=2)
+        for eid, ep in plc.experts.items():
+            c = ep.cores[0]
+            x0, y0 = (c % chip.X) * bx, (c // chip.X) * by
+            for k in range(6):
+                bank = bank_id(x0, y0, 0) if shared else bank_id(x0 + k % bx, y0 + k // bx, k % chip.L)
+                plc.tensors[f"W_{eid}_{k}"] = TensorPlacement(dram_bank=bank, size_bytes=64 << 20)
+        return plc
+
+    own = run(lw, placement=placed(False), window_ms=10_000.0)
+    one = run(lw, placement=placed(True), window_ms=10_000.0)
+    assert own[0].model_dump() == one[0].model_dump() and own[3].model_dump() == one[3].model_dump()
+    m_own, m_one = own[1].model_dump(), one[1].model_dump()
+    assert {k: v for k, v in m_own.items() if k != "dst_bank"} == {k: v for k, v in m_one.items() if k != "dst_bank"}
+    moved = [i for i, (a, b) in enumerate(zip(m_own["dst_bank"], m_one["dst_bank"], strict=True)) if a != b]
+    assert moved and all(m_own["src_core"][i] < 16 for i in moved)
+    d_own = deposit_of_events(own[0], own[1], ARCH).memory
+    d_one = deposit_of_events(one[0], one[1], ARCH).memory
+    np.testing.assert_allclose(d_own.core_j, d_one.core_j)
+    np.testing.assert_allclose(d_own.array_j, d_one.array_j)
+    np.testing.assert_allclose(d_own.tsv_io_vault_j.sum(axis=0), d_one.tsv_io_vault_j.sum(axis=0))
+    for c in range(16):  # the shared bank of each expert's vault gains the array energy its other five banks lose
+        x0, y0 = (c % chip.X) * bx, (c // chip.X) * by
+        shared, *rest = [chip.parse_bank(bank_id(x0 + k % bx, y0 + k // bx, k % chip.L), "b") for k in range(6)]
+        gain = d_one.array_bank_j[shared] - d_own.array_bank_j[shared]
+        assert gain > 0 and gain == pytest.approx((d_own.array_bank_j[rest] - d_one.array_bank_j[rest]).sum(),
+                                                  rel=1e-9)

@@ -12,7 +12,7 @@ from services.metrics.compare import compare_all, compare_csv, compare_markdown
 from services.metrics.plots import DPI, figure_size
 from services.metrics.reduce import read_result_csv, reduce_window_metrics, row_csv
 from services.metrics.series import append_windows, read_windows, windows_path, workloads_in
-from shared.contracts.metrics import SCENARIOS, WindowMetrics
+from shared.contracts.metrics import POLICIES, WindowMetrics
 from shared.errors import BadInput
 
 
@@ -61,7 +61,7 @@ def test_window_series_are_compressed_and_plain_ones_still_read(results: Path, t
 def test_compare(results: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", str(results)]) == 0
     out = capsys.readouterr().out
-    rows = [r for s in SCENARIOS for r in read_result_csv(results / s / "mixtral_8x7b.csv")]
+    rows = [r for s in POLICIES for r in read_result_csv(results / s / "mixtral_8x7b.csv")]
     tables = compare_all(rows)
     assert (results / "comparison.csv").read_text() == compare_csv(tables)
     assert (results / "comparison.md").read_text() == compare_markdown(tables)
@@ -84,7 +84,7 @@ def test_plot(results: Path, kind: str, name: str, capsys: pytest.CaptureFixture
     out = results / "plots" / name
     assert main(["plot", kind, "--results", str(results), "--out", str(out)]) == 0
     data = out.read_bytes()
-    w_in, h_in = figure_size(kind, len(SCENARIOS))
+    w_in, h_in = figure_size(kind, len(POLICIES))
     if name.endswith(".png"):
         assert struct.unpack(">II", data[16:24]) == (round(w_in * DPI), round(h_in * DPI))
     else:

@@ -16,10 +16,11 @@ from services.metrics.compare import (
     compare_all,
     compare_csv,
     compare_markdown,
+    throttling,
     write_compare,
 )
 from services.metrics.reduce import reduce_window_metrics, write_result_csv
-from shared.contracts.metrics import SCENARIOS, ResultRow, WindowMetrics
+from shared.contracts.metrics import POLICIES, ResultRow, WindowMetrics
 from shared.errors import BadInput, NotFound
 
 
@@ -30,10 +31,13 @@ def rows(runs: dict[str, list[WindowMetrics]]) -> list[ResultRow]:
 
 def test_deltas_against_baseline(rows: list[ResultRow]) -> None:
     t = compare(list(reversed(rows)))  # input order does not matter
-    assert t.scenarios == SCENARIOS
+    assert t.scenarios == POLICIES  # the unthrottled reference: test_throttling_*
     base = next(r for r in rows if r.scenario == "baseline")
     for r in rows:
         for m, _, kind in COMPARE_METRICS:
+            if getattr(base, m) is None:  # a serving column of these fixed-arrival runs: empty, no delta
+                assert t.values[r.scenario][m] is None and t.deltas[r.scenario][m] is None
+                continue
             x, b = float(getattr(r, m)), float(getattr(base, m))
             assert t.values[r.scenario][m] == pytest.approx(x, rel=1e-8)
             d = t.deltas[r.scenario][m]
@@ -41,7 +45,7 @@ def test_deltas_against_baseline(rows: list[ResultRow]) -> None:
                 assert d == pytest.approx(100.0 * (x - b) / b, rel=1e-6, abs=1e-9)
             else:
                 assert d == pytest.approx(x - b, rel=1e-6, abs=1e-6)
-    assert all(v == 0 for v in t.deltas["baseline"].values())
+    assert all(v in (0, None) for v in t.deltas["baseline"].values())
     # the fixture's TAS run is cooler than baseline: a negative °C delta
     assert t.deltas["tas"]["T_peak_logic"] is not None and t.deltas["tas"]["T_peak_logic"] < 0
 
@@ -62,7 +66,7 @@ def test_csv_and_markdown(rows: list[ResultRow], tmp_path: Path) -> None:
     tables = compare_all(rows)
     text = compare_csv(tables)
     parsed = list(csv.DictReader(io.StringIO(text)))
-    assert [p["scenario"] for p in parsed] == list(SCENARIOS)
+    assert [p["scenario"] for p in parsed] == list(POLICIES)
     assert tuple(parsed[0]) == COMPARE_CSV_COLUMNS
     tacs = next(p for p in parsed if p["scenario"] == "tacs")
     by = {r.scenario: r for r in rows}
@@ -112,7 +116,7 @@ def test_collect_from_results_folder(rows: list[ResultRow], tmp_path: Path) -> N
     (tmp_path / "traces").mkdir()
     (tmp_path / "traces" / "logical_compute.csv").write_text("a,b\n1,2\n")  # not a scenario folder: skipped
     got = collect_result_rows(tmp_path)
-    assert sorted(r.scenario for r in got) == sorted(SCENARIOS)
+    assert sorted(r.scenario for r in got) == sorted(POLICIES)
     assert compare_csv(compare_all(got)) == compare_csv(compare_all(rows))
     with pytest.raises(BadInput) as ei:
         collect_result_rows(tmp_path, scenarios=["baseline", "fastest"])
@@ -124,3 +128,31 @@ def test_collect_from_results_folder(rows: list[ResultRow], tmp_path: Path) -> N
     with pytest.raises(BadInput) as ei:
         collect_result_rows(tmp_path)
     assert "tas/" in ei.value.message
+
+
+def _with_rate(row: ResultRow, scenario: str, ips: float, goodput: float | None = None) -> ResultRow:
+    return row.model_copy(update={"scenario": scenario, "ips": ips, "goodput_tok_s": goodput})
+
+
+def test_throttling_loss_and_what_each_policy_recovers(rows: list[ResultRow]) -> None:
+    base = next(r for r in rows if r.scenario == "baseline")
+    table = [_with_rate(base, "baseline", 60.0), _with_rate(base, "taps", 70.0), _with_rate(base, "tas", 55.0),
+             _with_rate(base, "unthrottled", 100.0)]
+    t = compare(table)
+    assert t.scenarios == ("baseline", "taps", "tas", "unthrottled")
+    th = throttling(t)
+    assert th is not None and th.metric == "ips" and th.loss == pytest.approx(40.0)
+    assert th.recovered == {"taps": pytest.approx(0.25), "tas": pytest.approx(-0.125)}
+    md = compare_markdown([t])
+    assert "cost 40.00 (40.0 % of unthrottled)" in md and "taps 25 %, tas -12 %" in md
+    # served within the SLO, when both rows have it
+    served = [_with_rate(base, "baseline", 60.0, 30.0), _with_rate(base, "tacs", 60.0, 35.0),
+              _with_rate(base, "unthrottled", 100.0, 40.0)]
+    th = throttling(compare(served))
+    assert th is not None and th.metric == "goodput_tok_s" and th.recovered == {"tacs": pytest.approx(0.5)}
+    # no reference, or no loss to recover
+    assert throttling(compare(table[:3])) is None
+    same = [_with_rate(base, "baseline", 60.0), _with_rate(base, "tas", 61.0), _with_rate(base, "unthrottled", 60.1)]
+    th = throttling(compare(same))
+    assert th is not None and th.recovered == {"tas": None}
+    assert "nothing to recover" in compare_markdown([compare(same)])

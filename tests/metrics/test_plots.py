@@ -11,7 +11,7 @@ from matplotlib.image import imread
 
 from services.metrics.plots import DPI, KINDS, figure_size, heatmap_frames, render_plot
 from services.metrics.reduce import reduce_window_metrics
-from shared.contracts.metrics import SCENARIOS, PlotRequest, WindowMetrics
+from shared.contracts.metrics import POLICIES, PlotRequest, WindowMetrics
 from shared.errors import BadInput
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -38,7 +38,7 @@ def rendered(request_data: PlotRequest) -> dict[tuple[str, str], bytes]:
 @pytest.mark.parametrize("kind", KINDS)
 def test_png_is_non_empty_with_expected_size(kind: str, rendered: dict[tuple[str, str], bytes]) -> None:
     data = rendered[kind, "png"]
-    w_in, h_in = figure_size(kind, len(SCENARIOS))
+    w_in, h_in = figure_size(kind, len(POLICIES))
     assert png_size(data) == (round(w_in * DPI), round(h_in * DPI))
     img = imread(io.BytesIO(data), format="png")
     assert img.shape[:2] == (round(h_in * DPI), round(w_in * DPI))
@@ -51,7 +51,7 @@ def test_png_is_non_empty_with_expected_size(kind: str, rendered: dict[tuple[str
 def test_svg_is_stable(kind: str, request_data: PlotRequest, rendered: dict[tuple[str, str], bytes]) -> None:
     a = rendered[kind, "svg"]
     assert a.lstrip().startswith(b"<?xml") and b"<svg" in a
-    w_in, h_in = figure_size(kind, len(SCENARIOS))
+    w_in, h_in = figure_size(kind, len(POLICIES))
     assert f'width="{w_in * 72:g}pt"'.encode() in a and f'height="{h_in * 72:g}pt"'.encode() in a
     assert b"<dc:date>" not in a
     assert render_plot(kind, request_data, "svg") == a

@@ -271,6 +271,27 @@ def thermal_app(settings: Settings) -> FastAPI:
         snap.power_w.dram_dynamic = bytes_total * 8 * 3.9e-12 / (dt_ms * 1e-3)
         return answer_state(body, states, new.model_dump(mode="json"), {"snapshot": snap.model_dump(mode="json")})
 
+    @router.post("/step/epoch")
+    def step_epoch(body: dict[str, Any]) -> dict[str, Any]:
+        """``/step`` window after window from the state the one before left, stopping after the first window
+        whose next window runs at other DVFS levels or another refresh factor (``until_event``)."""
+        state, snaps, event = body.get("state"), [], None
+        for i, dep in enumerate(body["deposits"]):
+            one = {"model": body.get("model"), "arch": body.get("arch"), "window": int(body["window"]) + i,
+                   "window_ms": body["window_ms"], "state": state, "deposit": dep}
+            out = step(one)
+            before = list((state or {}).get("dvfs_level") or [])
+            state = out["state"]
+            snaps.append(out["snapshot"])
+            after = list(state["dvfs_level"])
+            bw = body.get("bw_eff_factor")
+            here = ("dvfs" if after != (before or [0] * len(after))
+                    else "refresh" if bw is not None and out["snapshot"]["refresh"]["bw_eff_factor"] != bw else None)
+            event = event or here
+            if here is not None and body.get("until_event", True):
+                break
+        return {"snapshots": snaps, "state": state if body.get("return_state", True) else None, "event": event}
+
     @router.post("/warm_start")
     def warm_start(body: dict[str, Any]) -> dict[str, Any]:
         """The fake keeps no energy: the run proper starts from the warm-up pass's last field."""
@@ -363,6 +384,20 @@ def placement_app(settings: Settings) -> FastAPI:
             out["state"] = state.model_dump(mode="json")  # a changed state comes back whole (as the real one)
         return out
 
+    @router.post("/tacs/epoch")
+    def tacs_epoch(body: dict[str, Any]) -> dict[str, Any]:
+        """``/tacs/step`` step after step until a decision acts."""
+        state, smoothed, seen = body.get("state"), body.get("smoothed"), []
+        fixed = {k: body[k] for k in body if k.endswith("_hash") or k in {"placement", "params", "arch", "H"}}
+        for i, st in enumerate(body["steps"]):
+            out = tacs({**fixed, **st, "state": state, "smoothed": smoothed})
+            smoothed = out["smoothed"]
+            seen.append(smoothed)
+            ov = Overlays.model_validate(out["overlays"])
+            if not ov.is_empty():
+                return {"smoothed": seen, "acted": i, "overlays": out["overlays"], "state": out.get("state")}
+        return {"smoothed": seen}
+
     app = create_service_app("placement", settings, [router])
     app.state.run_data = stores
     app.state.states = replica_states
@@ -421,6 +456,22 @@ def lowering_app(settings: Settings) -> FastAPI:
         if body.get("events", True):
             rest.update(compute=ComputeEvents(**comp).model_dump(mode="json"), memory=memv.model_dump(mode="json"))
         return answer_state(body, states, new.model_dump(mode="json"), rest)
+
+    @router.post("/physicalize/epoch")
+    def physicalize_epoch(body: dict[str, Any]) -> dict[str, Any]:
+        """``/physicalize`` window after window: the overlays and replicas at the first window only."""
+        state, windows = body.get("state"), []
+        fixed = {k: body[k] for k in ("arch", "arch_hash", "placement", "placement_hash", "freq_ghz", "window_ms",
+                                      "bw_eff_factor", "n_layers", "events") if k in body}
+        for i, lw in enumerate(body["logical"]):
+            one = {**fixed, "window": int(body["window"]) + i, "logical": lw, "state": state,
+                   "overlays": body.get("overlays") if i == 0 else Overlays().model_dump(mode="json")}
+            if i == 0 and body.get("replicas") is not None:
+                one["replicas"] = body["replicas"]
+            out = physicalize(one)
+            state = out["state"]
+            windows.append({k: out[k] for k in ("compute", "memory", "deposit", "timing") if k in out})
+        return {"windows": windows, "state": state if body.get("return_state", True) else None}
 
     app = create_service_app("lowering", settings, [router])
     app.state.run_data = stores

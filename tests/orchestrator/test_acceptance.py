@@ -6,13 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
-from services.orchestrator import repository as repo
+from services.orchestrator import window_store
 from services.orchestrator.acceptance import check_results, policy_findings
-from services.orchestrator.db import open_database
 from services.orchestrator.local import run_local
-from services.orchestrator.models import WindowRecord
+from services.orchestrator.run_files import run_dir_for
 from shared.contracts.metrics import RESULT_COLUMNS
 from shared.settings import Settings
 from tests.conftest import CONFIGS
@@ -76,14 +74,7 @@ def test_default_mixtral_experiment_meets_the_acceptance(settings: Settings, tmp
     # artefact was K-scale): in every scenario the first two windows are within START_TOL_K of the later windows' peak.
     # (The warm start is the steady state of the MEAN power: the first micro-batch arrives on that mean field, later
     # ones on a field cooled by the idle gap before them, so window 1 may peak a few hundredths of a kelvin higher.)
-    engine, sessions = open_database(f"sqlite:///{tmp_path / 'db.sqlite3'}")
-    try:
-        with sessions() as ses:
-            for run in repo.runs_of(session=ses, exp_id=res.experiment_id):
-                peaks = [m["T_peak_logic"] for (m,) in ses.execute(
-                    sa.select(WindowRecord.metrics).where(WindowRecord.run_id == run.id)
-                    .order_by(WindowRecord.window)).all()]
-                assert len(peaks) == WINDOWS
-                assert max(peaks[:2]) < max(peaks[2:]) + START_TOL_K, (run.scenario, peaks[:4])
-    finally:
-        engine.dispose()
+    for scenario in res.windows:
+        peaks = [m["T_peak_logic"] for m in window_store.read(run_dir_for(tmp_path / "mix", scenario))]
+        assert len(peaks) == WINDOWS
+        assert max(peaks[:2]) < max(peaks[2:]) + START_TOL_K, (scenario, peaks[:4])

@@ -1,5 +1,5 @@
-"""An experiment's files over HTTP (issue 17, item 7): listed, downloaded whole or by range, zipped; confined to the
-experiment's folder."""
+"""An experiment's files over HTTP: listed, downloaded whole or by range, zipped; confined to the experiment's folder;
+every file-system error a 4xx on a connection that stays open."""
 
 from __future__ import annotations
 
@@ -62,3 +62,70 @@ def test_nothing_outside_the_folder(exp: tuple[TestClient, str, Path]) -> None:
             artefacts.resolve_file(out, bad)
     with pytest.raises(NotFound):
         artefacts.resolve_file(out, "baseline")  # a folder is not a file
+
+
+def test_every_file_system_error_is_a_4xx(exp: tuple[TestClient, str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    c, exp_id, out = exp
+    (out / "loop-a").symlink_to(out / "loop-b")
+    (out / "loop-b").symlink_to(out / "loop-a")
+    cases = {"a" * 256: (422, "File name too long"), "baseline/" + "b" * 300 + "/x.csv": (422, "File name too long"),
+             "baseline": (404, "is a folder"), "baseline/": (404, "is a folder"),
+             "baseline/mixtral.csv/x": (404, "no file"), "loop-a": (422, "symbolic links"),
+             "a/" * 2100 + "x": (422, "")}
+    for path, (status, words) in cases.items():
+        r = c.get(f"/v1/experiments/{exp_id}/files/{path}")
+        assert r.status_code == status, (path[:40], r.text)
+        assert r.json()["error"]["field"] == "path" and words in r.json()["error"]["message"], r.text
+    for errno_, status in ((13, 403), (1, 403), (5, 404), (36, 422)):  # EACCES, EPERM, EIO, ENAMETOOLONG
+        def refuse(self: Path, *_: object, _e: int = errno_, **__: object) -> object:
+            raise OSError(_e, "refused")
+
+        with monkeypatch.context() as m:
+            m.setattr(Path, "open", refuse)
+            r = c.get(f"/v1/experiments/{exp_id}/files/baseline/mixtral.csv")
+        assert r.status_code == status and r.json()["error"]["field"] == "path", (errno_, r.text)
+    with monkeypatch.context() as m:  # a file that vanishes while the folder is walked is left out
+        real_stat = Path.stat
+
+        def vanishing(self: Path, **kw: bool) -> object:
+            if self.name == "temperature.png":
+                raise FileNotFoundError(2, "gone")
+            return real_stat(self, **kw)
+
+        m.setattr(Path, "stat", vanishing)
+        listed = c.get(f"/v1/experiments/{exp_id}/files")
+    assert listed.status_code == 200 and [f["path"] for f in listed.json()["files"]] == ["baseline/mixtral.csv"]
+
+
+def test_a_refused_file_leaves_the_connection_open(tmp_path: Path) -> None:
+    """Over a real socket: a name too long used to answer 500 and the server then closed the keep-alive connection
+    (the client's next request on it failed with a reset). Each answer here arrives on one connection."""
+    import http.client
+    import json
+
+    from tests.orchestrator.instances import serve_app
+
+    settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS)
+    with serve_app(create_app(settings, dispatcher=RecordingDispatcher())) as base:
+        host, port = base.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+
+        def get(path: str, method: str = "GET", body: bytes | None = None) -> int:
+            conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            return resp.status
+
+        body = b'{"workload": "workload_quick.yaml", "scenarios": ["baseline"]}'
+        assert get("/v1/experiments", "POST", body) == 202
+        conn.request("GET", "/v1/experiments")
+        exp_id = str(json.loads(conn.getresponse().read())["items"][0]["id"])
+        out = tmp_path / "results" / exp_id
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.csv").write_bytes(b"a,b\n1,2\n")
+        files = f"/v1/experiments/{exp_id}/files"
+        statuses = [get(f"{files}/{'n' * 256}"), get(f"{files}/summary.csv"), get(f"{files}/{'n' * 256}"),
+                    get(f"/v1/experiments/{exp_id}"), get(f"{files}/summary.csv/x"),
+                    get(f"/v1/experiments/{exp_id}/archive")]
+        assert statuses == [422, 200, 422, 200, 404, 200]
+        conn.close()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 
 from services.orchestrator.capacity import estimate_capacity
+from services.orchestrator.epochs import initial_freqs, initial_replicas
 from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RunData
 from services.orchestrator.schemas import ExperimentRequest
 from services.orchestrator.service import resolve_spec
-from services.orchestrator.window_loop import initial_freqs, initial_replicas
 from services.orchestrator.worker import compute_clients
 from shared.configs import load_arch, load_tas, load_workload
 from shared.contracts.events import PhysicalState
@@ -29,11 +29,12 @@ def test_default_load_is_below_capacity_and_the_backlog_stays_bounded(settings: 
     with compute_clients(settings) as cc:
         pipe = Pipeline(cc, run_key="cap-test")
         cap = estimate_capacity(pipe, spec)
+        assert cap is not None  # a fixed-arrival workload has one
         assert cap.exact and cap.open_limit == 1
         assert 0 < cap.makespan_ms < wl.sequence.step_interval_ms
         assert cap.offered_tok_s == wl.sequence.micro_batch / (wl.sequence.step_interval_ms * 1e-3)
         assert cap.load < 1.0, cap.line()
-        # the run itself, scheduled window by window (no thermal: the top DVFS step, as in the capacity)
+        # the run itself, scheduled 50 windows a call (no thermal: the top DVFS step, as in the capacity)
         trace = pipe.create_trace(wl, window_ms)
         load = pipe.expert_load(trace, workload=wl, window_ms=window_ms)
         plc = pipe.placement(arch=arch, workload=wl, tas=spec.tas, method="default", trace=trace, expert_load=load,
@@ -41,16 +42,18 @@ def test_default_load_is_below_capacity_and_the_backlog_stays_bounded(settings: 
         run = RunData.of(arch=arch, placement=plc).lowering
         pipe.register_all(run.values())
         state = PhysicalState(replicas=initial_replicas(plc)).model_dump(mode="json")
-        ref: str | None = None
         completed, latencies = 0, []
-        for k in range(math.ceil(SIMULATED_MS / window_ms)):
-            L = pipe.logical_window(trace, k, workload=wl, window_ms=window_ms)
-            P = pipe.physicalize(window=k, logical=L.raw, run=run, overlays=EMPTY_OVERLAYS,
-                                 state=state if ref is None else None, state_ref=ref, replicas=None,
-                                 freq_ghz=initial_freqs(arch), window_ms=window_ms, bw_eff_factor=1.0,
-                                 n_layers=trace.n_layers, return_state=False, events=False)
-            ref = P.state_ref
-            t = P.timing
+        n = math.ceil(SIMULATED_MS / window_ms)
+        timings = []
+        for k0 in range(0, n, 50):
+            logical = pipe.logical_windows(trace, k0, min(50, n - k0), workload=wl, window_ms=window_ms)
+            P = pipe.physicalize_epoch(window=k0, logical=logical, run=run, overlays=EMPTY_OVERLAYS, state=state,
+                                       replicas=None, freq_ghz=initial_freqs(arch), window_ms=window_ms,
+                                       bw_eff_factor=1.0, n_layers=trace.n_layers, return_state=True, events=False)
+            assert P.state is not None
+            state = P.state
+            timings += [w.timing for w in P.windows]
+        for k, t in enumerate(timings):
             assert t.tokens_dropped == 0, f"window {k}: admission shed tokens"
             assert t.open_mbs <= cap.open_limit, f"window {k}: {t.open_mbs} micro-batches open"
             # nothing waits: the oldest token in flight is younger than one micro-batch's makespan

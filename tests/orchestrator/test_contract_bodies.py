@@ -1,6 +1,7 @@
 """Every body the orchestrator's pipeline sends is a request of the contract its route takes (issue 21, item 2).
 
-The pipeline encodes its bodies itself (the logical window is spliced in unparsed, `RawJson`), so the type system
+The pipeline encodes its bodies itself (the logical windows pass through as the workload service answered them), so
+the type system
 does not tie a key it writes to the contract's field: a misspelt optional key would be ignored by the service
 (pydantic drops unknown keys) and the run would silently use the default. `encode_request` checks every body's top
 level keys against the route's request model on each call; this test runs a small `tas` experiment
@@ -114,11 +115,10 @@ def test_every_body_the_pipeline_sends_is_its_contract(sqlite: Db, settings: Set
             key = f"{name} {scope['path']}"
             checked[key] = checked.get(key, 0) + 1
     assert not problems, problems
-    # the per-window calls and the run's registrations were all among them
-    for key in ("placement /v1/tacs/step", "lowering /v1/physicalize", "thermal /v1/step",
+    # the epochs' calls and the run's registrations were all among them
+    for key in ("placement /v1/tacs/epoch", "lowering /v1/physicalize/epoch", "thermal /v1/step/epoch",
                 "lowering /v1/registry/placements", "placement /v1/registry/influence"):
         assert checked.get(key, 0) >= 1, (key, sorted(checked))
-    assert checked["lowering /v1/physicalize"] >= 8
 
 
 def test_the_check_sees_a_misspelt_key() -> None:
@@ -137,14 +137,16 @@ def test_the_check_sees_a_misspelt_key() -> None:
 
 def test_a_body_is_checked_against_its_request_model_on_every_call() -> None:
     """`encode_request` refuses a key the route's model lacks (a misspelt optional key would be dropped by the
-    service and the run would use its default) and a body without a required field; what passes is `encode_body`'s
-    JSON, the unparsed parts spliced in as they are."""
-    from services.orchestrator.pipeline_clients import RawJson, encode_request
+    service and the run would use its default) and a body without a required field; what passes is the JSON of the
+    parts, models dumped as JSON."""
+    from services.orchestrator.pipeline_clients import encode_request
+    from shared.contracts.events import WindowTiming
     from shared.contracts.thermal import StepRequest
 
-    body = encode_request(StepRequest, {"window": 3, "window_ms": 3.0, "deposit": RawJson('{"x":1}'),
-                                        "return_state": False})
-    assert json.loads(body) == {"window": 3, "window_ms": 3.0, "deposit": {"x": 1}, "return_state": False}
+    body = encode_request(StepRequest, {"window": 3, "window_ms": 3.0, "deposit": {"x": 1}, "return_state": False,
+                                        "state": WindowTiming(tokens_completed=2)})
+    assert json.loads(body) == {"window": 3, "window_ms": 3.0, "deposit": {"x": 1}, "return_state": False,
+                                "state": WindowTiming(tokens_completed=2).model_dump(mode="json")}
     with pytest.raises(TypeError, match="retrun_state"):
         encode_request(StepRequest, {"window": 3, "window_ms": 3.0, "retrun_state": False})
     with pytest.raises(TypeError, match="window_ms"):

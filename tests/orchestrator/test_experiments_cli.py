@@ -102,3 +102,40 @@ def test_the_server_resumes_someone_elses_runs_only_when_told(tmp_path: Path, re
         clients.close()
     if not resume:
         assert _statuses(s, exp_id) == {"baseline": "running", "tas": "queued"}
+
+
+def test_prune_deletes_old_finished_experiments_and_keeps_their_files(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``tasmoe experiments prune --older-than DAYS`` deletes finished experiments last updated before then (their
+    runs and placement job rows too) and leaves unfinished ones and every results folder; ``TASMOE_RETENTION_DAYS``
+    does the same at the API server's start."""
+    s, running = _abandoned_experiment(tmp_path)
+    engine, sessions = open_database(s.effective_database_url)
+    spec = resolve_spec(small_request(scenarios=["baseline"], plots=False), configs_dir=CONFIGS)
+    old, _ = create_experiment(sessions=sessions, spec=spec, settings=s, out_dir=tmp_path / "old")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "summary.csv").write_text("kept\n")
+    with sessions.begin() as ses:
+        repo.cancel_experiment(session=ses, exp_id=old)
+        repo.add_job(session=ses, job_id=f"plc-{repo.run_id_for(old, 'baseline')}", kind="placement", payload={})
+        ses.execute(sa.text("UPDATE experiments SET updated_at = :t WHERE id = :id"),
+                    {"t": utcnow() - timedelta(days=40), "id": old})
+    engine.dispose()
+    db = ["--db", s.effective_database_url]
+    assert cli_main(["--log-level", "ERROR", "experiments", "prune", "--older-than", "30", "--dry-run", *db]) == 0
+    assert f"{old}: would delete" in capsys.readouterr().out
+    assert cli_main(["--log-level", "ERROR", "experiments", "prune", "--older-than", "50", *db]) == 0
+    assert "0 finished experiment(s)" in capsys.readouterr().out
+    assert cli_main(["--log-level", "ERROR", "experiments", "prune", "--older-than", "30", *db]) == 0
+    assert f"{old}: deleted" in capsys.readouterr().out
+    engine, sessions = open_database(s.effective_database_url)
+    with sessions() as ses:
+        assert repo.get_experiment(session=ses, exp_id=old) is None
+        assert repo.get_job(session=ses, job_id=f"plc-{repo.run_id_for(old, 'baseline')}") is None
+        assert repo.get_experiment(session=ses, exp_id=running) is not None  # unfinished: never pruned
+    engine.dispose()
+    assert (tmp_path / "old" / "summary.csv").read_text() == "kept\n"
+    with pytest.raises(SystemExit) as exit_info:  # argparse's usage error: exit 2, one line
+        cli_main(["--log-level", "ERROR", "experiments", "prune", "--older-than", "x", *db])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("expected a number of days, got 'x'")

@@ -78,28 +78,31 @@ def test_process_pool_writes_the_same_bytes_as_the_thread_pool(tmp_path: Path, m
     assert [k for k in files["thread"] if files["process"][k] != files["thread"][k]] == []
 
 
-def test_quick_run_prints_a_four_row_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_quick_run_prints_a_five_row_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    """`tasmoe run --quick`: the real services, all four scenarios, a table of four rows with completed tokens."""
+    """`tasmoe run --quick`: the default experiment cut short on the real services, its five scenarios in a table
+    with completed tokens and the throttling line; a bad combination of options is a usage error."""
     monkeypatch.setenv("TASMOE_RESULTS_DIR", str(tmp_path / "results"))
     monkeypatch.setenv("TASMOE_DATABASE_URL", f"sqlite:///{tmp_path / 'db.sqlite3'}")
     assert cli_main(["run", "--quick", "--out", str(tmp_path / "quick"), "--quiet"]) == 0
     out = capsys.readouterr().out.splitlines()
     head = next((i for i, line in enumerate(out) if line.startswith("scenario ")), None)
     assert head is not None, out
-    rows = [line.split() for line in out[head + 1:head + 5]]
-    assert [r[0] for r in rows] == ["baseline", "taps", "tacs", "tas"]
+    rows = [line.split() for line in out[head + 1:head + 6]]
+    assert [r[0] for r in rows] == ["baseline", "taps", "tacs", "tas", "unthrottled"]
     assert all(int(r[6]) > 0 and float(r[3]) > 0 for r in rows)  # tokens completed, throughput
+    assert any(line.startswith("Throttling (") for line in out)
     assert (tmp_path / "quick" / "baseline" / "mixtral-8x7b.series.csv.gz").is_file()
     assert cli_main(["run", "--quick", "--workload", "configs/workload_mixtral_8x7b.yaml"]) == 2
+    assert cli_main(["run", "--quick", "--experiment", "reference"]) == 2
 
 
 def test_a_run_shorter_than_a_micro_batch_says_why_no_token_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("TASMOE_RESULTS_DIR", str(tmp_path / "results"))
     monkeypatch.setenv("TASMOE_DATABASE_URL", f"sqlite:///{tmp_path / 'db.sqlite3'}")
-    assert cli_main(["--log-level", "ERROR", "run", "--windows", "2", "--scenarios", "baseline", "--quiet",
-                     "--out", str(tmp_path / "o")]) == 0
+    assert cli_main(["--log-level", "ERROR", "run", "--experiment", "reference", "--windows", "2", "--scenarios",
+                     "baseline", "--quiet", "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert "note: no token completed: the run (6 ms simulated) is shorter than one micro-batch" in out
 

@@ -18,7 +18,7 @@ from services.orchestrator.models import RunStatus, ScenarioRun
 from services.orchestrator.service import create_experiment
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.window_loop import run_scenario
-from shared.client import ServiceClients
+from shared.client import IDEMPOTENCY_HEADER, ServiceClients
 from shared.settings import Settings
 from tests.orchestrator import fakes
 from tests.orchestrator.conftest import Db
@@ -26,19 +26,20 @@ from tests.orchestrator.test_kill_worker import _spec, _tree
 
 
 class FlakyApp:
-    """An ASGI app that passes requests to ``app`` except during an outage: from the ``after``-th thermal step on,
-    for ``down_s`` seconds, every request is refused (a connection error, as from a killed process)."""
+    """An ASGI app that passes requests to ``app`` except during an outage: from the run's first thermal epoch at or
+    past window ``after`` (the run proper, not its warm-up: by the call's idempotency key), for ``down_s`` seconds,
+    every request is refused (a connection error, as from a killed process)."""
 
     def __init__(self, app: Any, *, after: int, down_s: float) -> None:
         self.app, self.after, self.down_s = app, after, down_s
-        self.steps = 0
         self.down_until: float | None = None
         self.refused = 0
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] == "/v1/step":
-            self.steps += 1
-            if self.steps == self.after and self.down_until is None:
+        if scope["type"] == "http" and scope["path"] == "/v1/step/epoch" and self.down_until is None:
+            key = dict(scope["headers"]).get(IDEMPOTENCY_HEADER.lower().encode(), b"").decode()
+            parts = key.split(":")  # <run>:step:<window>:<windows>:<until_event>
+            if "step" in parts and int(parts[parts.index("step") + 1]) >= self.after:
                 self.down_until = time.monotonic() + self.down_s
         if scope["type"] == "http" and self.down_until is not None and time.monotonic() < self.down_until:
             self.refused += 1
@@ -46,16 +47,9 @@ class FlakyApp:
         await self.app(scope, receive, send)
 
 
-def _mid_run() -> int:
-    """The thermal step that is the run's window 10: after the warm-up pass's steps (as many windows as
-    arch.thermal.warmup_ms holds, at most the run's 30)."""
-    spec = _spec()
-    return int(min(spec.arch.thermal.warmup_windows(spec.tas.tacs.window_ms), 30)) + 11
-
-
 def _settings(settings: Settings, budget_s: float) -> OrchestratorSettings:
     return OrchestratorSettings(**{**settings.model_dump(), "http_retries": 1, "http_backoff_s": 0.01,
-                                   "outage_budget_s": budget_s, "outage_backoff_max_s": 0.2})
+                                   "outage_budget_s": budget_s, "outage_backoff_max_s": 0.2, "epoch_windows": 4})
 
 
 def _reference(sqlite: Db, settings: Settings, tmp_path: Path) -> dict[str, bytes]:
@@ -71,7 +65,7 @@ def _disturbed(sqlite: Db, settings: Settings, tmp_path: Path, *, budget_s: floa
     """An experiment whose thermal service goes down for ``down_s`` at window 10, with an outage budget."""
     osettings = _settings(settings, budget_s=budget_s)
     apps = fakes.build_apps(osettings)
-    flaky = FlakyApp(apps["thermal"], after=_mid_run(), down_s=down_s)
+    flaky = FlakyApp(apps["thermal"], after=10, down_s=down_s)
     clients = ServiceClients(osettings, asgi_apps={**apps, "thermal": flaky})
     exp_id, _ = create_experiment(sessions=sqlite.sessions, spec=_spec(), settings=settings, out_dir=tmp_path / "x")
     return flaky, clients, exp_id, repo.run_id_for(exp_id, "tas")
@@ -103,6 +97,11 @@ def test_an_outage_mid_run_is_waited_out_and_the_results_are_identical(sqlite: D
     assert flaky.refused > 0  # the outage happened
     waiting = [w for st, w in seen if st == "waiting"]
     assert waiting and "thermal" in (waiting[0] or "") and "unreachable" in (waiting[0] or "")
+    # one stretch of "waiting" through the whole outage, however many tries it took: no flip back to "running"
+    # at each try (the mark stays until the next committed epoch)
+    stretches = [st for i, (st, _) in enumerate(seen) if i == 0 or seen[i - 1][0] != st]
+    assert stretches.count("waiting") == 1, stretches
+    assert "trying again" in (tmp_path / "x" / "runs" / "tas" / "run.log").read_text()
     with sqlite.sessions() as s:
         run = s.get(ScenarioRun, run_id)
         assert run is not None and run.waiting_reason is None and run.attempts == 1

@@ -17,12 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from services.orchestrator.cli import QUICK_WARMUP_MS, QUICK_WORKLOAD
 from services.orchestrator.local import run_local
 from services.orchestrator.worker import compute_clients
 from shared.series_table import read_series_table
 from shared.settings import Settings
 from tests.conftest import CONFIGS, REPO
+
+# the reference chip's quick workload (two micro-batches of its Mixtral experiment, a 300 ms warm-up: one arrival
+# interval of a workload that repeats every 300 ms)
+QUICK_WORKLOAD = "configs/workload_quick.yaml"
+QUICK_WARMUP_MS = 300.0
 
 
 def test_taps_predicts_the_simulated_per_core_power(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Durable run state: migrations, leases, the fenced window commit, attempts — on SQLite and PostgreSQL."""
+"""Durable run state: migrations, leases, the fenced epoch commit, attempts — on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from services.orchestrator import repository as repo
 from services.orchestrator.db import downgrade, upgrade
-from services.orchestrator.models import RunStatus, ScenarioRun, WindowRecord, utcnow
+from services.orchestrator.models import RunStatus, ScenarioRun, utcnow
 from tests.orchestrator.conftest import Db
 
 
@@ -21,35 +21,50 @@ def _experiment(db: Db, *, max_attempts: int = 3, key: str | None = None, exp_id
     return repo.run_id_for(exp_id, "baseline")
 
 
-def _commit(db: Db, run_id: str, owner: str, k: int) -> bool:
-    return repo.commit_window(sessions=db.sessions, run_id=run_id, owner=owner, window=k,
-                              snapshot={"window": k}, metrics={"window": k, "T": 50.0 + k / 3},
-                              frontier={"k": k}, lease_s=30)
+def _commit(db: Db, run_id: str, owner: str, k: int, n: int = 1) -> bool:
+    """Commit the epoch of windows k .. k + n - 1."""
+    return repo.commit_epoch(sessions=db.sessions, run_id=run_id, owner=owner, first=k, next_window=k + n,
+                             frontier={"k": k + n - 1, "T": 50.0 + k / 3}, lease_s=30)
 
 
 def test_migrations_create_tables_and_round_trip(db: Db) -> None:
     names = set(sa.inspect(db.engine).get_table_names())
-    assert {"experiments", "scenario_runs", "windows", "jobs", "alembic_version"} <= names
+    assert {"experiments", "scenario_runs", "jobs", "quota_locks", "alembic_version"} <= names
+    assert "windows" not in names  # the windows are a run file; the run keeps only its frontier
     downgrade(db.engine)
-    assert "windows" not in set(sa.inspect(db.engine).get_table_names())
+    assert "scenario_runs" not in set(sa.inspect(db.engine).get_table_names())
     upgrade(db.engine)
     upgrade(db.engine)  # idempotent
-    assert "windows" in set(sa.inspect(db.engine).get_table_names())
+    assert "frontier" in {c["name"] for c in sa.inspect(db.engine).get_columns("scenario_runs")}
+
+
+def test_an_unfinished_run_of_the_windows_table_starts_over(db: Db) -> None:
+    """Migrating a database whose runs kept their frontier in the windows table: an unfinished run has no frontier
+    left, so it starts over from window 0; a finished one keeps its place."""
+    downgrade(db.engine, "0006")
+    with db.engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO experiments (id, name, status, configs, seed, request_hash, out_dir, owner, "
+                             "created_at, updated_at, finalizations) VALUES ('e', 'n', 'running', '{}', 1, '', '/x', "
+                             "'local', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, 0)"))
+        for rid, status, nxt in (("e-a", "running", 7), ("e-b", "succeeded", 9)):
+            conn.execute(sa.text("INSERT INTO scenario_runs (id, experiment_id, scenario, position, status, "
+                                 "next_window, attempts, max_attempts, compute_s, deliveries) VALUES (:id, 'e', :sc, "
+                                 "0, :st, :n, 1, 3, 0, 0)"), {"id": rid, "sc": rid[-1], "st": status, "n": nxt})
+    upgrade(db.engine)
+    with db.sessions() as s:
+        assert {r.id: r.next_window for r in s.scalars(sa.select(ScenarioRun))} == {"e-a": 0, "e-b": 9}
 
 
 def test_claim_commit_and_frontier(db: Db) -> None:
     run_id = _experiment(db)
     c = repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=30)
     assert c.ok and c.next_window == 0 and c.attempts == 1
-    for k in range(3):
-        assert _commit(db, run_id, "w1", k)
-    assert repo.load_frontier(sessions=db.sessions, run_id=run_id, next_window=3) == {"k": 2}
+    assert _commit(db, run_id, "w1", 0, 2) and _commit(db, run_id, "w1", 2)
+    assert repo.load_frontier(sessions=db.sessions, run_id=run_id, next_window=3) == {"k": 2, "T": 50.0 + 2 / 3}
+    assert repo.load_frontier(sessions=db.sessions, run_id=run_id, next_window=0) is None
+    with pytest.raises(RuntimeError, match="frontier"):  # only the newest frontier is kept
+        repo.load_frontier(sessions=db.sessions, run_id=run_id, next_window=2)
     with db.sessions() as s:
-        rows = s.scalars(sa.select(WindowRecord).where(WindowRecord.run_id == run_id).order_by(WindowRecord.window))
-        rows_l = list(rows)
-        assert [r.window for r in rows_l] == [0, 1, 2]
-        assert [r.frontier is None for r in rows_l] == [True, True, False]  # only the newest keeps its state
-        assert rows_l[1].metrics == {"window": 1, "T": 50.0 + 1 / 3}  # floats round-trip exactly
         run = s.get(ScenarioRun, run_id)
         assert run is not None and run.next_window == 3 and run.status == RunStatus.running
 
@@ -60,38 +75,37 @@ def test_fenced_commit_refuses_wrong_owner_and_wrong_window(db: Db) -> None:
     assert not _commit(db, run_id, "intruder", 0)
     assert not _commit(db, run_id, "w1", 1)  # not the frontier
     assert _commit(db, run_id, "w1", 0)
-    assert not _commit(db, run_id, "w1", 0)  # replay of a committed window
+    assert not _commit(db, run_id, "w1", 0)  # replay of a committed epoch
     with db.sessions() as s:
-        assert repo.window_count(session=s, run_id=run_id) == 1
+        run = s.get(ScenarioRun, run_id)
+        assert run is not None and run.next_window == 1
 
 
-def test_commit_keeps_a_row_already_there_and_adds_up_its_compute_time(db: Db) -> None:
-    """A window row that exists already (a run put back to an earlier frontier that a worker had passed) is kept as
-    it is: the commit moves the frontier and inserts nothing (ON CONFLICT DO NOTHING); the fenced update adds the
-    window's compute time and renews the lease; checkpoints named in ``drop_frontiers`` keep or lose their state."""
+def test_commit_adds_up_its_compute_time_and_renews_the_lease(db: Db) -> None:
     run_id = _experiment(db)
     assert repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=30).ok
-    for k in range(3):
-        assert repo.commit_window(sessions=db.sessions, run_id=run_id, owner="w1", window=k, snapshot={"w": k},
-                                  metrics={"w": k}, frontier={"k": k}, lease_s=30, compute_s=0.25,
-                                  drop_frontiers=[] if k < 2 else [1])
-    with db.sessions.begin() as s:
-        s.execute(sa.update(ScenarioRun).where(ScenarioRun.id == run_id).values(next_window=1))
     before = utcnow()
-    assert repo.commit_window(sessions=db.sessions, run_id=run_id, owner="w1", window=1, snapshot={"w": "again"},
-                              metrics={"w": "again"}, frontier={"k": "again"}, lease_s=60, compute_s=0.5)
+    for k in range(3):
+        assert repo.commit_epoch(sessions=db.sessions, run_id=run_id, owner="w1", first=2 * k, next_window=2 * k + 2,
+                                 frontier={"k": k}, lease_s=60, compute_s=0.25)
     with db.sessions() as s:
-        rows = {r.window: r for r in s.scalars(sa.select(WindowRecord).where(WindowRecord.run_id == run_id))}
-        assert sorted(rows) == [0, 1, 2]
-        assert rows[1].snapshot == {"w": 1} and rows[1].metrics == {"w": 1}  # the first commit's row, untouched
-        # window 2 dropped window 1's state; the replay of window 1 dropped window 0's (the default: window - 1)
-        assert [rows[k].frontier for k in range(3)] == [None, None, {"k": 2}]
-        # SQL NULL, not the JSON value null (both read back as None)
-        assert s.scalar(sa.select(sa.func.count()).select_from(WindowRecord)
-                        .where(WindowRecord.run_id == run_id, WindowRecord.frontier.is_(None))) == 2
         run = s.get(ScenarioRun, run_id)
-        assert run is not None and run.next_window == 2 and run.compute_s == pytest.approx(1.25)
+        assert run is not None and run.next_window == 6 and run.compute_s == pytest.approx(0.75)
         assert run.lease_expires_at is not None and run.lease_expires_at >= before + timedelta(seconds=59)
+
+
+def test_a_finished_run_drops_its_frontier_a_failed_one_keeps_it(db: Db) -> None:
+    run_id = _experiment(db)
+    other = repo.run_id_for("e1", "tas")
+    for rid in (run_id, other):
+        assert repo.claim_run(sessions=db.sessions, run_id=rid, owner="w1", lease_s=30).ok
+        assert _commit(db, rid, "w1", 0, 4)
+    assert repo.finish_run(sessions=db.sessions, run_id=run_id, owner="w1", status=RunStatus.succeeded)
+    assert repo.finish_run(sessions=db.sessions, run_id=other, owner="w1", status=RunStatus.failed, error="x")
+    with db.sessions() as s:
+        done, failed = s.get(ScenarioRun, run_id), s.get(ScenarioRun, other)
+        assert done is not None and done.frontier is None
+        assert failed is not None and failed.frontier == {"k": 3, "T": 50.0}  # POST .../retry resumes there
 
 
 def test_live_lease_blocks_expired_lease_is_reclaimed(db: Db) -> None:
@@ -171,14 +185,20 @@ def test_cancel_stops_a_running_commit(db: Db) -> None:
     assert not _commit(db, run_id, "w1", 1)
 
 
-def test_idempotency_key_is_unique(db: Db) -> None:
+def test_idempotency_key_is_unique_per_principal(db: Db) -> None:
     _experiment(db, key="k-1")
     with pytest.raises(sa.exc.IntegrityError), db.sessions.begin() as s:
         repo.add_experiment(session=s, exp_id="e2", name="t", configs={}, seed=1, scenarios=["baseline"],
                             out_dir="/tmp/y", idempotency_key="k-1", request_hash="h", max_attempts=3)
+    with db.sessions.begin() as s:  # another principal's key of the same name is its own
+        repo.add_experiment(session=s, exp_id="e3", name="t", configs={}, seed=1, scenarios=["baseline"],
+                            out_dir="/tmp/z", idempotency_key="k-1", request_hash="h", max_attempts=3, owner="bob")
     with db.sessions() as s:
-        exp = repo.get_experiment_by_key(session=s, idempotency_key="k-1")
+        exp = repo.get_experiment_by_key(session=s, owner="local", idempotency_key="k-1")
         assert exp is not None and exp.id == "e1"
+        bobs = repo.get_experiment_by_key(session=s, owner="bob", idempotency_key="k-1")
+        assert bobs is not None and bobs.id == "e3"
+        assert repo.get_experiment_by_key(session=s, owner="carol", idempotency_key="k-1") is None
 
 
 def test_concurrent_claims_one_winner(db: Db) -> None:
@@ -210,38 +230,11 @@ def test_models_match_the_migration_history(db: Db) -> None:
     assert diff == []
 
 
-def test_window_columns_are_lz4_on_postgresql_and_round_trip(pg: Db) -> None:
-    """Migration 0005: PostgreSQL with lz4 compresses a window's JSON with it (pglz cost the server ~1 ms more CPU a
-    commit); a downgrade puts the default back; a large row still round-trips exactly."""
-    import importlib
-
-    from services.orchestrator.db import downgrade, upgrade
-
-    lz4_available = importlib.import_module("services.orchestrator.migrations.versions.0005_windows_lz4").lz4_available
-
-    def methods() -> dict[str, str]:
-        with pg.engine.connect() as conn:
-            rows = conn.execute(sa.text("SELECT attname, attcompression FROM pg_attribute WHERE attrelid = "
-                                        "'windows'::regclass AND attname IN ('snapshot', 'metrics', 'frontier')"))
-            return {str(name): str(c) for name, c in rows}
-
-    with pg.engine.connect() as conn:
-        available = lz4_available(conn)
-        offered = conn.execute(sa.text("SELECT enumvals FROM pg_settings WHERE name = 'default_toast_compression'"
-                                       )).scalar()
-    assert available == ("lz4" in (offered or []))
-    if available:
-        assert methods() == {"snapshot": "l", "metrics": "l", "frontier": "l"}
-    downgrade(pg.engine, "0004")
-    assert set(methods().values()) <= {"", "\x00"}
-    upgrade(pg.engine)
-    run_id = _experiment(pg)
-    repo.claim_run(sessions=pg.sessions, run_id=run_id, owner="w1", lease_s=30)
-    frontier = {"field": [50.0 + i / 7 for i in range(20_000)]}  # ~400 kB: compressed out of line
-    assert repo.commit_window(sessions=pg.sessions, run_id=run_id, owner="w1", window=0, snapshot={"window": 0},
-                              metrics={"window": 0}, frontier=frontier, lease_s=30)
-    assert repo.load_frontier(sessions=pg.sessions, run_id=run_id, next_window=1) == frontier
-    if available:
-        with pg.engine.connect() as conn:
-            used = conn.execute(sa.text("SELECT pg_column_compression(frontier) FROM windows")).scalar_one()
-        assert used == "lz4"
+def test_a_large_frontier_round_trips_exactly(db: Db) -> None:
+    """A run's frontier holds its thermal field whole (~300 kB of JSON): it round-trips exactly, floats included."""
+    run_id = _experiment(db)
+    repo.claim_run(sessions=db.sessions, run_id=run_id, owner="w1", lease_s=30)
+    frontier = {"field": [50.0 + i / 7 for i in range(20_000)], "b64": "A" * 260_000}
+    assert repo.commit_epoch(sessions=db.sessions, run_id=run_id, owner="w1", first=0, next_window=5,
+                             frontier=frontier, lease_s=30)
+    assert repo.load_frontier(sessions=db.sessions, run_id=run_id, next_window=5) == frontier

@@ -10,6 +10,7 @@ from typing import Any
 from services.orchestrator import repository as repo
 from services.orchestrator.boundary_bytes import Counting
 from services.orchestrator.service import create_experiment, resolve_spec
+from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.window_loop import run_scenario
 from services.orchestrator.worker import compute_clients
 from shared.settings import Settings
@@ -26,6 +27,7 @@ def test_services_forgetting_the_run_data_mid_run_change_nothing(sqlite: Db, set
                                                                  tmp_path: Path) -> None:
     from services.thermal import model as thermal_models
 
+    settings = OrchestratorSettings(**{**settings.model_dump(), "epoch_windows": 2})  # windows 3+ in later epochs
     spec = resolve_spec(small_request(scenarios=["tas"], plots=False), configs_dir=CONFIGS)
     ref, _ = create_experiment(sessions=sqlite.sessions, spec=spec, settings=settings, out_dir=tmp_path / "ref")
     ref_apps: dict[str, Counting] = {}
@@ -52,7 +54,7 @@ def test_services_forgetting_the_run_data_mid_run_change_nothing(sqlite: Db, set
         out = run_scenario(repo.run_id_for(exp, "tas"), clients, sqlite.sessions, on_window=forget)
     assert out.status == "succeeded", out.error
     assert out.windows_run == 8
-    # registered once at the start and once more after window 2; every other window named them by hash only
+    # registered once at the start and once more after window 2; every other epoch named them by hash only
     for service, path in (("lowering", "/v1/registry/placements"), ("lowering", "/v1/registry/archs"),
                           ("placement", "/v1/registry/placements"), ("placement", "/v1/registry/influence"),
                           ("placement", "/v1/registry/tacs-params"), ("placement", "/v1/registry/archs")):
@@ -60,10 +62,10 @@ def test_services_forgetting_the_run_data_mid_run_change_nothing(sqlite: Db, set
         assert _calls(apps[service], f"POST {path}") == 2, (service, path)
     assert _calls(ref_apps["thermal"], "POST /v1/models") == 2  # H for TAPS/TACS, the run data
     assert _calls(apps["thermal"], "POST /v1/models") == 3  # and once more
-    # window 3's three requests were answered 404 once each, then repeated
-    for service, key in (("lowering", "POST /v1/physicalize"), ("placement", "POST /v1/tacs/step"),
-                         ("thermal", "POST /v1/step")):
-        assert _calls(ref_apps[service], key) > 8  # the windows and the warm-up pass's
+    # the next epoch's first request to each service was answered 404 once, then repeated
+    for service, key in (("lowering", "POST /v1/physicalize/epoch"), ("placement", "POST /v1/tacs/epoch"),
+                         ("thermal", "POST /v1/step/epoch")):
+        assert _calls(ref_apps[service], key) > 4  # the epochs and the warm-up pass's
         assert _calls(apps[service], key) == _calls(ref_apps[service], key) + 1, key
         assert apps[service].tally.sent > ref_apps[service].tally.sent
     assert _tree(tmp_path / "forgot") == _tree(tmp_path / "ref")

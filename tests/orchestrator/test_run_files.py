@@ -1,5 +1,6 @@
-"""The appended trace files: one copy of the logical trace per experiment (its first scenario writes it), gzip members
-per window that truncate back to a frontier, and the physical events only on request."""
+"""The appended files: one copy of the logical trace per experiment (its first scenario writes it), gzip members per
+window (the same bytes whatever the epochs) that truncate back to a frontier, the physical events only on request,
+and the window store with its index."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import gzip
 from pathlib import Path
 from typing import Any
 
-from services.orchestrator.run_files import EVENT_FILES, LOGICAL_FILES, OVERLAY_FILES, RunFiles
+from services.orchestrator import window_store
+from services.orchestrator.run_files import EVENT_FILES, LOGICAL_FILES, OVERLAY_FILES, RunFiles, WindowRows
 from shared import gz_text
 from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.contracts.placement import Overlays
@@ -36,11 +38,17 @@ def _events(k: int) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     return compute, memory
 
 
-def _append(files: RunFiles, k: int) -> None:
+def _rows(k: int) -> WindowRows:
     w = _window(k)
     compute, memory = _events(k)
-    files.append_window(logical_compute=w["compute"], logical_memory=w["memory"],
-                        overlays=Overlays().model_dump(mode="json"), compute=compute, memory=memory)
+    return WindowRows(logical_compute=w["compute"], logical_memory=w["memory"],
+                      overlays=Overlays().model_dump(mode="json"), compute=compute, memory=memory,
+                      metrics_line=f'{{"window":{k},"T_peak_logic":{50 + k / 3!r}}}\n'.encode())
+
+
+def _append(files: RunFiles, *ks: int) -> None:
+    """Windows ``ks`` as one epoch."""
+    files.append_windows([_rows(k) for k in ks])
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
@@ -63,8 +71,10 @@ def test_one_logical_trace_per_experiment_and_events_on_request(tmp_path: Path) 
         _append(first, k)
         _append(second, k)
     files = set(_tree(out))
+    store = (window_store.WINDOWS_FILE, window_store.INDEX_FILE)
     assert files == {*LOGICAL_FILES, *(f"runs/{s}/{rel}" for s in ("baseline", "tas") for rel in OVERLAY_FILES),
-                     *(f"runs/tas/{rel}" for rel in EVENT_FILES)}
+                     *(f"runs/tas/{rel}" for rel in EVENT_FILES),
+                     *(f"runs/{s}/{rel}" for s in ("baseline", "tas") for rel in store)}
     text = gz_text.read_text(out / "traces/logical_compute.csv.gz")
     assert text.count("\n") == 1 + 3 * 5  # the header once, every window's rows once (not once per scenario)
     assert '"[""L1E0""]"' in text  # csv quoting of the JSON column
@@ -90,7 +100,9 @@ def test_truncating_to_the_frontier_sizes_drops_an_uncommitted_window(tmp_path: 
     for k in range(2):
         _append(crash, k)
     sizes = crash.sizes()
-    assert set(sizes) == {*LOGICAL_FILES, *(f"runs/tas/{rel}" for rel in (*OVERLAY_FILES, *EVENT_FILES))}
+    assert set(sizes) == {*LOGICAL_FILES, *(f"runs/tas/{rel}" for rel in (*OVERLAY_FILES, *EVENT_FILES,
+                                                                         window_store.WINDOWS_FILE,
+                                                                         window_store.INDEX_FILE))}
     _append(crash, 2)  # written, never committed ...
     with open(tmp_path / "crash/runs/tas/traces/physical/compute_events.csv.gz", "ab") as fh:
         fh.write(gzip.compress(b"999,garbage\n")[:7])  # ... and a torn write
@@ -101,11 +113,32 @@ def test_truncating_to_the_frontier_sizes_drops_an_uncommitted_window(tmp_path: 
     assert _tree(tmp_path / "crash") == _tree(tmp_path / "ref")
 
 
-def test_no_traces_writes_no_trace_file(tmp_path: Path) -> None:
+def test_no_traces_writes_no_trace_file_but_the_window_store(tmp_path: Path) -> None:
     files = RunFiles(tmp_path, "tas", traces=False)
     files.start_fresh()
     _append(files, 0)
-    assert files.sizes() == {} and _tree(tmp_path) == {}
+    assert set(files.sizes()) == set(_tree(tmp_path)) == {f"runs/tas/{window_store.WINDOWS_FILE}",
+                                                          f"runs/tas/{window_store.INDEX_FILE}"}
+
+
+def test_epochs_append_the_bytes_windows_would(tmp_path: Path) -> None:
+    """Windows appended as epochs of any size give the bytes of window-by-window appends; the store reads a page
+    back by its index."""
+    by_window, by_epoch = (RunFiles(tmp_path / name, "tas", events=True) for name in ("w", "e"))
+    for f in (by_window, by_epoch):
+        f.start_fresh()
+    for k in range(6):
+        _append(by_window, k)
+    _append(by_epoch, 0, 1, 2)
+    _append(by_epoch, 3)
+    _append(by_epoch, 4, 5)
+    assert _tree(tmp_path / "w") == _tree(tmp_path / "e")
+    rd = tmp_path / "e" / "runs" / "tas"
+    assert window_store.count(rd) == 6
+    assert [w["window"] for w in window_store.read(rd, 2, 3)] == [2, 3, 4]
+    assert window_store.read(rd, 5, 10)[0]["T_peak_logic"] == 50 + 5 / 3  # floats round-trip
+    assert window_store.read(rd, 6) == []
+    assert [len(c) for c in window_store.iter_chunks(rd, 4)] == [4, 2]
 
 
 def test_sizes_kept_from_the_writes_are_the_files_sizes(tmp_path: Path) -> None:

@@ -1,13 +1,14 @@
-"""The window loop on fake compute services: files, frontier, crash/resume byte-identity, lease loss, retries."""
+"""The window loop on fake compute services: files, the frontier, crash/resume byte-identity, lease loss, retries,
+and results that do not depend on the control epochs' sizes."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,23 +16,19 @@ import sqlalchemy as sa
 from fastapi import FastAPI
 
 from services.orchestrator import repository as repo
-from services.orchestrator.models import RunStatus, ScenarioRun, WindowRecord
-from services.orchestrator.run_files import RunFiles, result_csv_path, run_dir_for
+from services.orchestrator import window_store
+from services.orchestrator.epochs import ambient_telemetry, build_window_metrics, next_telemetry
+from services.orchestrator.models import RunStatus, ScenarioRun
+from services.orchestrator.run_files import RunFiles, placement_path, result_csv_path, run_dir_for
 from services.orchestrator.schemas import ExperimentRequest
 from services.orchestrator.service import create_experiment, resolve_spec
-from services.orchestrator.window_loop import (
-    Frontier,
-    _Step,
-    ambient_telemetry,
-    build_window_metrics,
-    replicas_at,
-    run_scenario,
-)
+from services.orchestrator.settings import OrchestratorSettings
+from services.orchestrator.window_loop import run_scenario
 from shared import gz_text
 from shared.client import ServiceClients
-from shared.configs import ArchConfig, WorkloadConfig, load_arch
-from shared.configs.arch import DvfsConfig, DvfsDomain
-from shared.contracts.events import WindowTiming
+from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_arch
+from shared.configs.arch import DtmConfig, DvfsConfig, DvfsDomain, unthrottled
+from shared.contracts.events import RequestsDone, WindowTiming
 from shared.contracts.thermal import ThermalSnapshot
 from shared.settings import Settings
 from tests.conftest import CONFIGS
@@ -45,9 +42,14 @@ def small_request(**kw: Any) -> ExperimentRequest:
     return ExperimentRequest(workload=wl, **{"events": True, **kw})
 
 
+def _clients(settings: Settings, epoch: int | None = None) -> ServiceClients:
+    s = settings if epoch is None else OrchestratorSettings(**{**settings.model_dump(), "epoch_windows": epoch})
+    return ServiceClients(s, asgi_apps=fakes.build_apps(s))
+
+
 @pytest.fixture()
 def clients(settings: Settings) -> Iterator[ServiceClients]:
-    c = ServiceClients(settings, asgi_apps=fakes.build_apps(settings))
+    c = _clients(settings, epoch=2)  # epochs of at most 2 windows: the crash tests stop between epochs
     yield c
     c.close()
 
@@ -65,8 +67,15 @@ def _tree(root: Path) -> dict[str, bytes]:
             if p.is_file() and p.name != "run.log"}
 
 
-def test_tas_run_writes_every_file_and_commits_each_window(db: Db, settings: Settings, clients: ServiceClients,
-                                                           tmp_path: Path) -> None:
+def _run(db: Db, run_id: str) -> ScenarioRun:
+    with db.sessions() as s:
+        run = s.get(ScenarioRun, run_id)
+        assert run is not None
+        return run
+
+
+def test_tas_run_writes_every_file_and_commits_every_window(db: Db, settings: Settings, clients: ServiceClients,
+                                                            tmp_path: Path) -> None:
     exp_id = _experiment(db, settings, tmp_path / "out", scenarios=["tas"])
     run_id = repo.run_id_for(exp_id, "tas")
     out = run_scenario(run_id, clients, db.sessions)
@@ -76,7 +85,8 @@ def test_tas_run_writes_every_file_and_commits_each_window(db: Db, settings: Set
     appended = RunFiles(tmp_path / "out", "tas", events=True).appended()
     assert "traces/logical_compute.csv.gz" in appended and "runs/tas/traces/physical/compute_events.csv.gz" in appended
     for path, cols in appended.values():
-        assert gz_text.read_text(path).splitlines()[0] == ",".join(cols)
+        if cols:
+            assert gz_text.read_text(path).splitlines()[0] == ",".join(cols)
     assert len(gz_text.read_text(rd / "traces/physical/compute_events.csv.gz").splitlines()) > 8
     assert (rd / "mapping/placement.json").is_file() and (rd / "runtime/replica_state.json").is_file()
     log = (rd / "run.log").read_text()
@@ -84,12 +94,12 @@ def test_tas_run_writes_every_file_and_commits_each_window(db: Db, settings: Set
     csv = result_csv_path(tmp_path / "out", "tas", "mixtral-8x7b").read_text().splitlines()
     assert csv[0].startswith("scenario,workload,T_peak_logic,T_peak_dram")
     assert csv[1].startswith("tas,mixtral-8x7b,")
-    with db.sessions() as s:
-        run = s.get(ScenarioRun, run_id)
-        assert run is not None and run.status == RunStatus.succeeded and run.next_window == 8
-        assert run.result_row is not None and run.result_row["T_peak_logic"] > 45.0
-        windows = [w for (w,) in s.execute(sa.select(WindowRecord.window).where(WindowRecord.run_id == run_id))]
-        assert sorted(windows) == list(range(8))
+    run = _run(db, run_id)
+    assert run.status == RunStatus.succeeded and run.next_window == 8 and run.frontier is None
+    assert run.result_row is not None and run.result_row["T_peak_logic"] > 45.0
+    windows = window_store.read(rd)
+    assert [w["window"] for w in windows] == list(range(8)) and window_store.count(rd) == 8
+    assert window_store.read(rd, 3, 2) == windows[3:5]
 
 
 def test_crash_and_resume_is_byte_identical(db: Db, settings: Settings, clients: ServiceClients,
@@ -99,26 +109,29 @@ def test_crash_and_resume_is_byte_identical(db: Db, settings: Settings, clients:
 
     exp_id = _experiment(db, settings, tmp_path / "crash", scenarios=["tas"])
     run_id = repo.run_id_for(exp_id, "tas")
-    # worker 1 "dies" right after committing window 3 (its lease stays held) ...
+    # worker 1 "dies" right after committing the epoch that ends with window 3 (its lease stays held) ...
     out1 = run_scenario(run_id, clients, db.sessions, owner="w1", lease_s=0.3, on_window=lambda _r, k, _n: k < 3)
     assert out1.status == "stopped" and out1.windows_run == 4
     saved = repo.load_frontier(sessions=db.sessions, run_id=run_id, next_window=4)
-    assert saved is not None and saved["replicas"] == 0  # the checkpoint's window: resumed through its row
-    # ... after having written rows of window 4 that never committed (the crash hit between append and commit)
+    assert saved is not None and saved["thermal"] is not None and saved["physical"]["replicas"]
+    # ... after having written rows of windows 4-5 that never committed (the crash hit between append and commit)
     rd = run_dir_for(tmp_path / "crash", "tas")
     with open(rd / "traces/physical/compute_events.csv.gz", "ab") as fh:
         fh.write(gzip.compress(b"999,0,0,0,0.0,garbage,d0,0.0\n"))
-    # worker 2 cannot take the live lease, then takes it once it expired and finishes the run
-    assert run_scenario(run_id, clients, db.sessions, owner="w2", lease_s=5).status == "leased"
-    time.sleep(0.4)
-    out2 = run_scenario(run_id, clients, db.sessions, owner="w2", lease_s=5)
+    with open(rd / window_store.WINDOWS_FILE, "ab") as fh:
+        fh.write(gzip.compress(b'{"window": 4}\n'))
+    # worker 2 cannot take the live lease, then takes it once it expired and finishes the run on services that know
+    # nothing of it (restarted: the states travel whole)
+    fresh = _clients(settings, epoch=3)
+    try:
+        assert run_scenario(run_id, fresh, db.sessions, owner="w2", lease_s=5).status == "leased"
+        time.sleep(0.4)
+        out2 = run_scenario(run_id, fresh, db.sessions, owner="w2", lease_s=5)
+    finally:
+        fresh.close()
     assert out2.status == "succeeded" and out2.windows_run == 4
-    assert "resuming at window 4 of 8 (attempt 2)" in (rd / "run.log").read_text()
-    with db.sessions() as s:
-        rows = list(s.execute(sa.select(WindowRecord.window, WindowRecord.worker)
-                              .where(WindowRecord.run_id == run_id).order_by(WindowRecord.window)))
-    assert [w for w, _ in rows] == list(range(8))  # every window exactly once
-    assert [o for _, o in rows] == ["w1"] * 4 + ["w2"] * 4
+    assert "resuming at window 4 of 8" in (rd / "run.log").read_text()
+    assert [w["window"] for w in window_store.read(rd)] == list(range(8))  # every window exactly once
     assert _tree(tmp_path / "crash") == _tree(tmp_path / "ref")
 
 
@@ -137,14 +150,13 @@ def test_lost_lease_stops_the_old_worker(db: Db, settings: Settings, clients: Se
 
     out = run_scenario(run_id, clients, db.sessions, owner="w1", on_window=steal)
     assert out.status == "lost_lease" and out.windows_run == 2
-    with db.sessions() as s:
-        assert repo.window_count(session=s, run_id=run_id) == 2
+    assert _run(db, run_id).next_window == 2
 
 
 def test_a_phase_longer_than_the_lease_keeps_the_run(db: Db, settings: Settings, clients: ServiceClients,
                                                      tmp_path: Path) -> None:
-    """The lease is renewed by a heartbeat, not only at window commits: a window that takes 4 leases (a loaded
-    machine, a long placement) leaves the run with its worker; a second worker cannot take it meanwhile."""
+    """The lease is renewed by a heartbeat, not only at epoch commits: a pause of 4 leases (a loaded machine, a long
+    placement) leaves the run with its worker; a second worker cannot take it meanwhile."""
     exp_id = _experiment(db, settings, tmp_path / "out", scenarios=["baseline"])
     run_id = repo.run_id_for(exp_id, "baseline")
     seen: list[str] = []
@@ -157,17 +169,13 @@ def test_a_phase_longer_than_the_lease_keeps_the_run(db: Db, settings: Settings,
 
     out = run_scenario(run_id, clients, db.sessions, owner="w1", lease_s=0.3, on_window=slow)
     assert seen == ["leased"]
-    assert out.status == "succeeded"
-    with db.sessions() as s:
-        rows = list(s.scalars(sa.select(WindowRecord.worker).where(WindowRecord.run_id == run_id)))
-    assert rows and set(rows) == {"w1"}
+    assert out.status == "succeeded" and out.windows_run == 8
+    assert _run(db, run_id).attempts == 1
 
 
 def test_upstream_failure_fails_the_run_with_its_reason(db: Db, settings: Settings, tmp_path: Path) -> None:
     """With no outage budget (TASMOE_OUTAGE_BUDGET_S=0) an unreachable service fails the run at once, naming it
     (the waiting with a budget: tests/orchestrator/test_outage.py)."""
-    from services.orchestrator.settings import OrchestratorSettings
-
     apps: dict[str, FastAPI] = dict(fakes.build_apps(settings))
     del apps["thermal"]  # thermal is "down": the client targets a closed port
     s2 = OrchestratorSettings(**{**settings.model_dump(), "thermal_url": "http://127.0.0.1:9", "http_retries": 1,
@@ -177,9 +185,8 @@ def test_upstream_failure_fails_the_run_with_its_reason(db: Db, settings: Settin
     out = run_scenario(repo.run_id_for(exp_id, "baseline"), clients, db.sessions)
     clients.close()
     assert out.status == "failed" and "thermal" in (out.error or "")
-    with db.sessions() as s:
-        run = s.get(ScenarioRun, repo.run_id_for(exp_id, "baseline"))
-        assert run is not None and run.status == RunStatus.failed and "thermal" in (run.error or "")
+    run = _run(db, repo.run_id_for(exp_id, "baseline"))
+    assert run.status == RunStatus.failed and "thermal" in (run.error or "")
 
 
 class FlakyApp:
@@ -200,7 +207,8 @@ class FlakyApp:
 
 def test_service_restart_mid_run_is_retried_and_changes_nothing(db: Db, settings: Settings,
                                                                 tmp_path: Path) -> None:
-    s2 = settings.model_copy(update={"http_retries": 4, "http_backoff_s": 0.01})
+    s2 = OrchestratorSettings(**{**settings.model_dump(), "http_retries": 4, "http_backoff_s": 0.01,
+                                 "epoch_windows": 2})
     ref_clients = ServiceClients(s2, asgi_apps=fakes.build_apps(s2))
     ref = _experiment(db, settings, tmp_path / "ref", scenarios=["tacs"])
     assert run_scenario(repo.run_id_for(ref, "tacs"), ref_clients, db.sessions).status == "succeeded"
@@ -213,7 +221,7 @@ def test_service_restart_mid_run_is_retried_and_changes_nothing(db: Db, settings
 
     def restart(_r: str, k: int, _n: int) -> bool:
         if k == 2:
-            flaky.down = 3  # thermal goes away for three requests during window 3
+            flaky.down = 3  # thermal goes away for three requests of the next epoch
         return True
 
     exp = _experiment(db, settings, tmp_path / "flaky", scenarios=["tacs"])
@@ -221,6 +229,44 @@ def test_service_restart_mid_run_is_retried_and_changes_nothing(db: Db, settings
     clients.close()
     assert out.status == "succeeded" and flaky.refused == 3
     assert _tree(tmp_path / "flaky") == _tree(tmp_path / "ref")
+
+
+class RefusingPlacement:
+    """A placement service that refuses every placement with a 422 naming a field (a model that does not fit)."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/v1/placements":
+            body = {"error": {"code": "invalid", "message": "the model does not fit the chip's DRAM",
+                              "field": "expert_bytes"}}
+            await send({"type": "http.response.start", "status": 422,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+            return
+        await self.app(scope, receive, send)
+
+
+def test_a_refused_request_fails_the_run_without_a_traceback(db: Db, settings: Settings, tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """A service's 422 on the run's configs fails the run with the service's message; the log says so in one line,
+    no traceback (it is the run's outcome, not a fault of the code), and the experiment, with no scenario that has
+    results, is finalised without one either."""
+    from services.orchestrator import jobs
+
+    apps: dict[str, Any] = dict(fakes.build_apps(settings))
+    apps["placement"] = RefusingPlacement(apps["placement"])
+    clients = ServiceClients(settings, asgi_apps=apps)
+    exp_id = _experiment(db, settings, tmp_path / "out", scenarios=["baseline"])
+    caplog.set_level(logging.INFO)
+    out = run_scenario(repo.run_id_for(exp_id, "baseline"), clients, db.sessions)
+    assert jobs.finalize_once(sessions=db.sessions, clients=clients, exp_id=exp_id)
+    clients.close()
+    assert out.status == "failed" and "does not fit the chip's DRAM" in (out.error or "")
+    failed = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert failed and all(r.exc_info is None and r.exc_text is None for r in failed)
+    assert all(r.exc_info is None for r in caplog.records if r.levelno >= logging.ERROR)
 
 
 def test_hand_made_placement_replaces_default_and_taps(db: Db, settings: Settings, clients: ServiceClients,
@@ -240,8 +286,6 @@ def test_hand_made_placement_replaces_default_and_taps(db: Db, settings: Setting
 
 def test_milp_placement_is_a_polled_job_kept_for_resume(db: Db, settings: Settings, clients: ServiceClients,
                                                         tmp_path: Path) -> None:
-    from shared.configs import TasParams
-
     tas = TasParams.model_validate({"taps": {"method": "milp"}})
     exp_id = _experiment(db, settings, tmp_path / "out", scenarios=["tas"], tas=tas)
     run_id = repo.run_id_for(exp_id, "tas")
@@ -267,128 +311,45 @@ def test_runs_are_handed_out_most_expensive_scenario_first(db: Db, settings: Set
     assert [scenario[r] for r in run_ids_of(sessions=db.sessions, exp_id=exp_id)] == ["taps", "tacs", "baseline"]
 
 
-def _frontier_rows(db: Db, run_id: str) -> list[int]:
-    with db.sessions() as s:
-        return [w for (w,) in s.execute(sa.select(WindowRecord.window).where(
-            WindowRecord.run_id == run_id, WindowRecord.frontier.is_not(None)).order_by(WindowRecord.window))]
+def _eventful(**kw: Any) -> dict[str, Any]:
+    """An experiment on a chip whose fake physics crosses its DVFS trips and refresh step and makes TACS move: the
+    epochs are cut by every kind of event."""
+    arch = ArchConfig(dvfs=DvfsConfig(domains=(DvfsDomain(trip_c=(47.0, 48.0, 49.0), hysteresis_c=0.5),)))
+    tas = TasParams.model_validate({"tacs": {"thresholds": {"Thot": 46.0, "Temg": 60.0}, "min_residency_ms": 0.0}})
+    wl = WorkloadConfig.model_validate({"model": "mixtral-8x7b", "sequence": {"steps": 60, "micro_batch": 16}})
+    return {"arch": arch, "tas": tas, "workload": wl, **kw}
 
 
-def test_services_that_lost_the_run_states_get_them_rebuilt_from_the_checkpoint(
-        db: Db, settings: Settings, clients: ServiceClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 21: the thermal and physical states stay with their services and windows name them; a frontier keeps
-    them whole every CHECKPOINT_EVERY windows. A resume on restarted services (they know none of the run's states)
-    replays the windows after the checkpoint, which must name the very states the run committed, and the outputs are
-    byte-identical; states lost in the middle of a run are rebuilt the same way."""
-    from services.orchestrator import window_loop
-
-    monkeypatch.setattr(window_loop, "CHECKPOINT_EVERY", 3)
-    ref_id = _experiment(db, settings, tmp_path / "ref", scenarios=["tas"])
-    ref_run = repo.run_id_for(ref_id, "tas")
-    assert run_scenario(ref_run, clients, db.sessions).status == "succeeded"
-    assert _frontier_rows(db, ref_run) == [7]  # the last window is a checkpoint; the earlier ones were dropped
-
-    exp_id = _experiment(db, settings, tmp_path / "crash", scenarios=["tas"])
-    run_id = repo.run_id_for(exp_id, "tas")
-    out1 = run_scenario(run_id, clients, db.sessions, owner="w1", lease_s=0.3, on_window=lambda _r, k, _n: k < 4)
-    assert out1.status == "stopped" and out1.windows_run == 5
-    assert _frontier_rows(db, run_id) == [3, 4]  # the checkpoint (window 3) and the newest
-    time.sleep(0.4)
-    fresh = ServiceClients(settings, asgi_apps=fakes.build_apps(settings))  # restarted services: no states
-    try:
-        out2 = run_scenario(run_id, fresh, db.sessions, owner="w2", lease_s=5)
-    finally:
-        fresh.close()
-    assert out2.status == "succeeded" and out2.windows_run == 3
-    log = (run_dir_for(tmp_path / "crash", "tas") / "run.log").read_text()
-    assert "replaying windows 4..4 from the checkpoint after window 3" in log
-    assert _tree(tmp_path / "crash") == _tree(tmp_path / "ref")
-
-    # in the middle of a run: both services forget every state after window 4 was committed
-    apps = fakes.build_apps(settings)
-    mid = ServiceClients(settings, asgi_apps=apps)
-
-    def forget(_r: str, k: int, _n: int) -> bool:
-        if k == 4:
-            apps["thermal"].state.states.clear()
-            apps["lowering"].state.states.clear()
-        return True
-
-    exp2 = _experiment(db, settings, tmp_path / "mid", scenarios=["tas"])
-    try:
-        out3 = run_scenario(repo.run_id_for(exp2, "tas"), mid, db.sessions, on_window=forget)
-    finally:
-        mid.close()
-    assert out3.status == "succeeded"
-    assert "replaying windows 4..4" in (run_dir_for(tmp_path / "mid", "tas") / "run.log").read_text()
-    assert _tree(tmp_path / "mid") == _tree(tmp_path / "ref")
+@pytest.mark.parametrize("scenario", ["tas", "baseline"])
+def test_results_do_not_depend_on_the_epoch_sizes(sqlite: Db, settings: Settings, tmp_path: Path,
+                                                  scenario: str) -> None:
+    """Every file a run writes (trace files, events, overlays, the window store, the result CSV, the final field) is
+    the same bytes whether the loop advances one window per call (the reference), a few or up to 256, with DVFS,
+    refresh and TACS events cutting the epochs."""
+    trees = {}
+    for epoch in (1, 3, 256):
+        c = _clients(settings, epoch=epoch)
+        spec = resolve_spec(ExperimentRequest(**_eventful(events=True, scenarios=[scenario])), configs_dir=CONFIGS)
+        exp_id, _ = create_experiment(sessions=sqlite.sessions, spec=spec, settings=settings,
+                                      out_dir=tmp_path / f"e{epoch}")
+        try:
+            out = run_scenario(repo.run_id_for(exp_id, scenario), c, sqlite.sessions)
+        finally:
+            c.close()
+        assert out.status == "succeeded", out.error
+        trees[epoch] = _tree(tmp_path / f"e{epoch}")
+        log = (run_dir_for(tmp_path / f"e{epoch}", scenario) / "run.log").read_text()
+        if epoch == 256:
+            assert "epochs" in log
+    assert trees[1] == trees[3] == trees[256]
+    rd = run_dir_for(tmp_path / "e1", scenario)
+    windows = window_store.read(rd)
+    assert len({tuple(w["freq_ghz"]) for w in windows}) > 1  # the clocks changed: DVFS events happened
+    if scenario == "tas":
+        assert len(gz_text.read_text(rd / "runtime/overlay_migrate.csv").splitlines()) > 1  # TACS acted
 
 
-def test_a_replay_that_does_not_reproduce_the_committed_states_is_said_and_the_run_goes_on(
-        db: Db, settings: Settings, clients: ServiceClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Determinism is checked, not assumed: a replay naming other states than those committed (here: a committed
-    name no replay can give) is written to the run log, and the run goes on from the replayed states."""
-    from services.orchestrator import window_loop
-
-    monkeypatch.setattr(window_loop, "CHECKPOINT_EVERY", 3)
-    exp_id = _experiment(db, settings, tmp_path / "out", scenarios=["baseline"])
-    run_id = repo.run_id_for(exp_id, "baseline")
-    assert run_scenario(run_id, clients, db.sessions, owner="w1", lease_s=0.3,
-                        on_window=lambda _r, k, _n: k < 5).status == "stopped"
-    with db.sessions.begin() as s:
-        row = s.execute(sa.select(WindowRecord).where(WindowRecord.run_id == run_id, WindowRecord.window == 5)
-                        ).scalar_one()
-        assert row.frontier is not None
-        row.frontier = {**row.frontier, "thermal_ref": "0" * 16}
-    time.sleep(0.4)
-    fresh = ServiceClients(settings, asgi_apps=fakes.build_apps(settings))
-    try:
-        out = run_scenario(run_id, fresh, db.sessions, owner="w2", lease_s=5)
-    finally:
-        fresh.close()
-    assert out.status == "succeeded", out.error
-    log = (run_dir_for(tmp_path / "out", "baseline") / "run.log").read_text()
-    assert "replaying windows 4..5" in log and "did not reproduce the committed states" in log
-
-
-def test_a_warm_up_pass_whose_states_are_lost_goes_on_from_its_last_whole_states(
-        db: Db, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The warm-up pass keeps whole states every CHECKPOINT_EVERY windows (in memory): a service that loses one
-    sends the pass back there, and the run is the same as an undisturbed one."""
-    from services.orchestrator import window_loop
-
-    monkeypatch.setattr(window_loop, "CHECKPOINT_EVERY", 2)
-    ref_apps = fakes.build_apps(settings)
-    ref_clients = ServiceClients(settings, asgi_apps=ref_apps)
-    ref = _experiment(db, settings, tmp_path / "ref", scenarios=["tas"])
-    try:
-        assert run_scenario(repo.run_id_for(ref, "tas"), ref_clients, db.sessions).status == "succeeded"
-    finally:
-        ref_clients.close()
-    apps = fakes.build_apps(settings)
-    thermal = apps["thermal"]
-    steps = {"n": 0}
-
-    async def forgetful(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] == "/v1/step":
-            steps["n"] += 1
-            if steps["n"] == 4:  # the warm-up's 4th window: every state the service kept is gone
-                thermal.state.states.clear()
-        await thermal(scope, receive, send)
-
-    apps["thermal"] = forgetful  # type: ignore[assignment]
-    clients = ServiceClients(settings, asgi_apps=apps)
-    exp = _experiment(db, settings, tmp_path / "lost", scenarios=["tas"])
-    try:
-        out = run_scenario(repo.run_id_for(exp, "tas"), clients, db.sessions)
-    finally:
-        clients.close()
-    assert out.status == "succeeded", out.error
-    assert "going on from window 2 with the states kept then" in (
-        run_dir_for(tmp_path / "lost", "tas") / "run.log").read_text()
-    assert _tree(tmp_path / "lost") == _tree(tmp_path / "ref")
-
-
-def test_tacs_is_told_the_clocks_of_the_window_it_decides_for() -> None:
+def test_tacs_sees_the_clocks_of_the_window_it_decides_for() -> None:
     """TACS prices compute at each core's voltage: its telemetry carries the thermal snapshot's clocks for the next
     window (the DVFS governor's, per core), and before the first window every core's top step."""
     arch = ArchConfig(dvfs=DvfsConfig(domains=(DvfsDomain(), DvfsDomain(cores=(0, 1), steps_ghz=(1.5, 1.0),
@@ -396,73 +357,10 @@ def test_tacs_is_told_the_clocks_of_the_window_it_decides_for() -> None:
     first = ambient_telemetry(arch).freq_ghz
     assert first[:2] == [1.5, 1.5] and set(first[2:]) == {2.0}  # shared.chip.core_domains: a listed core's domain
     n = arch.mesh.n_cores
-    clocks = [1.2 if c % 3 == 0 else 2.0 for c in range(n)]
-    before = Frontier(thermal=None, physical=None, smoothed=None, telemetry=ambient_telemetry(arch),
-                      freq_ghz=clocks, bw_eff_factor=1.0, files={})
-
-    def after(snap_clocks: list[float]) -> Frontier:
-        snap = ThermalSnapshot(window=4, temps_core_c=[50.0] * n, freq_ghz=snap_clocks)
-        P: Any = SimpleNamespace(state={}, state_ref=None, timing=WindowTiming(util_core=[0.5] * n))
-        th: Any = SimpleNamespace(snapshot=snap, state={}, state_ref=None)
-        step = _Step(L=SimpleNamespace(t1_ns=9_000_000), overlays={}, smoothed=None, P=P, th=th, replicas={},
-                     replicas_ref=None, times=(0.0,) * 5)
-        return step.frontier(before, ckpt=-1, files={})
-
     slow = [1.6] * n
-    nxt = after(slow)  # the governor's clocks for the next window reach TACS and the physicalizer alike
-    assert nxt.telemetry.freq_ghz == nxt.freq_ghz == slow and nxt.telemetry.ts_ns == 9_000_000
-    kept = after([])  # a snapshot without clocks: both keep the window's own
-    assert kept.telemetry.freq_ghz == kept.freq_ghz == clocks
-
-
-def test_a_frontier_names_its_checkpoints_replicas_instead_of_repeating_them() -> None:
-    """A frontier without whole states whose replicas are its checkpoint's saves the checkpoint's window instead of
-    them (a number: a worker of an older version fails on it instead of resuming with none); read back with the
-    checkpoint's row it gives them whole again, and without that row it is refused. Replicas that changed since the
-    checkpoint, and the checkpoint's own row, are saved whole. A step carries the checkpoint's replicas forward, and
-    a new checkpoint takes its own."""
-    arch = ArchConfig()
-    reps = {"experts": {"L0E0": {"cores": [3], "shard_banks": ["b0_1_2"]}}}
-    base: dict[str, Any] = {"smoothed": None, "telemetry": ambient_telemetry(arch), "freq_ghz": [2.0],
-                            "bw_eff_factor": 1.0, "files": {}}
-    ck = Frontier(thermal={"t_ns": 1}, physical={"replicas": reps, "next_evt_id": 9}, replicas=dict(reps), ckpt=5,
-                  **base)
-    row5 = json.loads(json.dumps(ck.to_json()))
-    assert row5["replicas"] == reps and replicas_at(row5) is None  # the checkpoint's own row: whole
-    read5 = Frontier.from_json(row5, window=5)
-    assert read5.ckpt_replicas == reps
-
-    later = Frontier(thermal=None, physical=None, replicas=dict(reps), ckpt=5, ckpt_replicas=read5.ckpt_replicas,
-                     thermal_ref="a" * 64, physical_ref="b" * 64, **base)
-    row7 = json.loads(json.dumps(later.to_json()))
-    assert row7["replicas"] == 5 and replicas_at(row7) == 5
-    with pytest.raises(TypeError):  # what a worker of the version before does with it: a loud failure
-        dict(row7["replicas"])
-    with pytest.raises(ValueError, match="checkpoint"):
-        Frontier.from_json(row7, window=7)
-    back = Frontier.from_json(row7, window=7, ckpt_row=row5)
-    assert back.replicas == reps and back.ckpt_replicas == reps and back.physical_ref == "b" * 64
-
-    moved = {"experts": {"L0E0": {"cores": [4], "shard_banks": ["b0_2_2"]}}}
-    changed = Frontier(thermal=None, physical=None, replicas=moved, ckpt=5, ckpt_replicas=reps, **base).to_json()
-    assert changed["replicas"] == moved and replicas_at(changed) is None
-    unknown = Frontier(thermal=None, physical=None, replicas=dict(reps), ckpt=5, **base).to_json()
-    assert unknown["replicas"] == reps  # the checkpoint's replicas not known here: whole
-
-    n = arch.mesh.n_cores
-    snap = ThermalSnapshot(window=8, temps_core_c=[50.0] * n)
-
-    def step(replicas: dict[str, Any], whole: bool) -> _Step:
-        P: Any = SimpleNamespace(state={"replicas": replicas} if whole else None, state_ref="c" * 64,
-                                 timing=WindowTiming(util_core=[0.5] * n))
-        th: Any = SimpleNamespace(snapshot=snap, state={"t_ns": 2} if whole else None, state_ref="d" * 64)
-        return _Step(L=SimpleNamespace(t1_ns=9_000_000), overlays={}, smoothed=None, P=P, th=th, replicas=replicas,
-                     replicas_ref=None, times=(0.0,) * 5)
-
-    carried = step(dict(reps), whole=False).frontier(back, ckpt=5, files={})
-    assert carried.ckpt_replicas == reps and carried.to_json()["replicas"] == 5
-    new_ckpt = step(moved, whole=True).frontier(back, ckpt=8, files={})
-    assert new_ckpt.ckpt_replicas == moved and new_ckpt.to_json()["replicas"] == moved
+    snap = ThermalSnapshot(window=4, temps_core_c=[50.0] * n, freq_ghz=slow)
+    tele = next_telemetry(snap, WindowTiming(util_core=[0.5] * n), 9_000_000, list(snap.freq_ghz))
+    assert tele.freq_ghz == slow and tele.ts_ns == 9_000_000 and tele.util_core == [0.5] * n
 
 
 def test_window_peaks_read_the_layers_by_their_kind_not_their_name() -> None:
@@ -492,3 +390,104 @@ def test_window_peaks_read_the_layers_by_their_kind_not_their_name() -> None:
     for wm in got:
         assert (wm.T_peak_logic, wm.T_peak_dram) == (60.0, 55.0 + n_dram - 1)
         assert wm.T_mean_logic == 50.0 and wm.T_mean_dram == pytest.approx(48.0 + (n_dram - 1) / 2)
+
+
+def test_a_window_carries_the_physicalizers_served_requests() -> None:
+    """`build_window_metrics` copies the request fields of the timing (served runs) into the window's metrics; a
+    fixed-arrival timing leaves them empty / 0."""
+    arch = load_arch(CONFIGS / "arch_8x8_32x32x8.yaml")
+    n_dram = len(arch.geometry.layer_names("dram"))
+    snap = ThermalSnapshot(window=0, temps_core_c=[47.0] * 64, temps_core_max_c=[49.0] * 64,
+                           temps_bank_c=[[46.0] * n_dram] * 64)
+    served = {"requests_done": RequestsDone(request_id=[7], t_arrival_ns=[10], t_first_token_ns=[20], t_done_ns=[90],
+                                            output_tokens=[3]),
+              "requests_arrived": 2, "requests_shed": 1, "tokens_offered": 9, "tokens_shed": 4,
+              "requests_waiting": 1, "requests_running": 0, "tokens_queued": 2, "tokens_completed": 3}
+    wm = build_window_metrics(window=0, t0_ns=0, t1_ns=3_000_000, snap=snap, arch=arch,
+                              timing=WindowTiming(util_core=[0.5] * 64, **served))
+    assert {k: getattr(wm, k) for k in served} == served
+    fixed = build_window_metrics(window=0, t0_ns=0, t1_ns=3_000_000, snap=snap, arch=arch,
+                                 timing=WindowTiming(util_core=[0.5] * 64))
+    assert len(fixed.requests_done) == 0 and fixed.tokens_offered == fixed.tokens_queued == 0
+
+
+def test_epochs_past_the_body_bounds_are_halved_and_change_nothing(sqlite: Db, settings: Settings,
+                                                                   tmp_path: Path) -> None:
+    """With the services' JSON bounds so low that a long epoch's requests would be refused, the loop asks shorter
+    epochs (it says so in the run log) and writes the same bytes as one window per call (the power report's sums to
+    the last bits: the metrics requests carry fewer windows too); a bound no single window fits is a clear error
+    naming the window's length."""
+    trees = {}
+    for name, epoch, values in (("ref", 1, None), ("bounded", 256, 3_000), ("tiny", 256, 500)):
+        extra = {"epoch_windows": epoch} if values is None else {"epoch_windows": epoch, "max_json_values": values}
+        s = OrchestratorSettings(**{**settings.model_dump(), **extra})
+        c = ServiceClients(s, asgi_apps=fakes.build_apps(s))
+        spec = resolve_spec(ExperimentRequest(**_eventful(scenarios=["baseline"])), configs_dir=CONFIGS)
+        exp_id, _ = create_experiment(sessions=sqlite.sessions, spec=spec, settings=settings, out_dir=tmp_path / name)
+        try:
+            out = run_scenario(repo.run_id_for(exp_id, "baseline"), c, sqlite.sessions)
+        finally:
+            c.close()
+        if name == "tiny":
+            assert out.status == "failed" and "tas.tacs.window_ms" in (out.error or ""), out
+            continue
+        assert out.status == "succeeded", out.error
+        trees[name] = _tree(tmp_path / name)
+        if name == "bounded":
+            log = (run_dir_for(tmp_path / name, "baseline") / "run.log").read_text()
+            assert "(TASMOE_MAX_JSON_VALUES); epochs of at most" in log
+    power = [k for k in trees["ref"] if k.endswith(".power.json")]
+    # the metrics requests carry fewer windows too: the power sums are folded in more parts (last bits only)
+    assert {k: v for k, v in trees["ref"].items() if k not in power} == \
+        {k: v for k, v in trees["bounded"].items() if k not in power}
+    for k in power:
+        _close(json.loads(trees["ref"][k]), json.loads(trees["bounded"][k]))
+
+
+def _close(a: Any, b: Any) -> None:
+    """The same JSON tree, its numbers to 1e-12 relative."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            _close(a[key], b[key])
+    elif isinstance(a, list):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _close(x, y)
+    elif isinstance(a, float):
+        assert a == pytest.approx(b, rel=1e-12, abs=1e-15)
+    else:
+        assert a == b
+
+
+def test_the_unthrottled_reference_runs_baseline_without_dvfs_trips_or_a_limit(sqlite: Db, settings: Settings,
+                                                                             tmp_path: Path) -> None:
+    """On a chip whose fake physics crosses its DVFS trips, baseline changes clocks and the reference never does:
+    the same placement, every window at the top step."""
+    arch = ArchConfig(dvfs=DvfsConfig(domains=(DvfsDomain(trip_c=(47.0, 48.0, 49.0), hysteresis_c=0.5),)),
+                      dtm=DtmConfig(limit_c=120.0))
+    wl = WorkloadConfig.model_validate({"model": "mixtral-8x7b", "sequence": {"steps": 60, "micro_batch": 16}})
+    spec = resolve_spec(ExperimentRequest(arch=arch, workload=wl, scenarios=["baseline", "unthrottled"]),
+                        configs_dir=CONFIGS)
+    exp_id, _ = create_experiment(sessions=sqlite.sessions, spec=spec, settings=settings, out_dir=tmp_path)
+    c = _clients(settings)
+    try:
+        for sc in ("baseline", "unthrottled"):
+            out = run_scenario(repo.run_id_for(exp_id, sc), c, sqlite.sessions)
+            assert out.status == "succeeded", out.error
+    finally:
+        c.close()
+    clocks = {sc: {tuple(w["freq_ghz"]) for w in window_store.read(run_dir_for(tmp_path, sc))}
+              for sc in ("baseline", "unthrottled")}
+    assert len(clocks["baseline"]) > 1
+    assert clocks["unthrottled"] == {(2.0,) * 64}
+    assert placement_path(tmp_path, "baseline").read_bytes() == placement_path(tmp_path, "unthrottled").read_bytes()
+
+
+def test_unthrottled_keeps_each_domains_top_step_and_drops_the_limit() -> None:
+    arch = load_arch(CONFIGS / "arch_hbm_on_logic.yaml")
+    ref = unthrottled(arch)
+    assert ref.dtm is None and arch.dtm is not None
+    assert [(d.steps_ghz, d.trip_c) for d in ref.dvfs.domains] == [(d.steps_ghz[:1], ()) for d in arch.dvfs.domains]
+    assert ArchConfig.model_validate(ref.model_dump(mode="json")) == ref  # still a valid arch
+    assert ref.model_copy(update={"dvfs": arch.dvfs, "dtm": arch.dtm}) == arch  # nothing else changed

@@ -222,6 +222,32 @@ def test_a_step_that_moves_nothing_names_its_state_without_hashing_it(client: Te
     assert again["state_ref"] != moved["state_ref"] and "replica_state" in kinds
 
 
+def test_tacs_epoch_is_each_windows_step_and_stops_where_one_acts(client: TestClient) -> None:
+    """``/tacs/epoch``: each step's decision is what ``/tacs/step`` answers for that window alone (the smoothed
+    temperatures carried from step to step); the call stops at the first decision that acts and answers its
+    overlays and state; without one it answers only the smoothed temperatures. A bad step's field names its index."""
+    _, cores, plc, H, hot = _hot_core_27()
+    cool = {"temps_core": [45.0 + c / 100 for c in range(64)], "util_core": [0.1] * 64, "noc_load": 0.0}
+    fixed = {"placement": plc, "H": H.tolist()}
+    steps = [{"telemetry": t, "pending": window(6 + i, {eid: 3.0 for eid in cores}).model_dump(mode="json"),
+              "now_ns": 18_000_000 + 3_000_000 * i} for i, t in enumerate((cool, hot, hot, hot))]
+    r = client.post("/v1/tacs/epoch", json={**fixed, "steps": steps})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["acted"] == 2 and len(got["smoothed"]) == 3 and "expert" in got["overlays"]["migrate"]["obj_type"]
+    smoothed = None
+    for i, step in enumerate(steps[:3]):  # the same decisions, one window a call
+        one = client.post("/v1/tacs/step", json={**fixed, **step, "smoothed": smoothed}).json()
+        smoothed = one["smoothed"]
+        assert one["smoothed"] == got["smoothed"][i]
+    assert one["overlays"] == got["overlays"] and one["state"] == got["state"]
+    quiet = client.post("/v1/tacs/epoch", json={**fixed, "steps": [steps[0], steps[1]]}).json()
+    assert quiet["smoothed"] == got["smoothed"][:2] and "acted" not in quiet and "state" not in quiet
+    bad = client.post("/v1/tacs/epoch", json={**fixed, "steps": [steps[0], {**steps[1], "telemetry": {
+        "temps_core": [50.0] * 5}}]})
+    assert bad.status_code == 422 and _err(bad)["field"] == "steps[1].telemetry.temps_core"
+
+
 def test_tacs_step_bad_core_is_422(client: TestClient) -> None:
     from shared.configs import ArchConfig
 

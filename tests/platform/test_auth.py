@@ -120,11 +120,18 @@ def test_experiments_belong_to_their_principal(orchestrator: tuple[TestClient, d
     # the owner sees no server path; the admin sees where the files are
     mine = c.get(f"/v1/experiments/{exp}", headers=_h(keys["alice"])).json()
     assert not mine["out_dir"].startswith("/") and everyone["items"][0]["out_dir"].startswith("/")
-    # an Idempotency-Key is not a way into another principal's experiment
+    # an Idempotency-Key is the principal's own: not a way into another's experiment, nor a hint that another used
+    # it; two principals use the same key independently, each replay answering its own experiment
     k = {"Idempotency-Key": "same-key"}
-    assert c.post("/v1/experiments", json=_body(), headers={**_h(keys["alice"]), **k}).status_code == 202
-    r = c.post("/v1/experiments", json=_body(), headers={**_h(keys["bob"]), **k})
-    assert r.status_code == 409 and r.json()["error"]["field"] == "Idempotency-Key"
+    a = c.post("/v1/experiments", json=_body(), headers={**_h(keys["alice"]), **k})
+    b = c.post("/v1/experiments", json=_body(), headers={**_h(keys["bob"]), **k})
+    assert a.status_code == b.status_code == 202 and a.json()["created"] and b.json()["created"]
+    assert a.json()["id"] != b.json()["id"]
+    for who, first in (("alice", a), ("bob", b)):
+        again = c.post("/v1/experiments", json=_body(), headers={**_h(keys[who]), **k})
+        assert again.status_code == 202 and again.json()["id"] == first.json()["id"] and not again.json()["created"]
+    r = c.post("/v1/experiments", json=_body(scenarios=["tas"]), headers={**_h(keys["bob"]), **k})
+    assert r.status_code == 409 and r.json()["error"]["field"] == "Idempotency-Key"  # its own key, another body
 
 
 def test_a_principal_over_its_quota_gets_429_with_retry_after(tmp_path: Path) -> None:

@@ -408,6 +408,9 @@ def test_http_step_from_the_events_deposit_and_by_state_ref_gives_the_same_bytes
     ("bank_ids", [2**63], "deposit.bank_ids[0]"),  # past int64: was a 500 (OverflowError)
     ("bank_array_j", [-1.0], "deposit.bank_array_j[0]"),
     ("tsv_io_vault_j", [[0.0] * 16], "deposit.tsv_io_vault_j"),
+    ("tsv_io_vault_j", [[0.0] * 16, [0.0] * 3 + [-1.0] + [0.0] * 12], "deposit.tsv_io_vault_j[1][3]"),
+    ("tsv_io_vault_j", [[0.0] * 16, [0.0] * 15], "deposit.tsv_io_vault_j[1]"),
+    ("bank_ids", [-1], "deposit.bank_ids[0]"),
 ])
 def test_http_a_bad_deposit_is_a_422_naming_the_field(client: TestClient, arch_small: ArchConfig, key: str,
                                                       value: Any, field: str) -> None:

@@ -209,3 +209,24 @@ def test_model_step_uses_the_configured_integrator() -> None:
     assert np.array_equal(b, m_tr.step_trbdf2(T0, cw, bw, 3e-3, 12))  # ceil(3 / 0.25) sub-steps
     assert np.array_equal(a, m_exp.step_exponential(T0, cw, bw, 3e-3, 6))
     assert 0 < np.abs(a - b).max() < 0.05  # two integrators of one network: close, not identical
+
+
+@pytest.mark.parametrize("variant", ["hotspot", "physical"])
+def test_the_state_step_in_modes_is_the_sparse_exponential_step(variant: str) -> None:
+    """A run's window step carries ``θ = T − T_amb`` in the spectral modes (``StackModel.step_state``, no DCT):
+    through ``state_of``/``field_of`` it is the sparse LU's exponential step to round-off, also after the float32
+    rounding a state's modes go through (which moves the field by ~1e-6 K of the ~20 K here), and ``field_of``
+    inverts ``state_of`` without writing its argument."""
+    m = build_model(small_arch(variant=variant))
+    rng = np.random.default_rng(5)
+    cw, bw = rng.random(16) * 3, rng.random((2, 64)) * 0.01
+    T0 = np.full(m.net.n_nodes, m.net.ambient) + rng.random(m.net.n_nodes) * 20
+    oracle = solvers.SparseSolver(m.net)
+    v0 = m.state_of(T0)
+    keep = v0.copy()
+    assert np.abs(m.field_of(v0) - T0).max() < 1e-10 and np.array_equal(v0, keep)
+    want = solvers.step_exponential(oracle, T0, m.node_power(cw, bw), 3e-3)
+    v1 = m.step_state(v0, cw, bw, 3e-3)
+    assert np.abs(m.field_of(v1) - want).max() < 1e-8
+    v32 = v1.astype(np.float32).astype(np.float64)
+    assert np.abs(m.field_of(v32) - want).max() < 1e-5

@@ -10,7 +10,7 @@ from services.thermal.power import WindowPower, compute_power_from_events
 from shared.configs import ArchConfig
 from shared.configs.arch import DvfsDomain, RefreshConfig
 from shared.contracts.events import ComputeEvents, MemoryEvents
-from shared.dvfs import freq_volt, level_step, step_levels
+from shared.dvfs import freq_volt, level_step, step_levels, volts_for
 from shared.energy import leakage_scale, liao, refresh_multiplier, trefi_us
 from shared.errors import BadInput
 
@@ -123,6 +123,34 @@ def test_dvfs_per_core_and_frequencies(arch_small: ArchConfig) -> None:
     assert lv[5] == 2 and np.delete(lv, 5).sum() == 0
     f, v = freq_volt(lv, arch_small)
     assert f[5] == 1.6 and f[0] == 2.0 and v[5] == pytest.approx(0.8)
+
+
+def test_vectorised_governor_is_level_step_core_by_core() -> None:
+    """``step_levels`` (all cores at once) against ``level_step`` core by core: temperatures on, just off and between
+    every trip and every trip minus hysteresis, NaN and infinities, levels below, inside and past the steps; three
+    domains (the default, one with equal trips and no hysteresis, one of a single step)."""
+    doms = [{"cores": "all"},
+            {"cores": list(range(0, 64, 3)), "steps_ghz": [3.0, 2.0, 1.5, 1.0, 0.5], "trip_c": [70.0, 70.0, 75.5, 90.0],
+             "hysteresis_c": 0.0, "volts": [1.1, 1.0, 0.9, 0.8, 0.7]},
+            {"cores": [1, 4], "steps_ghz": [1.0], "trip_c": []}]
+    arch = ArchConfig.model_validate({"dvfs": {"domains": doms}})
+    marks = [t + d for dom in arch.dvfs.domains for trip in dom.trip_c
+             for t in (trip, trip - dom.hysteresis_c, trip - dom.hysteresis_c / 2)
+             for d in (0.0, 1e-9, -1e-9, 0.5, -0.5)]
+    temps = np.array([*marks, 20.0, 200.0, np.nan, np.inf, -np.inf])
+    rng = np.random.default_rng(3)
+    dom_of = [next(d for d, spec in enumerate(arch.dvfs.domains) if spec.cores != "all" and c in spec.cores)
+              if any(spec.cores != "all" and c in spec.cores for spec in arch.dvfs.domains) else 0 for c in range(64)]
+    for _ in range(200):
+        t = rng.choice(temps, 64)
+        lv = rng.integers(-2, 7, 64)
+        want = [level_step(float(t[c]), int(lv[c]), arch.dvfs.domains[dom_of[c]]) for c in range(64)]
+        assert step_levels(t, lv, arch).tolist() == want
+        f, v = freq_volt(lv, arch)
+        spec = [arch.dvfs.domains[dom_of[c]] for c in range(64)]
+        assert f.tolist() == [s.steps_ghz[min(max(int(x), 0), len(s.steps_ghz) - 1)] for s, x in zip(spec, lv,
+                                                                                                     strict=True)]
+        assert volts_for(f, arch).tolist() == v.tolist()
 
 
 def test_bad_events_name_the_field(arch_small: ArchConfig) -> None:

@@ -7,6 +7,9 @@
   placement). With replicas, tokens are split by water-filling over the replicas' queues at the window start
   (``busy_until − t0``) plus the row's own tokens, ties to the lower core id. The split of a row does not depend on
   the other rows, so lowering a subset of the rows (``physical.__init__``'s look-ahead) gives the same pieces.
+- A striped expert (placement policy ``stripe``: its weights spread over the vaults of its ``k`` cores) runs
+  tensor-parallel: one piece per core, every token on each (``tok_frac`` 1: the dispatch and combine reach all ``k``),
+  ``1/k`` of its weights and MACs each (``w_frac`` = 1/k), read from that core's own vault.
 - Reroute rules move pieces from ``from_core`` to ``to_core`` for rows generated at or after ``t_apply_ns``, in
   rule order. The expert's weights stay where they are, so rerouted work reads them over the NoC.
 """
@@ -36,14 +39,15 @@ UNKNOWN_PHASE = 2
 
 @dataclass
 class Rows:
-    """The logical rows being mapped (this window's admitted rows + the open rows carried from earlier windows)."""
+    """The logical rows being mapped (this window's admitted rows + the open rows carried from earlier windows).
+    ``op``: the op of each row coded by its caller's table (`from_logical`: codes of its sorted distinct ops)."""
 
     event_id: I64
     tgen: F64
     mb: I64
     layer: I64
     phase: I64
-    op: list[str]
+    op: I64
     expert: I64
     tokens: F64
     macs: F64
@@ -53,20 +57,20 @@ class Rows:
         n = len(lc)
         if not n:
             z = np.zeros(0, np.int64)
-            return cls(z, np.zeros(0), z, z, z, [], z, np.zeros(0), np.zeros(0))
+            return cls(z, np.zeros(0), z, z, z, z, z, np.zeros(0), np.zeros(0))
         a = lc.to_numpy()
+        names, op = np.unique(np.asarray(lc.op_type, dtype=object), return_inverse=True)
         return cls(event_id=a["event_id"].astype(np.int64), tgen=a["t_gen_ns"].astype(np.float64),
                    mb=a["mb_id"].astype(np.int64), layer=a["layer"].astype(np.int64),
-                   phase=np.array([PHASE.get(o, UNKNOWN_PHASE) for o in lc.op_type], dtype=np.int64),
-                   op=list(lc.op_type), expert=a["expert"].astype(np.int64),
+                   phase=np.array([PHASE.get(o, UNKNOWN_PHASE) for o in names.tolist()], dtype=np.int64)[op],
+                   op=op.astype(np.int64).reshape(-1), expert=a["expert"].astype(np.int64),
                    tokens=a["tokens"].astype(np.float64), macs=a["flops"].astype(np.float64) / 2.0)
 
     def __len__(self) -> int:
         return int(self.event_id.size)
 
     def take(self, idx: I64) -> Rows:
-        ops = np.asarray(self.op, dtype=object)[idx].tolist() if idx.size else []
-        return Rows(self.event_id[idx], self.tgen[idx], self.mb[idx], self.layer[idx], self.phase[idx], ops,
+        return Rows(self.event_id[idx], self.tgen[idx], self.mb[idx], self.layer[idx], self.phase[idx], self.op[idx],
                     self.expert[idx], self.tokens[idx], self.macs[idx])
 
     @property
@@ -83,13 +87,19 @@ class Pieces:
     core: I64
     home: I64  # the core whose vault holds the piece's weights by default
     tok_frac: F64  # share of the row's tokens (activations/KV scale with it)
-    w_frac: F64  # share of the row's weights streamed by this core
+    w_frac: F64  # share of the row's weights streamed by this core (and, for an expert piece, of its MACs per token)
     tokens: F64  # M seen by this core
     split: NDArray[np.bool_]
     k: I64  # number of cores the row is split over (1 for expert pieces)
 
     def __len__(self) -> int:
         return int(self.row.size)
+
+
+def is_striped(key: str, placement: Placement) -> bool:
+    """The expert instance ``key`` is placed striped over its cores (tensor-parallel)."""
+    ep = placement.experts.get(key)
+    return ep is not None and ep.policy == "stripe"
 
 
 def attention_cores(mb: I64, arch: ArchConfig) -> tuple[I64, int]:
@@ -133,8 +143,11 @@ def water_fill(tokens: int, loads: list[float], per_token: list[float], cores: l
 
 
 def assign(rows: Rows, placement: Placement, replicas: ReplicaState, reroutes: list[Reroute], chip: Chip,
-           arch: ArchConfig, backlog_ns: F64, freq: F64) -> Pieces:
-    """Map rows to pieces (see the module docstring). ``backlog_ns``: per core, work queued before this window's."""
+           arch: ArchConfig, backlog_ns: F64, freq: F64,
+           cores_of: dict[tuple[int, int], list[int]] | None = None) -> Pieces:
+    """Map rows to pieces (see the module docstring). ``backlog_ns``: per core, work queued before this window's.
+    ``cores_of``: the cores of the instances (layer, expert) looked up so far for this placement and replica state
+    (filled here; a caller lowering many windows keeps it)."""
     R, C = arch.core.array
     is_exp = rows.is_expert
     ne = np.flatnonzero(~is_exp)
@@ -144,9 +157,11 @@ def assign(rows: Rows, placement: Placement, replicas: ReplicaState, reroutes: l
     p_tok = [np.full(ne.size * k, 1.0 / k)]
     p_w = [np.full(ne.size * k, 1.0 / k)]
     ex = np.flatnonzero(is_exp)
-    cache: dict[tuple[int, int], list[int]] = {}
+    cache: dict[tuple[int, int], list[int]] = {} if cores_of is None else cores_of
     single_r: list[int] = []
     single_c: list[int] = []
+    stripe_r: list[int] = []
+    stripe_c: list[list[int]] = []
     multi: list[tuple[int, list[int]]] = []
     for r, lv, e in zip(ex.tolist(), rows.layer[ex].tolist(), rows.expert[ex].tolist(), strict=True):
         cores = cache.get((lv, e))
@@ -156,6 +171,9 @@ def assign(rows: Rows, placement: Placement, replicas: ReplicaState, reroutes: l
         if len(cores) == 1:
             single_r.append(r)
             single_c.append(cores[0])
+        elif is_striped(expert_id(lv, e), placement):
+            stripe_r.append(r)
+            stripe_c.append(cores)
         else:
             multi.append((r, cores))
     sr = np.asarray(single_r, dtype=np.int64)
@@ -164,6 +182,12 @@ def assign(rows: Rows, placement: Placement, replicas: ReplicaState, reroutes: l
     p_core.append(sc)
     p_tok.append(np.ones(sr.size))
     p_w.append(np.ones(sr.size))
+    if stripe_r:  # each row a block of its cores, in row order
+        n_c = np.array([len(c) for c in stripe_c], dtype=np.int64)
+        p_row.append(np.repeat(np.asarray(stripe_r, dtype=np.int64), n_c))
+        p_core.append(np.concatenate([np.asarray(c, dtype=np.int64) for c in stripe_c]))
+        p_tok.append(np.ones(int(n_c.sum())))
+        p_w.append(np.repeat(1.0 / n_c, n_c))
     if multi:
         load = backlog_ns.copy()  # per row: the queue at the window start, so a row's split is its own business
         mr: list[int] = []
@@ -223,4 +247,4 @@ def _reroute(p: Pieces, rows: Rows, reroutes: list[Reroute]) -> None:
         p.core = np.where(sel, rr.to_core, p.core)
 
 
-__all__ = ["PHASE", "Pieces", "Rows", "assign", "attention_cores", "expert_code", "water_fill"]
+__all__ = ["PHASE", "Pieces", "Rows", "assign", "attention_cores", "expert_code", "is_striped", "water_fill"]

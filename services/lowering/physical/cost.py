@@ -1,7 +1,8 @@
 """Stage 4: what each piece costs: duration on its core and dynamic energy (shared/energy.py).
 
 - compute: fold-formula cycles (``costmodel.cycles_from_macs``) at ``freq_ghz[core]``; a split row's piece runs
-  ``1/k`` of the row's cycles.
+  ``1/k`` of the row's cycles; an expert piece the MACs of its tokens (``tok_frac``) times its share of the weights
+  (``w_frac``: 1, or 1/k for a striped expert's piece).
 - DMA (double-buffered with compute, so ``duration = max(compute, DMA)``): local bytes / (vault bw × bw_eff) +
   remote bytes / min(vault bw × bw_eff, link bw) + the largest hop count × link latency.
 - energy at V0: MACs · mac_pj + scratchpad accesses · spm_pj, with 64-bit SPM accesses = DMA fill and drain of the
@@ -44,7 +45,7 @@ def cost(rows: Rows, p: Pieces, exp_traffic: Traffic, exp_idx: NDArray[np.int64]
     b = dtype_bytes(arch.core.dtype, "arch.core.dtype")
     n_p = len(p)
     macs_row = rows.macs[p.row]
-    macs = np.where(p.split, macs_row / p.k, macs_row * p.tok_frac)
+    macs = np.where(p.split, macs_row / p.k, macs_row * p.tok_frac * p.w_frac)
     cyc = np.where(p.split, cycles_from_macs(macs_row, p.tokens, R, C, arch.core.dataflow) / p.k,
                    cycles_from_macs(macs, p.tokens, R, C, arch.core.dataflow))
     comp_ns = cyc / freq[p.core]

@@ -17,8 +17,12 @@ def share(start: F64, end: F64, t0: float, t1: float) -> F64:
     """Fraction of each interval inside ``[t0, t1)``."""
     span = end - start
     ov = np.clip(np.minimum(end, t1) - np.maximum(start, t0), 0.0, None)
+    has_span = span > 0
+    if has_span.all():  # the same quotients as below, without the zero-length branch
+        every: F64 = ov / span
+        return every
     inside = ((start >= t0) & (start < t1)).astype(np.float64)
-    out: F64 = np.where(span > 0, np.divide(ov, span, out=np.zeros_like(ov), where=span > 0), inside)
+    out: F64 = np.where(has_span, np.divide(ov, span, out=np.zeros_like(ov), where=has_span), inside)
     return out
 
 

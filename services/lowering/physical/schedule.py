@@ -46,12 +46,14 @@ class Stages:
         if not mb.size:
             z = np.zeros(0, np.int64)
             return cls(z, z, z, np.zeros(0), z)
-        key = np.stack([mb, layer, phase], axis=1)
-        uniq, inv = np.unique(key, axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-        tg = np.full(uniq.shape[0], np.inf)
-        np.minimum.at(tg, inv, tgen)
-        return cls(uniq[:, 0], uniq[:, 1], uniq[:, 2], tg, inv)
+        order = np.lexsort((phase, layer, mb))  # rows by (mb, layer, phase): the stages' order
+        m, ly, ph = mb[order], layer[order], phase[order]
+        first = np.ones(order.size, dtype=bool)
+        first[1:] = (m[1:] != m[:-1]) | (ly[1:] != ly[:-1]) | (ph[1:] != ph[:-1])
+        starts = np.flatnonzero(first)
+        inv = np.empty(order.size, dtype=np.int64)
+        inv[order] = np.cumsum(first) - 1
+        return cls(m[starts], ly[starts], ph[starts], np.minimum.reduceat(tgen[order], starts), inv)
 
     def __len__(self) -> int:
         return int(self.mb.size)
@@ -97,6 +99,58 @@ def schedule_transfers(transfers: list[Transfer], chip: Chip, vault_bw: F64, vau
     return start, dur, sv, dv
 
 
+@dataclass
+class PieceGroups:
+    """The pieces of a set of stages grouped by (stage, core): the part of the list schedule that does not depend on
+    the window (the same rows lowered in two windows are scheduled from the same groups). The pieces of a group run
+    back to back in event order: ``offset`` is each piece's start after its group's (``order``: pieces in
+    (stage, core, event) order)."""
+
+    stages: Stages
+    n_pieces: int
+    order: I64
+    g_core: I64  # per group: its core
+    g_sum: F64  # per group: its pieces' total duration
+    g_of: I64  # per piece in ``order``: its group
+    g_bounds: list[int]  # groups of stage s: g_bounds[s] .. g_bounds[s + 1] - 1
+    g_links: dict[int, I64]  # group -> the links it holds
+    offset: F64  # per piece in ``order``
+    mbs: list[int]  # per stage
+    tgen: list[float]  # per stage
+
+    @classmethod
+    def of(cls, stages: Stages, piece_stage: I64, piece_core: I64, piece_dur: F64, piece_order_key: I64,
+           piece_links: dict[int, tuple[int, ...]] | None = None) -> PieceGroups:
+        n_st = len(stages)
+        na = piece_stage.size
+        order = np.lexsort((piece_order_key, piece_core, piece_stage)) if na else np.zeros(0, np.int64)
+        st_o = piece_stage[order]
+        core_o = piece_core[order]
+        dur_o = piece_dur[order]
+        first = np.ones(na, dtype=bool)
+        if na:
+            first[1:] = (core_o[1:] != core_o[:-1]) | (st_o[1:] != st_o[:-1])
+        g_idx = np.flatnonzero(first)
+        g_of = np.cumsum(first) - 1
+        g_links: dict[int, NDArray[np.int64]] = {}
+        if piece_links:
+            pos = np.empty(na, dtype=np.int64)
+            pos[order] = np.arange(na)
+            acc: dict[int, set[int]] = {}
+            for p, links in piece_links.items():
+                acc.setdefault(int(g_of[pos[p]]), set()).update(links)
+            g_links = {g: np.fromiter(sorted(s), dtype=np.int64) for g, s in acc.items()}
+        offset = np.zeros(0)
+        if na:
+            cs = np.cumsum(dur_o)
+            excl = cs - dur_o
+            offset = excl - excl[g_idx][g_of]
+        return cls(stages=stages, n_pieces=na, order=order, g_core=core_o[g_idx],
+                   g_sum=np.add.reduceat(dur_o, g_idx) if na else np.zeros(0), g_of=g_of,
+                   g_bounds=np.searchsorted(st_o[g_idx], np.arange(n_st + 1)).tolist(), g_links=g_links,
+                   offset=offset, mbs=stages.mb.tolist(), tgen=stages.tgen.tolist())
+
+
 def list_schedule(stages: Stages, piece_stage: I64, piece_core: I64, piece_dur: F64, piece_order_key: I64,
                   mb_ready0: dict[int, float], core_free: F64, vault_free: F64, t1: float,
                   link_free: F64 | None = None, piece_links: dict[int, tuple[int, ...]] | None = None) -> Schedule:
@@ -104,39 +158,27 @@ def list_schedule(stages: Stages, piece_stage: I64, piece_core: I64, piece_dur: 
     the end of its last stage scheduled in an earlier window. ``piece_links``: the NoC links a piece's remote reads
     and writes cross; the pieces of a stage on one core hold the union of their links for their run and start when
     those links are free. The input arrays are not modified."""
-    n_st = len(stages)
-    na = piece_stage.size
+    groups = PieceGroups.of(stages, piece_stage, piece_core, piece_dur, piece_order_key, piece_links)
+    return schedule_groups(groups, mb_ready0, core_free, vault_free, t1, link_free)
+
+
+def schedule_groups(groups: PieceGroups, mb_ready0: dict[int, float], core_free: F64, vault_free: F64, t1: float,
+                    link_free: F64 | None = None) -> Schedule:
+    """`list_schedule` of pieces already grouped (`PieceGroups`)."""
+    gr = groups
+    n_st = len(gr.stages)
     free = core_free.copy()
     vfree = vault_free.copy()
     lfree = link_free.copy() if link_free is not None else np.zeros(0)
-    order = np.lexsort((piece_order_key, piece_core, piece_stage)) if na else np.zeros(0, np.int64)
-    st_o = piece_stage[order]
-    core_o = piece_core[order]
-    dur_o = piece_dur[order]
-    first = np.ones(na, dtype=bool)
-    if na:
-        first[1:] = (core_o[1:] != core_o[:-1]) | (st_o[1:] != st_o[:-1])
-    g_idx = np.flatnonzero(first)
-    g_core = core_o[g_idx]
-    g_sum = np.add.reduceat(dur_o, g_idx) if na else np.zeros(0)
-    g_of = np.cumsum(first) - 1
-    g_bounds = np.searchsorted(st_o[g_idx], np.arange(n_st + 1)).tolist()
-    g_links: dict[int, NDArray[np.int64]] = {}  # group -> links it holds
-    if piece_links:
-        pos = np.empty(na, dtype=np.int64)
-        pos[order] = np.arange(na)
-        acc: dict[int, set[int]] = {}
-        for p, links in piece_links.items():
-            acc.setdefault(int(g_of[pos[p]]), set()).update(links)
-        g_links = {g: np.fromiter(sorted(s), dtype=np.int64) for g, s in acc.items()}
-    g_base = np.full(g_idx.size, np.nan)
+    g_core, g_sum, g_bounds, g_links = gr.g_core, gr.g_sum, gr.g_bounds, gr.g_links
+    g_base = np.full(g_core.size, np.nan)
     st_ready = np.full(n_st, np.nan)
     st_end = np.full(n_st, np.nan)
     mb_ready = dict(mb_ready0)
     # stages of each micro-batch in (layer, phase) order: they are contiguous in `stages` (sorted by mb first)
     heap: list[tuple[float, int, int]] = []
-    mbs = stages.mb.tolist()
-    tgen = stages.tgen.tolist()
+    mbs = gr.mbs
+    tgen = gr.tgen
     i = 0
     while i < n_st:  # first stage of every micro-batch
         m = mbs[i]
@@ -166,10 +208,8 @@ def list_schedule(stages: Stages, piece_stage: I64, piece_core: I64, piece_dur: 
         mb_ready[m] = end
         if s + 1 < n_st and mbs[s + 1] == m:
             heapq.heappush(heap, (max(end, tgen[s + 1]), m, s + 1))
-    start = np.full(na, np.nan)
-    if na:
-        cs = np.cumsum(dur_o)
-        excl = cs - dur_o
-        start[order] = g_base[g_of] + (excl - excl[g_idx][g_of])
+    start = np.full(gr.n_pieces, np.nan)
+    if gr.n_pieces:
+        start[gr.order] = g_base[gr.g_of] + gr.offset
     return Schedule(start=start, stage_ready=st_ready, stage_end=st_end, core_free=free, vault_free=vfree,
                     link_free=lfree, mb_ready=mb_ready)

@@ -1,0 +1,39 @@
+"""The lab's experiments by name: the default one (``make run``, ``tasmoe run``), its quick look (``--quick``) and
+the reference chip's, the one place that says which configs each runs.
+
+- **default**: the hot chip (``configs/arch_hbm_on_logic.yaml``: an H100-class logic die under four HBM3E stacks,
+  cooled from the top, with a DTM limit) serving the Azure conversation trace (``configs/workload_serving.yaml``),
+  the four policies and the ``unthrottled`` reference, so that the throttling loss and what each policy recovers of
+  it are numbers.
+- **quick**: the default cut to one second of arrivals with a 300 ms warm-up: a check that everything runs, not a
+  result.
+- **reference**: the calibrated 45 nm chip with the seed's Mixtral workload (one micro-batch every 3 ms), the four
+  policies; kept with its finding (on 45 nm at this area heat never binds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.orchestrator.schemas import ALL_SCENARIOS, POLICY_SCENARIOS, Scenario
+
+
+@dataclass(frozen=True)
+class Experiment:
+    arch: str
+    workload: str
+    tas: str
+    out: str
+    scenarios: tuple[Scenario, ...]
+    arrivals_ms: float | None = None  # serving: replaces workload.serving.duration_ms (None: the config's)
+    drain_ms: float | None = None  # serving: replaces workload.serving.drain_ms (None: the config's)
+    warmup_ms: float | None = None  # replaces arch.thermal.warmup_ms (None: the config's)
+
+
+DEFAULT = Experiment(arch="configs/arch_hbm_on_logic.yaml", workload="configs/workload_serving.yaml",
+                     tas="configs/tas_params_hbm_on_logic.yaml", out="results/default/", scenarios=ALL_SCENARIOS)
+QUICK = Experiment(arch=DEFAULT.arch, workload=DEFAULT.workload, tas=DEFAULT.tas, out="results/quick/",
+                   scenarios=ALL_SCENARIOS, arrivals_ms=1000.0, drain_ms=0.0, warmup_ms=300.0)
+REFERENCE = Experiment(arch="configs/arch_8x8_32x32x8.yaml", workload="configs/workload_mixtral_8x7b.yaml",
+                       tas="configs/tas_params.yaml", out="results/mixtral/", scenarios=POLICY_SCENARIOS)
+EXPERIMENTS: dict[str, Experiment] = {"default": DEFAULT, "quick": QUICK, "reference": REFERENCE}

@@ -1,0 +1,189 @@
+"""A chip's serving capacity under an SLO, measured: the highest offered request rate at which a served run meets the
+workload's SLO, found by bisection over runs of the experiment itself (`tasmoe capacity`).
+
+A probe at rate ``r`` runs one scenario (baseline by default: what the chip does today, its DTM included) of the
+serving workload with ``serving.rate_rps = r``, arrivals over ``duration_ms`` and then ``drain_ms`` without
+arrivals, and meets the SLO when
+
+- no request was shed (the queue never overflowed),
+- every offered request finished within the run (nothing queued at its end: a run that cannot drain is overloaded),
+- p99 TTFT and p99 TPOT over the requests are within ``serving.slo`` (MLPerf Inference's server-scenario rule).
+
+The capacity is the highest rate met: doubling from ``lo`` (at most to ``hi``) until a rate is missed, then bisection
+in log rate between the last met and the first missed with the runs left of ``probes``; each bisection halves the
+bracket's log ratio (from 2). Printed with the table of probes: how it was found. The
+physical limit it is reported against is the DRAM roofline: the fraction of the chip's effective DRAM bandwidth the
+run used (``bw_util``): at a weights-bound load, the fraction of the roofline's tokens per second it reached.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from services.orchestrator.local import LocalResult, check_ok, run_local
+from services.orchestrator.schemas import Scenario
+from shared.configs import WorkloadConfig, load_workload
+from shared.errors import BadInput
+from shared.settings import Settings
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One run at one offered rate and what it measured (times in ms, rates per second of simulated time)."""
+
+    rate_rps: float
+    met: bool
+    why: str  # what failed ("" when met)
+    tokens_offered: int
+    tokens_served: int
+    tokens_queued: int
+    tokens_shed: int
+    ttft_p99_ms: float | None
+    tpot_p99_ms: float | None
+    goodput_tok_s: float | None
+    bw_util: float | None
+    T_peak_logic: float | None
+
+
+@dataclass
+class SloCapacity:
+    """The highest rate met (None: even ``lo`` was not), its offered output tokens per second, the probes in the order
+    they ran, and a sentence on how it was found."""
+
+    rate_rps: float | None
+    tok_s: float | None
+    probes: list[Probe] = field(default_factory=list)
+    how: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        if self.rate_rps is None:
+            return f"SLO capacity: below the lowest rate tried ({self.how})"
+        return f"SLO capacity {self.rate_rps:.3g} requests/s = {self.tok_s:.1f} output tok/s ({self.how})"
+
+
+def _float(row: dict[str, str], key: str) -> float | None:
+    v = row.get(key, "")
+    return float(v) if v not in ("", None) else None
+
+
+def judge(rate_rps: float, row: dict[str, str], slo_ttft_ms: float, slo_tpot_ms: float) -> Probe:
+    """A probe's verdict from its result row (the metrics service's CSV columns)."""
+    shed, queued = int(float(row.get("tokens_shed") or 0)), int(float(row.get("tokens_queued") or 0))
+    ttft, tpot = _float(row, "ttft_p99_ms"), _float(row, "tpot_p99_ms")
+    why = []
+    if shed:
+        why.append(f"{shed} tokens shed")
+    if queued:
+        why.append(f"{queued} tokens still queued at the end")
+    if ttft is None or ttft > slo_ttft_ms:
+        why.append(f"p99 TTFT {ttft if ttft is not None else 'n/a'} > {slo_ttft_ms:g} ms")
+    if tpot is not None and tpot > slo_tpot_ms:
+        why.append(f"p99 TPOT {tpot:.1f} > {slo_tpot_ms:g} ms")
+    return Probe(rate_rps=rate_rps, met=not why, why="; ".join(why),
+                 tokens_offered=int(float(row.get("tokens_offered") or 0)),
+                 tokens_served=int(float(row.get("tokens_served") or 0)), tokens_queued=queued, tokens_shed=shed,
+                 ttft_p99_ms=ttft, tpot_p99_ms=tpot, goodput_tok_s=_float(row, "goodput_tok_s"),
+                 bw_util=_float(row, "bw_util"), T_peak_logic=_float(row, "T_peak_logic"))
+
+
+def _at_rate(workload: WorkloadConfig, rate_rps: float, duration_ms: float, drain_ms: float) -> WorkloadConfig:
+    sv = workload.serving
+    if sv is None:
+        raise BadInput("workload: the SLO capacity is measured on a serving workload (a `serving` section)",
+                       field="workload.serving")
+    return workload.model_copy(update={"serving": sv.model_copy(
+        update={"rate_rps": rate_rps, "duration_ms": duration_ms, "drain_ms": drain_ms})})
+
+
+ProbeRun = Callable[[WorkloadConfig, Path], LocalResult]
+
+
+def _search(one: Callable[[float], Probe], lo: float, hi: float, probes: int) -> tuple[list[Probe], Probe | None]:
+    """The probes in the order they ran and the best met. Up from ``lo``, doubling (never past ``hi``) while rates
+    are met, then bisection in log rate between the last met and the first missed: an overloaded probe (slow to
+    simulate: its queues only grow) is run once, not at every step."""
+    done: list[Probe] = []
+    rate, best = lo, None
+    while len(done) < probes:
+        p = one(rate)
+        done.append(p)
+        if not p.met:
+            break
+        best = p
+        if rate >= hi:
+            return done, best
+        rate = min(2.0 * rate, hi)
+    if best is None:
+        return done, None
+    a, b = best.rate_rps, rate
+    while len(done) < probes:
+        mid = math.sqrt(a * b)
+        p = one(mid)
+        done.append(p)
+        if p.met:
+            a, best = mid, p
+        else:
+            b = mid
+    return done, best
+
+
+def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | Path, out: Path, lo_rps: float,
+                         hi_rps: float, probes: int = 7, duration_ms: float = 20_000.0, drain_ms: float = 20_000.0,
+                         scenario: Scenario = "baseline", settings: Settings | None = None,
+                         run: ProbeRun | None = None, on_probe: Callable[[Probe], None] | None = None) -> SloCapacity:
+    """Bisect the offered rate between ``lo_rps`` and ``hi_rps`` (see the module docstring); each probe's results
+    folder is ``<out>/probe-<rate>``, and ``<out>/slo_capacity.json`` and ``slo_capacity.csv`` hold the verdict."""
+    if not 0 < lo_rps < hi_rps:
+        raise BadInput("lo_rps: 0 < lo < hi is needed", field="lo_rps")
+    if not 2 <= probes <= 64:
+        raise BadInput("probes: 2 (the two ends) to 64 runs", field="probes")
+    base = load_workload(workload)
+    slo = _at_rate(base, lo_rps, duration_ms, drain_ms).serving
+    assert slo is not None
+    limits = (slo.slo.ttft_p99_ms, slo.slo.tpot_p99_ms)
+
+    def one(rate: float) -> Probe:
+        wl = _at_rate(base, rate, duration_ms, drain_ms)
+        where = out / f"probe-{rate:.6g}"
+        if run is not None:
+            res = run(wl, where)
+        else:
+            wl_file = where.with_suffix(".workload.json")
+            wl_file.parent.mkdir(parents=True, exist_ok=True)
+            wl_file.write_text(wl.model_dump_json(), encoding="utf-8")
+            res = run_local(arch=arch, workload=wl_file, tas=tas, out=where, scenarios=[scenario], traces=False,
+                            settings=settings, database_url=f"sqlite:///{where}.sqlite3")
+        check_ok(res)
+        with res.csvs[scenario].open(encoding="utf-8") as fh:
+            row = next(csv.DictReader(fh))
+        verdict = judge(rate, row, *limits)
+        if on_probe is not None:
+            on_probe(verdict)
+        return verdict
+
+    done, best = _search(one, lo_rps, hi_rps, probes)
+    how = (f"doubling from {lo_rps:g} requests/s up to {hi_rps:g} until a rate is missed, then bisection in log "
+           f"rate; {len(done)} runs of {scenario}, each {duration_ms / 1e3:g} s of arrivals and "
+           f"{drain_ms / 1e3:g} s of drain; met = no request shed, every request finished, p99 TTFT <= "
+           f"{limits[0]:g} ms and p99 TPOT <= {limits[1]:g} ms")
+    if best is not None and all(p.met for p in done):
+        how += "; every rate tried was met: the capacity is at least the highest (a bound)"
+    tok_s = (best.tokens_offered / (duration_ms * 1e-3)) if best is not None else None
+    result = SloCapacity(rate_rps=best.rate_rps if best is not None else None, tok_s=tok_s, probes=done, how=how)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "slo_capacity.json").write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+    with (out / "slo_capacity.csv").open("w", encoding="utf-8", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(asdict(done[0])))
+        w.writeheader()
+        for p in sorted(done, key=lambda x: x.rate_rps):
+            w.writerow(asdict(p))
+    return result

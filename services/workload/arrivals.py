@@ -1,0 +1,129 @@
+"""Arrivals of a serving workload (``WorkloadConfig.serving``): the packaged request traces
+(``serving_traces/<name>.csv``, named by ``serving.trace``; names only, never paths) and the requests one run is
+offered: the trace from ``serving.start_s`` on, its arrival times divided by one factor (``rate_factor``) so that the
+first ``round(rate_rps · duration)`` of them fall in ``[0, duration)`` and the next one at its end (the run's mean rate
+is ``rate_rps`` up to that rounding, its shape the trace's); without ``rate_rps`` the trace's own times. Prompt and
+output lengths are the trace's. Nothing here is random: the same config gives the same requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from services.workload.routing import IntArray
+from shared.configs import ServingConfig
+from shared.contracts.workload import Requests
+from shared.errors import BadInput
+
+SERVING_TRACES_DIR = Path(__file__).resolve().parent / "serving_traces"
+
+
+@dataclass(frozen=True)
+class ArrivalTrace:
+    """A packaged arrival trace: one row per request in arrival order."""
+
+    name: str
+    t_ns: IntArray  # arrival, ns since the trace's first request
+    prompt_tokens: IntArray
+    output_tokens: IntArray
+    sha256: str  # of the file's bytes (in the trace id)
+
+
+def available_traces() -> list[str]:
+    return sorted(p.stem for p in SERVING_TRACES_DIR.glob("*.csv") if p.is_file())
+
+
+@cache
+def load_arrival_trace(name: str) -> ArrivalTrace:
+    """The packaged trace ``name`` (``serving_traces/<name>.csv``: ``TIMESTAMP,ContextTokens,GeneratedTokens``);
+    `BadInput` (field ``serving.trace``) naming the available ones otherwise. Package data: parsed once a process."""
+    known = available_traces()
+    if name not in known:
+        raise BadInput(f"serving.trace {name!r}: no such packaged arrival trace; available: {', '.join(known)}",
+                       field="serving.trace")
+    path = SERVING_TRACES_DIR / f"{name}.csv"
+    data = path.read_bytes()
+    lines = data.decode("utf-8").splitlines()
+    if not lines or lines[0].strip() != "TIMESTAMP,ContextTokens,GeneratedTokens":
+        raise BadInput(f"{path.name}: header must be TIMESTAMP,ContextTokens,GeneratedTokens", field="serving.trace")
+    cols = np.asarray([ln.split(",") for ln in lines[1:] if ln.strip()], dtype=str)
+    stamps = cols[:, 0].astype("datetime64[ns]").astype(np.int64)
+    t_ns = stamps - stamps[0]
+    prompt, output = cols[:, 1].astype(np.int64), cols[:, 2].astype(np.int64)
+    if len(t_ns) < 2 or (np.diff(t_ns) <= 0).any() or (prompt < 1).any() or (output < 1).any():
+        raise BadInput(f"{path.name}: needs ascending distinct arrival times and positive lengths",
+                       field="serving.trace")
+    return ArrivalTrace(name=name, t_ns=t_ns, prompt_tokens=prompt, output_tokens=output,
+                        sha256=hashlib.sha256(data).hexdigest())
+
+
+@dataclass(frozen=True)
+class OfferedRequests:
+    """The requests of one serving run, in arrival order (request id = rank)."""
+
+    t_arrival_ns: IntArray  # simulated arrival, ns in [0, duration_ns)
+    prompt_tokens: IntArray
+    output_tokens: IntArray
+    duration_ns: int
+    rate_factor: float  # simulated arrival = (trace arrival - start_s) / rate_factor
+
+    @property
+    def n(self) -> int:
+        return len(self.t_arrival_ns)
+
+    @property
+    def offered_rate_rps(self) -> float:
+        return self.n * 1e9 / self.duration_ns
+
+
+def offered_requests(sv: ServingConfig) -> OfferedRequests:
+    """The requests arriving in ``[0, duration_ms)`` of the run (module docstring); `BadInput` naming the
+    ``serving.*`` field when the trace cannot give them (``start_s`` past its end, a run longer than what follows
+    ``start_s``, a rate asking for more requests than follow it, or for none)."""
+    tr = load_arrival_trace(sv.trace)
+    start_ns = round(sv.start_s * 1e9)
+    D = round(sv.duration_ms * 1e6)
+    if D < 1:
+        raise BadInput("serving.duration_ms must be at least 1 ns", field="serving.duration_ms")
+    span_s = tr.t_ns[-1] / 1e9
+    i0 = int(np.searchsorted(tr.t_ns, start_ns, side="left"))
+    if i0 >= len(tr.t_ns):
+        raise BadInput(f"serving.start_s {sv.start_s:g} s is past the last arrival of {sv.trace} ({span_s:.1f} s)",
+                       field="serving.start_s")
+    tau = tr.t_ns[i0:] - start_ns
+    if sv.rate_rps is None:
+        if start_ns + D > tr.t_ns[-1]:
+            raise BadInput(f"serving.duration_ms {sv.duration_ms:g} runs past the end of {sv.trace}: it has "
+                           f"{(tr.t_ns[-1] - start_ns) / 1e9:.1f} s of arrivals after start_s (a shorter run, an "
+                           "earlier start, or rate_rps)", field="serving.duration_ms")
+        n = int(np.searchsorted(tau, D, side="left"))
+        t, factor = tau[:n].copy(), 1.0
+    else:
+        n = round(sv.rate_rps * D * 1e-9)
+        if n < 1:
+            raise BadInput(f"serving.rate_rps {sv.rate_rps:g} offers no request in {sv.duration_ms:g} ms "
+                           "(rate x duration < 0.5)", field="serving.rate_rps")
+        if n >= len(tau):
+            raise BadInput(f"serving.rate_rps {sv.rate_rps:g} over {sv.duration_ms:g} ms asks for {n} requests; "
+                           f"{sv.trace} has {len(tau) - 1} after start_s {sv.start_s:g} s (and the next one to end "
+                           "the slice)", field="serving.rate_rps")
+        factor = float(tau[n]) / D  # request n (the first left out) arrives at the end of the run
+        # floored, and below the end even where the float product rounds up to it
+        t = np.minimum(np.floor(tau[:n] / factor), D - 1).astype(np.int64)
+    return OfferedRequests(t_arrival_ns=t, prompt_tokens=tr.prompt_tokens[i0:i0 + n].copy(),
+                           output_tokens=tr.output_tokens[i0:i0 + n].copy(), duration_ns=D, rate_factor=factor)
+
+
+def requests_between(offered: OfferedRequests, t0_ns: int, t1_ns: int) -> Requests:
+    """The offered requests arriving in ``[t0_ns, t1_ns)`` (request id = rank in arrival order)."""
+    t = offered.t_arrival_ns
+    a = int(np.searchsorted(t, t0_ns, side="left"))
+    b = int(np.searchsorted(t, t1_ns, side="left"))
+    return Requests.model_construct(request_id=list(range(a, b)), t_arrival_ns=t[a:b].tolist(),
+                                    prompt_tokens=offered.prompt_tokens[a:b].tolist(),
+                                    output_tokens=offered.output_tokens[a:b].tolist())

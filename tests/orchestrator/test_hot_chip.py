@@ -1,0 +1,66 @@
+"""The default experiment's chip where heat binds (configs/arch_hbm_on_logic.yaml), its five scenarios cut short and
+overloaded (the trace's requests at 20 a second, a warm start at that load): baseline throttles and serves less than the
+unthrottled reference; no scenario under the DTM limit ever exceeds it; every scenario's tokens balance (offered =
+served + queued + shed). What each policy gains or loses is reported (docs/results.md), not asserted here."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from services.orchestrator.default_experiment import DEFAULT
+from services.orchestrator.local import run_local
+from shared.configs import load_arch, load_workload
+from tests.conftest import REPO
+
+ARRIVALS_MS = 1500.0
+WARMUP_MS = 1000.0  # long enough for the batches to fill: the warm start is the steady state of a loaded chip
+RATE_RPS = 20.0  # several times what the chip serves within the SLO (tasmoe capacity): it runs flat out
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    tmp = tmp_path_factory.mktemp("hot")
+    wl = load_workload(REPO / DEFAULT.workload)
+    assert wl.serving is not None
+    wl = wl.model_copy(update={"serving": wl.serving.model_copy(update={
+        "rate_rps": RATE_RPS, "duration_ms": ARRIVALS_MS, "drain_ms": 0.0})})
+    res = run_local(arch=REPO / DEFAULT.arch, workload=wl, tas=REPO / DEFAULT.tas, out=tmp / "out",
+                    scenarios=DEFAULT.scenarios, traces=False, warmup_ms=WARMUP_MS,
+                    database_url=f"sqlite:///{tmp / 'db.sqlite3'}")
+    assert res.ok, res.errors
+    out: dict[str, dict[str, str]] = {}
+    for sc, path in res.csvs.items():
+        with path.open(encoding="utf-8") as fh:
+            out[sc] = next(csv.DictReader(fh))
+    return out
+
+
+@pytest.mark.slow
+def test_baseline_throttles_and_serves_less_than_the_unthrottled_reference(rows: dict[str, dict[str, str]]) -> None:
+    arch = load_arch(REPO / DEFAULT.arch)
+    top = arch.dvfs.domains[0].steps_ghz[0]
+    base, ref = rows["baseline"], rows["unthrottled"]
+    assert float(base["time_throttled_ms"]) > 0 and float(base["freq_avg_ghz"]) < top
+    assert float(ref["time_throttled_ms"]) == 0 and float(ref["freq_avg_ghz"]) == pytest.approx(top)
+    assert float(base["ips"]) < float(ref["ips"])
+
+
+@pytest.mark.slow
+def test_no_scenario_under_the_limit_exceeds_it(rows: dict[str, dict[str, str]]) -> None:
+    arch = load_arch(REPO / DEFAULT.arch)
+    assert arch.dtm is not None
+    for sc, row in rows.items():
+        if sc == "unthrottled":
+            continue
+        assert float(row["T_peak_logic"]) <= arch.dtm.limit_c, sc
+        assert float(row["T_peak_dram"]) <= arch.dtm.limit_c, sc
+
+
+@pytest.mark.slow
+def test_every_scenarios_tokens_balance(rows: dict[str, dict[str, str]]) -> None:
+    for sc, row in rows.items():
+        offered = int(float(row["tokens_offered"]))
+        parts = sum(int(float(row[k])) for k in ("tokens_served", "tokens_queued", "tokens_shed"))
+        assert offered > 0 and parts == offered and int(float(row["tokens_unbalanced"])) == 0, sc

@@ -1,0 +1,100 @@
+"""`tasmoe capacity`: the verdict of one probe, the bisection over probes (runs replaced by a chip of known capacity)
+and the command's bad inputs."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from services.cli import main as cli_main
+from services.orchestrator.local import LocalResult
+from services.orchestrator.slo_capacity import ProbeRun, judge, measure_slo_capacity
+from shared.configs import WorkloadConfig
+from shared.errors import BadInput
+from tests.conftest import CONFIGS
+
+SERVING = CONFIGS / "workload_serving.yaml"
+ROW = {"tokens_offered": "100", "tokens_served": "100", "tokens_queued": "0", "tokens_shed": "0",
+       "ttft_p99_ms": "500", "tpot_p99_ms": "50", "goodput_tok_s": "5", "bw_util": "0.1", "T_peak_logic": "80"}
+
+
+def test_a_probe_meets_the_slo_only_when_nothing_is_shed_or_left_and_both_p99s_are_within() -> None:
+    assert judge(1.0, ROW, 2000, 200).met
+    for change, why in (({"tokens_shed": "3"}, "3 tokens shed"), ({"tokens_queued": "7"}, "still queued"),
+                        ({"ttft_p99_ms": "2500"}, "p99 TTFT"), ({"tpot_p99_ms": "201"}, "p99 TPOT"),
+                        ({"ttft_p99_ms": ""}, "p99 TTFT n/a")):
+        p = judge(1.0, {**ROW, **change}, 2000, 200)
+        assert not p.met and why in p.why, (change, p.why)
+
+
+def _chip(capacity_rps: float, seen: list[float]) -> ProbeRun:
+    """A stand-in for a served run: meets the SLO below ``capacity_rps``, queues tokens above it."""
+
+    def run(wl: WorkloadConfig, out: Path) -> LocalResult:
+        assert wl.serving is not None and wl.serving.rate_rps is not None
+        rate = wl.serving.rate_rps
+        seen.append(rate)
+        out.mkdir(parents=True, exist_ok=True)
+        row = {**ROW, "tokens_queued": "0" if rate <= capacity_rps else "40"}
+        path = out / "row.csv"
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(row))
+            w.writeheader()
+            w.writerow(row)
+        return LocalResult(experiment_id="x", out_dir=out, csvs={"baseline": path}, status={"baseline": "succeeded"},
+                           errors={}, windows={"baseline": 1}, wall_s=0.0, compute_s={})
+
+    return run
+
+
+def test_the_search_brackets_the_capacity_and_writes_how_it_was_found(tmp_path: Path) -> None:
+    seen: list[float] = []
+    res = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=0.1, hi_rps=10.0,
+                               probes=9, run=_chip(1.3, seen))
+    # doubling from 0.1: 0.1 .. 0.8 met, 1.6 missed; then bisection of [0.8, 1.6] with the four runs left
+    assert seen[:5] == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6])
+    assert len(seen) == 9 and sum(r > 1.3 for r in seen) >= 1
+    assert res.rate_rps is not None and res.rate_rps <= 1.3
+    assert 1.3 / res.rate_rps <= 2 ** (1 / 2 ** 4)  # the bracket's log ratio halved four times
+    assert "doubling from 0.1" in res.how and "9 runs" in res.how
+    saved = json.loads((tmp_path / "slo_capacity.json").read_text())
+    assert saved["rate_rps"] == res.rate_rps and len(saved["probes"]) == 9
+    rates = [float(r["rate_rps"]) for r in csv.DictReader((tmp_path / "slo_capacity.csv").open())]
+    assert rates == sorted(rates)
+
+
+@pytest.mark.parametrize(("capacity", "expect"), [(100.0, 10.0), (0.01, None)])
+def test_a_rate_range_that_does_not_bracket_says_so(tmp_path: Path, capacity: float, expect: float | None) -> None:
+    seen: list[float] = []
+    res = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=0.1, hi_rps=10.0,
+                               probes=16, run=_chip(capacity, seen))
+    assert res.rate_rps == expect
+    assert ("at least the highest (a bound)" in res.how) == (expect is not None)
+    assert "below the lowest rate" in res.line() or expect is not None
+    assert max(seen) <= 10.0
+
+
+def test_a_workload_without_serving_is_refused_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(BadInput) as e:
+        measure_slo_capacity(arch="unused", workload=CONFIGS / "workload_mixtral_8x7b.yaml", tas="unused",
+                             out=tmp_path, lo_rps=0.1, hi_rps=1.0, run=_chip(1.0, []))
+    assert e.value.field == "workload.serving"
+
+
+@pytest.mark.parametrize(("args", "says"), [(["--lo", "0"], "must be > 0"), (["--hi", "x"], "expected a number"),
+                                            (["--duration-ms", "-1"], "must be > 0")])
+def test_bad_arguments_exit_2_in_one_line(args: list[str], says: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["--log-level", "ERROR", "capacity", "--out", str(tmp_path), *args])
+    assert exit_info.value.code == 2
+    assert says in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_lo_above_hi_is_a_bad_input_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["--log-level", "ERROR", "capacity", "--out", str(tmp_path), "--lo", "5", "--hi", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lo_rps" in err[0]
