@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 UV_VERSION := 0.13.9
 STAMP := $(VENV)/.synced
 
-.PHONY: help venv kernels run quick test test-fast lint openapi bench cluster cluster-down clean
+.PHONY: help venv kernels run quick test test-fast lint openapi settings-docs bench cluster cluster-down clean
 
 help:
 	@echo "make run          set up .venv and run the main job (embedded mode)"
@@ -14,6 +14,7 @@ help:
 	@echo "make test         set up .venv and run the whole test suite"
 	@echo "make lint         ruff + mypy --strict"
 	@echo "make openapi      write openapi/<service>.json"
+	@echo "make settings-docs  write docs/settings.md from the settings models"
 	@echo "make bench        run the benchmarks and write BENCHMARKS.md"
 	@echo "make cluster      start the local cluster (6 uvicorn services + Celery worker); make cluster-down"
 
@@ -59,6 +60,9 @@ lint: venv
 
 openapi: venv
 	$(BIN)/tasmoe openapi --out openapi
+
+settings-docs: venv
+	$(BIN)/python -m scripts.settings_reference
 
 bench: venv
 	$(BIN)/python -m scripts.bench

@@ -24,24 +24,39 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TASMOE_", env_file=".env", extra="ignore")
 
-    mode: Mode = "embedded"
-    results_dir: Path = Path("results")
-    database_url: str = ""  # empty -> sqlite file under results_dir (see `effective_database_url`)
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    log_level: str = "INFO"
-    log_json: bool = False
+    mode: Mode = Field(default="embedded", description="'embedded' (one process, SQLite, a worker pool) or "
+                                                        "'cluster' (services on sockets, PostgreSQL, Celery)")
+    results_dir: Path = Field(default=Path("results"),
+                              description="where runs write CSVs, series, plots and run.log (and the embedded "
+                                          "SQLite file)")
+    # empty -> sqlite file under results_dir (see `effective_database_url`)
+    database_url: str = Field(default="", description="the run-state database; empty: SQLite "
+                                                      "<results_dir>/tasmoe.sqlite3; a postgresql:// URL gets the "
+                                                      "psycopg v3 driver")
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="Celery broker and result backend")
+    log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    log_json: bool = Field(default=False, description="one JSON object per log line")
 
-    orchestrator_url: str = f"http://127.0.0.1:{DEFAULT_PORTS['orchestrator']}"
-    workload_url: str = f"http://127.0.0.1:{DEFAULT_PORTS['workload']}"
-    placement_url: str = f"http://127.0.0.1:{DEFAULT_PORTS['placement']}"
-    lowering_url: str = f"http://127.0.0.1:{DEFAULT_PORTS['lowering']}"
-    thermal_url: str = f"http://127.0.0.1:{DEFAULT_PORTS['thermal']}"
-    metrics_url: str = f"http://127.0.0.1:{DEFAULT_PORTS['metrics']}"
+    orchestrator_url: str = Field(default=f"http://127.0.0.1:{DEFAULT_PORTS['orchestrator']}",
+                                  description="base URL of the orchestrator")
+    workload_url: str = Field(default=f"http://127.0.0.1:{DEFAULT_PORTS['workload']}",
+                              description="base URL of the workload service (comma-separated: its replicas)")
+    placement_url: str = Field(default=f"http://127.0.0.1:{DEFAULT_PORTS['placement']}",
+                               description="base URL of the placement service (comma-separated: its replicas)")
+    lowering_url: str = Field(default=f"http://127.0.0.1:{DEFAULT_PORTS['lowering']}",
+                              description="base URL of the lowering service (comma-separated: its replicas)")
+    thermal_url: str = Field(default=f"http://127.0.0.1:{DEFAULT_PORTS['thermal']}",
+                             description="base URL of the thermal service (comma-separated: its replicas)")
+    metrics_url: str = Field(default=f"http://127.0.0.1:{DEFAULT_PORTS['metrics']}",
+                             description="base URL of the metrics service (comma-separated: its replicas)")
 
-    http_connect_timeout_s: float = Field(default=3.0, gt=0)
-    http_read_timeout_s: float = Field(default=60.0, gt=0)
-    http_retries: int = Field(default=4, ge=0, le=20)
-    http_backoff_s: float = Field(default=0.2, ge=0)
+    http_connect_timeout_s: float = Field(default=3.0, gt=0, description="service-to-service connect timeout (s)")
+    http_read_timeout_s: float = Field(default=60.0, gt=0, description="service-to-service read timeout (s)")
+    http_retries: int = Field(default=4, ge=0, le=20,
+                              description="retries after the first attempt (connect errors, timeouts, "
+                                          "429/502/503/504 only)")
+    http_backoff_s: float = Field(default=0.2, ge=0,
+                                  description="exponential backoff multiplier between retries (s; capped at 5 s)")
 
     max_body_mb: float = Field(default=32.0, gt=0, le=4096,
                                description="largest request body a service reads (MiB); larger ones get 413")
@@ -65,7 +80,7 @@ class Settings(BaseSettings):
                                               "thermal or lowering process keeps for requests that name them by "
                                               "hash (state_ref)")
     blas_threads: int = Field(default=1, ge=0, description="BLAS threads per process; 0 keeps the library's default")
-    configs_dir: Path = Path("configs")
+    configs_dir: Path = Field(default=Path("configs"), description="where the default config files live")
     traces_dir: Path | None = Field(default=None, description="recorded routing traces a workload's routing.trace "
                                                                "may name; default <configs_dir>/traces")
     models_dir: Path | None = Field(default=None, description="registered models (POST /v1/models), one JSON file "
