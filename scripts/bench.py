@@ -75,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only is None or MEMORY in args.only:
         failed += _run_memory(lines)
     history = Path(__file__).resolve().parents[1] / "docs" / "bench_history.md"
-    if history.is_file():
-        lines += [history.read_text(encoding="utf-8").rstrip(), ""]
+    if history.is_file():  # its trend only; the diary below it stays in docs/bench_history.md
+        trend = history.read_text(encoding="utf-8").split("\n## Diary", 1)[0].rstrip()
+        lines += [trend, "", "The measurements behind it: [docs/bench_history.md](docs/bench_history.md).", ""]
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {args.out}" + (f"; FAILED: {', '.join(failed)}" if failed else ""), file=sys.stderr)
     return 1 if failed else 0
