@@ -173,7 +173,7 @@ def test_the_bounds_on_the_raw_body(body: bytes, status: int, message: str | Non
 
 def test_too_deep_for_the_json_parser_is_a_422_not_a_400(client: TestClient) -> None:
     """Nesting the parser itself refuses (Python's recursion limit, orjson's 1024) answered 400 "There was an error
-    parsing the body"; the README promises 422 for malformed JSON."""
+    parsing the body"; docs/api.md promises 422 for malformed JSON."""
     r = client.post("/v1/probe", content=b"[" * 100_000 + b"]" * 100_000,
                     headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["error"]["field"] == "body"
@@ -206,8 +206,8 @@ def test_the_raw_scan_counts_structure_only() -> None:
     assert (shape.keys, shape.values) == (4, 8)  # 4 commas + 3 arrays and objects + 1
 
 
-def test_the_readme_lists_the_json_bounds_with_their_defaults() -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+def test_the_operations_doc_lists_the_json_bounds_with_their_defaults() -> None:
+    text = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
     section = text[text.index("## Security and limits"):]
     section = section[:section.index("\n## ")]
     s = Settings()

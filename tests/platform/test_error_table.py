@@ -1,4 +1,4 @@
-"""The README's table of error statuses (section "Errors") is what the services answer: its statuses are exactly the
+"""docs/api.md's table of error statuses (section "Errors") is what the services answer: its statuses are exactly the
 4xx/5xx statuses the services' OpenAPI documents, and for each row a service asked for it answers that status with
 one of the row's codes in the standard error body."""
 
@@ -24,13 +24,13 @@ from tests.conftest import CONFIGS
 from tests.orchestrator import fakes
 
 REPO = Path(__file__).resolve().parents[2]
-README = (REPO / "README.md").read_text(encoding="utf-8")
+API_DOC = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
 BODY = {"workload": "workload_quick.yaml", "scenarios": ["baseline"]}
 
 
-def readme_table() -> dict[int, set[str]]:
+def error_table() -> dict[int, set[str]]:
     """{status: its codes} from the table under "## Errors"."""
-    section = README.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+    section = API_DOC.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| (\d{3}) \| ([^|]*) \|", section, re.M)
     assert rows, "no status table under ## Errors"
     return {int(status): set(re.findall(r"`([a-z_<>]+)`", codes)) for status, codes in rows}
@@ -51,8 +51,8 @@ ROUTING = {405}  # answered by the router for a method a path does not have: no 
 
 
 def test_the_table_lists_the_statuses_the_services_document() -> None:
-    table, answered = set(readme_table()), documented_statuses() | ROUTING
-    assert table == answered, f"README only: {sorted(table - answered)}, services only: {sorted(answered - table)}"
+    table, answered = set(error_table()), documented_statuses() | ROUTING
+    assert table == answered, f"docs/api.md only: {sorted(table - answered)}, services only: {sorted(answered - table)}"
 
 
 class Refusing:
@@ -84,7 +84,7 @@ def _orchestrator(tmp_path: Path, name: str, *, workload: Any = None, **extra: A
 
 
 def test_every_row_is_what_a_service_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    table = readme_table()
+    table = error_table()
     answers: dict[int, list[httpx.Response]] = {}
 
     def ask(status: int, call: Callable[[], httpx.Response]) -> None:
@@ -138,7 +138,7 @@ def test_every_row_is_what_a_service_answers(tmp_path: Path, monkeypatch: pytest
             assert r.status_code == status, (status, r.text)
             err = r.json()["error"]
             assert set(err) == {"code", "message", "field"} and err["message"], r.text
-            assert err["code"] in table[status], f"{status}: {err['code']} is not in the README's row {table[status]}"
+            assert err["code"] in table[status], f"{status}: {err['code']} is not in docs/api.md's row {table[status]}"
             codes_seen.setdefault(status, set()).add(err["code"])
             if status in (429, 503):
                 assert int(r.headers["Retry-After"]) > 0

@@ -42,11 +42,11 @@ def test_an_over_budget_request_is_refused_naming_the_field(service: str, path: 
     assert err["field"] is not None and err["field"].startswith(field), err
 
 
-def test_the_bounds_are_what_the_readme_lists() -> None:
+def test_the_bounds_are_what_the_operations_doc_lists() -> None:
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
     section = text[text.index("## Security and limits"):]
     for value in (MAX_DIM, MAX_LAYERS, MAX_STAGES, MAX_TRACE_WINDOWS):
         assert re.search(rf"\b{value:,}\b|\b{value}\b", section), value
