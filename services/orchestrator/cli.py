@@ -36,7 +36,6 @@ from services.orchestrator.sweep import (
     sweep_progress_printer,
 )
 from services.orchestrator.sweep import DEFAULT_OUT as SWEEP_OUT
-from shared.configs import load_workload
 from shared.errors import BadInput, NotFound
 
 if TYPE_CHECKING:
@@ -78,12 +77,7 @@ def _run(args: argparse.Namespace) -> int:
     if name == "quick" and args.workload is not None:
         raise BadInput(f"--quick runs {exp.workload} for {exp.arrivals_ms:g} ms; leave out --workload",
                        field="workload")
-    workload = load_workload(args.workload or exp.workload)
-    if workload.serving is not None and (exp.arrivals_ms is not None or exp.drain_ms is not None):
-        sv = workload.serving
-        workload = workload.model_copy(update={"serving": sv.model_copy(update={
-            "duration_ms": exp.arrivals_ms if exp.arrivals_ms is not None else sv.duration_ms,
-            "drain_ms": exp.drain_ms if exp.drain_ms is not None else sv.drain_ms})})
+    workload = exp.workload_config(args.workload)
     warmup = args.warmup_ms if args.warmup_ms is not None else exp.warmup_ms
     scenarios = args.scenarios or list(exp.scenarios)
     out = args.out or exp.out
