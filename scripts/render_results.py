@@ -89,11 +89,11 @@ def experiment_facts(name: str, out: Path) -> dict[str, Any]:
 
     exp = EXPERIMENTS[name]
     ran = run_config(out)
-    arch = load_arch(exp.arch)
+    arch = load_arch(REPO / exp.arch)
     if exp.warmup_ms is not None:
         arch = with_warmup(arch, exp.warmup_ms)
-    expected = {"arch": arch.model_dump(mode="json"), "tas": load_tas(exp.tas).model_dump(mode="json"),
-                "workload": exp.workload_config().model_dump(mode="json")}
+    expected = {"arch": arch.model_dump(mode="json"), "tas": load_tas(REPO / exp.tas).model_dump(mode="json"),
+                "workload": exp.workload_config(REPO / exp.workload).model_dump(mode="json")}
     differ = [k for k, v in expected.items() if ran.get(k) != v]
     if differ:
         raise DocsError(f"{out} ran other {' and '.join(differ)} settings than the {name} experiment's "
