@@ -65,8 +65,9 @@ def quiet_migrations() -> None:
 
 def start_line(name: str, *, arch: str, workload: str, tas: str, out: str, scenarios: int, workers: int) -> str:
     """The first line of a run: which experiment, its configs, where its files go and how many runs go at once."""
-    return (f"experiment {name}: {arch}, {workload}, {tas} -> {out}; {scenarios} scenarios, {min(workers, scenarios)} "
-            "at a time (TASMOE_POOL_WORKERS)")
+    runs = f"{scenarios} scenario{'s' if scenarios != 1 else ''}"
+    return (f"experiment {name}: {arch}, {workload}, {tas} -> {out}; {runs}, {min(workers, scenarios)} at a time "
+            "(TASMOE_POOL_WORKERS)")
 
 
 def _run(args: argparse.Namespace) -> int:
