@@ -10,7 +10,7 @@ STAMP := $(VENV)/.synced
 
 help:
 	@echo "make run          set up .venv and run the main job (embedded mode)"
-	@echo "make quick        a quick look: all four scenarios of a two-micro-batch run in ~20 s"
+	@echo "make quick        the quick look: the default experiment cut to 1 s of arrivals (a check, not a result)"
 	@echo "make test         set up .venv (and Chromium, as root with apt-get) and run the whole test suite"
 	@echo "make lint         ruff + mypy --strict"
 	@echo "make openapi      write openapi/<service>.json"
