@@ -6,15 +6,16 @@ BIN := $(VENV)/bin
 UV_VERSION := 0.13.9
 STAMP := $(VENV)/.synced
 
-.PHONY: help venv kernels run quick test test-fast lint openapi settings-docs bench cluster cluster-down clean
+.PHONY: help venv kernels browser run quick test test-fast lint openapi settings-docs bench cluster cluster-down clean docs
 
 help:
 	@echo "make run          set up .venv and run the main job (embedded mode)"
-	@echo "make quick        a quick look: all four scenarios of a two-micro-batch run in ~20 s"
-	@echo "make test         set up .venv and run the whole test suite"
+	@echo "make quick        the quick look: the default experiment cut to 1 s of arrivals (a check, not a result)"
+	@echo "make test         set up .venv (and Chromium, as root with apt-get) and run the whole test suite"
 	@echo "make lint         ruff + mypy --strict"
 	@echo "make openapi      write openapi/<service>.json"
 	@echo "make settings-docs  write docs/settings.md from the settings models"
+	@echo "make docs         copy the experiments' summary files to docs/results/ and render docs/results.md (and docs/settings.md)"
 	@echo "make bench        run the benchmarks and write BENCHMARKS.md"
 	@echo "make cluster      start the local cluster (6 uvicorn services + Celery worker); make cluster-down"
 
@@ -48,7 +49,19 @@ run: venv
 quick: venv
 	$(BIN)/tasmoe run --quick --quiet
 
-test: venv
+# Chromium for the browser tests (tests/platform/test_docs_browser.py, test_dashboard_browser.py): Debian's package,
+# installed as .ci/run does when apt-get can (root); otherwise one line says those tests will skip.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing Chromium (Debian package chromium) for the browser tests"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+	      || echo "make: Chromium could not be installed: the browser tests will skip"; \
+	  else \
+	    echo "make: no Chromium (apt-get install chromium, as root): the browser tests will skip"; \
+	  fi; }
+
+test: venv browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: venv
@@ -57,6 +70,12 @@ test-fast: venv
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy .
+
+# docs/results.md from the experiments' results folders: their summary files are copied to docs/results/<experiment>/
+# and their figures to docs/figures/<experiment>/ (a folder not there keeps its committed copy), then rendered.
+DOCS_EXPERIMENTS ?= default reference quick
+docs: venv settings-docs
+	$(BIN)/python -m scripts.render_results --collect $(DOCS_EXPERIMENTS)
 
 openapi: venv
 	$(BIN)/tasmoe openapi --out openapi

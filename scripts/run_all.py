@@ -16,7 +16,8 @@ if __package__ in {None, ""}:  # `python scripts/run_all.py` as well as `python 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.orchestrator.default_experiment import REFERENCE
-from services.orchestrator.local import check_ok, print_summary, progress_printer, run_local
+from services.orchestrator.local import check_ok, print_summary, run_local
+from services.orchestrator.progress import progress_printer
 from services.orchestrator.schemas import ALL_SCENARIOS, POLICY_SCENARIOS
 from shared.errors import TasmoeError
 from shared.logging import setup_logging

@@ -28,7 +28,8 @@ COMMANDS: dict[str, Command] = {
                                   "comparison.md, prints the Markdown table"),
     "plot": Command("metrics", "render a figure from a results folder (PNG or SVG)"),
     "reduce": Command("metrics", "reduce a .windows.jsonl[.gz] series to results/<scenario>/<workload>.csv"),
-    "run": Command("orchestrator", "run an experiment embedded (four scenarios -> <out>/<scenario>/<workload>.csv)"),
+    "run": Command("orchestrator", "run an experiment embedded (make run: the default one; --quick: a short check): "
+                                   "each scenario's result row, the comparison and the figures in its results folder"),
     "capacity": Command("orchestrator", "measure a chip's serving capacity under the workload's SLO (bisection over "
                                         "served runs of one scenario)"),
     "sweep": Command("orchestrator", "run a sweep (POST /v1/sweeps) on a running orchestrator (--url) or embedded: "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,6 +70,17 @@ def redis_url() -> str:
     return REDIS_URL
 
 
+def need_chromium(found: str | None) -> None:
+    """A browser test without Chromium: skipped on a laptop (``make test`` installs it where apt-get can), a failure
+    under ``REQUIRE_SERVICES=1`` (CI installs it: a missing browser there is a broken image, not a skip)."""
+    if found is not None:
+        return
+    msg = "Chromium is not installed (Debian's package chromium: make test installs it as root; .ci/run does)"
+    if _require_services():
+        pytest.fail(f"{msg} and REQUIRE_SERVICES=1")
+    pytest.skip(msg)
+
+
 @pytest.fixture()
 def settings(tmp_path: Path) -> Settings:
     """Embedded-mode settings writing under a temporary results directory."""
@@ -83,3 +95,31 @@ def chdir_tmp(tmp_path: Path) -> Iterator[Path]:
         yield tmp_path
     finally:
         os.chdir(old)
+
+
+# --- the checkout's results/ is the user's: a test writes its files under its own temporary folder -----------------
+
+_RESULTS = REPO / "results"
+_RESULTS_KEY = pytest.StashKey[set[str]]()
+
+
+def _results_entries() -> set[str]:
+    return {p.name for p in _RESULTS.iterdir()} if _RESULTS.is_dir() else set()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_RESULTS_KEY] = _results_entries()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session when a test left a new file or folder in the checkout's ``results/`` (a user's ``make test``
+    must not add an experiment folder beside their own results)."""
+    before = session.config.stash.get(_RESULTS_KEY, None)
+    if before is None:
+        return
+    new = sorted(_results_entries() - before)
+    if new:
+        print(f"\ntests left {', '.join(new)} in {_RESULTS}: write into tmp_path (TASMOE_RESULTS_DIR, --out)",
+              file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+

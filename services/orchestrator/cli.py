@@ -5,7 +5,9 @@ running orchestrator or embedded, its table and Pareto figure; ``tasmoe experime
 from __future__ import annotations
 
 import argparse
+import logging
 import math
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,8 +20,9 @@ from services.commands import command_help
 from services.orchestrator import repository as repo
 from services.orchestrator.db import open_database
 from services.orchestrator.default_experiment import DEFAULT, EXPERIMENTS, QUICK, REFERENCE
-from services.orchestrator.local import check_ok, print_summary, progress_printer, run_local
+from services.orchestrator.local import check_ok, print_summary, run_local
 from services.orchestrator.models import utcnow
+from services.orchestrator.progress import progress_printer
 from services.orchestrator.schemas import ALL_SCENARIOS
 from services.orchestrator.settings import orchestrator_settings
 from services.orchestrator.sweep import (
@@ -33,7 +36,6 @@ from services.orchestrator.sweep import (
     sweep_progress_printer,
 )
 from services.orchestrator.sweep import DEFAULT_OUT as SWEEP_OUT
-from shared.configs import load_workload
 from shared.errors import BadInput, NotFound
 
 if TYPE_CHECKING:
@@ -52,6 +54,22 @@ def epoch_windows(text: str) -> int:
     return n
 
 
+MIGRATION_LOGGER = "alembic.runtime.migration"
+
+
+def quiet_migrations() -> None:
+    """Silence Alembic's INFO lines (one per migration, and two at every start even when there is none to run): a
+    ``--quiet`` run prints its summary and warnings only."""
+    logging.getLogger(MIGRATION_LOGGER).setLevel(logging.WARNING)
+
+
+def start_line(name: str, *, arch: str, workload: str, tas: str, out: str, scenarios: int, workers: int) -> str:
+    """The first line of a run: which experiment, its configs, where its files go and how many runs go at once."""
+    runs = f"{scenarios} scenario{'s' if scenarios != 1 else ''}"
+    return (f"experiment {name}: {arch}, {workload}, {tas} -> {out}; {runs}, {min(workers, scenarios)} at a time "
+            "(TASMOE_POOL_WORKERS)")
+
+
 def _run(args: argparse.Namespace) -> int:
     name = "quick" if args.quick else args.experiment
     if args.quick and args.experiment != "default":
@@ -60,15 +78,18 @@ def _run(args: argparse.Namespace) -> int:
     if name == "quick" and args.workload is not None:
         raise BadInput(f"--quick runs {exp.workload} for {exp.arrivals_ms:g} ms; leave out --workload",
                        field="workload")
-    workload = load_workload(args.workload or exp.workload)
-    if workload.serving is not None and (exp.arrivals_ms is not None or exp.drain_ms is not None):
-        sv = workload.serving
-        workload = workload.model_copy(update={"serving": sv.model_copy(update={
-            "duration_ms": exp.arrivals_ms if exp.arrivals_ms is not None else sv.duration_ms,
-            "drain_ms": exp.drain_ms if exp.drain_ms is not None else sv.drain_ms})})
+    workload = exp.workload_config(args.workload)
     warmup = args.warmup_ms if args.warmup_ms is not None else exp.warmup_ms
-    res = run_local(arch=args.arch or exp.arch, workload=workload, tas=args.tas or exp.tas, out=args.out or exp.out,
-                    scenarios=args.scenarios or list(exp.scenarios), seed=args.seed, windows=args.windows,
+    scenarios = args.scenarios or list(exp.scenarios)
+    out = args.out or exp.out
+    if args.quiet:
+        quiet_migrations()
+    else:
+        print(start_line(name, arch=args.arch or exp.arch, workload=args.workload or exp.workload,
+                         tas=args.tas or exp.tas, out=out, scenarios=len(scenarios),
+                         workers=orchestrator_settings().pool_workers), file=sys.stderr, flush=True)
+    res = run_local(arch=args.arch or exp.arch, workload=workload, tas=args.tas or exp.tas, out=out,
+                    scenarios=scenarios, seed=args.seed, windows=args.windows,
                     traces=not args.no_traces, events=args.events,
                     progress=None if args.quiet else progress_printer(), warmup_ms=warmup, epoch=args.epoch)
     print_summary(res)
@@ -105,7 +126,8 @@ def register(sub: Any) -> None:
     p.add_argument("--epoch", type=epoch_windows, default=None, metavar="N",
                    help="the most windows of one control epoch (default: TASMOE_EPOCH_WINDOWS, 256); 1 runs the "
                         "per-window reference loop; the results are the same bytes either way")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress lines and no database migration lines: the summary and warnings only")
     p.set_defaults(func=_run)
     register_capacity(sub)
     register_sweep(sub)

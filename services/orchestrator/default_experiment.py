@@ -14,8 +14,10 @@ the reference chip's, the one place that says which configs each runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from services.orchestrator.schemas import ALL_SCENARIOS, POLICY_SCENARIOS, Scenario
+from shared.configs import WorkloadConfig, load_workload
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,18 @@ class Experiment:
     arrivals_ms: float | None = None  # serving: replaces workload.serving.duration_ms (None: the config's)
     drain_ms: float | None = None  # serving: replaces workload.serving.drain_ms (None: the config's)
     warmup_ms: float | None = None  # replaces arch.thermal.warmup_ms (None: the config's)
+
+    def workload_config(self, path: str | Path | None = None) -> WorkloadConfig:
+        """The workload this experiment runs: ``path`` (default: its own config) with a serving workload's arrivals
+        and drain replaced by the experiment's (the quick look's second of arrivals). One owner for ``tasmoe run``
+        and for the results page, which checks that a results folder ran these configs."""
+        workload = load_workload(path or self.workload)
+        if workload.serving is None or (self.arrivals_ms is None and self.drain_ms is None):
+            return workload
+        sv = workload.serving
+        return workload.model_copy(update={"serving": sv.model_copy(update={
+            "duration_ms": self.arrivals_ms if self.arrivals_ms is not None else sv.duration_ms,
+            "drain_ms": self.drain_ms if self.drain_ms is not None else sv.drain_ms})})
 
 
 DEFAULT = Experiment(arch="configs/arch_hbm_on_logic.yaml", workload="configs/workload_serving.yaml",

@@ -22,6 +22,7 @@ from services.orchestrator.capacity import Capacity, estimate_capacity, serving_
 from services.orchestrator.db import make_engine, session_factory, upgrade
 from services.orchestrator.jobs import EmbeddedRunner, ProcessRunner
 from services.orchestrator.pipeline_clients import Pipeline
+from services.orchestrator.progress import DONE, Progress, ProgressFn
 from services.orchestrator.run_files import placement_path, result_csv_path
 from services.orchestrator.schemas import POLICY_SCENARIOS, ExperimentRequest, ExperimentSpec, Scenario
 from services.orchestrator.service import create_experiment, resolve_spec
@@ -50,29 +51,6 @@ class LocalResult:
     @property
     def ok(self) -> bool:
         return all(s == "succeeded" for s in self.status.values())
-
-
-ProgressFn = Callable[[dict[str, tuple[int, int | None, str]]], None]
-
-
-def progress_printer(stream: TextIO = sys.stderr, *, every: float = 0.1) -> ProgressFn:
-    """Print one line per scenario each time it advances by ``every`` of its windows (and when it ends)."""
-    last: dict[str, float] = {}
-
-    def show(state: dict[str, tuple[int, int | None, str]]) -> None:
-        for sc, (k, n, status) in state.items():
-            frac = (k / n) if n else 0.0
-            done = status in {"succeeded", "failed", "cancelled"}
-            if done and last.get(sc) == 2.0:
-                continue
-            if done or frac - last.get(sc, -1.0) >= every:
-                width = 30
-                fill = round(width * frac)
-                bar = "#" * fill + "-" * (width - fill)
-                print(f"{sc:>8} [{bar}] window {k} of {n if n else '?'} {status}", file=stream, flush=True)
-                last[sc] = 2.0 if done else frac
-
-    return show
 
 
 def with_warmup(arch: ArchConfig, warmup_ms: float) -> ArchConfig:
@@ -121,7 +99,10 @@ def run_local(*, arch: str | Path, workload: str | Path | WorkloadConfig, tas: s
     procs = ProcessRunner(sessions=sessions, database_url=url, settings=s, max_workers=s.pool_workers,
                           lease_s=s.lease_s, apps=apps) if clients is None and s.pool == "process" else None
     ambient = spec.arch.geometry.cooling.ambient_c
+    warm = spec.arch.thermal.warmup_windows(spec.tas.tacs.window_ms)
     t0 = time.perf_counter()
+    if progress is not None:  # the workers, the services and the experiment take a few seconds before any run shows
+        progress(Progress(runs={}, warmup_windows=warm))
     try:
         upgrade(engine)
 
@@ -138,14 +119,14 @@ def run_local(*, arch: str | Path, workload: str | Path | WorkloadConfig, tas: s
             with compute_clients(s, apps) as cc:
                 exp_id, cap = start(cc)
         if procs is not None:
-            res = _execute(exp_id, out_dir, spec.workload.label, sessions, procs, progress, t0, ambient)
+            res = _execute(exp_id, out_dir, spec.workload.label, sessions, procs, progress, t0, ambient, warm)
         elif clients is not None:
             res = _execute(exp_id, out_dir, spec.workload.label, sessions, _threads(clients, sessions, s), progress,
-                           t0, ambient)
+                           t0, ambient, warm)
         else:
             with compute_clients(s, apps) as cc:
                 res = _execute(exp_id, out_dir, spec.workload.label, sessions, _threads(cc, sessions, s), progress,
-                               t0, ambient)
+                               t0, ambient, warm)
         return replace(res, capacity=cap, capacity_note=serving_note(spec))
     finally:
         if procs is not None:
@@ -207,11 +188,15 @@ def run_experiments(runner: EmbeddedRunner | ProcessRunner, sessions: Any, exp_i
 
 
 def _execute(exp_id: str, out_dir: Path, label: str, sessions: Any, runner: EmbeddedRunner | ProcessRunner,
-             progress: ProgressFn | None, t0: float, ambient_c: float) -> LocalResult:
-    def snapshot() -> dict[str, tuple[int, int | None, str]]:
+             progress: ProgressFn | None, t0: float, ambient_c: float, warmup_windows: int) -> LocalResult:
+    def snapshot() -> Progress:
         with sessions() as ses:
-            return {r.scenario: (r.next_window, r.n_windows, r.status.value)
+            runs = {r.scenario: (r.next_window, r.n_windows, r.status.value)
                     for r in repo.runs_of(session=ses, exp_id=exp_id)}
+            exp = repo.get_experiment(session=ses, exp_id=exp_id)
+            finalizing = (exp is not None and exp.finalized_at is None and bool(runs)
+                          and all(st in DONE for _, _, st in runs.values()))
+        return Progress(runs=runs, warmup_windows=warmup_windows, finalizing=finalizing)
 
     run_experiments(runner, sessions, [exp_id], None if progress is None else lambda: progress(snapshot()))
     with sessions() as ses:
@@ -270,6 +255,23 @@ def default_mapping_notes(res: LocalResult) -> list[str]:
     return out
 
 
+def files_lines(res: LocalResult) -> list[str]:
+    """The files the run wrote, by their real paths under its folder (the ones a reader opens first: the tables, the
+    figures, each scenario's result row), so that they can be copied from the terminal as they are."""
+    out = res.out_dir
+    tables = [p for p in ("summary.csv", "comparison.md", "power.md") if (out / p).is_file()]
+    figures = sorted(p.relative_to(out).as_posix() for p in (out / "plots").glob("*.png"))
+    rows = [p.relative_to(out).as_posix() for p in res.csvs.values() if p.is_file()]
+    series = [p for p in rows if (out / p).with_suffix(".series.csv.gz").is_file()]
+    lines = [f"files in {out}/:"]
+    for group in (tables, figures, rows):
+        if group:
+            lines.append("  " + ", ".join(group))
+    if series:
+        lines[-1] += " (each with its per-window series beside it, .series.csv.gz)"
+    return lines
+
+
 def print_summary(res: LocalResult, stream: TextIO | None = None) -> None:
     stream = sys.stdout if stream is None else stream  # looked up per call (not bound at import)
     rows: list[dict[str, str]] = []
@@ -288,9 +290,8 @@ def print_summary(res: LocalResult, stream: TextIO | None = None) -> None:
             for line in cmp_md.read_text(encoding="utf-8").splitlines():
                 if line.startswith("Throttling ("):
                     print(line, file=stream)
-        files = [p for p in ("summary.csv", "comparison.md", "power.md", "plots/") if (res.out_dir / p).exists()]
-        print(f"files in {res.out_dir}: {', '.join(files)}, <scenario>/<workload>.csv and .series.csv.gz",
-              file=stream)
+        for line in files_lines(res):
+            print(line, file=stream)
     if res.capacity_note is not None:
         print(res.capacity_note, file=stream)
     if res.capacity is not None:

@@ -146,7 +146,7 @@ def test_bad_flags_are_one_line_errors(tmp_path: Path) -> None:
 
 
 @pytest.fixture()
-def cluster_env(postgres_url: str, redis_url: str) -> Iterator[dict[str, str]]:
+def cluster_env(postgres_url: str, redis_url: str, tmp_path: Path) -> Iterator[dict[str, str]]:
     """The cluster's environment, with a database of its own (``up`` creates it; dropped afterwards)."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
@@ -154,8 +154,10 @@ def cluster_env(postgres_url: str, redis_url: str) -> Iterator[dict[str, str]]:
     base = make_url(sqlalchemy_url(postgres_url))
     name = f"tasmoe_cluster_{uuid.uuid4().hex[:10]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASMOE_")}
+    # the experiments the test posts write their folders in the test's temporary folder, not the checkout's results/
     env.update({"TASMOE_DATABASE_URL": base.set(database=name).render_as_string(hide_password=False),
-                "TASMOE_REDIS_URL": redis_url})
+                "TASMOE_REDIS_URL": redis_url, "TASMOE_RESULTS_DIR": str(tmp_path / "results"),
+                "TASMOE_MODELS_DIR": str(tmp_path / "models")})
     yield env
     admin = create_engine(base.set(database="postgres"), isolation_level="AUTOCOMMIT")
     try:

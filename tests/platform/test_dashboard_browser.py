@@ -21,6 +21,7 @@ import pytest
 from scripts.cdp import Chromium, chromium_binary
 from scripts.ui_screenshots import HOT_CORE, hot_spot_request, hot_spot_thot, serve, wait_done
 from shared.auth import KeyStore
+from tests.conftest import need_chromium
 
 pytestmark = pytest.mark.slow
 _STATE: dict[str, float] = {}  # the hot spot's Thot, derived once in the first test (a 20-window baseline run)
@@ -28,13 +29,14 @@ _STATE: dict[str, float] = {}  # the hot spot's Thot, derived once in the first 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    need_chromium(chromium_binary())  # before the server starts: without a browser there is nothing to drive
     with serve(tmp_path_factory.mktemp("dash") / "results") as base:
         yield base
 
 
 @pytest.fixture()
 def browser(tmp_path: Path) -> Iterator[Chromium]:
-    assert chromium_binary() is not None, "Chromium is not installed (.ci/run installs Debian's package chromium)"
+    need_chromium(chromium_binary())
     with Chromium(tmp_path / "chrome") as b:
         yield b
         errors = [m for m in b.messages if m.startswith(("exception", "console.error"))

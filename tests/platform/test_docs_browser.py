@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import CONFIGS, REPO
+from tests.conftest import CONFIGS, REPO, need_chromium
 
 pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -34,6 +34,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    need_chromium(CHROMIUM)  # before the server starts: without a browser there is nothing to render
     tmp = tmp_path_factory.mktemp("docs")
     port = _free_port()
     env = {**os.environ, "TASMOE_RESULTS_DIR": str(tmp / "results"), "TASMOE_CONFIGS_DIR": str(CONFIGS),
@@ -60,7 +61,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def _render(url: str, tmp: Path) -> str:
     """The page's DOM after its scripts ran (Chromium headless, flags for a machine without the internet)."""
-    assert CHROMIUM is not None, "Chromium is not installed (.ci/run installs Debian's package chromium)"
+    need_chromium(CHROMIUM)
+    assert CHROMIUM is not None
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
            f"--user-data-dir={tmp}", "--virtual-time-budget=10000", "--dump-dom", url]

@@ -1,0 +1,122 @@
+"""docs/results.md is what scripts/render_results.py renders from the committed summary files: a number edited by
+hand on the page, or a summary file changed without rendering the page again, fails here (``make docs`` renders
+it again). Also: every figure the page links is committed, the template types no measured number, an experiment
+without files renders as a note, and a results folder that ran other configs is refused."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from scripts import render_results as rr
+from tests.conftest import REPO
+
+DOCS = REPO / "docs"
+
+
+def test_committed_page_is_what_the_committed_files_render() -> None:
+    assert (DOCS / rr.PAGE).read_text(encoding="utf-8") == rr.render(DOCS), \
+        "docs/results.md differs from what its template and docs/results/ render: run `make docs`"
+
+
+def test_every_linked_figure_is_committed() -> None:
+    page = (DOCS / rr.PAGE).read_text(encoding="utf-8")
+    links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", page)
+    assert links
+    assert all((DOCS / link).is_file() for link in links), links
+
+
+def test_the_template_types_no_measured_number() -> None:
+    """Prose interprets numbers through placeholders only: no value with a unit of the results is typed."""
+    text = rr.PLACEHOLDER.sub("", (DOCS / rr.TEMPLATE).read_text(encoding="utf-8"))
+    typed = re.findall(r"\d+(?:\.\d+)?\s*(?:%|°C|ms\b|s\b|W\b|J\b|mJ|GHz|tok)", text)
+    assert not typed, typed
+
+
+def _copy_docs(tmp_path: Path) -> Path:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    shutil.copyfile(DOCS / rr.TEMPLATE, docs / rr.TEMPLATE)
+    shutil.copytree(DOCS / rr.DATA, docs / rr.DATA)
+    shutil.copytree(DOCS / rr.FIGURES, docs / rr.FIGURES)
+    return docs
+
+
+def test_a_changed_number_changes_the_page(tmp_path: Path) -> None:
+    docs = _copy_docs(tmp_path)
+    name = next(p.name for p in sorted((docs / rr.DATA).iterdir()))
+    summary = docs / rr.DATA / name / "summary.csv"
+    rows = rr.read_rows(summary)
+    before = rr.render(docs)
+    peak = float(rows[0]["T_peak_logic"])
+    summary.write_text(summary.read_text(encoding="utf-8").replace(rows[0]["T_peak_logic"], str(peak + 7.25), 1),
+                       encoding="utf-8")
+    after = rr.render(docs)
+    assert after != before and f"{peak + 7.25:.1f}" in after
+
+
+def test_an_experiment_without_files_is_a_note(tmp_path: Path) -> None:
+    docs = _copy_docs(tmp_path)
+    shutil.rmtree(docs / rr.DATA)
+    page = rr.render(docs)
+    assert "Not rendered yet: run `make quick`, then `make docs`." in page
+    assert "| scenario |" not in page and "{{" not in page
+
+
+def test_unknown_placeholder_is_an_error(tmp_path: Path) -> None:
+    docs = _copy_docs(tmp_path)
+    tpl = docs / rr.TEMPLATE
+    tpl.write_text(tpl.read_text(encoding="utf-8").replace("{{thermal_table}}", "{{thermal_tabel}}"),
+                   encoding="utf-8")
+    with pytest.raises(rr.DocsError, match="unknown placeholder"):
+        rr.render(docs)
+
+
+def _results_folder(tmp_path: Path, config: dict[str, object]) -> Path:
+    """A results folder for the quick experiment, made of the committed summary files and a run log."""
+    out = tmp_path / "results" / "quick"
+    (out / "runs" / "baseline").mkdir(parents=True)
+    for f in ("summary.csv", "comparison.md"):
+        shutil.copyfile(DOCS / rr.DATA / "quick" / f, out / f)
+    (out / "runs" / "baseline" / "run.log").write_text(
+        "2000-01-01 00:00:00,000 INFO tasmoe.runfile run=x seed 42\n"
+        f"2000-01-01 00:00:00,000 INFO tasmoe.runfile run=x config {json.dumps(config)}\n", encoding="utf-8")
+    return out
+
+
+def _quick_config() -> dict[str, object]:
+    from services.orchestrator.default_experiment import QUICK
+    from services.orchestrator.local import with_warmup
+    from shared.configs import load_arch, load_tas
+
+    assert QUICK.warmup_ms is not None
+    return {"arch": with_warmup(load_arch(REPO / QUICK.arch), QUICK.warmup_ms).model_dump(mode="json"),
+            "tas": load_tas(REPO / QUICK.tas).model_dump(mode="json"),
+            "workload": QUICK.workload_config(REPO / QUICK.workload).model_dump(mode="json"),
+            "scenarios": list(QUICK.scenarios), "seed": 42}
+
+
+def test_collect_copies_the_summary_files_and_checks_the_configs(tmp_path: Path) -> None:
+    config = _quick_config()
+    _results_folder(tmp_path, config)
+    docs = tmp_path / "docs"
+    said: list[str] = []
+    assert rr.collect("quick", results_root=tmp_path, docs=docs, say=said.append)
+    for f in ("summary.csv", "comparison.md"):
+        assert (docs / rr.DATA / "quick" / f).read_bytes() == (DOCS / rr.DATA / "quick" / f).read_bytes()
+    facts = json.loads((docs / rr.DATA / "quick" / "experiment.json").read_text(encoding="utf-8"))
+    assert facts == json.loads((DOCS / rr.DATA / "quick" / "experiment.json").read_text(encoding="utf-8"))
+    assert not rr.collect("default", results_root=tmp_path, docs=docs, say=said.append)  # no folder: a note
+    assert "default: no " in said[-1] and "make run" in said[-1]
+
+    wl = config["workload"]
+    assert isinstance(wl, dict)
+    wl["serving"]["duration_ms"] = 5000.0  # a run with other arrivals is not the quick experiment
+    shutil.rmtree(tmp_path / "results")
+    _results_folder(tmp_path, config)
+    with pytest.raises(rr.DocsError, match="ran other workload settings"):
+        rr.collect("quick", results_root=tmp_path, docs=docs, say=said.append)
