@@ -22,8 +22,6 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "CHANG
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 PATH_IN_CODE = re.compile(r"`((?:services|shared|scripts|tests|configs|deploy|docs|openapi)/[\w./*-]+)`")
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
-# written by `make docs` from the experiments' results folders, not by hand: a link to it is right before it exists
-GENERATED = {REPO / "docs" / "results.md"}
 # a diary names the modules of its time, some since removed: its paths are history, not pointers
 DIARIES = {REPO / "docs" / "bench_history.md"}
 
@@ -56,7 +54,7 @@ def test_relative_links_resolve(doc: Path) -> None:
             continue
         file_part, _, anchor = target.partition("#")
         path = (doc.parent / file_part).resolve() if file_part else doc
-        if not path.exists() and path not in GENERATED:
+        if not path.exists():
             broken.append(f"{target}: no such file")
         elif anchor and path.suffix == ".md" and anchor not in anchors(path):
             broken.append(f"{target}: no heading #{anchor} in {path.name}")
