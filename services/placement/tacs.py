@@ -8,7 +8,7 @@ Per call (temperatures °C, times ns, powers W, energies J):
    but cool core) never triggers a move.
 3. Candidate sources: the ``top_k_hot`` hottest cores (by T̃; a set that does not depend on Thot) that are sources.
    Sinks of a source: the cores within ``hop_radius`` hops plus the ``top_k_hot`` coolest cores: O(K·deg) edges.
-4. Benefit versus cost (Science III, issue 16). An action moves an instance's work from s to d (the expert's pending
+4. Benefit versus cost (Science III). An action moves an instance's work from s to d (the expert's pending
    work on s: its FLOPs at ``mac_pj/2`` times ``(V/V0)²`` of the core that runs them, and its weight reads at the
    DRAM access energy, shared/energy.py, spread over the horizon τ below; so ``w_s`` on s and ``w_d`` on d, each
    core at its clock for the coming window, ``telemetry.freq_ghz``, else its domain's top step, with the voltage of
@@ -38,7 +38,7 @@ Per call (temperatures °C, times ns, powers W, energies J):
    (the free bytes of the destination vault's banks, from the LIVE occupancy: the placement's banks with every
    earlier TACS move of the replica state applied; a bank takes as many shards as fit) and bank bandwidth (the
    bytes written into one bank in one window, by every move of that window, within ``bank_bw_gbps`` · window).
-6. Look-ahead (``lookahead_windows`` N > 0; issue 16): instead of the reactive test, each source picks the move, or
+6. Look-ahead (``lookahead_windows`` N > 0): instead of the reactive test, each source picks the move, or
    none, with the lowest predicted peak ``mean_t max_k T̂[t, k]`` (the hottest core's temperature over the next N
    windows, averaged: a move's own heat while its weights stream counts for as long as it lasts; the maximum over
    the horizon instead would refuse every migration out of a hot vault, whose reads come before any relief), plus
