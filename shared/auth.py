@@ -1,4 +1,4 @@
-"""API keys: who may call a service, and what they may do (issue 17, item 1).
+"""API keys: who may call a service, and what they may do.
 
 A key is ``tsk_<id>_<secret>`` (``id``: 8 hex digits, ``secret``: 32 random bytes, URL-safe base64). The key file
 (JSON, ``TASMOE_KEYS_FILE``, default ``<results_dir>/keys.json``) keeps, per key, its id, principal, scope and the

@@ -1,4 +1,4 @@
-"""Run data named by its content (issue 21, item 3): an object fixed for a whole run (arch, placement, influence
+"""Run data named by its content: an object fixed for a whole run (arch, placement, influence
 matrix, TACS parameters) is registered once with the service that uses it and named by the SHA-256 of its canonical
 JSON; the per-window requests carry that name instead of the object.
 
@@ -159,8 +159,8 @@ def arch_store(capacity: int) -> ContentStore[ArchConfig]:
 def state_store(kind: str, capacity: int, *, field: str = "state_ref", long_strings: bool = False,
                 kept_parts: tuple[str, ...] = ()) -> ContentStore[M]:
     """The window states a service produced (``kind``: ``thermal_state``, ``physical_state``), by the hash of their
-    JSON: a window request names the previous window's state by it (``state_ref``) instead of sending it back
-    (issue 21). An unknown name is a 404 ``unknown_<kind>``: the caller sends the state inline (from its last
+    JSON: a window request names the previous window's state by it (``state_ref``) instead of sending it back.
+    An unknown name is a 404 ``unknown_<kind>``: the caller sends the state inline (from its last
     checkpoint) and the service keeps it again. The name hashes `field_order_json` (no sorting: ~1 ms less a window);
     ``long_strings``: a state that is mostly long strings (thermal's field) has the same text written by orjson
     (`field_order_json_orjson`, 10x faster there); ``kept_parts``: fields usually carried unchanged from the state

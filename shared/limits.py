@@ -1,4 +1,4 @@
-"""Upper bounds of what one request may ask for (issue 17: one request, bounded cost), in one place.
+"""Upper bounds of what one request may ask for (one request, bounded cost), in one place.
 
 A bound is derived from what it costs: a dimension bounds the products the analytic cost models form (M·K·N ≤ 2⁶⁰
 stays an exact float and far from int64 overflow), a list length bounds the loop over it. The bounds are listed in

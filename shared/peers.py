@@ -1,5 +1,5 @@
 """A service's way to the other services ("peers"): HTTP through `ServiceClients`, the same code path embedded and in
-the cluster (issue 21: services meet only through ``shared/`` contracts and HTTP; no service imports another).
+the cluster (services meet only through ``shared/`` contracts and HTTP; no service imports another).
 
 Whoever builds several services in one process (``services.root_app``: all six on one port or embedded; the
 orchestrator's embedded worker wiring) hands them one `ServiceClients` over their ASGI apps with `wire_peers`. A

@@ -319,16 +319,60 @@ class FusionProfile:
 
 
 def fuse(dag: Dag, prof: FusionProfile, arch: ArchConfig, kind: str = "") -> GraphPlan:
+    """The fusion plan of a DAG, in four passes: GEMM epilogues absorbed into groups, the decision on every edge
+    between groups, each group's parallel strategy and cycles, and the DRAM bytes with and without fusion."""
     eb = dtype_bytes(prof.dtype)
     cons = dag.consumers()
+    groups, group_of = _epilogue_groups(dag, cons)
+    edges = _edge_plans(dag, prof, groups, group_of)
+    out_groups = [_group_plan(dag, prof, arch, g, i) for i, g in enumerate(groups.values())]
+    cyc_total = 0.0
+    for gp in out_groups:
+        cyc_total += gp.cycles
+    unfused, fused = _dram_bytes(dag, eb, cons, edges)
+    # DRAM time added to compute (groups run one after another; all vaults stream in parallel), in cycles of the
+    # slowest core's top DVFS step (shared.dvfs.top_freqs): a group split over every core ends with its slowest one
+    f_ghz = min(top_freqs(arch))
+    bw = arch.dram.vault_bw_gbps / f_ghz * prof.n_cores  # bytes per core cycle, all vaults
+    cost = {
+        "dram_bytes_unfused": float(unfused),
+        "dram_bytes_fused": float(fused),
+        "compute_cycles": cyc_total,
+        "cycles_unfused": cyc_total + unfused / bw,
+        "cycles_fused": cyc_total + fused / bw,
+        "groups": float(len(out_groups)),
+    }
+    pos_of = {n.id: i for i, n in enumerate(dag.nodes)}
+    out_groups.sort(key=lambda g: pos_of[g.nodes[-1]])  # execution order: a group runs once its last input exists
+    for i, gp in enumerate(out_groups):
+        gp.id = f"g{i}"
+    nodes = [NodeOut(id=n.id, kind=n.kind.value, op_class=n.op_class.value, inputs=n.inputs, output=n.output,
+                     shape=(dag.tensors[n.output].rows, dag.tensors[n.output].cols), attrs=n.attrs)
+             for n in dag.nodes]
+    return GraphPlan(kind=kind, nodes=nodes, groups=out_groups, edges=edges, cost=cost)
+
+
+@dataclass
+class _Group:
+    """A fusion group: its root node and the element-wise/binary nodes absorbed as the root GEMM's epilogue."""
+
+    root: Node
+    nodes: list[str]
+    epilogue: list[str] = field(default_factory=list)  # op kinds absorbed as the GEMM epilogue
+    extra: list[str] = field(default_factory=list)  # the epilogue's other operands
+
+
+def _epilogue_groups(dag: Dag, cons: dict[str, list[Node]]) -> tuple[dict[str, _Group], dict[str, str]]:
+    """Pass 1, epilogues: every node roots a group unless absorbed; a GEMM absorbs the chain of element-wise or
+    binary nodes that alone consume its output (a binary node's other operand must not depend on the GEMM).
+    Returns (groups by root id, the group of each node)."""
     prod = dag.producer()
     group_of: dict[str, str] = {}
-    groups: dict[str, dict[str, Any]] = {}
-    # 1. epilogues
+    groups: dict[str, _Group] = {}
     for n in dag.nodes:
         if n.id in group_of:
             continue
-        g: dict[str, Any] = {"root": n, "nodes": [n.id], "epilogue": [], "extra": []}
+        g = _Group(root=n, nodes=[n.id])
         groups[n.id] = g
         group_of[n.id] = n.id
         if n.op_class != OpClass.GEMM:
@@ -346,14 +390,23 @@ def fuse(dag: Dag, prof: FusionProfile, arch: ArchConfig, kind: str = "") -> Gra
                 break
             if others and _depends_on(others[0], n.output, prod):
                 break  # the extra operand needs this GEMM's result: absorbing it would make a cycle
-            g["nodes"].append(c.id)
-            g["epilogue"].append(c.kind.value)
-            g["extra"].extend(others)
+            g.nodes.append(c.id)
+            g.epilogue.append(c.kind.value)
+            g.extra.extend(others)
             group_of[c.id] = n.id
             cur = c
+    return groups, group_of
+
+
+def _edge_plans(dag: Dag, prof: FusionProfile, groups: dict[str, _Group], group_of: dict[str, str]
+                ) -> list[EdgePlan]:
+    """Pass 2, edges between groups: inside a group an epilogue; else compute-root when the tensor fits the
+    scratch share of the SPM, tile-level when its consumer reads it by rows and a row tile fits, else materialized
+    in DRAM."""
+    eb = dtype_bytes(prof.dtype)
+    prod = dag.producer()
     by_id = {n.id: n for n in dag.nodes}
-    out_of_group = {gid: by_id[g["nodes"][-1]].output for gid, g in groups.items()}
-    # 2. edges between groups
+    out_of_group = {gid: by_id[g.nodes[-1]].output for gid, g in groups.items()}
     edges: list[EdgePlan] = []
     scratch = RESIDENT_FRACTION * prof.spm_bytes
     R = prof.array[0]
@@ -382,38 +435,43 @@ def fuse(dag: Dag, prof: FusionProfile, arch: ArchConfig, kind: str = "") -> Gra
                 dec = "materialize"
             edges.append(EdgePlan(tensor=t, producer=p.id, consumer=n.id, decision=dec,
                                   bytes=0 if dec != "materialize" else nbytes, tile_rows=tile_rows))
-    # 3. parallel strategy and cycles per group
-    out_groups: list[GroupPlan] = []
-    cyc_total = 0.0
-    for g in groups.values():
-        root: Node = g["root"]
-        out_t = dag.tensors[root.output]
-        if root.op_class == OpClass.GEMM:
-            M, K, N = int(root.attrs["M"]), int(root.attrs["K"]), int(root.attrs["N"])
-            batch = int(root.attrs.get("batch", 1))
-            gc = gemm_cost_for_arch(M, K, N, arch)
-            work = gc.total_cycles * batch
-            if batch > 1:
-                par, splits = "gemm_n", min(prof.n_cores, batch * math.ceil(N / prof.array[1]))
-            else:
-                par, splits = "gemm_n", min(prof.n_cores, math.ceil(N / prof.array[1]))
-            for k_ in g["epilogue"]:
-                work += vector_cost(_VE_OP[OpKind(k_)], float(out_t.rows * out_t.cols),
-                                    vector_width=arch.core.vector_width).cycles
+    return edges
+
+
+def _group_plan(dag: Dag, prof: FusionProfile, arch: ArchConfig, g: _Group, index: int) -> GroupPlan:
+    """Pass 3, one group's parallel strategy and cycles: a GEMM split over output column tiles (and batches), its
+    epilogue on the output; a vector op sequential when small, else element-wise (a reduction over rows)."""
+    eb = dtype_bytes(prof.dtype)
+    root = g.root
+    out_t = dag.tensors[root.output]
+    if root.op_class == OpClass.GEMM:
+        M, K, N = int(root.attrs["M"]), int(root.attrs["K"]), int(root.attrs["N"])
+        batch = int(root.attrs.get("batch", 1))
+        gc = gemm_cost_for_arch(M, K, N, arch)
+        work = gc.total_cycles * batch
+        if batch > 1:
+            par, splits = "gemm_n", min(prof.n_cores, batch * math.ceil(N / prof.array[1]))
         else:
-            elems = float(out_t.rows * out_t.cols)
-            work = vector_cost(_VE_OP[root.kind], elems, vector_width=arch.core.vector_width).cycles
-            if out_t.nbytes(eb) < SEQUENTIAL_BYTES:
-                par, splits = "sequential", 1
-            else:
-                par, splits = "elementwise", min(prof.n_cores, out_t.rows if root.op_class == OpClass.REDUCTION
-                                                 else prof.n_cores)
-        cyc = work / splits
-        cyc_total += cyc
-        out_groups.append(GroupPlan(id=f"g{len(out_groups)}", root=root.id, root_kind=root.kind.value,
-                                    nodes=g["nodes"], epilogue=g["epilogue"], extra_inputs=g["extra"],
-                                    parallel=par, splits=splits, cycles=cyc))
-    # 4. DRAM bytes: inputs/weights read by each consumer, intermediates per the plan, graph outputs written once
+            par, splits = "gemm_n", min(prof.n_cores, math.ceil(N / prof.array[1]))
+        for k_ in g.epilogue:
+            work += vector_cost(_VE_OP[OpKind(k_)], float(out_t.rows * out_t.cols),
+                                vector_width=arch.core.vector_width).cycles
+    else:
+        elems = float(out_t.rows * out_t.cols)
+        work = vector_cost(_VE_OP[root.kind], elems, vector_width=arch.core.vector_width).cycles
+        if out_t.nbytes(eb) < SEQUENTIAL_BYTES:
+            par, splits = "sequential", 1
+        else:
+            par, splits = "elementwise", min(prof.n_cores, out_t.rows if root.op_class == OpClass.REDUCTION
+                                             else prof.n_cores)
+    return GroupPlan(id=f"g{index}", root=root.id, root_kind=root.kind.value, nodes=g.nodes, epilogue=g.epilogue,
+                     extra_inputs=g.extra, parallel=par, splits=splits, cycles=work / splits)
+
+
+def _dram_bytes(dag: Dag, eb: int, cons: dict[str, list[Node]], edges: list[EdgePlan]) -> tuple[int, int]:
+    """Pass 4, DRAM bytes (unfused, fused): inputs/weights read by each consumer, intermediates per the plan (each
+    written once and read by every consumer when unfused; the materialized ones and the edges' bytes when fused),
+    graph outputs written once."""
     inputs_read = sum(dag.tensors[t].nbytes(eb) for n in dag.nodes for t in n.inputs if dag.tensors[t].is_input)
     inter = [t for t in dag.tensors.values() if not t.is_input]
     finals = [t for t in inter if not cons[t.name]]
@@ -422,26 +480,7 @@ def fuse(dag: Dag, prof: FusionProfile, arch: ArchConfig, kind: str = "") -> Gra
     materialized = {e.tensor for e in edges if e.decision == "materialize"}
     fused = inputs_read + sum(dag.tensors[t].nbytes(eb) for t in materialized) + \
         sum(e.bytes for e in edges) + sum(t.nbytes(eb) for t in finals)
-    # DRAM time added to compute (groups run one after another; all vaults stream in parallel), in cycles of the
-    # slowest core's top DVFS step (shared.dvfs.top_freqs): a group split over every core ends with its slowest one
-    f_ghz = min(top_freqs(arch))
-    bw = arch.dram.vault_bw_gbps / f_ghz * prof.n_cores  # bytes per core cycle, all vaults
-    cost = {
-        "dram_bytes_unfused": float(unfused),
-        "dram_bytes_fused": float(fused),
-        "compute_cycles": cyc_total,
-        "cycles_unfused": cyc_total + unfused / bw,
-        "cycles_fused": cyc_total + fused / bw,
-        "groups": float(len(out_groups)),
-    }
-    pos_of = {n.id: i for i, n in enumerate(dag.nodes)}
-    out_groups.sort(key=lambda g: pos_of[g.nodes[-1]])  # execution order: a group runs once its last input exists
-    for i, gp in enumerate(out_groups):
-        gp.id = f"g{i}"
-    nodes = [NodeOut(id=n.id, kind=n.kind.value, op_class=n.op_class.value, inputs=n.inputs, output=n.output,
-                     shape=(dag.tensors[n.output].rows, dag.tensors[n.output].cols), attrs=n.attrs)
-             for n in dag.nodes]
-    return GraphPlan(kind=kind, nodes=nodes, groups=out_groups, edges=edges, cost=cost)
+    return unfused, fused
 
 
 class GraphRequest(BaseModel):

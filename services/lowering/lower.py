@@ -87,7 +87,6 @@ class _Slots:
 def gemm(b: Builder, A: DramTensor | Resident, Bs: list[DramTensor], out: Out, *,
          epilogue: tuple[Epilogue, ...] = (), tiles: Tiling | None = None) -> Resident | None:
     """``C = A · B`` (or, with two weights and the ``swiglu`` epilogue, ``silu(A·B0) ⊙ (A·B1)``)."""
-    p = b.profile
     M, K = A.rows, A.cols
     N = Bs[0].cols
     for j, w in enumerate(Bs):
@@ -96,109 +95,151 @@ def gemm(b: Builder, A: DramTensor | Resident, Bs: list[DramTensor], out: Out, *
                            field=f"weights[{j}]")
         if w.dtype != A.dtype:
             raise BadInput(f"weight {w.name} is {w.dtype} but A is {A.dtype}", field="dtype")
-    eb = dtype_bytes(A.dtype)
     bias = next((e[1] for e in epilogue if e[0] == "bias"), None)
     scale = next((e[1] for e in epilogue if e[0] == "scale"), None)
-    free = p.spm_bytes - sum(x.nbytes for x in b.spm.live.values())
-    a_res = isinstance(A, Resident)
     if tiles is None:
-        if isinstance(out, ToResident):  # the output blocks accumulate in the SPM: keep room for all of them
-            free -= M * N * acc_elem_bytes(A.dtype)
-        tiles = choose_tiling(M, K, N, array=p.array, spm_bytes=free - (M * eb * 2 if scale is not None else 0),
-                              dtype=A.dtype, n_weights=len(Bs),
-                              a_fixed=(A.Mt, A.Kt) if isinstance(A, Resident) else None, bias=bias is not None,
-                              align_elems=max(1, p.burst_bytes // eb))
-    Mt, Kt, Nt = tiles.Mt, tiles.Kt, tiles.Nt
-    if isinstance(out, ToKV) and (Mt < M):
+        tiles = _gemm_tiling(b, A, N, len(Bs), out, has_bias=bias is not None, has_scale=scale is not None)
+    if isinstance(out, ToKV) and (tiles.Mt < M):
         raise BadInput(f"KV output needs all {M} token rows in one tile", field="spm_bytes")
-    nM, nK, nN = math.ceil(M / Mt), math.ceil(K / Kt), math.ceil(N / Nt)
-    b.reserve(nM * nN * nK * len(Bs))  # every step emits one matmul tile per weight
-    nslot = 2 if tiles.double_buffered else 1
-    a_slots = None if a_res else _Slots([b.spm.alloc(f"A{s}", Mt, Kt, A.dtype) for s in range(nslot)])
-    b_slots = [_Slots([b.spm.alloc(f"B{j}{s}", Kt, Nt, A.dtype) for s in range(nslot)]) for j in range(len(Bs))]
-    bias_slots = _Slots([b.spm.alloc(f"bias{s}", 1, Nt, A.dtype) for s in range(nslot)]) if bias else None
-    scale_buf = None
-    if scale is not None:  # per-row combine weights (t × 1), loaded once
-        scale_buf = b.spm.alloc("scale", M, 1, A.dtype)
-        b.load(scale_buf, scale, 0, 0, M, 1)
-    acc_b = acc_elem_bytes(A.dtype)
-    result = None
-    if isinstance(out, ToResident):
-        region = b.spm.alloc("resident", nM * nN * Mt, Nt, A.dtype, elem_bytes=acc_b, top=True)
-        result = Resident(M, N, Mt, Nt, A.dtype, region=region)
-        blk = Mt * Nt * acc_b
-        for bi, (mi, ni) in enumerate((mi, ni) for mi in range(nM) for ni in range(nN)):
-            result.blocks[(mi, ni)] = Buf(region.offset + bi * blk, Mt, Nt, A.dtype, blk, f"H{mi}_{ni}")
-    c_bufs: list[Buf] = [b.spm.alloc(f"C{j}", Mt, Nt, A.dtype, elem_bytes=acc_b)
-                         for j in range(len(Bs) if result is None else len(Bs) - 1)]
-    if result is not None:
-        c_bufs.insert(0, result.blocks[steps_first_block(tiles, nM, nN)])
+    run = _GemmRun(b, A, Bs, out, epilogue, tiles, bias, scale)
+    run.emit()
+    run.free()
+    return run.result
 
-    if tiles.order == "n_outer":
-        steps = [(mi, ni, ki) for ni in range(nN) for mi in range(nM) for ki in range(nK)]
-    else:
-        steps = [(mi, ni, ki) for mi in range(nM) for ni in range(nN) for ki in range(nK)]
 
-    def dims(mi: int, ni: int, ki: int) -> tuple[int, int, int]:
-        return min(Mt, M - mi * Mt), min(Kt, K - ki * Kt), min(Nt, N - ni * Nt)
+def _gemm_tiling(b: Builder, A: DramTensor | Resident, N: int, n_weights: int, out: Out, *, has_bias: bool,
+                 has_scale: bool) -> Tiling:
+    """The cost model's tiling in the SPM left free (less every resident output block, and the row scale)."""
+    p = b.profile
+    M, K = A.rows, A.cols
+    eb = dtype_bytes(A.dtype)
+    free = p.spm_bytes - sum(x.nbytes for x in b.spm.live.values())
+    if isinstance(out, ToResident):  # the output blocks accumulate in the SPM: keep room for all of them
+        free -= M * N * acc_elem_bytes(A.dtype)
+    return choose_tiling(M, K, N, array=p.array, spm_bytes=free - (M * eb * 2 if has_scale else 0),
+                         dtype=A.dtype, n_weights=n_weights,
+                         a_fixed=(A.Mt, A.Kt) if isinstance(A, Resident) else None, bias=has_bias,
+                         align_elems=max(1, p.burst_bytes // eb))
 
-    def needs(t: int) -> list[tuple[_Slots, object, DramTensor, int, int, int, int]]:
-        mi, ni, ki = steps[t]
-        mt, kt, nt = dims(mi, ni, ki)
-        out_l: list[tuple[_Slots, object, DramTensor, int, int, int, int]] = []
-        if a_slots is not None:
-            assert isinstance(A, DramTensor)
-            out_l.append((a_slots, ("A", mi, ki), A, mi * Mt, ki * Kt, mt, kt))
-        for j, w in enumerate(Bs):
-            out_l.append((b_slots[j], ("B", j, ki, ni), w, ki * Kt, ni * Nt, kt, nt))
-        if bias_slots is not None and bias is not None and ki == nK - 1:
-            out_l.append((bias_slots, ("bias", ni), bias, 0, ni * Nt, 1, nt))
+
+_Need = tuple[_Slots, object, DramTensor, int, int, int, int]  # (slots, tile key, source, row0, col0, rows, cols)
+
+
+class _GemmRun:
+    """One GEMM's buffers and step schedule: allocates its SPM buffers (in this order: A, B, bias, scale, the
+    resident output region, C), emits the steps with their loads, epilogues and stores, then frees them."""
+
+    def __init__(self, b: Builder, A: DramTensor | Resident, Bs: list[DramTensor], out: Out,
+                 epilogue: tuple[Epilogue, ...], tiles: Tiling, bias: DramTensor | None,
+                 scale: DramTensor | None) -> None:
+        self.b, self.A, self.Bs, self.out, self.epilogue, self.tiles = b, A, Bs, out, epilogue, tiles
+        self.bias = bias
+        M, N = A.rows, Bs[0].cols
+        Mt, Kt, Nt = tiles.Mt, tiles.Kt, tiles.Nt
+        self.nM, self.nK, self.nN = math.ceil(M / Mt), math.ceil(A.cols / Kt), math.ceil(N / Nt)
+        nM, nK, nN = self.nM, self.nK, self.nN
+        b.reserve(nM * nN * nK * len(Bs))  # every step emits one matmul tile per weight
+        self.nslot = nslot = 2 if tiles.double_buffered else 1
+        self.a_slots = (None if isinstance(A, Resident)
+                        else _Slots([b.spm.alloc(f"A{s}", Mt, Kt, A.dtype) for s in range(nslot)]))
+        self.b_slots = [_Slots([b.spm.alloc(f"B{j}{s}", Kt, Nt, A.dtype) for s in range(nslot)])
+                        for j in range(len(Bs))]
+        self.bias_slots = _Slots([b.spm.alloc(f"bias{s}", 1, Nt, A.dtype) for s in range(nslot)]) if bias else None
+        self.scale_buf = None
+        if scale is not None:  # per-row combine weights (t × 1), loaded once
+            self.scale_buf = b.spm.alloc("scale", M, 1, A.dtype)
+            b.load(self.scale_buf, scale, 0, 0, M, 1)
+        acc_b = acc_elem_bytes(A.dtype)
+        self.result: Resident | None = None
+        if isinstance(out, ToResident):
+            region = b.spm.alloc("resident", nM * nN * Mt, Nt, A.dtype, elem_bytes=acc_b, top=True)
+            self.result = Resident(M, N, Mt, Nt, A.dtype, region=region)
+            blk = Mt * Nt * acc_b
+            for bi, (mi, ni) in enumerate((mi, ni) for mi in range(nM) for ni in range(nN)):
+                self.result.blocks[(mi, ni)] = Buf(region.offset + bi * blk, Mt, Nt, A.dtype, blk, f"H{mi}_{ni}")
+        self.c_bufs: list[Buf] = [b.spm.alloc(f"C{j}", Mt, Nt, A.dtype, elem_bytes=acc_b)
+                                  for j in range(len(Bs) if self.result is None else len(Bs) - 1)]
+        if self.result is not None:
+            self.c_bufs.insert(0, self.result.blocks[steps_first_block(tiles, nM, nN)])
+        if tiles.order == "n_outer":
+            self.steps = [(mi, ni, ki) for ni in range(nN) for mi in range(nM) for ki in range(nK)]
+        else:
+            self.steps = [(mi, ni, ki) for mi in range(nM) for ni in range(nN) for ki in range(nK)]
+
+    def dims(self, mi: int, ni: int, ki: int) -> tuple[int, int, int]:
+        """(rows, depth, cols) of step (mi, ni, ki)'s tiles: the last tile of an axis may be short."""
+        t, A = self.tiles, self.A
+        return min(t.Mt, A.rows - mi * t.Mt), min(t.Kt, A.cols - ki * t.Kt), min(t.Nt, self.Bs[0].cols - ni * t.Nt)
+
+    def needs(self, t: int) -> list[_Need]:
+        """The tiles step t reads: its A tile (unless A is resident), each weight's tile, and on the last K step
+        the bias row."""
+        mi, ni, ki = self.steps[t]
+        mt, kt, nt = self.dims(mi, ni, ki)
+        Mt, Kt, Nt = self.tiles.Mt, self.tiles.Kt, self.tiles.Nt
+        out_l: list[_Need] = []
+        if self.a_slots is not None:
+            assert isinstance(self.A, DramTensor)
+            out_l.append((self.a_slots, ("A", mi, ki), self.A, mi * Mt, ki * Kt, mt, kt))
+        for j, w in enumerate(self.Bs):
+            out_l.append((self.b_slots[j], ("B", j, ki, ni), w, ki * Kt, ni * Nt, kt, nt))
+        if self.bias_slots is not None and self.bias is not None and ki == self.nK - 1:
+            out_l.append((self.bias_slots, ("bias", ni), self.bias, 0, ni * Nt, 1, nt))
         return out_l
 
-    def issue(t: int, avoid_current: bool) -> None:
-        for slots, tile, src, r0, c0, rows, cols in needs(t):
+    def issue(self, t: int, avoid_current: bool) -> None:
+        """Load step t's tiles not already in a buffer (into the other half of a double buffer when
+        ``avoid_current``: the current half is being computed on)."""
+        for slots, tile, src, r0, c0, rows, cols in self.needs(t):
             if slots.find(tile) is not None:
                 continue
             s = (slots.cur + 1) % len(slots.bufs) if avoid_current else slots.cur
             slots.held[s] = tile
-            b.load(slots.bufs[s], src, r0, c0, rows, cols)
+            self.b.load(slots.bufs[s], src, r0, c0, rows, cols)
 
-    def select(t: int) -> None:
-        for slots, tile, *_ in needs(t):
+    def select(self, t: int) -> None:
+        """Point every operand's slots at the buffer holding step t's tile."""
+        for slots, tile, *_ in self.needs(t):
             i = slots.find(tile)
             assert i is not None
             slots.cur = i
 
-    issue(0, avoid_current=False)
-    b.sync()
-    for t, (mi, ni, ki) in enumerate(steps):
-        select(t)
-        if nslot == 2 and t + 1 < len(steps):
-            issue(t + 1, avoid_current=True)
-        mt, kt, nt = dims(mi, ni, ki)
-        if a_res:
-            assert isinstance(A, Resident)
-            a_buf = A.blocks[(mi, ki)]
-        else:
-            assert a_slots is not None
-            a_buf = a_slots.bufs[a_slots.cur]
-        for j in range(len(Bs)):
-            b.emit(Opcode.TE_MATMUL_TILE, c_bufs[j].offset, a_buf.offset, b_slots[j].bufs[b_slots[j].cur].offset,
-                   m=mt, k=kt, n=nt, acc=int(ki > 0), dtype=A.dtype, dst_bytes=c_bufs[j].nbytes)
+    def emit(self) -> None:
+        """The steps: prefetch the next step's tiles while this one computes (double buffered), or load after it."""
+        b, A, steps, nslot = self.b, self.A, self.steps, self.nslot
+        self.issue(0, avoid_current=False)
         b.sync()
-        if nslot == 1 and t + 1 < len(steps):
-            issue(t + 1, avoid_current=False)
+        for t, (mi, ni, ki) in enumerate(steps):
+            self.select(t)
+            if nslot == 2 and t + 1 < len(steps):
+                self.issue(t + 1, avoid_current=True)
+            mt, kt, nt = self.dims(mi, ni, ki)
+            if isinstance(A, Resident):
+                a_buf = A.blocks[(mi, ki)]
+            else:
+                assert self.a_slots is not None
+                a_buf = self.a_slots.bufs[self.a_slots.cur]
+            for j, slots in enumerate(self.b_slots):
+                b.emit(Opcode.TE_MATMUL_TILE, self.c_bufs[j].offset, a_buf.offset, slots.bufs[slots.cur].offset,
+                       m=mt, k=kt, n=nt, acc=int(ki > 0), dtype=A.dtype, dst_bytes=self.c_bufs[j].nbytes)
             b.sync()
-        if ki != nK - 1:
-            continue
-        # ---- epilogue on the finished output tile ----
-        c0 = c_bufs[0]
-        imm: dict[str, Any] = {"rows": mt, "cols": nt, "dtype": A.dtype}
-        for e in epilogue:
+            if nslot == 1 and t + 1 < len(steps):
+                self.issue(t + 1, avoid_current=False)
+                b.sync()
+            if ki != self.nK - 1:
+                continue
+            self.emit_epilogue(ni, mt, nt)
+            self.write_out(t, mi, ni, mt, nt)
+
+    def emit_epilogue(self, ni: int, mt: int, nt: int) -> None:
+        """The epilogue on the finished output tile: bias, GELU, SiLU, gate·up, row scale, in the given order."""
+        b, c0 = self.b, self.c_bufs[0]
+        imm: dict[str, Any] = {"rows": mt, "cols": nt, "dtype": self.A.dtype}
+        for e in self.epilogue:
             kind = e[0]
             if kind == "bias":
-                assert bias_slots is not None
-                bb = bias_slots.bufs[bias_slots.find(("bias", ni)) or 0]
+                assert self.bias_slots is not None
+                bb = self.bias_slots.bufs[self.bias_slots.find(("bias", ni)) or 0]
                 b.emit(Opcode.VE_ADD_TILE, c0.offset, c0.offset, bb.offset, **imm)
             elif kind == "gelu":
                 b.emit(Opcode.VE_GELU_TILE, c0.offset, c0.offset, None, **imm)
@@ -206,45 +247,53 @@ def gemm(b: Builder, A: DramTensor | Resident, Bs: list[DramTensor], out: Out, *
                 b.emit(Opcode.VE_SILU_TILE, c0.offset, c0.offset, None, **imm)
             elif kind == "swiglu":
                 b.emit(Opcode.VE_SILU_TILE, c0.offset, c0.offset, None, **imm)
-                b.emit(Opcode.VE_MUL_TILE, c0.offset, c0.offset, c_bufs[1].offset, **imm)
+                b.emit(Opcode.VE_MUL_TILE, c0.offset, c0.offset, self.c_bufs[1].offset, **imm)
             elif kind == "scale":
-                assert scale_buf is not None
-                if mt != M:
+                assert self.scale_buf is not None
+                if mt != self.A.rows:
                     raise BadInput("row scaling needs all rows in one tile", field="spm_bytes")
-                b.emit(Opcode.VE_MUL_TILE, c0.offset, c0.offset, scale_buf.offset, **imm)
+                b.emit(Opcode.VE_MUL_TILE, c0.offset, c0.offset, self.scale_buf.offset, **imm)
             else:
                 raise BadInput(f"unknown epilogue {kind!r}", field="epilogue")
+
+    def write_out(self, t: int, mi: int, ni: int, mt: int, nt: int) -> None:
+        """The finished output tile: kept in its resident block, stored to DRAM, or appended to the KV cache."""
+        b, out, c0 = self.b, self.out, self.c_bufs[0]
         if isinstance(out, ToResident):
-            assert result is not None
-            if t + 1 < len(steps):  # the next output tile accumulates straight into its resident block
-                c_bufs[0] = result.blocks[(steps[t + 1][0], steps[t + 1][1])]
-            if epilogue:
+            assert self.result is not None
+            if t + 1 < len(self.steps):  # the next output tile accumulates straight into its resident block
+                self.c_bufs[0] = self.result.blocks[(self.steps[t + 1][0], self.steps[t + 1][1])]
+            if self.epilogue:
                 b.sync()  # the epilogue read the bias buffer the next prefetch overwrites
-            continue
+            return
         b.sync()
         if isinstance(out, ToDram):
-            b.store(out.t, mi * Mt, out.c0 + ni * Nt, c0, mt, nt)
+            b.store(out.t, mi * self.tiles.Mt, out.c0 + ni * self.tiles.Nt, c0, mt, nt)
         else:
             head = out.head0 + ni
-            if nt != Nt and ni != nN - 1:
+            if nt != self.tiles.Nt and ni != self.nN - 1:
                 raise BadInput("KV output tiles must be one head wide", field="head_dim")
             base = b.kv_region(head, out.kind, out.max_seq, nt, out.cached)
-            pitch = math.ceil(nt * dtype_bytes(A.dtype) / p.burst_bytes) * p.burst_bytes
-            b.emit(Opcode.KV_STORE_TILE, base + out.pos * pitch, c0.offset, None, rows=mt, cols=nt, dtype=A.dtype,
-                   head=head, kind=out.kind, pos=out.pos, base=base)
+            burst = b.profile.burst_bytes
+            pitch = math.ceil(nt * dtype_bytes(self.A.dtype) / burst) * burst
+            b.emit(Opcode.KV_STORE_TILE, base + out.pos * pitch, c0.offset, None, rows=mt, cols=nt,
+                   dtype=self.A.dtype, head=head, kind=out.kind, pos=out.pos, base=base)
         b.sync()
-    if a_slots is not None:
-        b.spm.free(*a_slots.bufs)
-    for s in b_slots:
-        b.spm.free(*s.bufs)
-    if bias_slots is not None:
-        b.spm.free(*bias_slots.bufs)
-    b.spm.free(scale_buf)
-    if result is None:
-        b.spm.free(*c_bufs)
-    else:
-        b.spm.free(*c_bufs[1:])
-    return result
+
+    def free(self) -> None:
+        """Free every buffer but the resident output's blocks (the caller's)."""
+        spm = self.b.spm
+        if self.a_slots is not None:
+            spm.free(*self.a_slots.bufs)
+        for s in self.b_slots:
+            spm.free(*s.bufs)
+        if self.bias_slots is not None:
+            spm.free(*self.bias_slots.bufs)
+        spm.free(self.scale_buf)
+        if self.result is None:
+            spm.free(*self.c_bufs)
+        else:
+            spm.free(*self.c_bufs[1:])
 
 
 def steps_first_block(tiles: Tiling, nM: int, nN: int) -> tuple[int, int]:
@@ -427,12 +476,11 @@ def lower_attention(b: Builder, *, S: int, d: int, heads: int, kv_heads: int, he
         raise BadInput("kv_cached must be >= 0", field="kv_cached")
     if heads % kv_heads:
         raise BadInput(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})", field="kv_heads")
-    L = kv_cached + S
-    max_seq = max_seq or L
-    if max_seq < L:
-        raise BadInput(f"max_seq {max_seq} < kv_cached + S = {L}", field="max_seq")
+    n_keys = kv_cached + S  # the key length: cached rows plus this step's tokens
+    max_seq = max_seq or n_keys
+    if max_seq < n_keys:
+        raise BadInput(f"max_seq {max_seq} < kv_cached + S = {n_keys}", field="max_seq")
     dt = b.profile.dtype
-    eb = dtype_bytes(dt)
     X = b.dram.tensor("X", S, d, dt)
     Wq = b.dram.tensor("Wq", d, heads * head_dim, dt)
     Wk = b.dram.tensor("Wk", d, kv_heads * head_dim, dt)
@@ -441,12 +489,31 @@ def lower_attention(b: Builder, *, S: int, d: int, heads: int, kv_heads: int, he
     Q = b.dram.tensor("Q", S, heads * head_dim, dt)
     O = b.dram.tensor("O", S, heads * head_dim, dt)
     Y = b.dram.tensor("Y", S, d, dt)
-    R = b.profile.array[0]
-    # ---- QKV with X reuse ----
+    _qkv_into_kv_cache(b, X, Wq, Wk, Wv, Q, head_dim=head_dim, kv_cached=kv_cached, max_seq=max_seq)
+    # ---- per head attention ----
+    head = _HeadShape(S=S, head_dim=head_dim, kv_cached=kv_cached, n_keys=n_keys, key_chunk=min(n_keys, 128))
+    q_rows = _query_rows_per_tile(b, head)
+    b.sync()
+    group = heads // kv_heads
+    for h in range(heads):
+        for q0 in range(0, S, q_rows):
+            _attend(b, head, Q, O, h, h // group, q0, q_rows)
+    # ---- output projection ----
+    gemm(b, O, [Wo], ToDram(Y))
+    return {"X": X, "Wq": Wq, "Wk": Wk, "Wv": Wv, "Wo": Wo, "Q": Q, "O": O, "Y": Y}
+
+
+def _qkv_into_kv_cache(b: Builder, X: DramTensor, Wq: DramTensor, Wk: DramTensor, Wv: DramTensor, Q: DramTensor, *,
+                       head_dim: int, kv_cached: int, max_seq: int) -> None:
+    """The QKV projections with X resident and reused when it fits: Q to DRAM, K and V straight into the KV cache
+    (KV_STORE_TILE per kv head), one head per output tile with all tokens in it."""
+    S, d, dt = X.rows, X.cols, X.dtype
+    eb = dtype_bytes(dt)
     A: DramTensor | Resident = X
     acc_head = S * head_dim * acc_elem_bytes(dt)
     if _resident_fits(b, S, d, dt, 0.5):
         left = b.profile.spm_bytes - S * d * eb - acc_head
+        R = b.profile.array[0]
         kt = next((k for k in (512, 256, 128, 64, 32) if 2 * k * head_dim * eb <= left and k % R == 0), 0)
         if kt:
             A = load_resident(b, X, S, min(d, kt))
@@ -468,64 +535,84 @@ def lower_attention(b: Builder, *, S: int, d: int, heads: int, kv_heads: int, he
     gemm(b, A, [Wv], ToKV("V", 0, kv_cached, max_seq, kv_cached), tiles=head_tiles(Wv.cols))
     if isinstance(A, Resident):
         b.spm.free(*A.bufs())
-    # ---- per head attention ----
-    group = heads // kv_heads
-    pitch = math.ceil(head_dim * eb / b.profile.burst_bytes) * b.profile.burst_bytes
-    lc = min(L, 128)
-    cap = b.profile.spm_bytes
-    sq = S
-    while sq > 1 and (sq * head_dim * eb + sq * L * eb + 2 * lc * head_dim * eb + sq * head_dim * acc_elem_bytes(dt)
-                      > cap):
+
+
+@dataclass(frozen=True)
+class _HeadShape:
+    """One attention head's dimensions: ``S`` query tokens, ``n_keys`` keys read in chunks of ``key_chunk`` rows."""
+
+    S: int
+    head_dim: int
+    kv_cached: int
+    n_keys: int
+    key_chunk: int
+
+
+def _query_rows_per_tile(b: Builder, head: _HeadShape) -> int:
+    """Query rows per tile: halved from S until Q_h, the whole score tile (every key), two K/V chunks and O_h fit
+    the SPM; BadInput when one row does not."""
+    dt = b.profile.dtype
+    eb = dtype_bytes(dt)
+    hd, n_keys, lc = head.head_dim, head.n_keys, head.key_chunk
+
+    def spm_bytes(sq: int) -> int:
+        return sq * hd * eb + sq * n_keys * eb + 2 * lc * hd * eb + sq * hd * acc_elem_bytes(dt)
+
+    sq = head.S
+    while sq > 1 and spm_bytes(sq) > b.profile.spm_bytes:
         sq = (sq + 1) // 2
-    if sq * head_dim * eb + sq * L * eb + 2 * lc * head_dim * eb + sq * head_dim * acc_elem_bytes(dt) > cap:
-        raise BadInput(f"one query row's scores over {L} keys do not fit the SPM", field="kv_cached")
+    if spm_bytes(sq) > b.profile.spm_bytes:
+        raise BadInput(f"one query row's scores over {n_keys} keys do not fit the SPM", field="kv_cached")
+    return sq
+
+
+def _attend(b: Builder, head: _HeadShape, Q: DramTensor, O: DramTensor, h: int, g: int, q0: int, q_rows: int
+            ) -> None:
+    """Query head h (kv head g), query rows [q0, q0 + q_rows): ``S_h = Q_h·Kᵀ`` over K chunks into one score tile
+    holding every key, softmax over it, ``O_h = P·V`` accumulated over V chunks, O_h stored."""
+    dt = b.profile.dtype
+    hd, n_keys, lc = head.head_dim, head.n_keys, head.key_chunk
+    burst = b.profile.burst_bytes
+    pitch = math.ceil(hd * dtype_bytes(dt) / burst) * burst
+    kbase, vbase = b.kv[(g, "K")], b.kv[(g, "V")]
+    rows = min(q_rows, head.S - q0)
+    qb = b.spm.alloc("Qh", q_rows, hd, dt)
+    sb = b.spm.alloc("S", q_rows, n_keys, dt)
+    kv = [b.spm.alloc(f"KV{s}", lc, hd, dt) for s in range(2)]
+    ob = b.spm.alloc("Oh", q_rows, hd, dt, elem_bytes=acc_elem_bytes(dt))
+    b.load(qb, Q, q0, h * hd, rows, hd)
+    chunks = list(range(0, n_keys, lc))
+
+    def kv_load(i: int, base: int, kind: str) -> None:
+        c0 = chunks[i]
+        n = min(lc, n_keys - c0)
+        b.emit(Opcode.KV_LOAD_TILE, kv[i % 2].offset, base + c0 * pitch, None, rows=n, cols=hd,
+               dtype=dt, head=g, kind=kind, kv_start=c0, kv_len=n, base=base)
+
+    kv_load(0, kbase, "K")
     b.sync()
-    for h in range(heads):
-        g = h // group
-        kbase, vbase = b.kv[(g, "K")], b.kv[(g, "V")]
-        for q0 in range(0, S, sq):
-            rows = min(sq, S - q0)
-            qb = b.spm.alloc("Qh", sq, head_dim, dt)
-            sb = b.spm.alloc("S", sq, L, dt)
-            kv = [b.spm.alloc(f"KV{s}", lc, head_dim, dt) for s in range(2)]
-            ob = b.spm.alloc("Oh", sq, head_dim, dt, elem_bytes=acc_elem_bytes(dt))
-            b.load(qb, Q, q0, h * head_dim, rows, head_dim)
-            chunks = list(range(0, L, lc))
-
-            def kv_load(i: int, base: int, kind: str, chunks: list[int] = chunks, g: int = g,
-                        kv: list[Buf] = kv) -> None:
-                c0 = chunks[i]
-                n = min(lc, L - c0)
-                b.emit(Opcode.KV_LOAD_TILE, kv[i % 2].offset, base + c0 * pitch, None, rows=n, cols=head_dim,
-                       dtype=dt, head=g, kind=kind, kv_start=c0, kv_len=n, base=base)
-
-            kv_load(0, kbase, "K")
-            b.sync()
-            for i, c0 in enumerate(chunks):
-                n = min(lc, L - c0)
-                if i + 1 < len(chunks):
-                    kv_load(i + 1, kbase, "K")
-                b.emit(Opcode.TE_QKT_TILE, sb.offset, qb.offset, kv[i % 2].offset, m=rows, k=head_dim, n=n,
-                       dst_col0=c0, dst_cols=L, dtype=dt, dst_bytes=sb.nbytes, scale=1.0 / math.sqrt(head_dim),
-                       causal=True, q_pos=kv_cached + q0)
-                b.sync()
-            b.emit(Opcode.VE_SOFTMAX_TILE, sb.offset, sb.offset, None, rows=rows, cols=L, dtype=dt, axis=-1,
-                   reduce_len=L, full_len=L)
-            kv_load(0, vbase, "V")
-            b.sync()
-            for i, c0 in enumerate(chunks):
-                n = min(lc, L - c0)
-                if i + 1 < len(chunks):
-                    kv_load(i + 1, vbase, "V")
-                b.emit(Opcode.TE_AV_TILE, ob.offset, sb.offset, kv[i % 2].offset, m=rows, k=n, n=head_dim,
-                       src0_col0=c0, acc=int(i > 0), dtype=dt, dst_bytes=ob.nbytes)
-                b.sync()
-            b.store(O, q0, h * head_dim, ob, rows, head_dim)
-            b.sync()
-            b.spm.free(qb, sb, ob, *kv)
-    # ---- output projection ----
-    gemm(b, O, [Wo], ToDram(Y))
-    return {"X": X, "Wq": Wq, "Wk": Wk, "Wv": Wv, "Wo": Wo, "Q": Q, "O": O, "Y": Y}
+    for i, c0 in enumerate(chunks):
+        n = min(lc, n_keys - c0)
+        if i + 1 < len(chunks):
+            kv_load(i + 1, kbase, "K")
+        b.emit(Opcode.TE_QKT_TILE, sb.offset, qb.offset, kv[i % 2].offset, m=rows, k=hd, n=n,
+               dst_col0=c0, dst_cols=n_keys, dtype=dt, dst_bytes=sb.nbytes, scale=1.0 / math.sqrt(hd),
+               causal=True, q_pos=head.kv_cached + q0)
+        b.sync()
+    b.emit(Opcode.VE_SOFTMAX_TILE, sb.offset, sb.offset, None, rows=rows, cols=n_keys, dtype=dt, axis=-1,
+           reduce_len=n_keys, full_len=n_keys)
+    kv_load(0, vbase, "V")
+    b.sync()
+    for i, c0 in enumerate(chunks):
+        n = min(lc, n_keys - c0)
+        if i + 1 < len(chunks):
+            kv_load(i + 1, vbase, "V")
+        b.emit(Opcode.TE_AV_TILE, ob.offset, sb.offset, kv[i % 2].offset, m=rows, k=n, n=hd,
+               src0_col0=c0, acc=int(i > 0), dtype=dt, dst_bytes=ob.nbytes)
+        b.sync()
+    b.store(O, q0, h * hd, ob, rows, hd)
+    b.sync()
+    b.spm.free(qb, sb, ob, *kv)
 
 
 def lower_moe_experts(b: Builder, tokens_per_expert: list[int], d: int, f: int) -> dict[str, DramTensor]:

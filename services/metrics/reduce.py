@@ -72,6 +72,7 @@ import csv
 import io
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -397,25 +398,7 @@ def fold_windows(windows: Sequence[WindowMetrics], *, thot_c: float,
     for name, arr in sc.items():
         _check_finite(arr, f"windows[{{}}].{name}")
     idx = np.array([w.window for w in windows])
-    if idx[0] <= p.last_window:
-        raise BadInput(f"windows[0].window: {int(idx[0])} does not follow {p.last_window} (windows must be in "
-                       "increasing order, no repeats)", field="windows[0].window")
-    if p.last_end_ms is not None and sc["t_start_ms"][0] < p.last_end_ms - _TIME_TOL * max(1.0, abs(p.last_end_ms)):
-        raise BadInput(f"windows[0].t_start_ms: {sc['t_start_ms'][0]} starts before the window before ends "
-                       f"({p.last_end_ms})", field="windows[0].t_start_ms")
-    if idx.size > 1:
-        bad = np.flatnonzero(np.diff(idx) <= 0)
-        if bad.size:
-            i = int(bad[0]) + 1
-            raise BadInput(f"windows[{i}].window: {int(idx[i])} does not follow {int(idx[i - 1])} (windows must be in "
-                           "increasing order, no repeats)", field=f"windows[{i}].window")
-        ends = sc["t_start_ms"][:-1] + sc["dt_ms"][:-1]
-        tol = _TIME_TOL * np.maximum(1.0, np.abs(ends))
-        bad = np.flatnonzero(sc["t_start_ms"][1:] < ends - tol)
-        if bad.size:
-            i = int(bad[0]) + 1
-            raise BadInput(f"windows[{i}].t_start_ms: {sc['t_start_ms'][i]} starts before window {i - 1} ends "
-                           f"({ends[i - 1]})", field=f"windows[{i}].t_start_ms")
+    _check_order(idx, sc, p)
     for kind in ("logic", "dram"):
         bad = np.flatnonzero(sc[f"T_peak_{kind}"] < sc[f"T_mean_{kind}"] - 1e-9)
         if bad.size:
@@ -423,28 +406,9 @@ def fold_windows(windows: Sequence[WindowMetrics], *, thot_c: float,
             raise BadInput(f"windows[{i}].T_peak_{kind}: peak {sc[f'T_peak_{kind}'][i]} is below the mean "
                            f"{sc[f'T_mean_{kind}'][i]}", field=f"windows[{i}].T_peak_{kind}")
 
-    core = _stack(windows, "temps_core_c")  # (W, cores)
-    n_cores = _same(p.n_cores, core.shape[1], "windows[0].temps_core_c", "has cores:")
-    banks = _stack_banks(windows, n_cores)  # (W, vaults, layers)
-    n_vl = _same(p.n_vault_layers, banks.shape[2], "windows[0].temps_bank_c[0]", "has DRAM layers:")
-    freq = _stack(windows, "freq_ghz")
-    if freq.shape[1] != n_cores:
-        raise BadInput(f"windows[0].freq_ghz: has {freq.shape[1]} values but there are {n_cores} cores",
-                       field="windows[0].freq_ghz")
-    links = _stack(windows, "noc_link_util")
-    n_links = _same(p.n_links, links.shape[1], "windows[0].noc_link_util", "has links:")
-    if (links < 0).any():
-        i, j = (int(v) for v in np.argwhere(links < 0)[0])
-        raise BadInput(f"windows[{i}].noc_link_util[{j}]: must be >= 0", field=f"windows[{i}].noc_link_util[{j}]")
-    for i, w in enumerate(windows):
-        lat = np.asarray(w.latencies_ms, dtype=np.float64)
-        _check_finite(lat[None, :], f"windows[{i}].latencies_ms[{{1}}]")
-        if (lat < 0).any():
-            j = int(np.flatnonzero(lat < 0)[0])
-            raise BadInput(f"windows[{i}].latencies_ms[{j}]: must be >= 0", field=f"windows[{i}].latencies_ms[{j}]")
-    n_l, n_d = _cells(windows, n_cores, banks.shape[1] * banks.shape[2])
-    n_l = _same(p.cells_logic, n_l, "windows[0].cells_logic", "has")
-    n_d = _same(p.cells_dram, n_d, "windows[0].cells_dram", "has")
+    st = _Stacked.of(windows, p)
+    core, freq, links = st.core, st.freq, st.links
+    n_l, n_d = st.cells_logic, st.cells_dram
     serving = _fold_serving(windows, sc, p)
 
     # --- sums (ms, °C, W, bytes; the reductions follow in `finish`) -----------------------------------------------
@@ -455,8 +419,8 @@ def fold_windows(windows: Sequence[WindowMetrics], *, thot_c: float,
             windows=p.windows + len(windows), last_window=int(idx[-1]),
             last_end_ms=float(sc["t_start_ms"][-1] + dt[-1]),
             first_start_ms=p.first_start_ms if p.first_start_ms is not None else float(sc["t_start_ms"][0]),
-            thot_c=thot_c, n_cores=n_cores,
-            n_vault_layers=n_vl, n_links=n_links, cells_logic=n_l, cells_dram=n_d,
+            thot_c=thot_c, n_cores=st.n_cores,
+            n_vault_layers=st.n_vault_layers, n_links=st.n_links, cells_logic=n_l, cells_dram=n_d,
             t_ms=p.t_ms + float(dt.sum()),
             peak_logic=max(float(sc["T_peak_logic"].max()), p.peak_logic if p.peak_logic is not None else -math.inf),
             peak_dram=max(float(sc["T_peak_dram"].max()), p.peak_dram if p.peak_dram is not None else -math.inf),
@@ -482,6 +446,74 @@ def fold_windows(windows: Sequence[WindowMetrics], *, thot_c: float,
             **_fold_power(windows, dt, p),
             **serving,
         )
+
+
+@dataclass(frozen=True)
+class _Stacked:
+    """The windows' per-core, per-link and per-cell fields stacked (one row per window), their shapes checked
+    against each other and against the windows folded before."""
+
+    core: np.ndarray  # (W, cores) °C
+    freq: np.ndarray  # (W, cores) GHz
+    links: np.ndarray  # (W, links) utilisation
+    n_cores: int
+    n_vault_layers: int
+    n_links: int
+    cells_logic: int
+    cells_dram: int
+
+    @classmethod
+    def of(cls, windows: Sequence[WindowMetrics], p: ReducePartial) -> _Stacked:
+        core = _stack(windows, "temps_core_c")  # (W, cores)
+        n_cores = _same(p.n_cores, core.shape[1], "windows[0].temps_core_c", "has cores:")
+        banks = _stack_banks(windows, n_cores)  # (W, vaults, layers)
+        n_vl = _same(p.n_vault_layers, banks.shape[2], "windows[0].temps_bank_c[0]", "has DRAM layers:")
+        freq = _stack(windows, "freq_ghz")
+        if freq.shape[1] != n_cores:
+            raise BadInput(f"windows[0].freq_ghz: has {freq.shape[1]} values but there are {n_cores} cores",
+                           field="windows[0].freq_ghz")
+        links = _stack(windows, "noc_link_util")
+        n_links = _same(p.n_links, links.shape[1], "windows[0].noc_link_util", "has links:")
+        if (links < 0).any():
+            i, j = (int(v) for v in np.argwhere(links < 0)[0])
+            raise BadInput(f"windows[{i}].noc_link_util[{j}]: must be >= 0",
+                           field=f"windows[{i}].noc_link_util[{j}]")
+        for i, w in enumerate(windows):
+            lat = np.asarray(w.latencies_ms, dtype=np.float64)
+            _check_finite(lat[None, :], f"windows[{i}].latencies_ms[{{1}}]")
+            if (lat < 0).any():
+                j = int(np.flatnonzero(lat < 0)[0])
+                raise BadInput(f"windows[{i}].latencies_ms[{j}]: must be >= 0",
+                               field=f"windows[{i}].latencies_ms[{j}]")
+        n_l, n_d = _cells(windows, n_cores, banks.shape[1] * banks.shape[2])
+        n_l = _same(p.cells_logic, n_l, "windows[0].cells_logic", "has")
+        n_d = _same(p.cells_dram, n_d, "windows[0].cells_dram", "has")
+        return cls(core=core, freq=freq, links=links, n_cores=n_cores, n_vault_layers=n_vl, n_links=n_links,
+                   cells_logic=n_l, cells_dram=n_d)
+
+
+def _check_order(idx: np.ndarray, sc: dict[str, np.ndarray], p: ReducePartial) -> None:
+    """The windows follow the ones folded before and each other: increasing indices, no repeats, none starting
+    before the one before ends (ms, within a relative ``_TIME_TOL``)."""
+    if idx[0] <= p.last_window:
+        raise BadInput(f"windows[0].window: {int(idx[0])} does not follow {p.last_window} (windows must be in "
+                       "increasing order, no repeats)", field="windows[0].window")
+    if p.last_end_ms is not None and sc["t_start_ms"][0] < p.last_end_ms - _TIME_TOL * max(1.0, abs(p.last_end_ms)):
+        raise BadInput(f"windows[0].t_start_ms: {sc['t_start_ms'][0]} starts before the window before ends "
+                       f"({p.last_end_ms})", field="windows[0].t_start_ms")
+    if idx.size > 1:
+        bad = np.flatnonzero(np.diff(idx) <= 0)
+        if bad.size:
+            i = int(bad[0]) + 1
+            raise BadInput(f"windows[{i}].window: {int(idx[i])} does not follow {int(idx[i - 1])} (windows must be in "
+                           "increasing order, no repeats)", field=f"windows[{i}].window")
+        ends = sc["t_start_ms"][:-1] + sc["dt_ms"][:-1]
+        tol = _TIME_TOL * np.maximum(1.0, np.abs(ends))
+        bad = np.flatnonzero(sc["t_start_ms"][1:] < ends - tol)
+        if bad.size:
+            i = int(bad[0]) + 1
+            raise BadInput(f"windows[{i}].t_start_ms: {sc['t_start_ms'][i]} starts before window {i - 1} ends "
+                           f"({ends[i - 1]})", field=f"windows[{i}].t_start_ms")
 
 
 def finish(p: ReducePartial, *, scenario: str, workload: str, thot_c: float,

@@ -1,4 +1,4 @@
-"""The science acceptance checks of an experiment's result CSVs (seed 001 §9.2–§9.3, §15; issue 8):
+"""The science acceptance checks of an experiment's result CSVs (seed 001 §9.2–§9.3, §15):
 
 - every scenario's ``<out>/<scenario>/<workload>.csv`` exists with non-empty ``T_peak_logic``, ``T_peak_dram``, ``ips``;
 - no NaN or infinite value, no temperature below ambient;

@@ -1,7 +1,7 @@
 """The embedded wiring: the compute services built in this process and given one another (``shared.peers``).
 
 A leaf module (it imports no other orchestrator module), so the runtime, the job runners, the Celery tasks and the
-standalone worker all build their in-process services here without importing each other (issue 21: no import
+standalone worker all build their in-process services here without importing each other (no import
 cycles). Services are built by name (``services.root_app.create_service``), never imported from here.
 """
 

@@ -1,4 +1,4 @@
-"""The chip's capacity for a workload, from the cycle model (Science II, issue 15).
+"""The chip's capacity for a workload, from the cycle model (Science II).
 
 One micro-batch of the workload, alone on an idle chip at the top DVFS step, under the default placement: the
 physicalizer's schedule (the same services and cost model as a run, no thermal) gives its makespan ``L`` (arrival to

@@ -202,14 +202,14 @@ class EpochStepper:
     def window_ms(self) -> float:
         return self.tas.tacs.window_ms
 
-    def epoch(self, k: int, fr: Frontier, n: int, *, tag: str = "") -> Epoch:
-        """Windows k .. k+n-1 from ``fr``, up to the first event (see the module docstring). An epoch whose requests
-        would be past the services' body bounds (`EpochTooLarge`: many or busy windows) is asked again with half the
-        windows, and later epochs keep to that (the results do not depend on the epoch's length); a single window
-        past them is a `BadInput`."""
+    def epoch(self, k: int, frontier: Frontier, n: int, *, tag: str = "") -> Epoch:
+        """Windows k .. k+n-1 from ``frontier``, up to the first event (see the module docstring). An epoch whose
+        requests would be past the services' body bounds (`EpochTooLarge`: many or busy windows) is asked again with
+        half the windows, and later epochs keep to that (the results do not depend on the epoch's length); a single
+        window past them is a `BadInput`."""
         n = min(n, self.max_windows)
         try:
-            return self._epoch(k, fr, n, tag)
+            return self._epoch(k, frontier, n, tag)
         except EpochTooLarge as exc:
             if n == 1:
                 raise BadInput(f"one window's requests are past the services' body bounds ({exc}); raise "
@@ -217,19 +217,19 @@ class EpochStepper:
                                field="tas.tacs.window_ms") from exc
             self.max_windows = n // 2
             self.note(f"{exc}; epochs of at most {self.max_windows} windows from now on")
-            return self.epoch(k, fr, self.max_windows, tag=tag)
+            return self.epoch(k, frontier, self.max_windows, tag=tag)
 
-    def _epoch(self, k: int, fr: Frontier, n: int, tag: str) -> Epoch:
+    def _epoch(self, k: int, frontier: Frontier, n: int, tag: str) -> Epoch:
         logical = self._timed("workload", self.pipe.logical_windows, self.trace, k, n, workload=self.workload,
                               window_ms=self.window_ms)
-        overlays, replicas, smoothed = self._decide(k, fr, logical[0], tag)
-        phys = self._physicalize(k, fr, logical, overlays, replicas, events=self.events and not tag, tag=tag)
-        th = self._step(k, fr, [w.deposit for w in phys.windows], until_event=True, tag=tag)
-        kept, event = len(th.snapshots), th.event  # a thermal event is at the last window stepped
+        overlays, replicas, smoothed = self._decide(k, frontier, logical[0], tag)
+        phys = self._physicalize(k, frontier, logical, overlays, replicas, events=self.events and not tag, tag=tag)
+        thermal = self._step(k, frontier, [w.deposit for w in phys.windows], until_event=True, tag=tag)
+        kept, event = len(thermal.snapshots), thermal.event  # a thermal event is at the last window stepped
         smooth_after = [smoothed]  # [i]: TACS's smoothed temperatures after its decision for window k + i
         if self.tacs_on and kept > 1:
-            steps = [self._tacs_step(next_telemetry(snap, w.timing, lw.t1_ns, list(snap.freq_ghz) or fr.freq_ghz),
-                                     nxt) for snap, w, lw, nxt in zip(th.snapshots, phys.windows, logical,
+            steps = [self._tacs_step(next_telemetry(snap, w.timing, lw.t1_ns, list(snap.freq_ghz) or frontier.freq_ghz),
+                                     nxt) for snap, w, lw, nxt in zip(thermal.snapshots, phys.windows, logical,
                                                                        logical[1:kept], strict=False)]
             checked = self._timed("tacs", self.pipe.tacs_epoch, run=self.run.tacs, steps=steps, state=replicas,
                                   smoothed=smoothed, bank_bw_gbps=self.tas.taps.capacity.bank_bw_gbps,
@@ -238,18 +238,18 @@ class EpochStepper:
             if checked.acted is not None:  # the decision for window k + 1 + acted acts: keep the windows before it
                 kept, event = checked.acted + 1, "tacs"
         physical_state = phys.state if kept == n else self._physicalize(
-            k, fr, logical[:kept], overlays, replicas, events=False, tag=tag + "cut").state
-        thermal_state = th.state if kept == len(th.snapshots) else self._step(
-            k, fr, [w.deposit for w in phys.windows[:kept]], until_event=False, tag=tag + "cut").state
+            k, frontier, logical[:kept], overlays, replicas, events=False, tag=tag + "cut").state
+        thermal_state = thermal.state if kept == len(thermal.snapshots) else self._step(
+            k, frontier, [w.deposit for w in phys.windows[:kept]], until_event=False, tag=tag + "cut").state
         assert physical_state is not None and thermal_state is not None
-        last, last_lw, last_w = th.snapshots[kept - 1], logical[kept - 1], phys.windows[kept - 1]
-        freq = list(last.freq_ghz) or fr.freq_ghz  # the next window's clocks (a snapshot without: kept)
+        last, last_lw, last_w = thermal.snapshots[kept - 1], logical[kept - 1], phys.windows[kept - 1]
+        freq = list(last.freq_ghz) or frontier.freq_ghz  # the next window's clocks (a snapshot without: kept)
         after = Frontier(thermal=thermal_state, physical=physical_state, replicas=replicas,
-                         smoothed=smooth_after[kept - 1] if self.tacs_on else fr.smoothed,
+                         smoothed=smooth_after[kept - 1] if self.tacs_on else frontier.smoothed,
                          telemetry=next_telemetry(last, last_w.timing, last_lw.t1_ns, freq), freq_ghz=freq,
-                         bw_eff_factor=last.refresh.bw_eff_factor, files=fr.files)
+                         bw_eff_factor=last.refresh.bw_eff_factor, files=frontier.files)
         windows = [EpochWindow(window=k + i, logical=logical[i], overlays=overlays if i == 0 else EMPTY_OVERLAYS,
-                               physical=phys.windows[i], snapshot=th.snapshots[i]) for i in range(kept)]
+                               physical=phys.windows[i], snapshot=thermal.snapshots[i]) for i in range(kept)]
         return Epoch(windows=windows, frontier=after, event=event, asked=n)
 
     def _timed(self, phase: str, fn: Callable[P, R], *args: P.args, **kw: P.kwargs) -> R:
@@ -263,23 +263,24 @@ class EpochStepper:
     def _tacs_step(telemetry: Telemetry, pending: LogicalWindow) -> Json:
         return {"telemetry": telemetry.model_dump(mode="json"), "pending": pending.data, "now_ns": pending.t0_ns}
 
-    def _decide(self, k: int, fr: Frontier, first: LogicalWindow, tag: str) -> tuple[Json, Json, Any]:
+    def _decide(self, k: int, frontier: Frontier, first: LogicalWindow, tag: str) -> tuple[Json, Json, Any]:
         """TACS's decision for window k: (overlays, replica state after them, smoothed temperatures); none without
         TACS."""
         if not self.tacs_on:
-            return EMPTY_OVERLAYS, fr.replicas, fr.smoothed
-        d = self._timed("tacs", self.pipe.tacs_epoch, run=self.run.tacs, steps=[self._tacs_step(fr.telemetry, first)],
-                        state=fr.replicas, smoothed=fr.smoothed, bank_bw_gbps=self.tas.taps.capacity.bank_bw_gbps,
-                        window=k, tag=tag)
-        overlays = d.overlays.model_dump(mode="json") if d.acted is not None else EMPTY_OVERLAYS
-        replicas = d.state.model_dump(mode="json") if d.state is not None else fr.replicas
-        return overlays, replicas, d.smoothed[0]
+            return EMPTY_OVERLAYS, frontier.replicas, frontier.smoothed
+        decision = self._timed("tacs", self.pipe.tacs_epoch, run=self.run.tacs,
+                               steps=[self._tacs_step(frontier.telemetry, first)], state=frontier.replicas,
+                               smoothed=frontier.smoothed, bank_bw_gbps=self.tas.taps.capacity.bank_bw_gbps,
+                               window=k, tag=tag)
+        overlays = decision.overlays.model_dump(mode="json") if decision.acted is not None else EMPTY_OVERLAYS
+        replicas = decision.state.model_dump(mode="json") if decision.state is not None else frontier.replicas
+        return overlays, replicas, decision.smoothed[0]
 
-    def _physicalize(self, k: int, fr: Frontier, logical: Sequence[LogicalWindow], overlays: Json, replicas: Json,
+    def _physicalize(self, k: int, frontier: Frontier, logical: Sequence[LogicalWindow], overlays: Json, replicas: Json,
                      *, events: bool, tag: str) -> PhysicalEpoch:
         return self._timed("physicalize", self.pipe.physicalize_epoch, window=k, logical=logical,
-                           run=self.run.lowering, overlays=overlays, state=fr.physical, replicas=replicas,
-                           freq_ghz=fr.freq_ghz, window_ms=self.window_ms, bw_eff_factor=fr.bw_eff_factor,
+                           run=self.run.lowering, overlays=overlays, state=frontier.physical, replicas=replicas,
+                           freq_ghz=frontier.freq_ghz, window_ms=self.window_ms, bw_eff_factor=frontier.bw_eff_factor,
                            n_layers=self.trace.n_layers, return_state=True, events=events, tag=tag,
                            serving=self.workload.serving, retrace=self._retrace)
 
@@ -287,22 +288,22 @@ class EpochStepper:
         """The run's trace created again (deterministic: the same id) for a workload service that forgot it."""
         self.pipe.create_trace(self.workload, self.window_ms)
 
-    def _step(self, k: int, fr: Frontier, deposits: list[Json], *, until_event: bool, tag: str) -> ThermalEpoch:
+    def _step(self, k: int, frontier: Frontier, deposits: list[Json], *, until_event: bool, tag: str) -> ThermalEpoch:
         return self._timed("thermal", self.pipe.thermal_epoch, run=self.run.thermal, window=k,
-                           window_ms=self.window_ms, state=fr.thermal, deposits=deposits,
-                           bw_eff_factor=fr.bw_eff_factor, until_event=until_event, tag=tag)
+                           window_ms=self.window_ms, state=frontier.thermal, deposits=deposits,
+                           bw_eff_factor=frontier.bw_eff_factor, until_event=until_event, tag=tag)
 
 
-def warm_up(stepper: EpochStepper, fr: Frontier, *, n_warm: int, limit: int) -> Frontier:
-    """``thermal.init: steady`` with a warm-up: windows 0 .. n_warm-1 from ``fr`` in epochs (nothing committed, no
-    files), then ``fr`` with the thermal state replaced by the steady state of the warm-up's mean power map (the
-    thermal service accumulates the energy in the state it returns). Everything else of ``fr`` (queues, replicas,
+def warm_up(stepper: EpochStepper, frontier: Frontier, *, n_warm: int, limit: int) -> Frontier:
+    """``thermal.init: steady`` with a warm-up: windows 0 .. n_warm-1 from ``frontier`` in epochs (nothing committed, no
+    files), then ``frontier`` with the thermal state replaced by the steady state of the warm-up's mean power map (the
+    thermal service accumulates the energy in the state it returns). Everything else of ``frontier`` (queues, replicas,
     telemetry, DVFS) is the fresh run's: the results start at window 0 of the run proper, on a warm chip."""
-    cur, k, n = fr, 0, 1
+    cur, k, n = frontier, 0, 1
     while k < n_warm:
         ep = stepper.epoch(k, cur, min(n, n_warm - k), tag="warm")
         cur, k = ep.frontier, k + len(ep.windows)
         n = next_epoch_size(ep, limit)
     if cur.thermal is None:
-        return fr
-    return replace(fr, thermal=stepper.pipe.warm_start(run=stepper.run.thermal, state=cur.thermal))
+        return frontier
+    return replace(frontier, thermal=stepper.pipe.warm_start(run=stepper.run.thermal, state=cur.thermal))

@@ -413,28 +413,28 @@ def _starting_frontier(r: _Run, plc: Placement, k0: int) -> Frontier:
     saved at ``k0`` (the files cut back to their sizes then)."""
     saved = repo.load_frontier(sessions=r.sessions, run_id=r.run_id, next_window=k0)
     if saved is not None:
-        fr = Frontier.from_json(saved)
-        r.files.truncate_to(fr.files)
+        frontier = Frontier.from_json(saved)
+        r.files.truncate_to(frontier.files)
         r.files.write_placement(plc)
-        r.files.write_replica_state(fr.replicas)
+        r.files.write_replica_state(frontier.replicas)
         r.rlog.info(f"resuming at window {k0} of {r.n}")
-        return fr
+        return frontier
     r.files.start_fresh()
     r.files.write_placement(plc)
     reps = initial_replicas(plc)
     arch = r.spec.arch
     start = r.spec.thermal_init.model_dump(mode="json") if r.spec.thermal_init is not None else None
-    fr = Frontier(thermal=start, physical=PhysicalState(replicas=reps).model_dump(mode="json"),
+    frontier = Frontier(thermal=start, physical=PhysicalState(replicas=reps).model_dump(mode="json"),
                   replicas=reps.model_dump(mode="json"), smoothed=None, telemetry=ambient_telemetry(arch),
                   freq_ghz=initial_freqs(arch), bw_eff_factor=1.0, files=r.files.sizes())
     r.files.write_replica_state(reps)
     n_warm = min(arch.thermal.warmup_windows(r.spec.tas.tacs.window_ms), r.n)
     if n_warm:
         t0 = time.perf_counter()
-        fr = warm_up(r.stepper, fr, n_warm=n_warm, limit=r.epoch_limit)
+        frontier = warm_up(r.stepper, frontier, n_warm=n_warm, limit=r.epoch_limit)
         r.rlog.info(f"warm start: the steady state of the mean power of a {n_warm}-window warm-up pass "
                     f"({time.perf_counter() - t0:.1f} s)")
-    return fr
+    return frontier
 
 
 def _commit(r: _Run, ep: Epoch, first: int, compute_s: float) -> bool:
@@ -463,7 +463,7 @@ def _stopped_by_db(r: _Run, k: int) -> RunOutcome:
     return RunOutcome(r.run_id, "cancelled" if cancelled else "lost_lease")
 
 
-def _advance(r: _Run, fr: Frontier, k0: int, on_window: WindowHook | None, stop: StopFlag | None
+def _advance(r: _Run, frontier: Frontier, k0: int, on_window: WindowHook | None, stop: StopFlag | None
              ) -> tuple[Frontier, RunOutcome | None, int, int]:
     """Epochs from window ``k0`` to the run's end: (the last frontier, an outcome when the loop stopped early, the
     windows committed, the epochs)."""
@@ -472,19 +472,19 @@ def _advance(r: _Run, fr: Frontier, k0: int, on_window: WindowHook | None, stop:
     while k < r.n:
         if stop is not None and stop.is_set():
             repo.release_lease(sessions=r.sessions, run_id=r.run_id, owner=r.owner)
-            return fr, RunOutcome(r.run_id, "stopped", done), done, epochs
+            return frontier, RunOutcome(r.run_id, "stopped", done), done, epochs
         t0 = time.perf_counter()
-        ep = r.stepper.epoch(k, fr, min(size, r.n - k))
+        ep = r.stepper.epoch(k, frontier, min(size, r.n - k))
         if not _commit(r, ep, k, time.perf_counter() - t0):
-            return fr, replace(_stopped_by_db(r, k), windows_run=done), done, epochs
-        if ep.frontier.replicas != fr.replicas:  # the file holds the newest state; rewrite on change
+            return frontier, replace(_stopped_by_db(r, k), windows_run=done), done, epochs
+        if ep.frontier.replicas != frontier.replicas:  # the file holds the newest state; rewrite on change
             r.files.write_replica_state(ep.frontier.replicas)
-        fr, epochs = ep.frontier, epochs + 1
+        frontier, epochs = ep.frontier, epochs + 1
         last = ep.windows[-1]
         for w in ep.windows:
             done += 1
             if on_window is not None and on_window(r.run_id, w.window, r.n) is False:
-                return fr, RunOutcome(r.run_id, "stopped", done), done, epochs
+                return frontier, RunOutcome(r.run_id, "stopped", done), done, epochs
         k += len(ep.windows)
         if k - logged >= 250 or k == r.n:
             logged = k
@@ -492,14 +492,14 @@ def _advance(r: _Run, fr: Frontier, k0: int, on_window: WindowHook | None, stop:
             r.rlog.info(f"window {k} of {r.n}: T_peak {peak:.2f} C ({epochs} epochs"
                         f"{f', the last cut by {ep.event}' if ep.event else ''})")
         size = next_epoch_size(ep, r.epoch_limit)
-    return fr, None, done, epochs
+    return frontier, None, done, epochs
 
 
-def _finish(r: _Run, fr: Frontier, pipe: Pipeline, t_start: float) -> RunOutcome | None:
+def _finish(r: _Run, frontier: Frontier, pipe: Pipeline, t_start: float) -> RunOutcome | None:
     """The last thermal field, the run's result row (reduced from its window store) and its files; None when the
     lease was lost meanwhile."""
-    if fr.thermal is not None:  # the last field, ready to start another run from (arch.thermal.init: <name>.json)
-        final = ThermalState.model_validate({**fr.thermal, "window": -1, "t_ns": 0, "warm_energy_b64": None,
+    if frontier.thermal is not None:  # the last field, ready to start another run from (arch.thermal.init: <name>.json)
+        final = ThermalState.model_validate({**frontier.thermal, "window": -1, "t_ns": 0, "warm_energy_b64": None,
                                              "warm_s": 0.0}).model_dump(mode="json")
         (r.files.run_dir / "thermal_final.json").write_text(json.dumps(final) + "\n", encoding="utf-8")
     # reduce over the committed windows, read back from the window store (identical whichever worker ran them),
@@ -548,11 +548,11 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
     r = _Run(run_id=run_id, owner=owner, lease_s=lease_s, spec=spec, scenario=scenario, out_dir=out_dir,
              files=files, sessions=sessions, rlog=rlog, stepper=stepper, n=n,
              epoch_limit=min(limit, EVENTS_EPOCH_WINDOWS) if files.events else limit)
-    fr = _starting_frontier(r, plc, claim.next_window)
+    frontier = _starting_frontier(r, plc, claim.next_window)
     freeze_heap()  # the setup's long-lived objects: keep full collections in the loop cheap
     stepper.times = dict.fromkeys(stepper.times, 0.0)  # the run's own windows, not the warm-up's
     t_loop = time.perf_counter()
-    fr, early, done, epochs = _advance(r, fr, claim.next_window, on_window, stop)
+    frontier, early, done, epochs = _advance(r, frontier, claim.next_window, on_window, stop)
     if done:
         wall = time.perf_counter() - t_loop
         rlog.info(f"{done} windows in {epochs} epochs, {wall:.1f} s; wall time per window by call (ms): "
@@ -560,5 +560,5 @@ def _run(*, run_id: str, claim: repo.Claim, owner: str, lease_s: float, spec: Ex
                   + f", orchestrator {1e3 * (wall - sum(stepper.times.values())) / done:.2f}")
     if early is not None:
         return early
-    outcome = _finish(r, fr, pipe, t_start)
+    outcome = _finish(r, frontier, pipe, t_start)
     return replace(outcome, windows_run=done) if outcome is not None else RunOutcome(run_id, "lost_lease", done)

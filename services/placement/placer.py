@@ -6,6 +6,7 @@ and assembly)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -77,34 +78,86 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
     method = method or taps.method
     if method not in ("heuristic", "milp"):
         raise BadInput(f"unknown method {method!r} (heuristic | milp)", field="method")
+    solver = _Solver(arch=arch, workload=workload, taps=taps, expert_load=expert_load,
+                     expert_flops_per_token=expert_flops_per_token, H=H, moe_layers=moe_layers,
+                     expert_bytes=expert_bytes, method=method, H_vault=H_vault, pulse=pulse,
+                     nonexpert_flops_per_step=nonexpert_flops_per_step,
+                     nonexpert_bytes_per_step=nonexpert_bytes_per_step, vault_influence=vault_influence)
+    if solver.striped:  # a striped expert streams from k vaults already; a second copy would take k more
+        k_hot = 0
+        why = (f"replication: not on a striped chip (arch.schedule.expert_stripe = {arch.schedule.expert_stripe}: "
+               "each expert's weights stream from its group's vaults)") if taps.replicate_hot_k > 0 else ""
+    else:
+        k_hot, why = _replicas_that_fit(arch, workload, taps, expert_load, expert_bytes)
+    pb, plc = solver.solve(k_hot)
+    if pb.m == pb.expert_layer.shape[0]:  # nothing replicated (k = 0, or a one-core chip)
+        if why:
+            return plc.model_copy(update={"meta": plc.meta.model_copy(update={"notes": [*plc.meta.notes, why]})})
+        return plc
+    _, plain = solver.solve(0)
+    keep, note = replicas_help(plc, plain, taps.replicate_hot_k)
+    chosen = plc if keep else plain
+    return chosen.model_copy(update={"meta": chosen.meta.model_copy(update={"notes": [*chosen.meta.notes, note]})})
 
-    def solve(k_hot: int) -> tuple[Problem, Placement]:
-        pb = build_problem(arch, workload, taps, expert_load, expert_flops_per_token, H, moe_layers=moe_layers,
-                           expert_bytes=float(expert_bytes), critical_path_tol=CRITICAL_PATH_TOL,
-                           replicate_hot_k=k_hot, nonexpert_flops_per_step=nonexpert_flops_per_step,
-                           nonexpert_bytes_per_step=nonexpert_bytes_per_step, H_vault=H_vault,
-                           vault_influence=vault_influence)
-        if method == "heuristic":
-            assign, notes = heuristic_assign(pb, taps.local_search_iters, workload.routing.seed)
-            sm = None if pulse is None or H_vault is None or striped else slot_model(pb, pulse, H_vault)
-            if striped and pulse is not None:
-                notes = [*notes, f"striped experts (arch.schedule.expert_stripe = {arch.schedule.expert_stripe}): "
-                         "steady model only (the slot model times one core's weight stream)"]
-            if sm is not None:
-                return pb, _on_slots(pb, sm, assign, notes, k_hot)
-            if pulse is not None and not striped:
-                notes = [*notes, "slot model not available for this chip (no timing, more than "
-                         f"{PULSE_MAX_CORES} cores, or a stack too large for the pulse responses): steady model only"]
-            return pb, assemble(pb, assign, arch=arch, expert_bytes=expert_bytes,
-                                weight_shard_mb=workload.tensors.weight_shard_mb,
-                                bank_bw_gbps=taps.capacity.bank_bw_gbps, method="heuristic", extra_notes=notes)
-        return pb, solve_milp(pb, taps, arch=arch, expert_bytes=expert_bytes,
+
+@dataclass(frozen=True)
+class _Solver:
+    """One `build_placement` request: solves its problem with a given number of replicated hot experts."""
+
+    arch: ArchConfig
+    workload: WorkloadConfig
+    taps: TapsParams
+    expert_load: Sequence[Sequence[float]]
+    expert_flops_per_token: float
+    H: np.ndarray | None
+    moe_layers: Sequence[int] | None
+    expert_bytes: int
+    method: str
+    H_vault: np.ndarray | None
+    pulse: PulseFn | None
+    nonexpert_flops_per_step: float
+    nonexpert_bytes_per_step: float
+    vault_influence: Callable[[np.ndarray], np.ndarray] | None
+
+    @property
+    def striped(self) -> bool:
+        return self.arch.schedule.expert_stripe > 1
+
+    def solve(self, k_hot: int) -> tuple[Problem, Placement]:
+        """The problem with the ``k_hot`` hottest experts of each layer replicated, and its placement."""
+        arch, workload, taps = self.arch, self.workload, self.taps
+        pb = build_problem(arch, workload, taps, self.expert_load, self.expert_flops_per_token, self.H,
+                           moe_layers=self.moe_layers, expert_bytes=float(self.expert_bytes),
+                           critical_path_tol=CRITICAL_PATH_TOL, replicate_hot_k=k_hot,
+                           nonexpert_flops_per_step=self.nonexpert_flops_per_step,
+                           nonexpert_bytes_per_step=self.nonexpert_bytes_per_step, H_vault=self.H_vault,
+                           vault_influence=self.vault_influence)
+        if self.method == "heuristic":
+            return pb, self._heuristic(pb, k_hot)
+        return pb, solve_milp(pb, taps, arch=arch, expert_bytes=self.expert_bytes,
                               weight_shard_mb=workload.tensors.weight_shard_mb, seed=workload.routing.seed)
 
-    def _on_slots(pb: Problem, sm: SlotModel, assign: np.ndarray, notes: list[str], k_hot: int) -> Placement:
+    def _heuristic(self, pb: Problem, k_hot: int) -> Placement:
+        """The heuristic's answer; on the slot model when the thermal service's pulse responses allow it."""
+        arch, pulse, H_vault, striped = self.arch, self.pulse, self.H_vault, self.striped
+        assign, notes = heuristic_assign(pb, self.taps.local_search_iters, self.workload.routing.seed)
+        sm = None if pulse is None or H_vault is None or striped else slot_model(pb, pulse, H_vault)
+        if striped and pulse is not None:
+            notes = [*notes, f"striped experts (arch.schedule.expert_stripe = {arch.schedule.expert_stripe}): "
+                     "steady model only (the slot model times one core's weight stream)"]
+        if sm is not None:
+            return self._on_slots(pb, sm, assign, notes, k_hot)
+        if pulse is not None and not striped:
+            notes = [*notes, "slot model not available for this chip (no timing, more than "
+                     f"{PULSE_MAX_CORES} cores, or a stack too large for the pulse responses): steady model only"]
+        return assemble(pb, assign, arch=arch, expert_bytes=self.expert_bytes,
+                        weight_shard_mb=self.workload.tensors.weight_shard_mb,
+                        bank_bw_gbps=self.taps.capacity.bank_bw_gbps, method="heuristic", extra_notes=notes)
+
+    def _on_slots(self, pb: Problem, sm: SlotModel, assign: np.ndarray, notes: list[str], k_hot: int) -> Placement:
         """The heuristic's answer and the default mapping, each refined on the slot model; the lower wins, and the
         default mapping's cores when nothing beats them."""
-        iters = taps.local_search_iters
+        iters = self.taps.local_search_iters
         tried = [("heuristic", refine(pb, sm, assign, iters))]
         default = np.arange(pb.m, dtype=np.int64) % pb.n
         plain = k_hot == 0 or pb.m == pb.expert_layer.shape[0]
@@ -120,30 +173,13 @@ def build_placement(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams
         if name == "default":  # the default core mapping, its shards laid out by TAPS's bank book (shards.py)
             note += ("; TAPS kept the default mapping's cores (no placement it found has a lower predicted "
                      "objective) and spread each vault's weight reads over its columns")
-        plc = assemble(pb, best, arch=arch, expert_bytes=expert_bytes,
-                       weight_shard_mb=workload.tensors.weight_shard_mb, bank_bw_gbps=taps.capacity.bank_bw_gbps,
-                       method="heuristic", extra_notes=[*notes, note])
+        plc = assemble(pb, best, arch=self.arch, expert_bytes=self.expert_bytes,
+                       weight_shard_mb=self.workload.tensors.weight_shard_mb,
+                       bank_bw_gbps=self.taps.capacity.bank_bw_gbps, method="heuristic", extra_notes=[*notes, note])
         meta = plc.meta.model_copy(update={"objective": {**plc.meta.objective, **terms},
                                            "predicted_peak_c": round(terms["peak_c"], 4),
                                            "predicted_core_temps_c": [round(float(t), 4) for t in T]})
         return plc.model_copy(update={"meta": meta})
-
-    striped = arch.schedule.expert_stripe > 1
-    if striped:  # a striped expert streams from k vaults already; a second copy would take k more
-        k_hot = 0
-        why = (f"replication: not on a striped chip (arch.schedule.expert_stripe = {arch.schedule.expert_stripe}: "
-               "each expert's weights stream from its group's vaults)") if taps.replicate_hot_k > 0 else ""
-    else:
-        k_hot, why = _replicas_that_fit(arch, workload, taps, expert_load, expert_bytes)
-    pb, plc = solve(k_hot)
-    if pb.m == pb.expert_layer.shape[0]:  # nothing replicated (k = 0, or a one-core chip)
-        if why:
-            return plc.model_copy(update={"meta": plc.meta.model_copy(update={"notes": [*plc.meta.notes, why]})})
-        return plc
-    _, plain = solve(0)
-    keep, note = replicas_help(plc, plain, taps.replicate_hot_k)
-    chosen = plc if keep else plain
-    return chosen.model_copy(update={"meta": chosen.meta.model_copy(update={"notes": [*chosen.meta.notes, note]})})
 
 
 def _replicas_that_fit(arch: ArchConfig, workload: WorkloadConfig, taps: TapsParams,

@@ -1,5 +1,5 @@
 """TAPS's slot model: the peak of a placement's temperatures over one micro-batch period, not only of its mean
-(Science III, issue 16).
+(Science III).
 
 Why: in decode every expert a micro-batch routes to streams its whole copy of the weights, layer after layer. Each
 expert's core and vault run a ~7 ms burst once per period, and the run's peak is the hottest burst, not the hottest

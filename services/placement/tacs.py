@@ -8,7 +8,7 @@ Per call (temperatures °C, times ns, powers W, energies J):
    but cool core) never triggers a move.
 3. Candidate sources: the ``top_k_hot`` hottest cores (by T̃; a set that does not depend on Thot) that are sources.
    Sinks of a source: the cores within ``hop_radius`` hops plus the ``top_k_hot`` coolest cores: O(K·deg) edges.
-4. Benefit versus cost (Science III, issue 16). An action moves an instance's work from s to d (the expert's pending
+4. Benefit versus cost (Science III). An action moves an instance's work from s to d (the expert's pending
    work on s: its FLOPs at ``mac_pj/2`` times ``(V/V0)²`` of the core that runs them, and its weight reads at the
    DRAM access energy, shared/energy.py, spread over the horizon τ below; so ``w_s`` on s and ``w_d`` on d, each
    core at its clock for the coming window, ``telemetry.freq_ghz``, else its domain's top step, with the voltage of
@@ -38,7 +38,7 @@ Per call (temperatures °C, times ns, powers W, energies J):
    (the free bytes of the destination vault's banks, from the LIVE occupancy: the placement's banks with every
    earlier TACS move of the replica state applied; a bank takes as many shards as fit) and bank bandwidth (the
    bytes written into one bank in one window, by every move of that window, within ``bank_bw_gbps`` · window).
-6. Look-ahead (``lookahead_windows`` N > 0; issue 16): instead of the reactive test, each source picks the move, or
+6. Look-ahead (``lookahead_windows`` N > 0): instead of the reactive test, each source picks the move, or
    none, with the lowest predicted peak ``mean_t max_k T̂[t, k]`` (the hottest core's temperature over the next N
    windows, averaged: a move's own heat while its weights stream counts for as long as it lasts; the maximum over
    the horizon instead would refuse every migration out of a hot vault, whose reads come before any relief), plus
@@ -199,216 +199,358 @@ def tacs_step(tele: Telemetry, placement: Placement, state: ReplicaState, params
     validate_inputs(tele, placement, state, geom, smoothed)
     H = check_h(H, n)
     alpha = params.smoothing_alpha
-    T_raw = np.asarray(tele.temps_core, dtype=float)
-    T = T_raw if smoothed is None else alpha * T_raw + (1 - alpha) * np.asarray(smoothed, dtype=float)
-    q = np.asarray(tele.util_core, dtype=float) if tele.util_core else np.zeros(n)
+    temps_raw = np.asarray(tele.temps_core, dtype=float)
+    # step 1: T̃ = α·T + (1−α)·T̃_prev (°C)
+    temps = temps_raw if smoothed is None else alpha * temps_raw + (1 - alpha) * np.asarray(smoothed, dtype=float)
+    util = np.asarray(tele.util_core, dtype=float) if tele.util_core else np.zeros(n)
     thot, temg = params.thresholds.Thot, params.thresholds.Temg
-    span = temg - thot
-    S = np.maximum(T - thot, 0) / span + params.gamma * np.maximum(q - params.q_target, 0) / params.q_target
+    # step 2: S_c = [T̃_c − Thot]+ / (Temg − Thot) + γ·[q_c − q_tgt]+ / q_tgt
+    pressure = (np.maximum(temps - thot, 0) / (temg - thot)
+                + params.gamma * np.maximum(util - params.q_target, 0) / params.q_target)
 
     t_apply = pending_window.t0_ns if pending_window is not None else now_ns
-    if not np.greater(T, thot).any():  # no core past Thot: no source (step 2), so no move; nothing else to price
-        return _emit([], t_apply), state, [float(x) for x in T]
+    if not np.greater(temps, thot).any():  # no core past Thot: no source (step 2), so no move; nothing else to price
+        return _emit([], t_apply), state, [float(x) for x in temps]
     window_s = (params.window_ms * 1e-3 if pending_window is None or pending_window.t1_ns <= pending_window.t0_ns
                 else (pending_window.t1_ns - pending_window.t0_ns) * 1e-9)
-
-    # current cores of every expert (state overrides placement)
-    cores_of: dict[str, list[int]] = {eid: ep.cores for eid, ep in placement.experts.items()}
-    striped = {eid for eid, ep in placement.experts.items() if ep.policy == "stripe"}  # never migrated
-    for eid, entry in state.experts.items():
-        cores_of[eid] = entry.cores
-    on_core: list[list[str]] = [[] for _ in range(n)]
-    for eid, cores in cores_of.items():
-        for c in cores:
-            on_core[c].append(eid)
-
+    residents = _Residents.of(placement, state, n)
     horizon_s = max(params.min_residency_ms * 1e-3, window_s)  # tau: the horizon a move holds for
     power_s = window_s if params.power_over == "window" else horizon_s  # the pending energy's time base (params)
-    # instance power estimate (W) per (expert, core); mb ids per expert from the pending window
-    e_flop = EnergyModel.from_arch(arch).mac_j / 2  # J per FLOP (one MAC = 2 FLOPs; shared/energy.py)
-    tokens: dict[str, float] = {}
     # the clock of each core in the coming window (telemetry; else its domain's top step) and its dynamic-energy
     # factor (V/V0)^2 (shared/dvfs.py): compute energy is priced at V0 (shared/energy.py), then scaled per core
-    f_core = np.asarray(tele.freq_ghz if tele.freq_ghz else top_freqs(arch), dtype=float)
-    v_scale = dynamic_scale(volts_for(f_core, arch), arch)
-    inst_power: dict[str, float] = {}  # W per core of the expert at V0 (compute) plus its vault part
-    inst_vault: dict[str, float] = {}  # the part of inst_power spent in the expert's vault (its weight reads)
-    bytes_e: dict[str, float] = {}  # the pending window's weight bytes of each expert
+    freq_ghz = np.asarray(tele.freq_ghz if tele.freq_ghz else top_freqs(arch), dtype=float)
+    v_scale = dynamic_scale(volts_for(freq_ghz, arch), arch)
+    work = _pending_work(pending_window, residents, arch, util, freq_ghz, power_s)
+
+    hops = hops_matrix(geom.mesh_x, geom.mesh_y)
+    excess = temps - thot  # K above Thot
+    has_work = [util[c] > 0 or any(work.power_w.get(e, 0.0) > 0 for e in residents.on_core[c]) for c in range(n)]
+    sources, mig_sources, coolest = _pick_sources(temps, util, excess, has_work, params)
+    migrations_allowed = tele.noc_load <= params.noc_guard and params.max_parallel_migrations > 0
+    rules = None
+    if migrations_allowed and mig_sources:
+        rules = _MigrationRules(
+            placement=placement, state=state, geom=geom, sources=mig_sources,
+            used=_live_used(_index(placement, geom), placement, state, geom),
+            # bytes written into each bank of the chip this window (vault core, slot): at most bank_bw · window
+            incoming=np.zeros((n, geom.vault_banks)), t_apply=t_apply,
+            residency_ns=params.min_residency_ms * 1e6, undo_ns=params.undo_cooldown_ms * 1e6,
+            bank_cap=arch.dram.bank_capacity_mb * MIB, bank_bw=bank_bw_gbps * 1e9, window_s=window_s,
+            vault_bw=arch.dram.vault_bw_gbps * 1e9)
+    pricer = _MovePricer(
+        temps=temps, util=util, excess=excess, H=H, v_scale=v_scale, vault_w=work.vault_w, q_target=params.q_target,
+        tau_s=horizon_s, window_s=window_s, energy=EnergyModel.from_arch(arch), hops=hops,
+        noc_cap_bytes=_noc_capacity_bytes(geom, arch, window_s), lam=params.cost.lambda_hops,
+        mu=params.cost.mu_noc, eta=params.cost.eta_temp,
+        look=_Lookahead.of(temps, pulse, params.lookahead_windows) if params.lookahead_windows > 0 else None)
+
+    actions: list[_Action] = []
+    for src in sorted(sources, key=lambda c: (-pressure[c], c)):
+        sinks = sorted({int(c) for c in np.flatnonzero((hops[src] <= params.hop_radius) & (hops[src] > 0))}
+                       | {c for c in coolest if c != src})
+        options = _source_options(src, residents, work, pricer, rules, sinks)
+        act = _first_placeable(_ranked(options, pricer.look, src), rules)
+        if act is not None:
+            actions.append(act)
+
+    return _emit(actions, t_apply), \
+        _new_state(actions, state, t_apply), [float(x) for x in temps]
+
+
+@dataclass(frozen=True)
+class _Residents:
+    """Where every expert runs now (the replica state overrides the placement) and which experts each core runs."""
+
+    cores_of: dict[str, list[int]]
+    striped: set[str]  # striped experts: rerouted within their group, never migrated
+    on_core: list[list[str]]
+
+    @classmethod
+    def of(cls, placement: Placement, state: ReplicaState, n_cores: int) -> _Residents:
+        cores_of: dict[str, list[int]] = {eid: ep.cores for eid, ep in placement.experts.items()}
+        striped = {eid for eid, ep in placement.experts.items() if ep.policy == "stripe"}
+        for eid, entry in state.experts.items():
+            cores_of[eid] = entry.cores
+        on_core: list[list[str]] = [[] for _ in range(n_cores)]
+        for eid, cores in cores_of.items():
+            for c in cores:
+                on_core[c].append(eid)
+        return cls(cores_of=cores_of, striped=striped, on_core=on_core)
+
+
+@dataclass(frozen=True)
+class _PendingWork:
+    """Step 4's powers: each expert instance's pending work as a mean power over the time base."""
+
+    tokens: dict[str, float]  # routed tokens of the pending window per expert
+    weight_bytes: dict[str, float]  # the pending window's weight bytes of each expert
+    power_w: dict[str, float]  # W per core of the expert at V0 (compute) plus its vault part
+    vault_w: dict[str, float]  # the part of power_w spent in the expert's vault (its weight reads)
+
+
+def _pending_work(pending_window: LogicalWindow | None, residents: _Residents, arch: ArchConfig, util: np.ndarray,
+                  freq_ghz: np.ndarray, power_s: float) -> _PendingWork:
+    """Instance power estimate (W) per (expert, core): the pending window's FLOPs and weight reads when it has any,
+    else each core's utilisation at its peak FLOP rate, shared by the experts on it."""
+    e_flop = EnergyModel.from_arch(arch).mac_j / 2  # J per FLOP (one MAC = 2 FLOPs; shared/energy.py)
+    power_w: dict[str, float] = {}
     if pending_window is not None and len(pending_window.compute):
-        comp = pending_window.compute
-        flops_e: dict[str, float] = {}
-        for layer, ex, tok, fl in zip(comp.layer, comp.expert, comp.tokens, comp.flops, strict=True):
-            if ex < 0:
-                continue
-            eid = expert_id(layer, ex)
-            flops_e[eid] = flops_e.get(eid, 0.0) + fl
-            tokens[eid] = tokens.get(eid, 0.0) + tok
-        # + the weight stream: the DRAM access energy of the expert's weight reads (it moves with the expert)
-        mem = pending_window.memory
-        owner: dict[str, str] = {}  # weight shard id -> its expert's id ("" for any other tensor)
-        for tid, nb in zip(mem.tensor_id, mem.bytes, strict=True):
-            who = owner.get(tid)
-            if who is None:
-                try:
-                    lv, ex, _ = parse_weight_tensor_id(tid)
-                    who = owner[tid] = expert_id(lv, ex)
-                except ValueError:
-                    who = owner[tid] = ""
-            if who:
-                bytes_e[who] = bytes_e.get(who, 0.0) + nb
+        flops, tokens = _expert_flops_tokens(pending_window)
+        weight_bytes = _expert_weight_bytes(pending_window)
+        vault_w: dict[str, float] = {}
         e_byte = EnergyModel.from_arch(arch).dram_j_per_byte
-        for eid in set(flops_e) | set(bytes_e):
-            if eid in cores_of:
+        for eid in set(flops) | set(weight_bytes):
+            if eid in residents.cores_of:
                 # the mean power over the horizon a move holds for (the energy of the pending work over tau; the
                 # influence matrix H is steady-state, so a 3 ms burst must not count as sustained power), or over
                 # the window itself with power_over: window (the work taken as continuous)
-                inst_power[eid] = ((flops_e.get(eid, 0.0) * e_flop + bytes_e.get(eid, 0.0) * e_byte)
-                                   / power_s / len(cores_of[eid]))
-                inst_vault[eid] = bytes_e.get(eid, 0.0) * e_byte / power_s / len(cores_of[eid])
-    else:
-        for c in range(n):
-            if on_core[c]:
-                peak_flops = arch.core.array[0] * arch.core.array[1] * 2 * f_core[c] * 1e9  # at its clock
-                share = q[c] * peak_flops * e_flop / len(on_core[c])
-                for eid in on_core[c]:
-                    inst_power[eid] = share  # identical share on every core of a replicated expert
+                n_copies = len(residents.cores_of[eid])
+                power_w[eid] = ((flops.get(eid, 0.0) * e_flop + weight_bytes.get(eid, 0.0) * e_byte)
+                                / power_s / n_copies)
+                vault_w[eid] = weight_bytes.get(eid, 0.0) * e_byte / power_s / n_copies
+        return _PendingWork(tokens=tokens, weight_bytes=weight_bytes, power_w=power_w, vault_w=vault_w)
+    for c, experts in enumerate(residents.on_core):
+        if experts:
+            peak_flops = arch.core.array[0] * arch.core.array[1] * 2 * freq_ghz[c] * 1e9  # FLOP/s at its clock
+            share = util[c] * peak_flops * e_flop / len(experts)
+            for eid in experts:
+                power_w[eid] = share  # identical share on every core of a replicated expert
+    return _PendingWork(tokens={}, weight_bytes={}, power_w=power_w, vault_w={})
 
-    hop = hops_matrix(geom.mesh_x, geom.mesh_y)
+
+def _expert_flops_tokens(window: LogicalWindow) -> tuple[dict[str, float], dict[str, float]]:
+    """FLOPs and routed tokens of the pending window per expert (rows of no expert, ``expert < 0``, skipped)."""
+    comp = window.compute
+    flops: dict[str, float] = {}
+    tokens: dict[str, float] = {}
+    for layer, ex, tok, fl in zip(comp.layer, comp.expert, comp.tokens, comp.flops, strict=True):
+        if ex < 0:
+            continue
+        eid = expert_id(layer, ex)
+        flops[eid] = flops.get(eid, 0.0) + fl
+        tokens[eid] = tokens.get(eid, 0.0) + tok
+    return flops, tokens
+
+
+def _expert_weight_bytes(window: LogicalWindow) -> dict[str, float]:
+    """The weight stream per expert: bytes of its weight shards the pending window reads (the DRAM access energy of
+    those reads moves with the expert)."""
+    mem = window.memory
+    weight_bytes: dict[str, float] = {}
+    owner: dict[str, str] = {}  # weight shard id -> its expert's id ("" for any other tensor)
+    for tid, nbytes in zip(mem.tensor_id, mem.bytes, strict=True):
+        who = owner.get(tid)
+        if who is None:
+            try:
+                layer, ex, _ = parse_weight_tensor_id(tid)
+                who = owner[tid] = expert_id(layer, ex)
+            except ValueError:
+                who = owner[tid] = ""
+        if who:
+            weight_bytes[who] = weight_bytes.get(who, 0.0) + nbytes
+    return weight_bytes
+
+
+def _noc_capacity_bytes(geom: ChipGeometry, arch: ArchConfig, window_s: float) -> float:
+    """Bytes every NoC link of the mesh together carries in one window (ΔNoĈ's unit, step 4)."""
     X, Y = geom.mesh_x, geom.mesh_y
     links = 2 * ((X - 1) * Y + X * (Y - 1))
-    noc_cap_bytes = max(links, 1) * arch.mesh.noc.width_bits / 8 * arch.mesh.noc.link_freq_ghz * 1e9 * window_s
-    em = EnergyModel.from_arch(arch)
-    tau_s = horizon_s
-    vault_bw = arch.dram.vault_bw_gbps * 1e9
-    lam, mu, eta = params.cost.lambda_hops, params.cost.mu_noc, params.cost.eta_temp
-    excess = T - thot
-    has_work = [q[c] > 0 or any(inst_power.get(e, 0.0) > 0 for e in on_core[c]) for c in range(n)]
-    order_hot = np.lexsort((np.arange(n), -q, -T))  # hottest first (Thot-independent)
-    coolest = [int(c) for c in np.lexsort((np.arange(n), q, T))[: params.top_k_hot]]
+    return float(max(links, 1) * arch.mesh.noc.width_bits / 8 * arch.mesh.noc.link_freq_ghz * 1e9 * window_s)
+
+
+def _pick_sources(temps: np.ndarray, util: np.ndarray, excess: np.ndarray, has_work: list[bool],
+                  params: TacsParams) -> tuple[list[int], set[int], list[int]]:
+    """Step 3: (the sources among the ``top_k_hot`` hottest cores, those of them that may migrate, the
+    ``top_k_hot`` coolest cores). Hot and cool are ranked by T̃, then utilisation, then core: Thot-independent."""
+    n = temps.shape[0]
+    order_hot = np.lexsort((np.arange(n), -util, -temps))  # hottest first
+    coolest = [int(c) for c in np.lexsort((np.arange(n), util, temps))[: params.top_k_hot]]
     candidates = [int(c) for c in order_hot[: params.top_k_hot]]
     k_mig = min(params.top_k_hot, params.max_parallel_migrations)
     sources = [c for c in candidates if excess[c] > 0 and has_work[c]]
     mig_sources = {c for c in candidates[:k_mig] if c in sources}
-    migrations_allowed = tele.noc_load <= params.noc_guard and params.max_parallel_migrations > 0
+    return sources, mig_sources, coolest
 
-    used = _live_used(_index(placement, geom), placement, state, geom) \
-        if migrations_allowed and mig_sources else None
-    res_ns = params.min_residency_ms * 1e6
-    undo_ns = params.undo_cooldown_ms * 1e6
-    bank_cap = arch.dram.bank_capacity_mb * MIB
-    bank_bw = bank_bw_gbps * 1e9
-    # bytes written into each bank of the chip this window (vault core, slot): at most bank_bw · window
-    incoming = np.zeros((n, geom.vault_banks))
-    look = _Lookahead.of(T, pulse, params.lookahead_windows) if params.lookahead_windows > 0 else None
 
-    def evaluate(kind: str, eid: str, s: int, d: int, w: float, nbytes: float, stream_s: float, *,
-                 vault_moves: bool = True) -> _Action | None:
+@dataclass
+class _MigrationRules:
+    """Step 5: what a migration must respect, and the live bank occupancy the chosen migrations claim from."""
+
+    placement: Placement
+    state: ReplicaState
+    geom: ChipGeometry
+    sources: set[int]  # the sources allowed to migrate
+    used: np.ndarray  # (cores, vault banks) bytes held now; updated as migrations are chosen
+    incoming: np.ndarray  # (cores, vault banks) bytes written into each bank by this window's migrations
+    t_apply: int  # ns
+    residency_ns: float
+    undo_ns: float
+    bank_cap: float  # bytes one bank holds
+    bank_bw: float  # B/s one bank is written at
+    window_s: float
+    vault_bw: float  # B/s a vault streams at
+
+
+@dataclass(frozen=True)
+class _MovePricer:
+    """Step 4's price of a move; with a look-ahead, step 6's predicted peak as its score."""
+
+    temps: np.ndarray  # (n,) °C, smoothed
+    util: np.ndarray  # (n,) core utilisation
+    excess: np.ndarray  # (n,) K above Thot
+    H: np.ndarray  # (n, n) K/W, steady-state influence
+    v_scale: np.ndarray  # (n,) dynamic-energy factor (V/V0)^2 of each core's clock
+    vault_w: dict[str, float]  # W of each expert instance's weight reads, spent in its vault
+    q_target: float
+    tau_s: float  # the horizon a move holds for
+    window_s: float
+    energy: EnergyModel
+    hops: np.ndarray  # (n, n) NoC hops
+    noc_cap_bytes: float  # NoC bytes per window
+    lam: float  # tie-break weight per hop
+    mu: float  # K per unit of added NoC load
+    eta: float  # tie-break weight per K of rise
+    look: _Lookahead | None
+
+    def price(self, kind: str, eid: str, src: int, dst: int, power_w: float, nbytes: float, stream_s: float, *,
+              vault_moves: bool = True) -> _Action | None:
         """The move's net benefit (module docstring, step 4); None when it is not worth making or not allowed.
-        ``vault_moves`` False: the work's weight reads stay in s's vault (a striped expert's slice), ``w`` is its
-        compute alone."""
-        wv = inst_vault.get(eid, 0.0) if vault_moves else 0.0
-        # the instance's power on s, and the same work's on d, each core's compute at its voltage; at V0 (factor
-        # 1: every core at its top step with V ∝ f) exactly w, as before the factor was counted
-        ws = w if v_scale[s] == 1.0 else (w - wv) * float(v_scale[s]) + wv
-        wd = w if v_scale[d] == 1.0 else (w - wv) * float(v_scale[d]) + wv
-        if ws == wd:
-            drop, rise = ws * (H[s, s] - H[s, d]), ws * (H[d, d] - H[d, s])
+        ``vault_moves`` False: the work's weight reads stay in src's vault (a striped expert's slice), ``power_w``
+        is its compute alone."""
+        H, temps = self.H, self.temps
+        vault_w = self.vault_w.get(eid, 0.0) if vault_moves else 0.0
+        # the instance's power on src, and the same work's on dst, each core's compute at its voltage; at V0 (factor
+        # 1: every core at its top step with V ∝ f) exactly power_w, as before the factor was counted
+        src_w = power_w if self.v_scale[src] == 1.0 else (power_w - vault_w) * float(self.v_scale[src]) + vault_w
+        dst_w = power_w if self.v_scale[dst] == 1.0 else (power_w - vault_w) * float(self.v_scale[dst]) + vault_w
+        if src_w == dst_w:  # K
+            drop, rise = src_w * (H[src, src] - H[src, dst]), src_w * (H[dst, dst] - H[dst, src])
         else:
-            drop, rise = ws * H[s, s] - wd * H[s, d], wd * H[d, d] - ws * H[d, s]
-        if not (drop > 0 and T[d] + rise < T[s] - drop and q[d] <= params.q_target):
+            drop, rise = src_w * H[src, src] - dst_w * H[src, dst], dst_w * H[dst, dst] - src_w * H[dst, src]
+        if not (drop > 0 and temps[dst] + rise < temps[src] - drop and self.util[dst] <= self.q_target):
             return None
-        benefit = min(drop, float(excess[s])) * max(0.0, 1.0 - stream_s / tau_s)
-        dram = 0.0 if kind == "reroute" else nbytes * em.dram_j_per_byte
-        e_noc = nbytes * hop[s, d] * em.noc_j_per_byte_hop
-        heat = (dram * (H[s, s] + H[s, d]) + e_noc * H[s, s]) / tau_s
-        added = nbytes * hop[s, d] / noc_cap_bytes
-        net = benefit - heat - mu * added
-        delta = None
-        if look is not None:  # step 6: the predicted peak decides, not net
-            m = 0 if kind == "reroute" else max(1, math.ceil(stream_s / window_s - 1e-9))
-            delta = look.shift(s, d, ws - wv, wd - wv, wv, start=m)
-            if kind == "reroute":
-                delta += look.sustained(look.Cc, s, e_noc / tau_s, 0, look.n_windows)
-            else:
-                slot = m * window_s
-                delta += look.sustained(look.Cv, s, dram / slot, 0, m) + look.sustained(look.Cv, d, dram / slot, 0, m) \
-                    + look.sustained(look.Cc, s, e_noc / slot, 0, m)
-        elif not net > 0:
+        # B = min(drop, x_s) · max(0, 1 − t_stream/τ)
+        benefit = min(drop, float(self.excess[src])) * max(0.0, 1.0 - stream_s / self.tau_s)
+        dram_j = 0.0 if kind == "reroute" else nbytes * self.energy.dram_j_per_byte
+        noc_j = nbytes * self.hops[src, dst] * self.energy.noc_j_per_byte_hop
+        # Q = (E_read·H[s,s] + E_write·H[s,d] + E_noc·H[s,s]) / τ
+        heat = (dram_j * (H[src, src] + H[src, dst]) + noc_j * H[src, src]) / self.tau_s
+        noc_added = nbytes * self.hops[src, dst] / self.noc_cap_bytes  # ΔNoĈ
+        net = benefit - heat - self.mu * noc_added
+        if self.look is None and not net > 0:  # the reactive rule; step 6 scores every allowed move instead
             return None
-        act = _Action(kind, eid, s, d, cost=float(lam * hop[s, d] + eta * rise), drop=float(drop),
-                      noc_added=float(added), net=float(net))
-        if delta is not None and look is not None:
-            act.score = look.peak(delta, s) + mu * float(added)
+        act = _Action(kind, eid, src, dst, cost=float(self.lam * self.hops[src, dst] + self.eta * rise),
+                      drop=float(drop), noc_added=float(noc_added), net=float(net))
+        if self.look is not None:
+            delta = self._predicted_rise(self.look, kind, src, dst, src_w - vault_w, dst_w - vault_w, vault_w,
+                                         stream_s, dram_j, noc_j)
+            act.score = self.look.peak(delta, src) + self.mu * float(noc_added)
         return act
 
-    actions: list[_Action] = []
-    for s in sorted(sources, key=lambda c: (-S[c], c)):
-        sinks = sorted({int(c) for c in np.flatnonzero((hop[s] <= params.hop_radius) & (hop[s] > 0))}
-                       | {c for c in coolest if c != s})
-        options: list[_Action] = []
-        for eid in on_core[s]:
-            cores = cores_of[eid]
-            w = inst_power.get(eid, 0.0)
-            if w <= 0:
-                continue  # no work of this expert here: moving it relieves nothing
-            if len(cores) >= 2 and eid in striped:
-                # reroute this core's slice of a striped expert to another core of its group: its compute moves,
-                # its weight reads stay in s's vault and cross the NoC, with every token's activations both ways
-                slice_bytes = tokens.get(eid, 0.0) * ACT_BYTES_PER_TOKEN * 2 + bytes_e.get(eid, 0.0) / len(cores)
-                for d in cores:
-                    if d != s:
-                        a = evaluate("reroute", eid, s, d, w - inst_vault.get(eid, 0.0), slice_bytes, 0.0,
-                                     vault_moves=False)
-                        if a is not None:
-                            options.append(a)
-                continue
-            if len(cores) >= 2:  # reroute this core's share to another replica: activations move, weights stay
-                act_bytes = tokens.get(eid, 0.0) / len(cores) * ACT_BYTES_PER_TOKEN * 2
-                for d in cores:
-                    if d != s:
-                        a = evaluate("reroute", eid, s, d, w, act_bytes, 0.0)
-                        if a is not None:
-                            options.append(a)
-                continue
-            if s not in mig_sources or used is None:
-                continue
-            ent = state.experts.get(eid)
-            since = max(ent.ts_created_ns, ent.last_change_ns or 0) if ent is not None else 0
-            if t_apply - since < res_ns:
-                continue  # minimum residency
-            shards = _current_shards(eid, ent, placement, cores, geom)
-            size = float(sum(sz for _, sz, _, _ in shards))
-            if any(sz / window_s > bank_bw for _, sz, _, _ in shards):
-                continue  # a shard cannot be written within one window at bank bandwidth
-            for d in sinks:
-                if (ent is not None and ent.prev_cores and d in ent.prev_cores and ent.last_change_ns is not None
-                        and t_apply - ent.last_change_ns < undo_ns):
-                    continue  # undo cool-down
-                if eid in on_core[d]:
-                    continue
-                a = evaluate("migrate", eid, s, d, w, size, size / vault_bw)
-                if a is not None:
-                    a.shards = [(t, sz, geom.slot_bank_id(v, sl), "") for t, sz, v, sl in shards]
-                    options.append(a)
-        if look is None:
-            options.sort(key=lambda a: (-a.net, a.cost, a.dst, a.expert))
-        else:  # step 6: better than leaving the field as it is, best first
-            options = sorted((a for a in options if a.score < float(look.T0[s]) - 1e-9),
-                             key=lambda a: (a.score, a.cost, a.dst, a.expert))
-        for act in options:
-            if act.kind == "migrate":
-                assert used is not None
-                dst_banks = _pick_banks(act, used, geom, bank_cap, incoming, bank_bw * window_s)
-                if dst_banks is None:
-                    continue
-                act.shards = [(t, sz, src, dst)
-                              for (t, sz, src, _), dst in zip(act.shards or [], dst_banks, strict=True)]
-                _occupy(used, act, geom)
-            actions.append(act)
-            break
+    def _predicted_rise(self, look: _Lookahead, kind: str, src: int, dst: int, core_src_w: float,
+                        core_dst_w: float, vault_w: float, stream_s: float, dram_j: float, noc_j: float
+                        ) -> np.ndarray:
+        """Step 6: (N, n) K the move adds to today's field: the shifted power from the window its weights have
+        streamed, plus the move's own energy until then (a reroute's NoC energy over τ, sustained)."""
+        stream_windows = 0 if kind == "reroute" else max(1, math.ceil(stream_s / self.window_s - 1e-9))
+        delta = look.shift(src, dst, core_src_w, core_dst_w, vault_w, start=stream_windows)
+        if kind == "reroute":
+            delta += look.sustained(look.Cc, src, noc_j / self.tau_s, 0, look.n_windows)
+        else:
+            slot_s = stream_windows * self.window_s
+            delta += look.sustained(look.Cv, src, dram_j / slot_s, 0, stream_windows) \
+                + look.sustained(look.Cv, dst, dram_j / slot_s, 0, stream_windows) \
+                + look.sustained(look.Cc, src, noc_j / slot_s, 0, stream_windows)
+        return delta
 
-    return _emit(actions, t_apply), \
-        _new_state(actions, state, t_apply), [float(x) for x in T]
+
+def _source_options(src: int, residents: _Residents, work: _PendingWork, pricer: _MovePricer,
+                    rules: _MigrationRules | None, sinks: list[int]) -> list[_Action]:
+    """Every allowed move of source ``src``: a reroute for an expert with several cores, else (a source allowed to
+    migrate) a migration to one of ``sinks``. Experts without work on ``src`` stay: moving them relieves nothing."""
+    options: list[_Action] = []
+    for eid in residents.on_core[src]:
+        cores = residents.cores_of[eid]
+        power_w = work.power_w.get(eid, 0.0)
+        if power_w <= 0:
+            continue
+        if len(cores) >= 2:
+            options.extend(_reroute_options(src, eid, cores, eid in residents.striped, power_w, work, pricer))
+        elif rules is not None and src in rules.sources:
+            options.extend(_migration_options(src, eid, cores, power_w, residents, pricer, rules, sinks))
+    return options
+
+
+def _reroute_options(src: int, eid: str, cores: list[int], striped: bool, power_w: float, work: _PendingWork,
+                     pricer: _MovePricer) -> list[_Action]:
+    """Reroutes of ``src``'s share of ``eid`` to its other cores (no weights move)."""
+    if striped:
+        # this core's slice of a striped expert to another core of its group: its compute moves, its weight reads
+        # stay in src's vault and cross the NoC, with every token's activations both ways
+        nbytes = work.tokens.get(eid, 0.0) * ACT_BYTES_PER_TOKEN * 2 + work.weight_bytes.get(eid, 0.0) / len(cores)
+        moved_w, vault_moves = power_w - work.vault_w.get(eid, 0.0), False
+    else:  # this core's share to another replica: activations move, weights stay
+        nbytes = work.tokens.get(eid, 0.0) / len(cores) * ACT_BYTES_PER_TOKEN * 2
+        moved_w, vault_moves = power_w, True
+    options: list[_Action] = []
+    for dst in cores:
+        if dst != src:
+            act = pricer.price("reroute", eid, src, dst, moved_w, nbytes, 0.0, vault_moves=vault_moves)
+            if act is not None:
+                options.append(act)
+    return options
+
+
+def _migration_options(src: int, eid: str, cores: list[int], power_w: float, residents: _Residents,
+                       pricer: _MovePricer, rules: _MigrationRules, sinks: list[int]) -> list[_Action]:
+    """Migrations of single-core expert ``eid`` and its weight shards from ``src`` to a sink (step 5's rules)."""
+    ent = rules.state.experts.get(eid)
+    since = max(ent.ts_created_ns, ent.last_change_ns or 0) if ent is not None else 0
+    if rules.t_apply - since < rules.residency_ns:
+        return []  # minimum residency
+    shards = _current_shards(eid, ent, rules.placement, cores, rules.geom)
+    size = float(sum(sz for _, sz, _, _ in shards))
+    if any(sz / rules.window_s > rules.bank_bw for _, sz, _, _ in shards):
+        return []  # a shard cannot be written within one window at bank bandwidth
+    options: list[_Action] = []
+    for dst in sinks:
+        if (ent is not None and ent.prev_cores and dst in ent.prev_cores and ent.last_change_ns is not None
+                and rules.t_apply - ent.last_change_ns < rules.undo_ns):
+            continue  # undo cool-down
+        if eid in residents.on_core[dst]:
+            continue
+        act = pricer.price("migrate", eid, src, dst, power_w, size, size / rules.vault_bw)
+        if act is not None:
+            act.shards = [(t, sz, rules.geom.slot_bank_id(v, sl), "") for t, sz, v, sl in shards]
+            options.append(act)
+    return options
+
+
+def _ranked(options: list[_Action], look: _Lookahead | None, src: int) -> list[_Action]:
+    """Best first: the largest net (step 4), or with a look-ahead the lowest score among the moves that beat leaving
+    the field as it is (step 6); ties by cost, destination, expert."""
+    if look is None:
+        options.sort(key=lambda a: (-a.net, a.cost, a.dst, a.expert))
+        return options
+    return sorted((a for a in options if a.score < float(look.T0[src]) - 1e-9),
+                  key=lambda a: (a.score, a.cost, a.dst, a.expert))
+
+
+def _first_placeable(options: list[_Action], rules: _MigrationRules | None) -> _Action | None:
+    """The source's move: the first option whose shards find banks (a reroute always does); a chosen migration
+    claims its banks in the live occupancy, which later sources of the same call see."""
+    for act in options:
+        if act.kind == "migrate":
+            assert rules is not None
+            dst_banks = _pick_banks(act, rules.used, rules.geom, rules.bank_cap, rules.incoming,
+                                    rules.bank_bw * rules.window_s)
+            if dst_banks is None:
+                continue
+            act.shards = [(t, sz, src, dst)
+                          for (t, sz, src, _), dst in zip(act.shards or [], dst_banks, strict=True)]
+            _occupy(rules.used, act, rules.geom)
+        return act
+    return None
 
 
 @dataclass

@@ -242,13 +242,9 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     puts their shards on: ``vault_influence(shares)`` (the thermal service's H_vault for a vault's watt in those
     shares per die) at `shards.read_die_profile` of the mean vault's shards; None: ``H_vault`` for both."""
     loads = validate_loads(expert_load)
-    n_layers, n_e = loads.shape
-    check_size(n_layers * n_e, arch.mesh.n_cores)
-    layers = list(range(n_layers)) if moe_layers is None else [int(x) for x in moe_layers]
-    if len(layers) != n_layers:
-        raise BadInput(f"moe_layers lists {len(layers)} layers but expert_load has {n_layers}", field="moe_layers")
-    if len(set(layers)) != len(layers) or any(x < 0 for x in layers):
-        raise BadInput("moe_layers must be distinct non-negative layer indices", field="moe_layers")
+    n_layers, n_experts = loads.shape
+    check_size(n_layers * n_experts, arch.mesh.n_cores)
+    layers = _moe_layer_indices(n_layers, moe_layers)
     if not (math.isfinite(expert_flops_per_token) and expert_flops_per_token > 0):
         raise BadInput("expert_flops_per_token must be > 0", field="expert_flops_per_token")
     geom = ChipGeometry.of(arch)
@@ -262,56 +258,23 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     H = check_h(H, n)
 
     steps_per_s = 1e3 / wl.sequence.step_interval_ms
-    share = loads / loads.sum(axis=1, keepdims=True)
-    n_rep = np.ones((n_layers, n_e), dtype=np.int64)
-    k_hot = min(taps.replicate_hot_k if replicate_hot_k is None else replicate_hot_k, n_e) if n >= 2 else 0
-    if k_hot:
-        hot = np.argsort(-loads, axis=1, kind="stable")[:, :k_hot]
-        np.put_along_axis(n_rep, hot, 2, axis=1)
-    expert_layer = np.repeat(np.asarray(layers), n_e)
-    expert_e = np.tile(np.arange(n_e), n_layers)
-    reps = n_rep.ravel()
-    inst_expert = np.repeat(np.arange(n_layers * n_e), reps)
-    tok_step = (share.ravel() * routed_tokens_per_step(wl) / reps)[inst_expert]
-    flops = tok_step * steps_per_s * expert_flops_per_token
+    k_hot = min(taps.replicate_hot_k if replicate_hot_k is None else replicate_hot_k, n_experts) if n >= 2 else 0
+    inst_expert, tok_step = _instances(loads, k_hot, routed_tokens_per_step(wl))
+    expert_layer = np.repeat(np.asarray(layers), n_experts)
+    expert_e = np.tile(np.arange(n_experts), n_layers)
+    flops = tok_step * steps_per_s * expert_flops_per_token  # FLOP/s per instance
     e_compute, e_ctrl, e_vault = instance_energy(arch, tok_step, expert_flops_per_token, float(expert_bytes))
-    total = float(flops.sum())
-    cap = taps.capacity.core_flops_tps
-    if total > cap * n:
-        # the chip saturates: work queues and the sustained rate is what heats it. Scale every rate so the mean
-        # core utilisation is 1/CAPACITY_HEADROOM (room for the packing to respect per-core capacity).
-        rho = cap * n / (total * CAPACITY_HEADROOM)
-        notes.append(f"demand {total:.3g} FLOP/s exceeds the chip's {cap * n:.3g} FLOP/s: rates scaled by {rho:.3g} to "
-                     f"the sustainable throughput (mean core utilisation {1 / CAPACITY_HEADROOM:.0%})")
-        flops = flops * rho
-        steps_per_s = steps_per_s * rho  # micro-batches keep their size; fewer of them per second
-    if flops.size and flops.max() > cap:
-        notes.append(f"the busiest instance needs {flops.max():.3g} FLOP/s, more than a core's {cap:.3g}: per-core "
-                     "capacity relaxed to it")
-        cap = float(flops.max()) * (1 + 1e-9)
-    t_amb = arch.geometry.cooling.ambient_c
+    flops, steps_per_s, cap = _sustainable_rates(flops, steps_per_s, taps.capacity.core_flops_tps, n, notes)
     Hv = None if H_vault is None else check_h(H_vault, n)
-    obj = taps.objective
     inst_copies = None
     vault_cap = math.inf
-    shards_per_vault = 0.0
     read_dies = H_reads = None
     if expert_bytes > 0:
-        sizes = shard_sizes(int(expert_bytes), wl.tensors.weight_shard_mb)
-        bank_cap = arch.dram.bank_capacity_mb * MIB
-        if max(sizes) > bank_cap:
-            raise BadInput(f"a weight shard of {max(sizes) / MIB:.0f} MiB does not fit a {bank_cap / MIB:.0f} MiB "
-                           "bank: lower workload.tensors.weight_shard_mb", field="workload.tensors.weight_shard_mb")
-        # counted in expert copies packed by bytes (`shards.pack_banks`: a bank holds as many shards as fit): every
-        # instance holds one copy of the same shards, so a vault's capacity is the copies its banks hold, and a
-        # core's instances within it keep their shards in its vault (no read over the NoC from a remote one)
-        check_fits(int(inst_expert.shape[0]), sizes, bank_cap, geom)
-        vault_cap = float(vault_copies(sizes, bank_cap, geom.vault_banks))
+        vault_cap, shards_per_vault = _vault_capacity(arch, wl, geom, int(expert_bytes), int(inst_expert.shape[0]))
         inst_copies = np.ones(inst_expert.shape[0])
-        shards_per_vault = inst_expert.shape[0] * len(sizes) / n
-    if inst_copies is not None and Hv is not None and vault_influence is not None:  # the mean vault's shards
-        read_dies = read_die_profile(geom, shards_per_vault)
-        H_reads = check_h(vault_influence(read_dies), n)
+        if Hv is not None and vault_influence is not None:  # the mean vault's shards
+            read_dies = read_die_profile(geom, shards_per_vault)
+            H_reads = check_h(vault_influence(read_dies), n)
     base = base_power(arch, H, Hv, steps_per_s, nonexpert_flops_per_step, nonexpert_bytes_per_step,
                       float(e_compute.sum()) * steps_per_s, float(e_ctrl.sum()) * steps_per_s,
                       float(e_vault.sum()) * steps_per_s, H_reads)
@@ -319,20 +282,86 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     # the instances' MACs and scratchpad accesses at the cores' mean (V/V0)²: exact when every core settles at one
     # DVFS level (both shipped chips; a placement that moves a core across a trip is not modelled)
     e_logic = e_compute * float(base.dyn_scale.mean()) + e_ctrl
-    power = (e_logic + e_vault) * steps_per_s  # W, mean
+    power_w = (e_logic + e_vault) * steps_per_s  # W, mean
     # the instances' heat (the base field's is in t_base): their vault share where their shards are
     H_inst = stripe_influence(instance_influence(H, Hv if H_reads is None else H_reads, e_logic, e_vault), arch)
     inst_time = inst_budget = None
     if critical_path_tol is not None:
         inst_time, inst_budget = layer_budgets(arch, taps, tok_step * expert_flops_per_token, expert_bytes,
                                                expert_layer[inst_expert], critical_path_tol)
+    obj = taps.objective
     return Problem(geom=geom, H=H_inst, H_core=H, base_field=base, t_base=base.t_base_c, w_peak=obj.w_peak,
                    w_var=obj.w_var, w_smooth=obj.w_smooth,
-                   inst_expert=inst_expert, inst_power=power, inst_flops=flops, inst_tokens_step=tok_step,
+                   inst_expert=inst_expert, inst_power=power_w, inst_flops=flops, inst_tokens_step=tok_step,
                    expert_layer=expert_layer, expert_e=expert_e, cap_flops=cap, steps_per_s=steps_per_s,
-                   t_amb=t_amb, notes=notes, h_source=source, inst_time=inst_time, inst_budget=inst_budget,
-                   inst_copies=inst_copies, vault_cap=vault_cap, inst_e_logic=e_logic, inst_e_vault=e_vault,
-                   read_dies=read_dies, H_vault_reads=H_reads, stripe=arch.schedule.expert_stripe)
+                   t_amb=arch.geometry.cooling.ambient_c, notes=notes, h_source=source, inst_time=inst_time,
+                   inst_budget=inst_budget, inst_copies=inst_copies, vault_cap=vault_cap, inst_e_logic=e_logic,
+                   inst_e_vault=e_vault, read_dies=read_dies, H_vault_reads=H_reads,
+                   stripe=arch.schedule.expert_stripe)
+
+
+def _moe_layer_indices(n_layers: int, moe_layers: Sequence[int] | None) -> list[int]:
+    """The model layer of each row of the load profile (default ``0..L-1``): as many as rows, distinct, >= 0."""
+    layers = list(range(n_layers)) if moe_layers is None else [int(x) for x in moe_layers]
+    if len(layers) != n_layers:
+        raise BadInput(f"moe_layers lists {len(layers)} layers but expert_load has {n_layers}", field="moe_layers")
+    if len(set(layers)) != len(layers) or any(x < 0 for x in layers):
+        raise BadInput("moe_layers must be distinct non-negative layer indices", field="moe_layers")
+    return layers
+
+
+def _instances(loads: np.ndarray, k_hot: int, tokens_per_step: float) -> tuple[np.ndarray, np.ndarray]:
+    """(the expert of each instance, its expected routed tokens per step): one instance per expert, two for the
+    ``k_hot`` most loaded experts of each layer, which share their expert's tokens evenly."""
+    n_layers, n_experts = loads.shape
+    share = loads / loads.sum(axis=1, keepdims=True)
+    n_rep = np.ones((n_layers, n_experts), dtype=np.int64)
+    if k_hot:
+        hot = np.argsort(-loads, axis=1, kind="stable")[:, :k_hot]
+        np.put_along_axis(n_rep, hot, 2, axis=1)
+    reps = n_rep.ravel()
+    inst_expert = np.repeat(np.arange(n_layers * n_experts), reps)
+    tok_step = (share.ravel() * tokens_per_step / reps)[inst_expert]
+    return inst_expert, tok_step
+
+
+def _sustainable_rates(flops: np.ndarray, steps_per_s: float, cap: float, n_cores: int, notes: list[str]
+                       ) -> tuple[np.ndarray, float, float]:
+    """(instance FLOP/s, steps/s, per-core FLOP/s capacity) the chip sustains: when demand exceeds the chip, every
+    rate scaled to a mean utilisation of 1/CAPACITY_HEADROOM; a per-core capacity below the busiest instance relaxed
+    to it. Each adjustment is noted."""
+    total = float(flops.sum())
+    if total > cap * n_cores:
+        # the chip saturates: work queues and the sustained rate is what heats it. Scale every rate so the mean
+        # core utilisation is 1/CAPACITY_HEADROOM (room for the packing to respect per-core capacity).
+        rho = cap * n_cores / (total * CAPACITY_HEADROOM)
+        notes.append(f"demand {total:.3g} FLOP/s exceeds the chip's {cap * n_cores:.3g} FLOP/s: rates scaled by "
+                     f"{rho:.3g} to the sustainable throughput (mean core utilisation {1 / CAPACITY_HEADROOM:.0%})")
+        flops = flops * rho
+        steps_per_s = steps_per_s * rho  # micro-batches keep their size; fewer of them per second
+    if flops.size and flops.max() > cap:
+        notes.append(f"the busiest instance needs {flops.max():.3g} FLOP/s, more than a core's {cap:.3g}: per-core "
+                     "capacity relaxed to it")
+        cap = float(flops.max()) * (1 + 1e-9)
+    return flops, steps_per_s, cap
+
+
+def _vault_capacity(arch: ArchConfig, wl: WorkloadConfig, geom: ChipGeometry, expert_bytes: int,
+                    n_instances: int) -> tuple[float, float]:
+    """(expert copies one core's vault holds, weight shards per vault on average); BadInput when a shard fits no
+    bank or the copies do not fit the chip.
+
+    Counted in expert copies packed by bytes (`shards.pack_banks`: a bank holds as many shards as fit): every
+    instance holds one copy of the same shards, so a vault's capacity is the copies its banks hold, and a core's
+    instances within it keep their shards in its vault (no read over the NoC from a remote one)."""
+    sizes = shard_sizes(expert_bytes, wl.tensors.weight_shard_mb)
+    bank_cap = arch.dram.bank_capacity_mb * MIB
+    if max(sizes) > bank_cap:
+        raise BadInput(f"a weight shard of {max(sizes) / MIB:.0f} MiB does not fit a {bank_cap / MIB:.0f} MiB "
+                       "bank: lower workload.tensors.weight_shard_mb", field="workload.tensors.weight_shard_mb")
+    check_fits(n_instances, sizes, bank_cap, geom)
+    vault_cap = float(vault_copies(sizes, bank_cap, geom.vault_banks))
+    return vault_cap, n_instances * len(sizes) / geom.n_cores
 
 
 def work_energy(arch: ArchConfig, macs: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -622,114 +651,168 @@ def local_search(pb: Problem, assign: np.ndarray, iters: int, *, hot_cores: int 
     of the first core that has one. Stops after ``iters`` applied changes, when none improves, or when the evaluated
     (candidates × cores) entries exceed ``work_budget`` (deterministic, bounds the time on huge problems).
     """
-    assign = assign.copy()
-    load = np.bincount(assign, weights=pb.inst_flops, minlength=pb.n)
-    T = pb.temps(assign)
-    cur = pb.objective(T)
-    cores = np.arange(pb.n)
-    cap = pb.cap_flops * (1 + 1e-12)
-    multi = np.bincount(pb.inst_expert)[pb.inst_expert] > 1  # (m,) instance has a sibling replica
-    layer_of = pb.expert_layer[pb.inst_expert]
+    search = _LocalSearch(pb, assign.copy())
     hop1 = hops_matrix(pb.geom.mesh_x, pb.geom.mesh_y) == 1
-    work = 0  # candidate temperature vectors evaluated x cores: a deterministic budget
     n_cool = max(8, pb.n // 4)
     for _ in range(iters):
-        if work > work_budget:
+        if search.work > work_budget:
             break
-        best: tuple[float, str, int, int] | None = None
-        lt = _layer_time(pb, assign)  # per-layer time on every core (the critical-path budget), None without one
-        vb = None if pb.inst_copies is None else np.bincount(assign, weights=pb.inst_copies, minlength=pb.n)
-        cool_mask = np.zeros(pb.n, dtype=bool)
-        cool_mask[np.argsort(T, kind="stable")[:n_cool]] = True
-        hot = [int(x) for x in np.argsort(-T, kind="stable")[:hot_cores]]
+        search.start_iteration(n_cool)
+        best: _Candidate | None = None
+        temps = search.temps
+        hot = [int(x) for x in np.argsort(-temps, kind="stable")[:hot_cores]]
         around = [int(x) for x in np.flatnonzero(hop1[hot[0]]) if int(x) not in hot]
-        for h in hot + sorted(around, key=lambda c: -T[c]):
-            on_h = np.flatnonzero(assign == h)
-            if on_h.size == 0:
-                continue
-            # swap the whole contents of h with another core (always feasible: loads and replicas swap together); on a
-            # striped chip of h's group with another group, core by core (`_swap_cores`)
-            core_p = per_group(np.bincount(assign, weights=pb.inst_power, minlength=pb.n), pb.stripe)
-            cobjs = pb.delta_objective(T, cores, np.full(pb.n, h), core_p[h] - core_p)
-            cobjs[cores // pb.stripe == h // pb.stripe] = np.inf
-            b = int(np.argmin(cobjs))
-            if cobjs[b] < cur - 1e-9 * max(1.0, abs(cur)) and (best is None or cobjs[b] < best[0]):
-                best = (float(cobjs[b]), "cores", h, b)
-            on_h = on_h[np.argsort(-pb.inst_power[on_h], kind="stable")[:movers]]
-            for i in (int(x) for x in on_h):
-                w = pb.inst_power[i]
-                # moves i: h -> b
-                objs = pb.delta_objective(T, cores, np.full(pb.n, h), np.full(pb.n, w))
-                work += pb.n * pb.n
-                ok = (load + pb.inst_flops[i] <= cap) & (cores != h)
-                if multi[i]:
-                    ok &= ~_sibling_cores(pb, assign, i)
-                if lt is not None and pb.inst_time is not None and pb.inst_budget is not None:
-                    ok &= lt[i] + pb.inst_time[i] <= pb.inst_budget[i] * (1 + 1e-12)
-                if vb is not None and pb.inst_copies is not None:
-                    ok &= vb + pb.inst_copies[i] <= pb.vault_cap * (1 + 1e-12)
-                if ok.any():
-                    b = int(np.argmin(np.where(ok, objs, np.inf)))
-                    if objs[b] < cur - 1e-9 * max(1.0, abs(cur)) and (best is None or objs[b] < best[0]):
-                        best = (float(objs[b]), "move", i, b)
-                # swaps i <-> j (j elsewhere, less powerful)
-                js = np.flatnonzero(cool_mask[assign] & (assign != h) & (pb.inst_power < w))
-                if js.size == 0:
-                    continue
-                work += js.size * pb.n
-                bj = assign[js]
-                dw = w - pb.inst_power[js]
-                sobjs = pb.delta_objective(T, bj, np.full(js.size, h), dw)
-                df = pb.inst_flops[i] - pb.inst_flops[js]
-                sok = (load[bj] + df <= cap) & (load[h] - df <= cap)
-                if multi[i]:
-                    sok &= ~_sibling_cores(pb, assign, i)[bj]
-                if multi[js].any():
-                    for t in (int(x) for x in np.flatnonzero(multi[js])):
-                        if _sibling_cores(pb, assign, int(js[t]))[h]:
-                            sok[t] = False
-                if lt is not None and pb.inst_time is not None and pb.inst_budget is not None:
-                    ti, tj = pb.inst_time[i], pb.inst_time[js]
-                    same = layer_of[js] == layer_of[i]
-                    # i lands on bj (leaving j's time there when j is of its layer); j lands on h likewise
-                    sok &= lt[i][bj] - np.where(same, tj, 0.0) + ti <= pb.inst_budget[i] * (1 + 1e-12)
-                    sok &= lt[js, h] - np.where(same, ti, 0.0) + tj <= pb.inst_budget[js] * (1 + 1e-12)
-                if vb is not None and pb.inst_copies is not None:
-                    db = pb.inst_copies[i] - pb.inst_copies[js]
-                    sok &= (vb[bj] + db <= pb.vault_cap * (1 + 1e-12)) & (vb[h] - db <= pb.vault_cap * (1 + 1e-12))
-                if sok.any():
-                    t = int(np.argmin(np.where(sok, sobjs, np.inf)))
-                    if sobjs[t] < cur - 1e-9 * max(1.0, abs(cur)) and (best is None or sobjs[t] < best[0]):
-                        best = (float(sobjs[t]), "swap", i, int(js[t]))
+        for h in hot + sorted(around, key=lambda c: -temps[c]):
+            best = search.best_from_core(h, movers, best)
             if best is not None:
                 break
         if best is None:
             break
+        search.apply(best)
+    return search.assign
+
+
+_Candidate = tuple[float, str, int, int]  # (objective after it, "cores" | "move" | "swap", h or i, b or j)
+
+
+class _LocalSearch:
+    """The local search's state: the assignment, each core's load (FLOP/s) and predicted temperature (°C), the
+    objective, and the (candidates × cores) entries evaluated so far."""
+
+    def __init__(self, pb: Problem, assign: np.ndarray) -> None:
+        self.pb = pb
+        self.assign = assign
+        self.load = np.bincount(assign, weights=pb.inst_flops, minlength=pb.n)
+        self.temps = pb.temps(assign)
+        self.cur = pb.objective(self.temps)
+        self.cores = np.arange(pb.n)
+        self.cap = pb.cap_flops * (1 + 1e-12)
+        self.multi = np.bincount(pb.inst_expert)[pb.inst_expert] > 1  # (m,) instance has a sibling replica
+        self.layer_of = pb.expert_layer[pb.inst_expert]
+        self.work = 0  # candidate temperature vectors evaluated x cores: a deterministic budget
+        # per iteration (`start_iteration`)
+        self.layer_time: np.ndarray | None = None
+        self.vault_copies: np.ndarray | None = None
+        self.cool_mask = np.zeros(pb.n, dtype=bool)
+
+    def start_iteration(self, n_cool: int) -> None:
+        pb = self.pb
+        # per-layer time on every core (the critical-path budget), None without one
+        self.layer_time = _layer_time(pb, self.assign)
+        self.vault_copies = (None if pb.inst_copies is None
+                             else np.bincount(self.assign, weights=pb.inst_copies, minlength=pb.n))
+        self.cool_mask = np.zeros(pb.n, dtype=bool)
+        self.cool_mask[np.argsort(self.temps, kind="stable")[:n_cool]] = True
+
+    def _improves(self, obj: float, best: _Candidate | None) -> bool:
+        """Strictly better than the current objective (by a relative 1e-9) and than the best candidate so far."""
+        return bool(obj < self.cur - 1e-9 * max(1.0, abs(self.cur)) and (best is None or obj < best[0]))
+
+    def best_from_core(self, h: int, movers: int, best: _Candidate | None) -> _Candidate | None:
+        """The best candidate so far after scoring core h's: swapping its contents with another core's, then moving
+        or swapping each of its ``movers`` most powerful instances."""
+        pb = self.pb
+        on_h = np.flatnonzero(self.assign == h)
+        if on_h.size == 0:
+            return best
+        best = self._core_swap(h, best)
+        on_h = on_h[np.argsort(-pb.inst_power[on_h], kind="stable")[:movers]]
+        for i in (int(x) for x in on_h):
+            best = self._move(i, h, best)
+            best = self._swap(i, h, best)
+        return best
+
+    def _core_swap(self, h: int, best: _Candidate | None) -> _Candidate | None:
+        """Swap the whole contents of h with another core (always feasible: loads and replicas swap together); on a
+        striped chip of h's group with another group, core by core (`_swap_cores`)."""
+        pb, cores = self.pb, self.cores
+        core_w = per_group(np.bincount(self.assign, weights=pb.inst_power, minlength=pb.n), pb.stripe)
+        cobjs = pb.delta_objective(self.temps, cores, np.full(pb.n, h), core_w[h] - core_w)
+        cobjs[cores // pb.stripe == h // pb.stripe] = np.inf
+        b = int(np.argmin(cobjs))
+        if self._improves(cobjs[b], best):
+            return (float(cobjs[b]), "cores", h, b)
+        return best
+
+    def _move(self, i: int, h: int, best: _Candidate | None) -> _Candidate | None:
+        """Moves of instance i from h to any core b within capacity, replica, layer-budget and vault rules."""
+        pb, cores = self.pb, self.cores
+        power_w = pb.inst_power[i]
+        objs = pb.delta_objective(self.temps, cores, np.full(pb.n, h), np.full(pb.n, power_w))
+        self.work += pb.n * pb.n
+        ok = (self.load + pb.inst_flops[i] <= self.cap) & (cores != h)
+        if self.multi[i]:
+            ok &= ~_sibling_cores(pb, self.assign, i)
+        if self.layer_time is not None and pb.inst_time is not None and pb.inst_budget is not None:
+            ok &= self.layer_time[i] + pb.inst_time[i] <= pb.inst_budget[i] * (1 + 1e-12)
+        if self.vault_copies is not None and pb.inst_copies is not None:
+            ok &= self.vault_copies + pb.inst_copies[i] <= pb.vault_cap * (1 + 1e-12)
+        if ok.any():
+            b = int(np.argmin(np.where(ok, objs, np.inf)))
+            if self._improves(objs[b], best):
+                return (float(objs[b]), "move", i, b)
+        return best
+
+    def _swap(self, i: int, h: int, best: _Candidate | None) -> _Candidate | None:
+        """Swaps of instance i (on h) with a less powerful instance j on one of the coolest cores."""
+        pb, assign, load, cap = self.pb, self.assign, self.load, self.cap
+        power_w = pb.inst_power[i]
+        js = np.flatnonzero(self.cool_mask[assign] & (assign != h) & (pb.inst_power < power_w))
+        if js.size == 0:
+            return best
+        self.work += js.size * pb.n
+        bj = assign[js]
+        dw = power_w - pb.inst_power[js]
+        sobjs = pb.delta_objective(self.temps, bj, np.full(js.size, h), dw)
+        df = pb.inst_flops[i] - pb.inst_flops[js]
+        sok = (load[bj] + df <= cap) & (load[h] - df <= cap)
+        if self.multi[i]:
+            sok &= ~_sibling_cores(pb, assign, i)[bj]
+        if self.multi[js].any():
+            for t in (int(x) for x in np.flatnonzero(self.multi[js])):
+                if _sibling_cores(pb, assign, int(js[t]))[h]:
+                    sok[t] = False
+        lt = self.layer_time
+        if lt is not None and pb.inst_time is not None and pb.inst_budget is not None:
+            ti, tj = pb.inst_time[i], pb.inst_time[js]
+            same = self.layer_of[js] == self.layer_of[i]
+            # i lands on bj (leaving j's time there when j is of its layer); j lands on h likewise
+            sok &= lt[i][bj] - np.where(same, tj, 0.0) + ti <= pb.inst_budget[i] * (1 + 1e-12)
+            sok &= lt[js, h] - np.where(same, ti, 0.0) + tj <= pb.inst_budget[js] * (1 + 1e-12)
+        vb = self.vault_copies
+        if vb is not None and pb.inst_copies is not None:
+            db = pb.inst_copies[i] - pb.inst_copies[js]
+            sok &= (vb[bj] + db <= pb.vault_cap * (1 + 1e-12)) & (vb[h] - db <= pb.vault_cap * (1 + 1e-12))
+        if sok.any():
+            t = int(np.argmin(np.where(sok, sobjs, np.inf)))
+            if self._improves(sobjs[t], best):
+                return (float(sobjs[t]), "swap", i, int(js[t]))
+        return best
+
+    def apply(self, best: _Candidate) -> None:
+        """Make the chosen change, updating loads and temperatures incrementally, then the objective."""
+        pb, assign, load, temps = self.pb, self.assign, self.load, self.temps
         _, kind, i, x = best
         if kind == "cores":
             h, b = i, x
-            core_p = per_group(np.bincount(assign, weights=pb.inst_power, minlength=pb.n), pb.stripe)
-            T += (core_p[h] - core_p[b]) * (pb.H[:, b] - pb.H[:, h])
+            core_w = per_group(np.bincount(assign, weights=pb.inst_power, minlength=pb.n), pb.stripe)
+            temps += (core_w[h] - core_w[b]) * (pb.H[:, b] - pb.H[:, h])
             _swap_cores(assign, load, h, b, pb.stripe)
-            cur = pb.objective(T)
-            continue
-        h = int(assign[i])
-        if kind == "move":
-            b = x
+        elif kind == "move":
+            h, b = int(assign[i]), x
             load[h] -= pb.inst_flops[i]
             load[b] += pb.inst_flops[i]
-            T += pb.inst_power[i] * (pb.H[:, b] - pb.H[:, h])
+            temps += pb.inst_power[i] * (pb.H[:, b] - pb.H[:, h])
             assign[i] = b
         else:
-            j = x
+            h, j = int(assign[i]), x
             b = int(assign[j])
             df = pb.inst_flops[i] - pb.inst_flops[j]
             load[h] -= df
             load[b] += df
-            T += (pb.inst_power[i] - pb.inst_power[j]) * (pb.H[:, b] - pb.H[:, h])
+            temps += (pb.inst_power[i] - pb.inst_power[j]) * (pb.H[:, b] - pb.H[:, h])
             assign[i], assign[j] = b, h
-        cur = pb.objective(T)
-    return assign
+        self.cur = pb.objective(temps)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The thermal model as a Python library: build a stack, solve steady states and transients, read its influence
-matrix, with no service, HTTP or settings behind it (issue 19). Kelvin, watts, seconds, metres throughout.
+matrix, with no service, HTTP or settings behind it. Kelvin, watts, seconds, metres throughout.
 
 A stack is built from HotSpot's files (``Stack.from_hotspot``: a layer configuration file or a floorplan, a
 ``hotspot.config``, any HotSpot option) or from the simulator's arch config (``Stack.from_arch``). Its *blocks* are

@@ -1,5 +1,5 @@
 """Thermal benchmarks (``make bench``): the default stack (64 × 64 grid, logic + 8 DRAM + TIM + spreader + sink) and
-the HotSpot reference cases. Ratios are measured in the same run (shared, noisy machine); goals are from issue 4."""
+the HotSpot reference cases. Ratios are measured in the same run (shared, noisy machine)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from services.thermal import hotspot, solvers
-from services.thermal.model import build_model
+from services.thermal.model import StackModel, build_model
 from services.thermal.service import thermal_epoch, thermal_step
 from services.thermal.spectral import SpectralSolver
 from shared.bench import BenchRow, fmt_s, time_call
@@ -43,6 +43,8 @@ def _default_power(model_cores: int, dies: int, banks: int) -> tuple[np.ndarray,
 
 
 def bench_default_stack(window_ms: float = 1.0, repeat: int = 30) -> list[BenchRow]:
+    """The default stack: building the model, the spectral factorisation, the window step (exponential and TR-BDF2)
+    with its error, the sparse-LU oracle's step, and the service's step and epoch calls."""
     arch = ArchConfig()
     rows: list[BenchRow] = []
     med_build, _ = time_call(lambda: build_model(arch), repeat=5, warmup=1)
@@ -53,60 +55,87 @@ def bench_default_stack(window_ms: float = 1.0, repeat: int = 30) -> list[BenchR
     t0 = time.perf_counter()
     fast.factor(0.0)
     rows.append(BenchRow("thermal: spectral steady factorisation (once per model)", fmt_s(time.perf_counter() - t0)))
-    cw, bw = _default_power(model.n_cores, len(model.dram_layers), model.n_banks_per_layer)
-    P = model.node_power(cw, bw)
-    T0 = solvers.steady(fast, P) - 5.0
-    degree = arch.thermal.exp_degree
+    core_w, bank_w = _default_power(model.n_cores, len(model.dram_layers), model.n_banks_per_layer)
+    node_w = model.node_power(core_w, bank_w)
+    T0 = solvers.steady(fast, node_w) - 5.0
+    med_fast = 0.0
     for wms in (window_ms, 3.0):
-        dt = wms * 1e-3
-        n_sub = model.substeps(dt)
-        model.step(T0, cw, bw, dt)  # factor for this dt, compile/load the kernels
-        model.step_trbdf2(T0, cw, bw, dt, n_sub)
-        # errors against the exact solution (degree 14: 9e-14 relative) from two starts: T0 (the steady state - 5 K,
-        # smooth: slow modes only) and ambient (this window's power switched on: every mode)
-        starts = (T0, np.full(model.net.n_nodes, model.net.ambient))
-        exact = [solvers.step_exponential(fast, T, P, dt, 14) for T in starts]
+        med_fast = _bench_window_step(rows, model, fast, T0, core_w, bank_w, node_w, wms, repeat)
+    rows.extend(_bench_sparse_oracle(model, fast, T0, core_w, bank_w, node_w, med_fast, repeat))
+    rows.extend(_bench_service_calls(arch))
+    return rows
 
-        def run_fast(dt: float = dt) -> object:
-            return model.step(T0, cw, bw, dt)
 
-        def run_trbdf2(dt: float = dt, n_sub: int = n_sub) -> object:
-            return model.step_trbdf2(T0, cw, bw, dt, n_sub)
+def _bench_window_step(rows: list[BenchRow], model: StackModel, fast: SpectralSolver, T0: np.ndarray,
+                       core_w: np.ndarray, bank_w: np.ndarray, node_w: np.ndarray, wms: float, repeat: int) -> float:
+    """One window of ``wms`` ms: the exponential step as the service runs it and TR-BDF2, timed, with their errors
+    against the exact solution; appends two rows and returns the exponential step's median (s)."""
+    arch = model.arch
+    degree = arch.thermal.exp_degree
+    dt = wms * 1e-3
+    n_sub = model.substeps(dt)
+    model.step(T0, core_w, bank_w, dt)  # factor for this dt, compile/load the kernels
+    model.step_trbdf2(T0, core_w, bank_w, dt, n_sub)
+    # errors against the exact solution (degree 14: 9e-14 relative) from two starts: T0 (the steady state - 5 K,
+    # smooth: slow modes only) and ambient (this window's power switched on: every mode)
+    starts = (T0, np.full(model.net.n_nodes, model.net.ambient))
+    exact = [solvers.step_exponential(fast, T, node_w, dt, 14) for T in starts]
 
-        med_fast, _ = time_call(run_fast, repeat=repeat)
-        cpu_fast = _cpu_median(run_fast, repeat)
-        med_tr, _ = time_call(run_trbdf2, repeat=repeat)
-        err_fast = [float(np.abs(model.step(T, cw, bw, dt) - ex).max()) for T, ex in zip(starts, exact, strict=True)]
-        err_tr = [float(np.abs(model.step_trbdf2(T, cw, bw, dt, n_sub) - ex).max())
-                  for T, ex in zip(starts, exact, strict=True)]
-        rows.append(BenchRow(f"thermal: transient window step {wms:g} ms, exponential (degree {degree}: "
-                             f"{degree // 2} complex solves), spectral, as the service runs it (StackModel.step: "
-                             "block powers -> modes)",
-                             f"{fmt_s(med_fast)} median of {repeat} (CPU {fmt_s(cpu_fast)})", "< 2 ms",
-                             med_fast < 2e-3, "max error vs the exact solution from steady - 5 K / from ambient: "
-                             f"{err_fast[0]:.1e} / {err_fast[1]:.1e} K"))
-        rows.append(BenchRow(f"thermal: same window, TR-BDF2 with {n_sub} sub-steps (integrator: trbdf2, "
-                             f"max_substep_ms {arch.thermal.max_substep_ms:g})",
-                             f"{fmt_s(med_tr)} median of {repeat} ({med_tr / med_fast:.1f}x the exponential step)",
-                             "", None, "max error vs the exact solution from steady - 5 K / from ambient: "
-                             f"{err_tr[0]:.1e} / {err_tr[1]:.1e} K"))
-    # the same exponential step on the prefactored sparse LU (the oracle), default 3 ms window
+    def run_fast() -> object:
+        return model.step(T0, core_w, bank_w, dt)
+
+    def run_trbdf2() -> object:
+        return model.step_trbdf2(T0, core_w, bank_w, dt, n_sub)
+
+    med_fast, _ = time_call(run_fast, repeat=repeat)
+    cpu_fast = _cpu_median(run_fast, repeat)
+    med_tr, _ = time_call(run_trbdf2, repeat=repeat)
+    err_fast = [float(np.abs(model.step(T, core_w, bank_w, dt) - ex).max())
+                for T, ex in zip(starts, exact, strict=True)]
+    err_tr = [float(np.abs(model.step_trbdf2(T, core_w, bank_w, dt, n_sub) - ex).max())
+              for T, ex in zip(starts, exact, strict=True)]
+    rows.append(BenchRow(f"thermal: transient window step {wms:g} ms, exponential (degree {degree}: "
+                         f"{degree // 2} complex solves), spectral, as the service runs it (StackModel.step: "
+                         "block powers -> modes)",
+                         f"{fmt_s(med_fast)} median of {repeat} (CPU {fmt_s(cpu_fast)})", "< 2 ms",
+                         med_fast < 2e-3, "max error vs the exact solution from steady - 5 K / from ambient: "
+                         f"{err_fast[0]:.1e} / {err_fast[1]:.1e} K"))
+    rows.append(BenchRow(f"thermal: same window, TR-BDF2 with {n_sub} sub-steps (integrator: trbdf2, "
+                         f"max_substep_ms {arch.thermal.max_substep_ms:g})",
+                         f"{fmt_s(med_tr)} median of {repeat} ({med_tr / med_fast:.1f}x the exponential step)",
+                         "", None, "max error vs the exact solution from steady - 5 K / from ambient: "
+                         f"{err_tr[0]:.1e} / {err_tr[1]:.1e} K"))
+    return med_fast
+
+
+def _bench_sparse_oracle(model: StackModel, fast: SpectralSolver, T0: np.ndarray, core_w: np.ndarray,
+                         bank_w: np.ndarray, node_w: np.ndarray, med_fast: float, repeat: int) -> list[BenchRow]:
+    """The same exponential step on the prefactored sparse LU (the oracle), default 3 ms window, against the
+    spectral step (``med_fast``: its median, s)."""
+    degree = model.arch.thermal.exp_degree
     dt = 3e-3
     oracle = solvers.SparseSolver(model.net)
     t0 = time.perf_counter()
-    diff = float(np.abs(solvers.step_exponential(oracle, T0, P, dt, degree) - model.step(T0, cw, bw, dt)).max())
+    diff = float(np.abs(solvers.step_exponential(oracle, T0, node_w, dt, degree)
+                        - model.step(T0, core_w, bank_w, dt)).max())
     t_fac = time.perf_counter() - t0
-    med_nodes, _ = time_call(lambda: solvers.step_exponential(fast, T0, P, dt, degree), repeat=repeat)
-    rows.append(BenchRow("thermal: same step from a node power vector (solvers.step_exponential: + DCT of the power)",
-                         f"{fmt_s(med_nodes)} median of {repeat}"))
-    med_sparse, _ = time_call(lambda: solvers.step_exponential(oracle, T0, P, dt, degree), repeat=3)
-    rows.append(BenchRow("thermal: same step (3 ms window), prefactored sparse LU",
-                         f"{fmt_s(med_sparse)} median of 3 (factorisations {fmt_s(t_fac)})", "", None,
-                         f"max |spectral - sparse| = {diff:.1e} K"))
+    med_nodes, _ = time_call(lambda: solvers.step_exponential(fast, T0, node_w, dt, degree), repeat=repeat)
+    med_sparse, _ = time_call(lambda: solvers.step_exponential(oracle, T0, node_w, dt, degree), repeat=3)
     ratio = med_sparse / med_fast
-    rows.append(BenchRow("thermal: spectral vs prefactored sparse-LU step (3 ms window)", f"{ratio:.0f}x", ">= 20x",
-                         ratio >= 20))
-    # a whole /v1/step (power from events + step + snapshot), 3 ms window; one read of the chip's last bank
+    return [
+        BenchRow("thermal: same step from a node power vector (solvers.step_exponential: + DCT of the power)",
+                 f"{fmt_s(med_nodes)} median of {repeat}"),
+        BenchRow("thermal: same step (3 ms window), prefactored sparse LU",
+                 f"{fmt_s(med_sparse)} median of 3 (factorisations {fmt_s(t_fac)})", "", None,
+                 f"max |spectral - sparse| = {diff:.1e} K"),
+        BenchRow("thermal: spectral vs prefactored sparse-LU step (3 ms window)", f"{ratio:.0f}x", ">= 20x",
+                 ratio >= 20),
+    ]
+
+
+def _bench_service_calls(arch: ArchConfig) -> list[BenchRow]:
+    """A whole ``/v1/step`` (power from events + step + snapshot), 3 ms window, with one read of the chip's last
+    bank; and a control epoch of 64 such windows in one call against ``thermal_step`` window after window."""
     bx, by, bl = arch.dram.banks
     c = ComputeEvents.from_columns({"evt_id": list(range(64)), "t_start_ns": [0] * 64, "core_id": list(range(64)),
                                     "duration_cycles": [1] * 64, "flops": [2e9] * 64, "op": ["mm"] * 64,
@@ -116,8 +145,8 @@ def bench_default_stack(window_ms: float = 1.0, repeat: int = 30) -> list[BenchR
                                    "hops": [14], "noc_qos": ["normal"]})
     first = thermal_step(arch, 0, 3.0, None, c, m)
     med_step, _ = time_call(lambda: thermal_step(arch, 1, 3.0, first.state, c, m), repeat=10)
-    rows.append(BenchRow("thermal: thermal_step() incl. power from events + snapshot, 3 ms window",
-                         f"{fmt_s(med_step)} median of 10"))
+    rows = [BenchRow("thermal: thermal_step() incl. power from events + snapshot, 3 ms window",
+                     f"{fmt_s(med_step)} median of 10")]
     # a control epoch: 64 windows of that deposit in one call, against thermal_step window after window (state
     # decoded and encoded every window); process CPU per window
     deps = [deposit_of_events(c, m, arch)] * 64
@@ -185,7 +214,7 @@ def _process_median(argv: list[str], repeat: int, cwd: Path) -> float:
 
 
 def bench_whole_process(repeat: int = 5, n_batch: int = 8) -> list[BenchRow]:
-    """``tasmoe hotspot`` as a HotSpot user runs it, a whole process per case (issue 19), and in batch mode."""
+    """``tasmoe hotspot`` as a HotSpot user runs it, a whole process per case, and in batch mode."""
     import tempfile
 
     ref = REFERENCE / "hotspot"

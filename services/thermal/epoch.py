@@ -27,10 +27,10 @@ from typing import Literal
 
 import numpy as np
 
-from services.thermal.dtm import hard_limit
+from services.thermal.dtm import HardLimit, hard_limit
 from services.thermal.dvfs import busy_fraction, refresh_mhz_rows
 from services.thermal.model import KELVIN, StackModel
-from services.thermal.power import compute_power
+from services.thermal.power import WindowPower, compute_power
 from shared.contracts.thermal import PowerBreakdown, RefreshReport, ThermalSnapshot, ThermalState
 from shared.dvfs import Governor
 from shared.energy import WindowDeposit, refresh_multiplier, trefi_us
@@ -118,6 +118,20 @@ class _Rows:
         self.unheld = np.zeros(n, dtype=bool)
         self.breakdown: list[PowerBreakdown] = []
 
+    def record(self, j: int, core_c: np.ndarray, core_max_k: np.ndarray, bank_k: np.ndarray, cells_c: np.ndarray,
+               power: WindowPower, next_freq: np.ndarray) -> None:
+        """Window j's row: its block temperatures and layer means at the end of the window, the power it ran at, the
+        clocks of the next window."""
+        self.core[j] = core_c
+        self.core_max[j] = core_max_k
+        self.bank[j] = bank_k
+        self.mean[j] = cells_c.mean(axis=1)
+        self.power_core[j] = power.core_w
+        self.power_layer[j, 0] = power.core_w.sum()
+        self.power_layer[j, 1:] = power.bank_w.sum(axis=1)
+        self.freq[j] = next_freq
+        self.breakdown.append(power.breakdown)
+
     def snapshots(self, model: StackModel, window: int, n: int) -> list[ThermalSnapshot]:
         names = model.layer_names
         dram_names = [names[i] for i in model.dram_layers]
@@ -179,45 +193,29 @@ def run_windows(model: StackModel, window: int, window_ms: float, start: EpochSt
     from services.thermal.window_kernels import layer_cells, round_state
 
     arch = model.arch
-    n = len(deposits)
     dies, layers = len(model.dram_layers), model.net.n_layers
-    nrc = model.net.rows * model.net.cols
     window_s = dt = window_ms * 1e-3
     n_warm = arch.thermal.warmup_windows(window_ms)
-    t_step = round(window_ms * 1e6)
-    rows = _Rows(n, model)
+    rows = _Rows(len(deposits), model)
     v = np.empty(model.net.n_nodes)  # the state after each window (the caller's start.v is never written)
-    cells_c = np.empty((layers, nrc))
+    cells_c = np.empty((layers, model.net.rows * model.net.cols))
 
     T = model.field_of(start.v)
-    levels = np.asarray(start.levels, dtype=int)
     governor = Governor(arch)
     limit = hard_limit(model, window_s)
     core_k, _, bank_k = model.block_temps(T)
     core_c, bank_c = core_k - KELVIN, bank_k - KELVIN
-    start_unheld = False
-    if limit is not None and not start.decided:  # a run's start: window 0's levels held against the start field
-        first = limit.decide(T, core_c, bank_c, levels, levels)
-        levels, start_unheld = first.levels, not first.held
+    levels, start_unheld = _start_levels(limit, start, T, core_c, bank_c)
     freq, _ = governor.freq_volt(levels)
     volts = governor.volts_for(freq)
     warm = start.warm
     warm_s = start.warm_s if warm is not None else 0.0
     event: Event | None = None
     field_valid = True
-
-    def bw_now(bank_k: np.ndarray) -> float:
-        """This window's refresh factor (what its snapshot will report), for the refresh event."""
-        return float(_bw_rows(model, _vault_rows(model, bank_k))[0]) if dies else 1.0
-
     stepped = 0
     for j, dep in enumerate(deposits):
         w = window + j
-        if not field_valid:  # what the next call's decode of the state refuses
-            raise BadInput(MODES_INVALID, field="state.modes_b64") if model.modal else \
-                BadInput(FIELD_INVALID, field="state.field_b64")
-        if j and warm is not None and w < n_warm and not energy_ok(warm):
-            raise BadInput(WARM_INVALID, field="state.warm_energy_b64")
+        _check_resumable(model, field_valid, warm if j and w < n_warm else None)
         power = compute_power(dep, arch, core_temp_c=core_c, bank_temp_c=bank_c, freq_ghz=freq, window_s=window_s,
                               volts=volts)
         if w >= n_warm or warm is None:  # the warm-up pass is over, or this run has none
@@ -235,33 +233,18 @@ def run_windows(model: StackModel, window: int, window_ms: float, start: EpochSt
         field_valid = layer_cells(T, KELVIN, cells_c, rows.peak[j])  # else refused at the next window
         core_k, core_max_k, bank_k = model.block_temps(T)
         core_c, bank_c = core_k - KELVIN, bank_k - KELVIN
-        next_levels = governor.step(core_c, levels)
-        ran = np.minimum(levels, governor.deepest)  # the levels this window ran at (past the deepest: the deepest)
-        rows.throttled[j] = np.count_nonzero(ran > 0)
-        rows.emergency[j] = np.count_nonzero(ran >= governor.n_dvfs)
-        if limit is not None:
-            decision = limit.decide(T, core_c, bank_c, levels, next_levels)
-            next_levels = decision.levels
-            rows.unheld[j] = not decision.held or (j == 0 and start_unheld)
+        next_levels = _next_levels(governor, limit, rows, j, T, core_c, bank_c, levels, j == 0 and start_unheld)
         if not np.array_equal(next_levels, levels):
             next_freq, _ = governor.freq_volt(next_levels)
             volts = governor.volts_for(next_freq)
         else:
             next_freq = freq
-        rows.core[j] = core_c
-        rows.core_max[j] = core_max_k
-        rows.bank[j] = bank_k
-        rows.mean[j] = cells_c.mean(axis=1)
-        rows.power_core[j] = power.core_w
-        rows.power_layer[j, 0] = power.core_w.sum()
-        rows.power_layer[j, 1:] = power.bank_w.sum(axis=1)
-        rows.freq[j] = next_freq
-        rows.breakdown.append(power.breakdown)
+        rows.record(j, core_c, core_max_k, bank_k, cells_c, power, next_freq)
         stepped = j + 1
         if event is None:
             if not np.array_equal(next_freq, freq):
                 event = "dvfs"
-            elif bw_eff_factor is not None and bw_now(rows.bank[j:j + 1]) != bw_eff_factor:
+            elif bw_eff_factor is not None and _bw_now(model, dies, rows.bank[j:j + 1]) != bw_eff_factor:
                 event = "refresh"
             if event is not None and until_event:
                 levels = next_levels
@@ -269,7 +252,7 @@ def run_windows(model: StackModel, window: int, window_ms: float, start: EpochSt
         levels, freq = next_levels, next_freq
 
     state = ThermalState(
-        t_ns=start.t_ns + stepped * t_step,
+        t_ns=start.t_ns + stepped * round(window_ms * 1e6),
         field_b64=encode_field(T),
         modes_b64=encode_field(v) if model.modal else None,
         dvfs_level=levels.tolist(),
@@ -278,6 +261,47 @@ def run_windows(model: StackModel, window: int, window_ms: float, start: EpochSt
         warm_s=warm_s,
     )
     return EpochOutcome(snapshots=rows.snapshots(model, window, stepped), state=state, event=event)
+
+
+def _start_levels(limit: HardLimit | None, start: EpochStart, T: np.ndarray, core_c: np.ndarray,
+                  bank_c: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(window 0's levels, whether the hard limit could not hold them): at a run's start (levels not decided by a
+    previous window) the hard limit checks them against the start field first."""
+    levels = np.asarray(start.levels, dtype=int)
+    if limit is not None and not start.decided:
+        first = limit.decide(T, core_c, bank_c, levels, levels)
+        return first.levels, not first.held
+    return levels, False
+
+
+def _check_resumable(model: StackModel, field_valid: bool, warm: np.ndarray | None) -> None:
+    """What the next call's decode of the state would refuse: a field (or modes) the previous window left invalid,
+    or an invalid warm-up energy (``warm``: the energy carried into a window of the warm-up pass, else None)."""
+    if not field_valid:
+        raise BadInput(MODES_INVALID, field="state.modes_b64") if model.modal else \
+            BadInput(FIELD_INVALID, field="state.field_b64")
+    if warm is not None and not energy_ok(warm):
+        raise BadInput(WARM_INVALID, field="state.warm_energy_b64")
+
+
+def _next_levels(governor: Governor, limit: HardLimit | None, rows: _Rows, j: int, T: np.ndarray,
+                 core_c: np.ndarray, bank_c: np.ndarray, levels: np.ndarray, start_unheld: bool) -> np.ndarray:
+    """The next window's DVFS levels: the governor's trips, then the hard limit's decision. Records in window j's
+    row how many cores ran throttled or in emergency, and whether the limit could not hold."""
+    next_levels = governor.step(core_c, levels)
+    ran = np.minimum(levels, governor.deepest)  # the levels this window ran at (past the deepest: the deepest)
+    rows.throttled[j] = np.count_nonzero(ran > 0)
+    rows.emergency[j] = np.count_nonzero(ran >= governor.n_dvfs)
+    if limit is not None:
+        decision = limit.decide(T, core_c, bank_c, levels, next_levels)
+        next_levels = decision.levels
+        rows.unheld[j] = not decision.held or start_unheld
+    return next_levels
+
+
+def _bw_now(model: StackModel, dies: int, bank_k: np.ndarray) -> float:
+    """This window's refresh factor (what its snapshot will report), for the refresh event."""
+    return float(_bw_rows(model, _vault_rows(model, bank_k))[0]) if dies else 1.0
 
 
 __all__ = ["MODES_INVALID", "EpochOutcome", "EpochStart", "check_finite", "encode_energy", "encode_field", "field_ok",

@@ -277,10 +277,34 @@ def _layer_materials(opts: HotspotOptions, lay: LayerSpec, flp: Floorplan, bm: B
 
 
 def load_case(opts: HotspotOptions) -> HotspotCase:
+    """A HotSpot case: its layer stack (a layer file, or ``-f``'s silicon and interface), the die they sit on, the
+    package, built into the thermal network with each layer's block map."""
     rows, cols = opts.integer("grid_rows"), opts.integer("grid_cols")
     for name, n in (("grid_rows", rows), ("grid_cols", cols)):  # the arch config's bounds on a thermal grid
         if not 2 <= n <= MAX_GRID_SIDE:
             raise BadInput(f"option -{name}: {n}, expected 2 to {MAX_GRID_SIDE}", field=name)
+    layers, flps, prefixes = _layer_stack(opts)
+    flps, width, height = _die(opts, flps)
+    maps = [block_map(flp, width, height, rows, cols, layer=lay.name) for flp, lay in zip(flps, layers, strict=True)]
+    layers = [_layer_materials(opts, lay, flp, bm, width, height, rows, cols)
+              for lay, flp, bm in zip(layers, flps, maps, strict=True)]
+    pkg = _package(opts, width, height)
+    nodes = rows * cols * (len(layers) + 3)  # the layers' grids, the spreader's and the sink's (+ their rings)
+    if nodes > MAX_THERMAL_NODES:
+        raise BadInput(f"{rows} x {cols} grid on {len(layers)} layers: ~{nodes} nodes, at most {MAX_THERMAL_NODES} "
+                       "(a coarser -grid_rows / -grid_cols)", field="grid_rows")
+    spec = NetworkSpec(tuple(layers), pkg, width, height, rows, cols, opts.number("ambient"), "hotspot",
+                       opts.text("detailed_3D") == "on")
+    net = build_network(spec)
+    all_flps = [*flps, flps[-1], flps[-1]]
+    all_maps = [*maps, maps[-1], maps[-1]]
+    return HotspotCase(net, all_flps, all_maps, [x.has_power for x in layers] + [False, False],
+                       [*prefixes, "hsp_", "hsink_"], (opts.text("grid_map_mode") or "avg").lower())
+
+
+def _layer_stack(opts: HotspotOptions) -> tuple[list[LayerSpec], list[Floorplan], list[str]]:
+    """(layers, their floorplans, their block-name prefixes): the layer file's (``-grid_layer_file``), else HotSpot's
+    default stack of ``-f``'s floorplan: silicon (``-t_chip``, ``-k_chip``, ``-p_chip``) under the interface."""
     layers: list[LayerSpec] = []
     flps: list[Floorplan] = []
     prefixes: list[str] = []
@@ -299,18 +323,23 @@ def load_case(opts: HotspotOptions) -> HotspotCase:
                                     lay.lateral, lay.power))
             flps.append(flp)
             prefixes.append(f"layer_{lay.no}_")
-    else:
-        f = opts.path("f")
-        assert f is not None
-        flp = read_flp(f)
-        for name, t, k, p, power, pre in (("silicon", "t_chip", "k_chip", "p_chip", True, ""),
-                                          ("interface", "t_interface", "k_interface", "p_interface", False,
-                                           "iface_")):
-            if opts.number(t) <= 0:
-                raise BadInput(f"layer {name}: thickness -{t} must be > 0", field=t)
-            layers.append(LayerSpec(name, opts.number(k), opts.number(p), opts.number(t), True, power))
-            flps.append(flp)
-            prefixes.append(pre)
+        return layers, flps, prefixes
+    f = opts.path("f")
+    assert f is not None
+    flp = read_flp(f)
+    for name, t, k, p, power, pre in (("silicon", "t_chip", "k_chip", "p_chip", True, ""),
+                                      ("interface", "t_interface", "k_interface", "p_interface", False, "iface_")):
+        if opts.number(t) <= 0:
+            raise BadInput(f"layer {name}: thickness -{t} must be > 0", field=t)
+        layers.append(LayerSpec(name, opts.number(k), opts.number(p), opts.number(t), True, power))
+        flps.append(flp)
+        prefixes.append(pre)
+    return layers, flps, prefixes
+
+
+def _die(opts: HotspotOptions, flps: list[Floorplan]) -> tuple[list[Floorplan], float, float]:
+    """(the floorplans in the die's coordinates, die width m, die height m). With ``-k_filler``/``-p_filler`` the die
+    is the bounding box of every layer; else HotSpot's rule: layer 0's floorplan, which every block must lie in."""
     if "k_filler" in opts.values or "p_filler" in opts.values:
         # layers of different sizes (a chiplet on a larger die, a die on an interposer), in the floorplans' common
         # coordinates: the die is the bounding box of them all, and a smaller layer is surrounded by the filler
@@ -320,20 +349,22 @@ def load_case(opts: HotspotOptions) -> HotspotCase:
         height = max(float((f.bottomy + f.height).max()) for f in flps) - y0
         if x0 or y0:
             flps = [replace(f, leftx=f.leftx - x0, bottomy=f.bottomy - y0) for f in flps]
-    else:  # HotSpot's rule: every layer is the size of layer 0's floorplan
-        width, height = flps[0].total_width(), flps[0].total_height()
-        tol = 1e-9 * max(width, height)
-        for flp in flps:
-            out = np.flatnonzero((flp.leftx < -tol) | (flp.bottomy < -tol) | (flp.leftx + flp.width > width + tol)
-                                 | (flp.bottomy + flp.height > height + tol))
-            if out.size:
-                u = int(out[0])
-                raise BadInput(f"{flp.where(u)}: block {flp.names[u]} lies outside the die ({width * 1e3:g} mm x "
-                               f"{height * 1e3:g} mm, layer 0's floorplan); a stack of layers of different sizes "
-                               "needs -k_filler and -p_filler", field=flp.names[u])
-    maps = [block_map(flp, width, height, rows, cols, layer=lay.name) for flp, lay in zip(flps, layers, strict=True)]
-    layers = [_layer_materials(opts, lay, flp, bm, width, height, rows, cols)
-              for lay, flp, bm in zip(layers, flps, maps, strict=True)]
+        return flps, width, height
+    width, height = flps[0].total_width(), flps[0].total_height()
+    tol = 1e-9 * max(width, height)
+    for flp in flps:
+        out = np.flatnonzero((flp.leftx < -tol) | (flp.bottomy < -tol) | (flp.leftx + flp.width > width + tol)
+                             | (flp.bottomy + flp.height > height + tol))
+        if out.size:
+            u = int(out[0])
+            raise BadInput(f"{flp.where(u)}: block {flp.names[u]} lies outside the die ({width * 1e3:g} mm x "
+                           f"{height * 1e3:g} mm, layer 0's floorplan); a stack of layers of different sizes "
+                           "needs -k_filler and -p_filler", field=flp.names[u])
+    return flps, width, height
+
+
+def _package(opts: HotspotOptions, width: float, height: float) -> PackageSpec:
+    """The spreader, the sink and the convection, each dimension > 0 and the die on the spreader."""
     pkg = PackageSpec(
         s_spreader=opts.number("s_spreader"), t_spreader=opts.number("t_spreader"),
         k_spreader=opts.number("k_spreader"),
@@ -347,17 +378,7 @@ def load_case(opts: HotspotOptions) -> HotspotCase:
     if width > pkg.s_spreader or height > pkg.s_spreader:
         raise BadInput(f"die {width * 1e3:g} mm x {height * 1e3:g} mm does not fit on the "
                        f"{pkg.s_spreader * 1e3:g} mm spreader", field="s_spreader")
-    nodes = rows * cols * (len(layers) + 3)  # the layers' grids, the spreader's and the sink's (+ their rings)
-    if nodes > MAX_THERMAL_NODES:
-        raise BadInput(f"{rows} x {cols} grid on {len(layers)} layers: ~{nodes} nodes, at most {MAX_THERMAL_NODES} "
-                       "(a coarser -grid_rows / -grid_cols)", field="grid_rows")
-    spec = NetworkSpec(tuple(layers), pkg, width, height, rows, cols, opts.number("ambient"), "hotspot",
-                       opts.text("detailed_3D") == "on")
-    net = build_network(spec)
-    all_flps = [*flps, flps[-1], flps[-1]]
-    all_maps = [*maps, maps[-1], maps[-1]]
-    return HotspotCase(net, all_flps, all_maps, [x.has_power for x in layers] + [False, False],
-                       [*prefixes, "hsp_", "hsink_"], (opts.text("grid_map_mode") or "avg").lower())
+    return pkg
 
 
 @dataclass

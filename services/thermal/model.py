@@ -107,13 +107,13 @@ class StackModel:
 
     def node_power(self, core_w: np.ndarray, bank_w: np.ndarray) -> np.ndarray:
         """Node power (W): ``core_w`` (cores,), ``bank_w`` (DRAM dies, banks per layer)."""
-        P = np.zeros(self.net.n_nodes)
+        node_w = np.zeros(self.net.n_nodes)
         nrc = self.net.rows * self.net.cols
         lo = self.logic_layer * nrc
-        P[lo:lo + nrc] = self.core_map.power @ core_w
+        node_w[lo:lo + nrc] = self.core_map.power @ core_w
         for d, layer in enumerate(self.dram_layers):
-            P[layer * nrc:(layer + 1) * nrc] = self.bank_map.power @ bank_w[d]
-        return P
+            node_w[layer * nrc:(layer + 1) * nrc] = self.bank_map.power @ bank_w[d]
+        return node_w
 
     @cached_property
     def _separable_power(self) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None:
@@ -190,10 +190,10 @@ class StackModel:
         """``dt`` seconds of transient from node temperatures ``T`` (K) at constant block powers (W), with the
         integrator of ``arch.thermal`` (``step_exponential`` or ``step_trbdf2``; ``field``: the request's duration,
         named by a 422 when the sub-steps exceed their bound)."""
-        th = self.arch.thermal
-        if th.integrator == "trbdf2":
+        cfg = self.arch.thermal
+        if cfg.integrator == "trbdf2":
             return self.step_trbdf2(T, core_w, bank_w, dt, self.substeps(dt, field))
-        return self.step_exponential(T, core_w, bank_w, dt, th.exp_degree)
+        return self.step_exponential(T, core_w, bank_w, dt, cfg.exp_degree)
 
     def step_exponential(self, T: np.ndarray, core_w: np.ndarray, bank_w: np.ndarray, dt: float,
                          degree: int) -> np.ndarray:
@@ -227,9 +227,9 @@ class StackModel:
         T = np.asarray(T, dtype=np.float64)
         if not isinstance(self.solver, SpectralSolver):
             return T.copy()
-        th, tr = self.solver.to_modes(T)
-        th[:, 0] -= self._amb0
-        out: np.ndarray = np.concatenate([th.reshape(-1), tr - self.net.ambient])
+        theta, ring = self.solver.to_modes(T)  # the cells' modes, the ring's temperatures (K)
+        theta[:, 0] -= self._amb0
+        out: np.ndarray = np.concatenate([theta.reshape(-1), ring - self.net.ambient])
         return out
 
     @property
@@ -243,28 +243,28 @@ class StackModel:
         ``θ + T_amb``; ``v`` itself for the sparse solver."""
         if not isinstance(self.solver, SpectralSolver):
             return v
-        L, nc = self.net.n_layers, self.net.n_cells
-        th = v[:nc].reshape(L, -1)
-        keep = th[:, 0].copy()
-        th[:, 0] += self._amb0
+        n_layers, nc = self.net.n_layers, self.net.n_cells
+        theta = v[:nc].reshape(n_layers, -1)
+        keep = theta[:, 0].copy()
+        theta[:, 0] += self._amb0
         try:
-            return self.solver.from_modes(th, v[nc:] + self.net.ambient)
+            return self.solver.from_modes(theta, v[nc:] + self.net.ambient)
         finally:
-            th[:, 0] = keep
+            theta[:, 0] = keep
 
     def step_state(self, v: np.ndarray, core_w: np.ndarray, bank_w: np.ndarray, dt: float,
                    field: str = "window_ms") -> np.ndarray:
         """``step`` on a state vector (``state_of``): the exponential step on the spectral solver goes from modes to
         modes without a DCT; the other integrators and solvers through the node temperatures."""
-        th = self.arch.thermal
+        cfg = self.arch.thermal
         modes = self.source_modes(core_w, bank_w, with_ambient=False) \
-            if th.integrator == "exponential" and isinstance(self.solver, SpectralSolver) else None
+            if cfg.integrator == "exponential" and isinstance(self.solver, SpectralSolver) else None
         if modes is None:
             return self.state_of(self.step(self.field_of(v), core_w, bank_w, dt, field))
         assert isinstance(self.solver, SpectralSolver)
         nc = self.net.n_cells
         out, ring = self.solver.step_exponential_theta(v[:nc].reshape(self.net.n_layers, -1), v[nc:], modes[0],
-                                                       modes[1], dt, th.exp_degree)
+                                                       modes[1], dt, cfg.exp_degree)
         res: np.ndarray = np.concatenate([out.reshape(-1), ring])
         return res
 

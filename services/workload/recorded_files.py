@@ -24,7 +24,7 @@ TRACE_SUFFIXES = (".csv", ".jsonl", ".parquet", ".json")
 class RecordedFiles:
     """The recorded routing traces one workload service can replay: file names in ``traces_dir`` (None: only the
     shipped samples), then in the samples; parsed traces in an LRU of ``cache_size`` entries keyed by path, size and
-    mtime, and the files' SHA-256 likewise. One per workload app, from its settings (`from_settings`; issue 21: no
+    mtime, and the files' SHA-256 likewise. One per workload app, from its settings (`from_settings`; no
     module-level state)."""
 
     def __init__(self, traces_dir: Path | None = None, cache_size: int = 64) -> None:

@@ -172,7 +172,7 @@ class ThermalModelConfig(StrictModel):
     # exp_degree/2 complex solves whatever the window length); "trbdf2" is TR-BDF2 with ceil(window/max_substep_ms)
     # sub-steps (second order; 6e-4 x that distance at 0.25 ms). services/thermal/solvers.py
     integrator: Literal["exponential", "trbdf2"] = "exponential"
-    # Where window 0 starts (Science II, issue 15; services/thermal/README.md "Warm start"). "ambient": every node at
+    # Where window 0 starts (Science II; services/thermal/README.md "Warm start"). "ambient": every node at
     # the ambient temperature. "steady" (default): the run's operating point. The stack's slowest modes (sink,
     # spreader) take seconds, so a sub-second run from ambient reports a cold-start transient, not the chip. With
     # warmup_ms > 0, a warm-up pass simulates the run's first warmup_ms (from the steady state of window 0's power

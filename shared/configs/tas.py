@@ -53,10 +53,10 @@ class TacsParams(StrictModel):
     hop_radius: PositiveInt = 2
     noc_guard: float = Field(default=0.8, gt=0, le=1)  # no migration while NoC load is above this
     smoothing_alpha: float = Field(default=0.5, ge=0.4, le=0.6)
-    # look-ahead (issue 16): 0 = the reactive benefit-versus-cost rule; N > 0 = pick the move (or none) with the lowest
+    # look-ahead: 0 = the reactive benefit-versus-cost rule; N > 0 = pick the move (or none) with the lowest
     # predicted peak of the core temperatures over the next N windows, from the thermal model's pulse responses
     lookahead_windows: int = Field(default=0, ge=0, le=64)
-    # the time the pending window's energy is spread over to give the power a move shifts (issue 16, a sensitivity
+    # the time the pending window's energy is spread over to give the power a move shifts (a sensitivity
     # setting): "residency" = max(min_residency_ms, window), the default (a 3 ms burst is not sustained power);
     # "window" = the window itself (the work goes on at the pending window's rate for as long as the move holds).
     # Without a pending window (power from utilisation) it has no effect.

@@ -54,7 +54,7 @@ class MemoryEvents(Columnar):
 class EnergyDeposit(BaseModel):
     """Where one window's dynamic energy is dissipated: all the thermal step needs of the window's events (J; compute
     at V0, thermal scales it by ``(V/V0)²``). ``shared.energy.deposit_of_events`` computes it from the events and
-    ``shared.energy.WindowDeposit`` reads it back; ~15 kB of JSON where the events are ~200 kB (issue 21).
+    ``shared.energy.WindowDeposit`` reads it back; ~15 kB of JSON where the events are ~200 kB.
 
     ``bank_ids`` / ``bank_array_j``: the banks whose array took energy (flat ids, die-major: ``die·BX·BY + x·BY +
     y``) and that energy; ``tsv_io_vault_j`` [die][vault core]: the TSV/IO share, spread evenly over the vault's banks

@@ -1,4 +1,4 @@
-"""Request and response bodies of the placement service's HTTP API (issue 21: every contract in ``shared/contracts``,
+"""Request and response bodies of the placement service's HTTP API (every contract is in ``shared/contracts``,
 so its callers build and read them typed: the orchestrator's pipeline, the CLI, tests).
 
 Owner: placement service. Consumers: orchestrator (``Pipeline.placement``, ``Pipeline.tacs_step``)."""

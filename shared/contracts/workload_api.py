@@ -1,4 +1,4 @@
-"""Request bodies of the workload service's HTTP API (issue 21: every contract in ``shared/contracts``).
+"""Request bodies of the workload service's HTTP API (every contract is in ``shared/contracts``).
 
 Owner: workload service. Consumers: orchestrator (traces, model checks), placement (expert counts), tests.
 """

@@ -44,11 +44,11 @@ class Emitted:
 
     @classmethod
     def _sorted(cls, iv: Intervals, f: F64, i: I64, t0: float) -> Emitted:
-        st = np.maximum(iv.start[i], t0)
+        start_ns = np.maximum(iv.start[i], t0)  # clipped to the window's start
         core = iv.core[i]
-        one_start = st.size and st.min() == st.max()  # e.g. all running since before the window: by core alone
-        order = np.argsort(core, kind="stable") if one_start else np.lexsort((core, st))
-        return cls(iv=iv, f=f, idx=i[order], start=st[order])
+        one_start = start_ns.size and start_ns.min() == start_ns.max()  # e.g. all running since before the window
+        order = np.argsort(core, kind="stable") if one_start else np.lexsort((core, start_ns))  # then by core alone
+        return cls(iv=iv, f=f, idx=i[order], start=start_ns[order])
 
     def __len__(self) -> int:
         return int(self.idx.size)

@@ -89,13 +89,13 @@ def schedule_transfers(transfers: list[Transfer], chip: Chip, vault_bw: F64, vau
         if hops > 0:
             bw = min(bw, chip.link_bw_bytes_per_ns)
         links = list(chip.route_links(s, d))
-        st = max(t.t_apply_ns, float(vault_free[s]), float(vault_free[d]), float(core_free[s]),
-                 float(core_free[d]), float(link_free[links].max()) if links else -np.inf)
-        start[i] = st
-        dur[i] = t.nbytes / bw + hops * chip.link_latency_ns
-        vault_free[s] = vault_free[d] = st + dur[i]
+        start_ns = max(t.t_apply_ns, float(vault_free[s]), float(vault_free[d]), float(core_free[s]),
+                       float(core_free[d]), float(link_free[links].max()) if links else -np.inf)
+        start[i] = start_ns
+        dur[i] = t.nbytes / bw + hops * chip.link_latency_ns  # ns: bytes / (bytes/ns) + per-hop latency
+        vault_free[s] = vault_free[d] = start_ns + dur[i]
         if links:
-            link_free[links] = st + dur[i]
+            link_free[links] = start_ns + dur[i]
     return start, dur, sv, dv
 
 

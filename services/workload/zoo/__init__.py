@@ -76,7 +76,7 @@ class ModelZoo:
     can be registered or persisted; the offline functions' default) and the ones this object registered without
     persisting; and the inline configs it built (an LRU of ``cache_size``). One per workload app, built from the
     app's settings (`from_settings`), so two apps in one process with different settings do not share a registry
-    (issue 21: no module-level state)."""
+    (no module-level state)."""
 
     def __init__(self, models_dir: Path | None = None, cache_size: int = 64) -> None:
         self.models_dir = models_dir

@@ -1,4 +1,4 @@
-"""exactly-once effects: finalisation claimed once, queue hand-offs and task deliveries recorded (issue 17, item 6)
+"""exactly-once effects: finalisation claimed once, queue hand-offs and task deliveries recorded
 
 Revision ID: 0002
 Revises: 0001

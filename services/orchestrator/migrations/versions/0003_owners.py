@@ -1,4 +1,4 @@
-"""owners: experiments and sweeps belong to the API key's principal (issue 17, item 1)
+"""owners: experiments and sweeps belong to the API key's principal
 
 Revision ID: 0003
 Revises: 0002

@@ -1,4 +1,4 @@
-"""waiting: a run records the outage it waits out (issue 17, item 5)
+"""waiting: a run records the outage it waits out
 
 Revision ID: 0004
 Revises: 0003

@@ -1,9 +1,9 @@
-"""windows: the JSON columns compressed with lz4 on PostgreSQL (issue 21: the cluster's window commit)
+"""windows: the JSON columns compressed with lz4 on PostgreSQL (the cluster's window commit)
 
 A window's row (the thermal snapshot and the metrics, ~33 kB of JSON, and the frontier) is compressed as PostgreSQL
 moves it out of line. pglz, the default, cost the server 1.4-1.6 ms of CPU per window commit; lz4 0.50-0.55 ms, the
 commit's wall time 2.2-2.4 -> 1.2-1.4 ms, for 16 % more bytes on disk (25.6 -> 29.8 MB per 1000 windows; the same
-rows committed 1000 times through `repository.commit_window`, two runs each, alternated, 2026-11-28).
+rows committed 1000 times through `repository.commit_window`, two runs each, alternated).
 
 Only where PostgreSQL can (14 and newer built with lz4: Debian's packages and the official images are); elsewhere,
 and on SQLite, nothing changes. Rows written before keep their compression (PostgreSQL reads both).
