@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -35,6 +36,23 @@ PLOT_KINDS = ("temperature", "performance", "heatmap", "power")
 # windows per scenario in a plot request: ~15 kB of JSON each (64 cores, 64 x 8 vault temperatures, 224 links), so
 # four scenarios stay near 18 MB, under the default TASMOE_MAX_BODY_MB (32)
 MAX_PLOT_WINDOWS = 300
+
+
+def fit_plot_windows(windows: dict[str, list[dict[str, Any]]], budget_bytes: float,
+                     ) -> dict[str, list[dict[str, Any]]]:
+    """The figures' windows merged further (dt-weighted, as `coarsen` merges: merging merged windows is exact) until
+    their JSON takes at most ``budget_bytes``: a window's size grows with the chip (vaults, DRAM dies, links) and a
+    request's count with the scenarios, so MAX_PLOT_WINDOWS alone cannot keep a plot request under the body limit.
+    Unchanged when it fits; a scenario keeps at least one window."""
+    out = windows
+    for _ in range(16):
+        size = len(json.dumps(out, separators=(",", ":")))
+        if size <= budget_bytes or all(len(ws) <= 1 for ws in out.values()):
+            return out
+        factor = math.ceil(size / budget_bytes)
+        out = {sc: list(coarsen([ws], n_windows=len(ws), max_windows=max(1, len(ws) // factor)))
+               for sc, ws in out.items()}
+    return out
 
 
 def warmup_ms(spec: ExperimentSpec, n_windows: int) -> float:
@@ -122,9 +140,11 @@ def finalize_experiment(*, sessions: sessionmaker[Session], clients: ServiceClie
             log.warning("power table for %s not written: %s", exp_id, exc)
     if not plots:
         return summary
+    # half the body limit for the windows: the rows and the JSON's own overhead stay well inside the rest
+    plot_windows = fit_plot_windows(windows, clients.settings.max_body_mb * 2**20 / 2)
     for kind in PLOT_KINDS:
         try:
-            data = pipe.plot(kind, workload=label, rows=rows, windows=windows, mesh=spec.arch.mesh.cores,
+            data = pipe.plot(kind, workload=label, rows=rows, windows=plot_windows, mesh=spec.arch.mesh.cores,
                              thot_c=spec.tas.tacs.thresholds.Thot, warmup_ms=warm_ms)
         except TasmoeError as exc:
             log.warning("plot %s for %s not drawn: %s", kind, exp_id, exc)
