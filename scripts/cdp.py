@@ -1,4 +1,4 @@
-"""Headless Chromium driven over the Chrome DevTools Protocol: what the dashboard's browser test and the README's
+"""Headless Chromium driven over the Chrome DevTools Protocol: what the dashboard's browser test and the dashboard's
 screenshots (``python -m scripts.ui_screenshots``) use to load a page, run JavaScript in it, wait for what it shows
 and capture it as PNG.
 

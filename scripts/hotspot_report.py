@@ -1,4 +1,4 @@
-"""How many windows TACS needs to bring the hand-made hot spot under Thot (issue 16): the set-up of
+"""How many windows TACS needs to bring the hand-made hot spot under Thot: the set-up of
 ``tests/orchestrator/test_hotspot_tacs.py`` (every Mixtral expert on core 27, the seed's arrivals, Thot 0.5 K above
 the hottest other core of a short baseline run), run for N windows as baseline and tacs; prints JSON.
 

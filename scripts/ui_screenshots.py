@@ -1,5 +1,5 @@
-"""The README's screenshots of the dashboard (``docs/dashboard_live.png``, ``docs/dashboard_replay.png``), taken by
-headless Chromium (``scripts/cdp.py``) from a real ``tasmoe serve all``:
+"""The screenshots of the dashboard (``docs/dashboard_live.png``, ``docs/dashboard_replay.png``: README.md and
+docs/operations.md, "The dashboard"), taken by headless Chromium (``scripts/cdp.py``) from a real ``tasmoe serve all``:
 
 - live: the seed's chip (``configs/arch_seed.yaml``), the default workload cut to 600 windows, the four scenarios
   side by side while they run;
@@ -7,7 +7,8 @@ headless Chromium (``scripts/cdp.py``) from a real ``tasmoe serve all``:
   `hot_spot_request`), baseline against tacs, scrubbed to a window where TACS has just migrated experts.
 
 ``.venv/bin/python -m scripts.ui_screenshots [--out docs]`` (~5 min on two cores). The hot spot is also what the
-browser test uses to see a migration drawn: TACS makes no move on the seed's chip (README, "The seed's chip")."""
+browser test uses to see a migration drawn: TACS makes no move on the seed's chip (docs/operations.md,
+"The dashboard")."""
 
 from __future__ import annotations
 

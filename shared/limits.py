@@ -2,8 +2,9 @@
 
 A bound is derived from what it costs: a dimension bounds the products the analytic cost models form (M·K·N ≤ 2⁶⁰
 stays an exact float and far from int64 overflow), a list length bounds the loop over it. The bounds are listed in
-the README's "Security and limits"; configs have their own next to their fields (shared/configs), the thermal grid
-and the trace windows theirs next to the code that allocates (shared/configs/arch.py, services/workload/traces.py).
+docs/operations.md, "Security and limits"; configs have their own next to their fields (shared/configs), the thermal
+grid and the trace windows theirs next to the code that allocates (shared/configs/arch.py,
+services/workload/traces.py).
 """
 
 from __future__ import annotations

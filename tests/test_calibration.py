@@ -1,5 +1,6 @@
 """The calibrated default chip (configs/arch_8x8_32x32x8.yaml, Science II): every constant equals the unit
-conversion of its published source, computed here from the source's own figures (README "The calibrated chip")."""
+conversion of its published source, computed here from the source's own figures (docs/chip.md, "The reference chip
+(45 nm)")."""
 
 from __future__ import annotations
 

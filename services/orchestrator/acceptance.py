@@ -7,8 +7,8 @@
   the windows that do not balance.
 
 Whether a policy lowers the peak (the seed's ``T_peak_logic(tas|taps) < T_peak_logic(baseline)``) is a finding, not a
-check: ``policy_findings`` reports each policy's peaks and throughput against baseline, and the README states them,
-whatever they are (a check that a policy helps would turn a measured result into a pass/fail).
+check: ``policy_findings`` reports each policy's peaks and throughput against baseline, and docs/results.md states
+them, whatever they are (a check that a policy helps would turn a measured result into a pass/fail).
 """
 
 from __future__ import annotations

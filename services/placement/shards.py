@@ -12,7 +12,7 @@ warms the chip least; the thermal model agrees on both shipped chips (``tests/pl
 ``d`` is the ``d``-th DRAM die of ``arch.geometry.stack``, which lists the layers farthest from the sink first: layer
 ``L − 1`` is the die nearest the sink. With the dies taken in slot order instead (the lowest layer, next to the logic
 die, first), TAPS put the most-read shards of every vault on die 1: on the seed's chip (DRAM at 2 W/(m·K)) its logic
-peak was 4.8 K above baseline's (``tasmoe run --quick --arch configs/arch_seed.yaml``; README).
+peak was 4.8 K above baseline's (measured with ``tasmoe run --quick --arch configs/arch_seed.yaml``).
 
 Units: bytes and bytes/s inside; ``weight_shard_mb`` and ``bank_capacity_mb`` are MiB (2^20 bytes), ``bank_bw_gbps``
 is GB/s (1e9 bytes/s).

@@ -409,8 +409,8 @@ def instance_influence(H: np.ndarray, H_vault: np.ndarray | None, e_logic: np.nd
     the two apart). Without ``H_vault`` (library use): ``H``. ``build_problem`` passes the vault matrix of the
     dies the bank book fills (`shards.read_die_profile`). The seed's chip (DRAM at 2 W/(m·K)) is where it matters:
     with the reads' heat counted at the core TAPS's mean field was 11.5 K above the simulated one, spread evenly over
-    a vault's eight dies 9.8 K, in the dies the book fills (nearest the sink) 2.1 K (two micro-batches; README,
-    "The seed's chip")."""
+    a vault's eight dies 9.8 K, in the dies the book fills (nearest the sink) 2.1 K (measured on two micro-batches;
+    ``tests/orchestrator/test_policy_model.py`` bounds the hottest core's error on that chip)."""
     if H_vault is None:
         return H
     tot = float(e_logic.sum() + e_vault.sum())

@@ -21,7 +21,7 @@ from shared.energy import deposit_of_events
 
 REFERENCE = Path(os.environ.get("TASMOE_REFERENCE_DIR", Path(__file__).resolve().parents[2].parent / "shared" /
                                 "reference"))
-HOTSPOT_STEADY_S = {"S8": (5.7, 6.6)}  # HotSpot's own SuperLU steady time per case on this machine (README)
+HOTSPOT_STEADY_S = {"S8": (5.7, 6.6)}  # HotSpot's own SuperLU steady time per case on this machine (measured)
 
 
 def _cpu_median(fn: object, repeat: int) -> float:

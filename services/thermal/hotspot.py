@@ -70,7 +70,7 @@ _ZERO_ONLY = {  # options whose feature is not modelled: only 0 (off) is accepte
 # ours, beyond HotSpot: the material around a layer smaller than the die (see _layer_materials)
 _EXTENSIONS = {"k_filler", "p_filler"}
 KNOWN = set(DEFAULTS) | _IGNORED | _FILES | set(_ZERO_ONLY) | _EXTENSIONS
-TRANSIENT_MAX_SUBSTEP_S = 1e-4  # TR-BDF2 sub-step for -o: 0.007 K from the exact network solution (README)
+TRANSIENT_MAX_SUBSTEP_S = 1e-4  # TR-BDF2 sub-step for -o: 0.007 K from the exact network solution (solvers.py)
 
 
 @dataclass

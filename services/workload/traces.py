@@ -71,7 +71,8 @@ ObjArray = npt.NDArray[np.object_]
 MAX_SLOT_ROWS = 1 << 22  # memory rows of one micro-batch's event table: ~70x DeepSeek-V3's (58 x 256 x 4)
 MAX_WINDOW_CELLS = 1 << 24  # tokens x experts x MoE layers drawn for one window (~7 s; DeepSeek-V3's default: 1.9M)
 MAX_WINDOW_ROWS = 1 << 24  # event rows of one window (~1-2 GB as arrays): 4x the biggest micro-batch table
-MAX_TRACE_WINDOWS = 2_000_000  # windows of one trace: 200x the default run's 9901 (README "Security and limits")
+# windows of one trace: 200x the reference run's 9901 (docs/operations.md, "Security and limits")
+MAX_TRACE_WINDOWS = 2_000_000
 
 
 def _objects(items: list[str]) -> ObjArray:

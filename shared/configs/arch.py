@@ -61,7 +61,8 @@ class DramEnergySplit(StrictModel):
     cites), whose HBM2 breakdown puts most of the energy in row activation plus on-die data movement from the array to
     the die's I/O, and the rest in the I/O (TSVs and their drivers). We read it as array (activate + on-die movement)
     0.60, TSV/IO 0.30; the logic-die memory controller (not part of the DRAM device's pJ/bit in that paper) is given
-    0.10. The reading is approximate (README, departures): change it here, never per scenario.
+    0.10. The reading is approximate (docs/chip.md, "Where the defaults depart from the seed (and why)"): change it
+    here, never per scenario.
     """
 
     array: float = Field(default=0.60, ge=0, le=1)  # in the accessed bank
@@ -315,7 +316,7 @@ class ScheduleConfig(StrictModel):
     this many are open is shed and counted in ``tokens_dropped`` (a server's bounded batch queue). ``None`` = one per
     attention group (1 for ``"all"``): with a micro-batch's non-expert work on every core of its group, a second
     micro-batch on the same group waits for the first one's stages on those cores, so it adds latency to both and no
-    throughput (measured, README "Science I").
+    throughput (measured; docs/chip.md, "Where the defaults depart from the seed (and why)", admission).
     """
 
     attention: Literal["all", "group"] = "all"

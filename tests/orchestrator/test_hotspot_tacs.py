@@ -1,6 +1,6 @@
 """A hand-made hot spot on the REAL services (embedded): every expert of the default Mixtral config on one core.
 
-Issue 6 / issue 8's science acceptance ask that TACS cools such a hot spot. This test runs the same shortened
+The seed's science acceptance asks that TACS cools such a hot spot. This test runs the same shortened
 experiment twice with the hand-made placement (inline ``placement``, which replaces default/TAPS in every scenario):
 
 1. ``baseline`` with the default TAS parameters, to read the temperatures the chip reaches;
@@ -11,11 +11,11 @@ What the fast test asserts (all of it can fail): TACS migrates experts away from
 experts is still open (so it will run at the destinations), and TACS does not make the hot core or the peak hotter
 than ``baseline`` by more than 0.5 K within 12 windows.
 
-The slow test runs 150 windows and reports how much TACS cools the hot spot (the README's "Science I" figures); it
-asserts only that TACS does not heat it. With Mixtral's 352 MB experts on a 64 GB/s vault one expert costs ~5.5 ms
-of weight streaming, so with all 256 experts on one core a single micro-batch needs ~1.4 s; TACS moves one expert per
-window off the hot core (after ``min_residency_ms``), and a moved expert's work runs on its new core only when the
-micro-batch in flight reaches that expert's layer.
+The slow test runs 150 windows and reports how much TACS cools the hot spot (a finding it prints; why TACS does not
+cool it: docs/science.md, "Known limits"); it asserts only that TACS does not heat it. With Mixtral's 352 MB experts
+on a 64 GB/s vault one expert costs ~5.5 ms of weight streaming, so with all 256 experts on one core a single
+micro-batch needs ~1.4 s; TACS moves one expert per window off the hot core (after ``min_residency_ms``), and a moved
+expert's work runs on its new core only when the micro-batch in flight reaches that expert's layer.
 """
 
 from __future__ import annotations
@@ -138,9 +138,9 @@ def test_tacs_cools_the_hand_made_hot_spot_over_150_windows(settings: Settings, 
     def peak(rows: list[dict[str, Any]]) -> float:
         return float(max(m["T_peak_logic"] for m in rows[late]))
 
-    # The size of the effect is a finding, reported in the README ("Science I"), not asserted: since the schedule
-    # admits one micro-batch at a time (attention on all cores), the moved experts' work reaches its new cores only
-    # as the micro-batch gets to their layers. Asserted: TACS does not heat the hot spot or the peak.
+    # The size of the effect is a finding, printed below (docs/science.md, "Known limits"), not asserted: since the
+    # schedule admits one micro-batch at a time (attention on all cores), the moved experts' work reaches its new
+    # cores only as the micro-batch gets to their layers. Asserted: TACS does not heat the hot spot or the peak.
     print(f"hot core {hot_mean(tacs):.2f} vs {hot_mean(base):.2f} °C, peak {peak(tacs):.2f} vs {peak(base):.2f} °C")
     assert hot_mean(tacs) <= hot_mean(base) + 0.5
     assert peak(tacs) <= peak(base) + 0.5

@@ -1,4 +1,4 @@
-"""Science III, issue 16, item 1: TAPS predicts per-core power with the simulator's own energy model. On the default
+"""Science III: TAPS predicts per-core power with the simulator's own energy model. On the default
 experiment cut to eight micro-batches (`tasmoe run --quick`'s configs, ``workload_quick.yaml``, with ``steps: 8``),
 the placement's predicted mean power of each core's area of the logic die (``meta.predicted_core_power_w``:
 leakage, its share of the non-expert work, its instances' MACs, scratchpad and DRAM-controller share) is within 10 %
@@ -43,9 +43,10 @@ def test_taps_predicts_the_simulated_per_core_power(tmp_path: Path) -> None:
 
 
 def test_taps_is_not_hotter_than_baseline_under_other_routing(tmp_path: Path) -> None:
-    """Issue 16's acceptance on a variant of the default experiment (two micro-batches, routing seed 3 and a Zipf
+    """Science III's acceptance on a variant of the default experiment (two micro-batches, routing seed 3 and a Zipf
     skew of 1.5 instead of 42 and 1.2): taps is not hotter than baseline at the logic or the DRAM peak, and its
-    throughput is within 1 % of baseline's. A bound, not the size of the benefit (README: the measured numbers)."""
+    throughput is within 1 % of baseline's. A bound, not the size of the benefit (the measured numbers:
+    docs/results.md)."""
     text = (REPO / QUICK_WORKLOAD).read_text(encoding="utf-8")
     assert "seed: 42, zipf_s: 1.2" in text
     wl = tmp_path / "workload_variant.yaml"
@@ -57,7 +58,7 @@ def test_taps_is_not_hotter_than_baseline_under_other_routing(tmp_path: Path) ->
 def test_taps_is_not_hotter_than_baseline_under_replayed_routing(tmp_path: Path) -> None:
     """The same bound under recorded routing (``configs/workload_mixtral_8x7b_replay.yaml``, the shipped synthetic
     sample replayed, cut to two micro-batches): skew and expert reuse unlike Zipf's. TAPS before the slot model was
-    0.63 K hotter than baseline here (README, "Your own model and routing traces")."""
+    0.63 K hotter than baseline here (measured on these two micro-batches)."""
     text = (REPO / "configs/workload_mixtral_8x7b_replay.yaml").read_text(encoding="utf-8")
     assert "steps: 100," in text
     wl = tmp_path / "workload_replay.yaml"
@@ -85,7 +86,7 @@ def test_on_the_seed_chip_taps_is_not_hotter_and_predicts_the_throttled_power(tm
     peak), and TAPS's predicted power of each core's area of the logic die is within 25 % of the simulated one
     (priced at V0 and 2.0 GHz it was +64..+110 %; now −12..+13 %, two micro-batches' routing included), and its
     mean field's hottest core within 5 K of the simulated one's (+1.5 K; with the instances' weight reads spread
-    evenly over a vault's eight dies instead of the dies the bank book fills, +9.5 K: README, "The seed's chip")."""
+    evenly over a vault's eight dies instead of the dies the bank book fills, +9.5 K: measured on this run)."""
     out = _baseline_and_taps(tmp_path, REPO / "configs/arch_seed.yaml", REPO / QUICK_WORKLOAD)
     _not_hotter_at_the_same_throughput(out)
     table, meta, err = _predicted_power_error(out)

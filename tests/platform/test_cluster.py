@@ -35,7 +35,7 @@ def _run(*args: str, env: dict[str, str] | None = None, timeout: float = 180.0) 
 
 
 def _free_block(n: int = len(SERVICES), start: int = 18000) -> int:
-    """A base port with ``n`` consecutive free loopback ports (18000.. first, as the README's example)."""
+    """A base port with ``n`` consecutive free loopback ports (18000.. first, as docs/operations.md's example)."""
     for base in range(start, start + 2000, 10):
         if all(cluster._port_free("127.0.0.1", base + i) for i in range(n)):
             return base

@@ -2,8 +2,9 @@
 (Debian's package; ``.ci/run`` installs it) driven over the DevTools protocol (``scripts/cdp.py``): the page lists
 the experiments, shows the API's own message at the field a bad form names, submits ``workload_quick.yaml`` by its
 file name and draws its heat maps from the event stream, shows the peak of the result CSV at the window the series
-has it, draws TACS's migrations of the hand-made hot spot as arrows (the seed's chip makes no TACS move: README,
-"The seed's chip"), offers the Chrome trace, and, with keys on, opens nothing of another principal's."""
+has it, draws TACS's migrations of the hand-made hot spot as arrows (the seed's chip makes no TACS move:
+docs/operations.md, "The dashboard"), offers the Chrome trace, and, with keys on, opens nothing of another
+principal's."""
 
 from __future__ import annotations
 

@@ -76,7 +76,8 @@ def test_spectral_and_sparse_agree_on_s2(reference_dir: Path) -> None:
 
 
 def test_detailed_3d_raises_core_maxima_as_documented(reference_dir: Path) -> None:
-    """README: `-detailed_3D on` moves half the convection resistance between spreader and sink: +11..+18 K."""
+    """../shared/reference/hotspot/README.md: `-detailed_3D on` moves half the convection resistance between
+    spreader and sink: +11..+18 K."""
     ref = reference_dir / "hotspot"
     args = [*_base(ref, "S2")[1:], "-p", str(ref / "S2" / "steady_a_uniform.ptrace")]
     off = hotspot.run(hotspot.parse_options(args))
