@@ -39,7 +39,7 @@ from numpy.typing import NDArray
 from services.lowering.physical import deposit, serving
 from services.lowering.physical.assign import Pieces, Rows, attention_cores
 from services.lowering.physical.carry import Carry, Context, Intervals, LogicalRows, validate_rows
-from services.lowering.physical.columns import LogicalMem
+from services.lowering.physical.columns import LogicalMem, index_of
 from services.lowering.physical.emit import Emitted, WindowResult
 from services.lowering.physical.lookahead import Lowered, lower
 from services.lowering.physical.memory import Traffic, traffic
@@ -276,22 +276,12 @@ def _admit(ctx: Context, carry: Carry, logical: LogicalWindow) -> _Admitted:
         rows, m_row = carry.rows, carry.m_row  # the open rows as the last window left them
     else:
         rows = all_c.rows(ctx)
-        m_row = _row_of(rows.event_id, all_m.event_id)
+        m_row = index_of(rows.event_id, all_m.event_id)  # per memory row: its compute row (-1: none)
     if (len(new_c) or not carry.unique_ids) and len(rows) and np.unique(rows.event_id).size != len(rows):
         raise BadInput("event_id values must be unique (also against the open rows of earlier windows)",
                        field="logical.compute.event_id")
     return _Admitted(lc=all_c, lm=all_m, rows=rows, m_row=m_row, new_memory_rows=len(new_m) > 0,
                      tokens_dropped=tokens_dropped, dropped=remember)
-
-
-def _row_of(row_ev: I64, mem_ev: I64) -> I64:
-    """Per memory row: the compute row with its event id (-1: none)."""
-    if not row_ev.size or not mem_ev.size:
-        return np.full(mem_ev.size, -1, dtype=np.int64)
-    order = np.argsort(row_ev, kind="stable")
-    pos = np.minimum(np.searchsorted(row_ev[order], mem_ev), row_ev.size - 1)
-    out: I64 = np.where(row_ev[order][pos] == mem_ev, order[pos], -1)
-    return out
 
 
 # ---- completion -----------------------------------------------------------------------------------------------

@@ -107,3 +107,13 @@ class LogicalMem:
         if not len(b):
             return a
         return LogicalMem(*(np.concatenate([getattr(a, k), getattr(b, k)]) for k in a.__dataclass_fields__))
+
+
+def index_of(keys: I64, values: I64) -> I64:
+    """Per value: its index in ``keys`` (unique), -1 when absent (a sorted search: O((n + m) log n))."""
+    if not keys.size or not values.size:
+        return np.full(values.size, -1, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")
+    at = np.minimum(np.searchsorted(keys[order], values), keys.size - 1)
+    out: I64 = np.where(keys[order][at] == values, order[at], -1)
+    return out

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from services.lowering.physical.columns import index_of
 from shared.configs.workload import ServingConfig
 from shared.contracts.events import BatchesInFlight, PendingTokens, RequestsDone, RunningRequests, ServingState
 from shared.contracts.workload import (
@@ -150,7 +151,7 @@ class ServingCarry:
             i = int(np.flatnonzero(~on_lane)[0])
             raise BadInput(f"micro-batch {int(b['mb_id'][i])} in flight on no lane", field=f"state.serving.batches"
                                                                                            f".mb_id[{i}]")
-        pos = _lookup(r["request_id"], b["request_id"])
+        pos = index_of(r["request_id"], b["request_id"])
         ok = pos >= 0
         ok[ok] = r["in_flight"][pos[ok]]
         if not ok.all():
@@ -169,16 +170,6 @@ class ServingCarry:
             running=RunningRequests.model_construct(None, **self.running.lists()),
             lanes=self.lanes.tolist(), batches=BatchesInFlight.model_construct(None, **self.batches.lists()),
             next_mb_id=self.next_mb_id, token_offset=self.token_offset)
-
-
-def _lookup(keys: I64, values: I64) -> I64:
-    """Per value: its index in ``keys`` (unique), -1 when absent."""
-    if not keys.size or not values.size:
-        return np.full(values.size, -1, dtype=np.int64)
-    order = np.argsort(keys, kind="stable")
-    at = np.minimum(np.searchsorted(keys[order], values), keys.size - 1)
-    out: I64 = np.where(keys[order][at] == values, order[at], -1)
-    return out
 
 
 def _alloc(caps: I64, budget: int) -> I64:
@@ -295,14 +286,14 @@ def credit(sc: ServingCarry, done: Sequence[PendingTokens]) -> tuple[ServingCarr
     d_mb = _ints([p.mb_id for p in done])
     d_fin = _ints([p.finish_ns for p in done])
     b = sc.batches
-    k = _lookup(d_mb, b["mb_id"])
+    k = index_of(d_mb, b["mb_id"])
     sel = np.flatnonzero(k >= 0)
     if not sel.size:
         return sc, none
     sel = sel[np.lexsort((b["mb_id"][sel], d_fin[k[sel]]))]  # by completion, then micro-batch, then its order
     fin = d_fin[k[sel]]
     r = sc.running
-    pos = _lookup(r["request_id"], b["request_id"][sel])
+    pos = index_of(r["request_id"], b["request_id"][sel])
     new, emits = b["new_tokens"][sel], b["emits"][sel]
     pre, gen = r["prefilled"].copy(), r["generated"].copy()
     first, last, fly = r["t_first_token_ns"].copy(), r["t_last_token_ns"].copy(), r["in_flight"].copy()
