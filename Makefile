@@ -73,7 +73,7 @@ lint: venv
 
 # docs/results.md from the experiments' results folders: their summary files are copied to docs/results/<experiment>/
 # and their figures to docs/figures/<experiment>/ (a folder not there keeps its committed copy), then rendered.
-DOCS_EXPERIMENTS ?= default reference quick
+DOCS_EXPERIMENTS ?= default flatout reference quick
 docs: venv settings-docs
 	$(BIN)/python -m scripts.render_results --collect $(DOCS_EXPERIMENTS)
 

@@ -55,7 +55,8 @@ FIGURE_KINDS = {  # plots/<kind>.png, in the page's order, with what each shows 
     "heatmap": "the logic die per core at each scenario's hottest window, and the hottest DRAM layer per vault",
     "power": "mean chip power by component per scenario",
 }
-COMMANDS = {"default": "make run", "quick": "make quick", "reference": "tasmoe run --experiment reference"}
+COMMANDS = {"default": "make run", "quick": "make quick", "reference": "tasmoe run --experiment reference",
+            "flatout": "tasmoe run --experiment flatout"}
 
 BLOCK = re.compile(r"<!-- experiment (?P<name>[a-z]+): (?P<title>[^>]*?) -->\n(?P<body>.*?)<!-- end experiment -->\n?",
                    re.S)
@@ -215,7 +216,9 @@ def configs_text(facts: dict[str, Any], rows: list[dict[str, str]]) -> str:
     sv, seq = facts.get("serving"), facts.get("sequence")
     if sv:
         slo = sv.get("slo") or {}
-        load = (f"the `{sv['trace']}` trace, {_ms(sv['duration_ms'])} of arrivals"
+        load = (f"the `{sv['trace']}` trace"
+                + (f" at {sv['rate_rps']:g} requests/s" if sv.get("rate_rps") else " at its own pace")
+                + f", {_ms(sv['duration_ms'])} of arrivals"
                 + (f" from {sv['start_s']:g} s" if sv.get("start_s") else "")
                 + (f" then {_ms(sv['drain_ms'])} of drain" if sv.get("drain_ms") else ", no drain")
                 + (f"; SLO: p99 TTFT ≤ {_ms(slo['ttft_p99_ms'])}, p99 TPOT ≤ {_ms(slo['tpot_p99_ms'])}" if slo else ""))

@@ -148,9 +148,12 @@ ServedMetric = Literal["goodput_tok_s", "ips"]
 
 def served_metric(values: Iterable[Mapping[str, float | None]]) -> ServedMetric:
     """The served rate a throttling loss is measured in: ``goodput_tok_s`` (output tokens/s within the SLO) when
-    every one of ``values`` (rows, or a table's values per scenario) has it, else ``ips`` (a run given no SLO, or a
-    fixed-arrival run, has no goodput)."""
-    return "goodput_tok_s" if all(v.get("goodput_tok_s") is not None for v in values) else "ips"
+    every one of ``values`` (rows, or a table's values per scenario) has it and one of them is above zero, else
+    ``ips`` (a run given no SLO, or a fixed-arrival run, has no goodput; an overloaded run, where no request meets
+    the SLO, is measured by what it serves)."""
+    values = list(values)
+    goodputs = [v.get("goodput_tok_s") for v in values]
+    return "goodput_tok_s" if all(g is not None for g in goodputs) and any(g for g in goodputs) else "ips"
 
 
 def throttling(t: CompareTable, *, metric: ServedMetric | None = None) -> Throttling | None:

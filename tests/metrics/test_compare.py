@@ -150,6 +150,12 @@ def test_throttling_loss_and_what_each_policy_recovers(rows: list[ResultRow]) ->
               _with_rate(base, "unthrottled", 100.0, 40.0)]
     th = throttling(compare(served))
     assert th is not None and th.metric == "goodput_tok_s" and th.recovered == {"tacs": pytest.approx(0.5)}
+    # overloaded: no request met the SLO anywhere, so the loss is in what the chip served
+    flat = [_with_rate(base, "baseline", 41.7, 0.0), _with_rate(base, "tacs", 37.0, 0.0),
+            _with_rate(base, "unthrottled", 44.3, 0.0)]
+    th = throttling(compare(flat))
+    assert th is not None and th.metric == "ips" and th.loss == pytest.approx(2.6)
+    assert th.recovered == {"tacs": pytest.approx((37.0 - 41.7) / 2.6)}
     # no reference, or no loss to recover
     assert throttling(compare(table[:3])) is None
     same = [_with_rate(base, "baseline", 60.0), _with_rate(base, "tas", 61.0), _with_rate(base, "unthrottled", 60.1)]
