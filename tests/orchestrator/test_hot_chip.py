@@ -9,7 +9,7 @@ import csv
 
 import pytest
 
-from services.orchestrator.default_experiment import DEFAULT
+from services.orchestrator.default_experiment import DEFAULT, FLAT_OUT
 from services.orchestrator.local import run_local
 from shared.configs import load_arch, load_workload
 from tests.conftest import REPO
@@ -64,3 +64,23 @@ def test_every_scenarios_tokens_balance(rows: dict[str, dict[str, str]]) -> None
         offered = int(float(row["tokens_offered"]))
         parts = sum(int(float(row[k])) for k in ("tokens_served", "tokens_queued", "tokens_shed"))
         assert offered > 0 and parts == offered and int(float(row["tokens_unbalanced"])) == 0, sc
+
+
+@pytest.mark.slow
+def test_tacs_acts_on_the_hot_chip(rows: dict[str, dict[str, str]]) -> None:
+    """TACS's decisions change the run (here: slices of striped experts rerouted within their row): its row is not
+    baseline's. Whether that cools the chip is a finding (docs/results.md), not asserted."""
+    base, tacs = rows["baseline"], rows["tacs"]
+    keys = ("T_peak_logic", "T_peak_dram", "time_above_thot_ms", "energy_j", "bytes_moved")
+    assert any(base[k] != tacs[k] for k in keys if k in base)
+
+
+def test_an_experiment_replaces_the_serving_rate_arrivals_and_drain_and_nothing_else() -> None:
+    base = load_workload(REPO / FLAT_OUT.workload)
+    flat = FLAT_OUT.workload_config()
+    assert base.serving is not None and flat.serving is not None
+    assert (flat.serving.rate_rps, flat.serving.duration_ms, flat.serving.drain_ms) == (
+        FLAT_OUT.rate_rps, FLAT_OUT.arrivals_ms, FLAT_OUT.drain_ms)
+    assert flat.serving.model_copy(update={"rate_rps": base.serving.rate_rps, "duration_ms": base.serving.duration_ms,
+                                           "drain_ms": base.serving.drain_ms}) == base.serving
+    assert DEFAULT.workload_config() == base
