@@ -175,7 +175,8 @@ def test_the_mac_energy_is_h100s_tdp_per_mac(arch: ArchConfig) -> None:
 
 def test_taps_capacity_is_this_chips_core() -> None:
     """configs/tas_params_hbm_on_logic.yaml: the default TAS parameters with TAPS's per-core capacity at this chip's
-    core peak (2 x 4224 MACs x 1.83 GHz), nothing else changed."""
+    core peak (2 x 4224 MACs x 1.83 GHz) and TACS's look-ahead on over its residency (min_residency_ms / window_ms
+    windows: acting before DTM trips), nothing else changed."""
     arch = load_arch(PATH)
     tas = load_tas(CONFIGS / "tas_params_hbm_on_logic.yaml")
     default = load_tas(CONFIGS / "tas_params.yaml")
@@ -183,7 +184,9 @@ def test_taps_capacity_is_this_chips_core() -> None:
     peak = 2 * rows * cols * arch.dvfs.domains[0].steps_ghz[0] * 1e9
     assert tas.taps.capacity.core_flops_tps == pytest.approx(peak, rel=1e-3)
     assert tas.taps.capacity.core_flops_tps * arch.mesh.n_cores == pytest.approx(H100_BF16_TFLOPS * 1e12, rel=1e-3)
-    same = tas.model_copy(update={"taps": tas.taps.model_copy(update={"capacity": default.taps.capacity})})
+    assert tas.tacs.lookahead_windows == round(tas.tacs.min_residency_ms / tas.tacs.window_ms)
+    same = tas.model_copy(update={"taps": tas.taps.model_copy(update={"capacity": default.taps.capacity}),
+                                  "tacs": tas.tacs.model_copy(update={"lookahead_windows": 0})})
     assert same == default
 
 
