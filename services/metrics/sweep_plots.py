@@ -11,12 +11,12 @@ Okabe-Ito set of `services.metrics.plots`):
   ones no other beats on both.
 
 Throughput is the served rate the throttling loss is measured in (`compare.served_metric`): ``goodput_tok_s``
-(output tokens/s of the requests within the SLO) when every row has it, else ``ips`` for all rows (one unit on one
-axis). The two slices shade the throttling loss at each value, ``unthrottled − baseline`` as `compare.throttling`
-defines it (from each point's own comparison table), so a policy's line inside the band shows how much of the loss
-it recovers; a thin grey line is the offered load (``tokens_offered`` over the run's time) where the rows have one:
-a point at it served everything and says nothing of the chip's limit. Where several points share a slice's value
-(another grid key, e.g. seeds), the line is their mean and the title says so.
+(output tokens/s of the requests within the SLO) when every row has it and one is above zero, else ``ips`` for all
+rows (one unit on one axis). The two slices shade the throttling loss at each value, ``unthrottled − baseline`` as
+`compare.throttling` defines it (from each point's own comparison table), so a policy's line inside the band shows
+how much of the loss it recovers; a thin grey line is the offered load (``tokens_offered`` over the run's time)
+where the rows have one: a point at it served everything and says nothing of the chip's limit. Where several points
+share a slice's value (another grid key, e.g. seeds), the line is their mean and the title says so.
 
 Why energy per token against throughput for the front, not peak temperature: under a DTM limit the peak temperature
 is pinned by the limit (it is a swept parameter, so T_peak against throughput would mostly redraw the grid), while
