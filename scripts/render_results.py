@@ -3,7 +3,7 @@
 Two steps, both here:
 
 - **collect** (``--collect NAME ...``): for each named experiment (``services/orchestrator/default_experiment.py``:
-  default, quick, reference), copy the small files its tables need from its results folder (``results/default/``
+  default, quick, reference, flatout), copy the small files its tables need from its results folder (``results/default/``
   ...) to ``docs/results/<name>/`` — ``summary.csv`` (one row per scenario), ``comparison.md`` (its throttling
   line) and ``experiment.json`` (the configs it ran, read from a run's own log and checked against the experiment's
   config files) — and its figures (``plots/*.png``) to ``docs/figures/<name>/``. A results folder that is not there
@@ -322,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="render_results", description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--collect", nargs="+", default=[], metavar="EXPERIMENT",
                     help="first copy these experiments' summary files and figures from their results folders "
-                         "(default, quick, reference)")
+                         "(default, quick, reference, flatout)")
     ap.add_argument("--results-root", default=str(REPO), help="the folder the experiments' results/ paths are under "
                                                               "(default: the checkout)")
     ap.add_argument("--docs", default=str(DOCS), help="the docs folder (default: %(default)s)")
