@@ -3,7 +3,8 @@
 Two steps, both here:
 
 - **collect** (``--collect NAME ...``): for each named experiment (``services/orchestrator/default_experiment.py``:
-  default, quick, reference, flatout), copy the small files its tables need from its results folder (``results/default/``
+  default, quick, reference, flatout), copy the small files its tables need from its results folder
+  (``results/default/``
   ...) to ``docs/results/<name>/`` — ``summary.csv`` (one row per scenario), ``comparison.md`` (its throttling
   line) and ``experiment.json`` (the configs it ran, read from a run's own log and checked against the experiment's
   config files) — and its figures (``plots/*.png``) to ``docs/figures/<name>/``. A results folder that is not there
