@@ -4,12 +4,12 @@ Two steps, both here:
 
 - **collect** (``--collect NAME ...``): for each named experiment (``services/orchestrator/default_experiment.py``:
   default, quick, reference, flatout), copy the small files its tables need from its results folder
-  (``results/default/``
-  ...) to ``docs/results/<name>/`` — ``summary.csv`` (one row per scenario), ``comparison.md`` (its throttling
-  line) and ``experiment.json`` (the configs it ran, read from a run's own log and checked against the experiment's
-  config files) — and its figures (``plots/*.png``) to ``docs/figures/<name>/``. A results folder that is not there
-  is skipped with a note: the committed copy, if any, stays and is rendered. A folder that ran other configs than
-  the experiment's, or lacks a scenario, is an error (exit 2): its numbers would be labelled with the wrong name.
+  (``results/default/`` ...) to ``docs/results/<name>/`` — ``summary.csv`` (one row per scenario), ``comparison.md``
+  (its throttling line) and ``experiment.json`` (the configs it ran, read from a run's own log and checked against
+  the experiment's config files) — and its figures (``plots/*.png``) to ``docs/figures/<name>/``. A results folder
+  that is not there is skipped with a note: the committed copy, if any, stays and is rendered. A folder that ran
+  other configs than the experiment's, or lacks a scenario, is an error (exit 2): its numbers would be labelled with
+  the wrong name.
 - **render** (always): ``docs/results.template.md`` with each experiment's block filled from ``docs/results/<name>/``
   and written to ``docs/results.md``. The template holds the prose; everything that is a number comes from the data
   through a placeholder. An experiment without committed files renders as a short note saying how to produce it.
