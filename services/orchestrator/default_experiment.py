@@ -35,8 +35,9 @@ class Experiment:
     rate_rps: float | None = None  # serving: replaces workload.serving.rate_rps (None: the config's)
 
     def workload_config(self, path: str | Path | None = None) -> WorkloadConfig:
-        """The workload this experiment runs: ``path`` (default: its own config) with a serving workload's arrivals
-        and drain replaced by the experiment's (the quick look's second of arrivals). One owner for ``tasmoe run``
+        """The workload this experiment runs: ``path`` (default: its own config) with a serving workload's arrivals,
+        drain and offered rate replaced by the experiment's where it sets them (the quick look's second of arrivals,
+        the flat-out rate). One owner for ``tasmoe run``
         and for the results page, which checks that a results folder ran these configs."""
         workload = load_workload(path or self.workload)
         if workload.serving is None or (self.arrivals_ms is None and self.drain_ms is None and self.rate_rps is None):

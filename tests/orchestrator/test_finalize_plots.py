@@ -40,3 +40,11 @@ def test_windows_over_the_budget_are_merged_until_they_fit_and_keep_time_peaks_a
         assert sum(w["tokens_completed"] for w in merged) == sum(w["tokens_completed"] for w in ws)
         assert sum(w["migrations"] for w in merged) == sum(w["migrations"] for w in ws)
         assert [w["window"] for w in merged] == sorted(w["window"] for w in merged)
+        energy = sum(w["power_w"] * w["dt_ms"] for w in ws)  # a dt-weighted mean keeps its integral
+        assert sum(w["power_w"] * w["dt_ms"] for w in merged) == pytest.approx(energy)
+
+
+def test_windows_that_cannot_fit_are_merged_as_far_as_they_go_and_said(caplog: pytest.LogCaptureFixture) -> None:
+    windows = {"baseline": [dict(_window(i), latencies_ms=[1.0] * 500) for i in range(40)]}
+    fitted = fit_plot_windows(windows, budget_bytes=1000)
+    assert len(fitted["baseline"]) == 1 and "over the 1000 bytes" in caplog.text

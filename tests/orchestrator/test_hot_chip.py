@@ -15,8 +15,9 @@ from shared.configs import load_arch, load_workload
 from tests.conftest import REPO
 
 ARRIVALS_MS = 1500.0
-WARMUP_MS = 1000.0  # long enough for the batches to fill: the warm start is the steady state of a loaded chip
-RATE_RPS = 20.0  # several times what the chip serves within the SLO (tasmoe capacity): it runs flat out
+# the flatout experiment's load and warm start (services/orchestrator/default_experiment.py), cut to 1.5 s of arrivals
+WARMUP_MS = FLAT_OUT.warmup_ms or 0.0
+RATE_RPS = FLAT_OUT.rate_rps or 0.0
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +78,12 @@ def test_tacs_acts_on_the_hot_chip(rows: dict[str, dict[str, str]]) -> None:
 
 def test_an_experiment_replaces_the_serving_rate_arrivals_and_drain_and_nothing_else() -> None:
     base = load_workload(REPO / FLAT_OUT.workload)
-    flat = FLAT_OUT.workload_config()
+    flat = FLAT_OUT.workload_config(REPO / FLAT_OUT.workload)
     assert base.serving is not None and flat.serving is not None
     assert (flat.serving.rate_rps, flat.serving.duration_ms, flat.serving.drain_ms) == (
         FLAT_OUT.rate_rps, FLAT_OUT.arrivals_ms, FLAT_OUT.drain_ms)
-    assert flat.serving.model_copy(update={"rate_rps": base.serving.rate_rps, "duration_ms": base.serving.duration_ms,
-                                           "drain_ms": base.serving.drain_ms}) == base.serving
-    assert DEFAULT.workload_config() == base
+    undone = flat.serving.model_copy(update={"rate_rps": base.serving.rate_rps,
+                                             "duration_ms": base.serving.duration_ms,
+                                             "drain_ms": base.serving.drain_ms})
+    assert flat.model_copy(update={"serving": undone}) == base
+    assert DEFAULT.workload_config(REPO / DEFAULT.workload) == base
