@@ -120,3 +120,33 @@ def test_collect_copies_the_summary_files_and_checks_the_configs(tmp_path: Path)
     _results_folder(tmp_path, config)
     with pytest.raises(rr.DocsError, match="ran other workload settings"):
         rr.collect("quick", results_root=tmp_path, docs=docs, say=said.append)
+
+
+def _summary(experiment: str) -> dict[str, dict[str, str]]:
+    import csv
+
+    with (DOCS / rr.DATA / experiment / "summary.csv").open(encoding="utf-8") as fh:
+        return {r["scenario"]: r for r in csv.DictReader(fh)}
+
+
+def test_the_findings_the_template_states_hold_in_the_committed_data() -> None:
+    """The prose of docs/results.template.md states findings in words; they must hold for the committed results, so
+    that a re-run that changes them fails here until the prose is rewritten."""
+    text = (DOCS / "results.template.md").read_text(encoding="utf-8")
+    default, flat = _summary("default"), _summary("flatout")
+    f = float
+    if "**TACS did not act** in this run" in text:  # the default experiment
+        for k in ("T_peak_logic", "T_peak_dram", "ips", "energy_j", "time_above_thot_ms"):
+            assert default["tacs"][k] == default["baseline"][k], k
+    if "**TAPS** lowers the logic peak and the time above Thot" in text:
+        assert f(default["taps"]["T_peak_logic"]) < f(default["baseline"]["T_peak_logic"])
+        assert f(default["taps"]["time_above_thot_ms"]) < f(default["baseline"]["time_above_thot_ms"])
+        assert f(default["taps"]["tpot_p99_ms"]) > f(default["baseline"]["tpot_p99_ms"])
+    if "throttling costs no goodput in this run" in text:
+        assert f(default["baseline"]["goodput_tok_s"]) >= f(default["unthrottled"]["goodput_tok_s"])
+    if "**Every policy serves less than baseline flat out**" in text:
+        for sc in ("taps", "tacs", "tas"):
+            assert f(flat[sc]["ips"]) < f(flat["baseline"]["ips"]) < f(flat["unthrottled"]["ips"]), sc
+            assert f(flat[sc]["time_above_thot_ms"]) < f(flat["baseline"]["time_above_thot_ms"]), sc
+            assert f(flat[sc]["time_throttled_ms"]) < f(flat["baseline"]["time_throttled_ms"]), sc
+            assert f(flat[sc]["freq_avg_ghz"]) > f(flat["baseline"]["freq_avg_ghz"]), sc
