@@ -78,6 +78,9 @@ def _run(args: argparse.Namespace) -> int:
     if name == "quick" and args.workload is not None:
         raise BadInput(f"--quick runs {exp.workload} for {exp.arrivals_ms:g} ms; leave out --workload",
                        field="workload")
+    if exp.rate_rps is not None and args.workload is not None:  # its rate is the default chip's, not another load's
+        raise BadInput(f"--experiment {name} offers {exp.workload} at {exp.rate_rps:g} requests/s; leave out "
+                       "--workload (tasmoe capacity finds a workload's own rates)", field="workload")
     workload = exp.workload_config(args.workload)
     warmup = args.warmup_ms if args.warmup_ms is not None else exp.warmup_ms
     scenarios = args.scenarios or list(exp.scenarios)

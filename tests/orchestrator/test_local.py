@@ -122,3 +122,9 @@ def test_the_default_mappings_notes_are_printed_with_the_summary(tmp_path: Path)
                       status={"baseline": "succeeded", "tacs": "succeeded", "taps": "succeeded", "tas": "failed"},
                       wall_s=0.0, compute_s={})
     assert default_mapping_notes(res) == [f"baseline: the default mapping: {n}" for n in over.meta.notes]
+
+
+def test_an_experiment_with_its_own_rate_refuses_another_workload(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["run", "--experiment", "flatout", "--workload", "configs/workload_serving.yaml"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "leave out --workload" in err[0] and "requests/s" in err[0]
