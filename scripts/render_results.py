@@ -332,6 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     docs = Path(args.docs)
     from services.orchestrator.default_experiment import EXPERIMENTS
 
+    if args.check and args.collect:  # collecting writes docs/results/ and docs/figures/: not a check
+        print("render_results: error: --check writes nothing; give it without --collect", file=sys.stderr)
+        return 2
     unknown = [n for n in args.collect if n not in EXPERIMENTS]
     if unknown:
         print(f"render_results: unknown experiment {', '.join(unknown)} (known: {', '.join(EXPERIMENTS)})",
