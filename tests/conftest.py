@@ -24,6 +24,9 @@ CONFIGS = REPO / "configs"
 
 # Registered models (POST /v1/models) persist in a folder: the test session gets its own, never ./results/models.
 os.environ.setdefault("TASMOE_MODELS_DIR", tempfile.mkdtemp(prefix="tasmoe-models-"))
+# So does everything else written under the default results folder (the embedded run database
+# <results_dir>/tasmoe.sqlite3 of a command run without its own --out or TASMOE_DATABASE_URL): never ./results/.
+os.environ.setdefault("TASMOE_RESULTS_DIR", tempfile.mkdtemp(prefix="tasmoe-results-"))
 
 PG_URL = os.environ.get("TASMOE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TASMOE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
