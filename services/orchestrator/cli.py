@@ -139,24 +139,23 @@ def register(sub: Any) -> None:
 
 # --- tasmoe capacity: the highest offered rate that meets the SLO, measured -----------------------------------------
 
-def _positive(text: str) -> float:
+def _finite(text: str, *, zero_ok: bool) -> float:
+    """A finite number > 0 (``zero_ok``: >= 0), for argparse's type: a bad one is a usage error, exit 2."""
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    if not ((v >= 0 if zero_ok else v > 0) and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"must be {'>=' if zero_ok else '>'} 0, got {text}")
     return v
+
+
+def _positive(text: str) -> float:
+    return _finite(text, zero_ok=False)
 
 
 def _non_negative(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (v >= 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return v
+    return _finite(text, zero_ok=True)
 
 
 def _capacity(args: argparse.Namespace) -> int:
