@@ -495,11 +495,18 @@ class GraphResponse(BaseModel):
 
 
 def plan_graph(req: GraphRequest) -> GraphResponse:
+    """The fusion plan of every op in order. A plan is a function of its op and the arch alone, so an op repeated
+    in the request (a model's layers are) is planned once and its plan reused: a request of the same op thousands of
+    times costs one plan, not thousands."""
     prof = FusionProfile.from_arch(req.arch)
     plans = []
+    planned: dict[str, GraphPlan] = {}
     for i, spec in enumerate(req.ops):
-        try:
-            plans.append(fuse(expand(spec), prof, req.arch, spec.kind.value))
-        except BadInput as exc:
-            raise BadInput(exc.message, field=f"ops[{i}].{exc.field}" if exc.field else f"ops[{i}]") from None
+        key = spec.model_dump_json()
+        if key not in planned:
+            try:
+                planned[key] = fuse(expand(spec), prof, req.arch, spec.kind.value)
+            except BadInput as exc:
+                raise BadInput(exc.message, field=f"ops[{i}].{exc.field}" if exc.field else f"ops[{i}]") from None
+        plans.append(planned[key])
     return GraphResponse(plans=plans)

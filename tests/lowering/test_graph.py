@@ -132,3 +132,20 @@ def test_bad_graph_input_names_the_op() -> None:
     with pytest.raises(BadInput) as ei:
         plan_graph(GraphRequest(ops=[FusedOpSpec(kind="GQA", heads=8, kv_heads=8)]))
     assert ei.value.field == "ops[0].kv_heads"
+
+
+def test_a_repeated_op_gets_the_plan_it_gets_alone() -> None:
+    """Planning an op once and reusing its plan for its repeats changes no plan: every position of a request with
+    repeats equals the plan of its op in a request of its own; a bad op still names its first position."""
+    from shared.errors import BadInput
+
+    gqa = FusedOpSpec(kind="GQA", tokens=64, d=1024, heads=8, kv_heads=2, head_dim=128)
+    swiglu = FusedOpSpec(kind="SwiGLU", tokens=64, d=1024, f=2816)
+    ops = [gqa, swiglu, gqa, gqa, swiglu]
+    plans = plan_graph(GraphRequest(ops=ops, arch=ARCH)).plans
+    for spec, got in zip(ops, plans, strict=True):
+        assert got.model_dump() == plan(spec).model_dump()
+    bad = FusedOpSpec(kind="GQA", heads=8, kv_heads=8)
+    with pytest.raises(BadInput) as ei:
+        plan_graph(GraphRequest(ops=[gqa, bad, bad]))
+    assert ei.value.field == "ops[1].kv_heads"
