@@ -265,6 +265,9 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     flops = tok_step * steps_per_s * expert_flops_per_token  # FLOP/s per instance
     e_compute, e_ctrl, e_vault = instance_energy(arch, tok_step, expert_flops_per_token, float(expert_bytes))
     flops, steps_per_s, cap = _sustainable_rates(flops, steps_per_s, taps.capacity.core_flops_tps, n, notes)
+    flops, steps_per_s = _streamable_rates(
+        flops, steps_per_s, inst_expert.shape[0] * float(expert_bytes) + nonexpert_bytes_per_step,
+        n * arch.dram.vault_bw_gbps * 1e9, notes)
     Hv = None if H_vault is None else check_h(H_vault, n)
     inst_copies = None
     vault_cap = math.inf
@@ -344,6 +347,26 @@ def _sustainable_rates(flops: np.ndarray, steps_per_s: float, cap: float, n_core
                      "capacity relaxed to it")
         cap = float(flops.max()) * (1 + 1e-9)
     return flops, steps_per_s, cap
+
+
+def _streamable_rates(flops: np.ndarray, steps_per_s: float, bytes_per_step: float, stream_bps: float,
+                      notes: list[str]) -> tuple[np.ndarray, float]:
+    """(instance FLOP/s, steps/s) within the DRAM bandwidth: every step streams ``bytes_per_step`` (each instance's
+    whole copy of its expert's weights, decode's cost, and the non-expert bytes) from the vaults, whose sum is
+    ``stream_bps`` (bytes/s: cores x ``dram.vault_bw_gbps``). A step rate above ``stream_bps / bytes_per_step`` is
+    not one the chip can run (the roofline); like `_sustainable_rates`' FLOP bound, every rate is then scaled to a
+    mean utilisation of 1/CAPACITY_HEADROOM of it, and the note says so. Without it a workload whose nominal step
+    rate no chip reaches (a serving workload's ``sequence``, which its run does not use) is modelled as reading
+    far more than the vaults deliver: every bank "busy", shards spilled to other vaults, a mean field of hundreds
+    of °C."""
+    demand = bytes_per_step * steps_per_s
+    if bytes_per_step <= 0 or demand <= stream_bps:
+        return flops, steps_per_s
+    rho = stream_bps / (demand * CAPACITY_HEADROOM)
+    notes.append(f"demand {demand:.3g} B/s of weight and activation streams exceeds the vaults' {stream_bps:.3g} "
+                 f"B/s: rates scaled by {rho:.3g} to the streamable step rate (mean vault utilisation "
+                 f"{1 / CAPACITY_HEADROOM:.0%})")
+    return flops * rho, steps_per_s * rho
 
 
 def _vault_capacity(arch: ArchConfig, wl: WorkloadConfig, geom: ChipGeometry, expert_bytes: int,

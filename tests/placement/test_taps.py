@@ -589,3 +589,28 @@ def test_replicas_help_needs_both_predictions() -> None:
     plc = Placement(experts={}, meta=PlacementMeta(objective={"objective": 1.0, "peak_c": 1.0}))
     with pytest.raises(ValueError, match="predicted core temperatures"):
         replicas_help(plc, plc, 1)
+
+
+@pytest.mark.parametrize(("arch_file", "workload_file", "bound"), [
+    ("arch_hbm_on_logic.yaml", "workload_serving.yaml", True),  # its `sequence` (1 ms steps) is not its load
+    ("arch_8x8_32x32x8.yaml", "workload_mixtral_8x7b.yaml", False),  # a micro-batch every 300 ms
+])
+def test_taps_never_models_more_weight_streaming_than_the_vaults_deliver(arch_file: str, workload_file: str,
+                                                                          bound: bool, tas: TasParams) -> None:
+    """Decode streams every instance's copy of its expert per step: a step rate above the vaults' bandwidth over
+    those bytes is scaled to it (a mean utilisation of 1/CAPACITY_HEADROOM), a note says so, and a workload inside
+    it keeps its own rate."""
+    from services.placement.taps import CAPACITY_HEADROOM
+    from shared.configs.loader import load_arch, load_workload
+    from tests.conftest import CONFIGS
+
+    arch, wl = load_arch(CONFIGS / arch_file), load_workload(CONFIGS / workload_file)
+    pb = build_problem(arch, wl, tas.taps, zipf_loads(32, 8), FLOPS, expert_bytes=BYTES, replicate_hot_k=0)
+    stream_bps = arch.mesh.n_cores * arch.dram.vault_bw_gbps * 1e9
+    streamed = pb.m * BYTES * pb.steps_per_s
+    noted = [n for n in pb.notes if "streamable step rate" in n]
+    if bound:
+        assert streamed == pytest.approx(stream_bps / CAPACITY_HEADROOM, rel=1e-9) and len(noted) == 1
+    else:
+        assert streamed < stream_bps and not noted
+        assert pb.steps_per_s == pytest.approx(1e3 / wl.sequence.step_interval_ms)
