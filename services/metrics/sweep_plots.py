@@ -15,8 +15,10 @@ Throughput is the served rate the throttling loss is measured in (`compare.serve
 rows (one unit on one axis). The two slices shade the throttling loss at each value, ``unthrottled − baseline`` as
 `compare.throttling` defines it (from each point's own comparison table), so a policy's line inside the band shows
 how much of the loss it recovers; a thin grey line is the offered load (``tokens_offered`` over the run's time)
-where the rows have one: a point at it served everything and says nothing of the chip's limit. Where several points
-share a slice's value (another grid key, e.g. seeds), the line is their mean and the title says so.
+where the rows have one: a point at it served everything and says nothing of the chip's limit. When the offered load
+is more than `OFFERED_OFF_SCALE` times the highest throughput drawn (a flat-out sweep), the line would flatten every
+curve to the axis: it is left out and the panel says, in a corner, what was offered and that every point is saturated.
+Where several points share a slice's value (another grid key, e.g. seeds), the line is their mean and the title says so.
 
 Why energy per token against throughput for the front, not peak temperature: under a DTM limit the peak temperature
 is pinned by the limit (it is a swept parameter, so T_peak against throughput would mostly redraw the grid), while
@@ -59,6 +61,7 @@ from shared.errors import BadInput
 SWEEP_KINDS: tuple[str, ...] = ("pareto",)
 LOSS_COLOR = "#CC79A7"  # the unthrottled reference's colour: the band reaches up to it
 OFFERED_COLOR, OFFERED_STYLE = "#999999", (0, (1, 2))
+OFFERED_OFF_SCALE = 2.0  # an offered load above this multiple of the highest throughput is written, not drawn
 MAX_FRONT_LISTED = 14  # front points listed beside the panel (all are numbered on it)
 _UNITS = {COOLING_KEY: "W/(m²·K)", LIMIT_KEY: "°C"}
 _NAMES = {COOLING_KEY: "cooling h", LIMIT_KEY: "DTM limit"}
@@ -299,8 +302,12 @@ def _draw_slice(ax: Axes, sl: Slice | None, *, key: str, metric: ServedMetric, l
     if np.any(np.isfinite(sl.unthrottled)):
         ok = np.isfinite(sl.unthrottled)
         ax.fill_between(sl.x[ok], sl.baseline[ok], sl.unthrottled[ok], color=LOSS_COLOR, alpha=0.15, linewidth=0)
-    if sl.offered is not None:
+    if _offered_on_scale(sl):
+        assert sl.offered is not None
         ax.plot(sl.x, sl.offered, color=OFFERED_COLOR, linewidth=1.0, linestyle=OFFERED_STYLE)
+    elif sl.offered is not None:
+        text = f"offered load {float(np.max(sl.offered)):,.0f} tok/s, off the scale: every point saturated"
+        ax.text(0.02, 0.02, text, ha="left", va="bottom", transform=ax.transAxes, fontsize=8, color=OFFERED_COLOR)
     for s, ys in sl.y.items():
         marker, style = SCENARIO_STYLES[s]
         ax.plot(sl.x, ys, marker=marker, linestyle=style, color=SCENARIO_COLORS[s], linewidth=1.6, markersize=6,
@@ -316,6 +323,18 @@ def _draw_slice(ax: Axes, sl: Slice | None, *, key: str, metric: ServedMetric, l
     at = f" at {_name(sl.at_key)} {_value(sl.at_key, sl.at)}" if sl.at_key is not None else ""
     mean = f"\n(mean of {sl.points_per_x} points per value: other grid keys)" if sl.points_per_x > 1 else ""
     ax.set_title(f"Against {_name(sl.key)}{at}{mean}")
+
+
+def _offered_on_scale(sl: Slice | None) -> bool:
+    """Whether a slice's offered load is drawn: it has one, within `OFFERED_OFF_SCALE` times its highest throughput
+    (every scenario's and the unthrottled band's top)."""
+    if sl is None or sl.offered is None:
+        return False
+    drawn = [ys for ys in sl.y.values()] + [sl.unthrottled]
+    finite = np.concatenate([np.asarray(ys, dtype=float).ravel() for ys in drawn])
+    finite = finite[np.isfinite(finite)]
+    top = float(finite.max()) if finite.size else 0.0
+    return top > 0 and float(np.max(sl.offered)) <= OFFERED_OFF_SCALE * top
 
 
 def _front_label(p: ParetoPoints, i: int) -> str:
@@ -378,7 +397,7 @@ def _legend_handles(data: SweepFigure) -> list[Artist]:
         line.set(linestyle=style)
         handles.append(line)
     handles.append(Patch(facecolor=LOSS_COLOR, alpha=0.15, label="throttling loss (unthrottled − baseline)"))
-    if any(sl is not None and sl.offered is not None for sl in (data.cooling, data.limit)):
+    if any(_offered_on_scale(sl) for sl in (data.cooling, data.limit)):
         handles.append(Line2D([], [], color=OFFERED_COLOR, linestyle=OFFERED_STYLE, label="offered load"))
     handles.append(Line2D([], [], color="black", linestyle="--", marker="o", markerfacecolor="white",
                           markeredgecolor="black", label="Pareto front (black-edged markers)"))

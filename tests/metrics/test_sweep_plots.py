@@ -200,3 +200,25 @@ def test_http(client: TestClient, req: SweepPlotRequest, rendered: dict[str, byt
                       (client.post("/v1/plots/sweep/pareto", json={**body, "rows": []}), "rows")):
         assert resp.status_code == 422, resp.text
         assert resp.json()["error"]["field"] == fld
+
+
+def test_an_offered_load_far_above_every_point_is_written_not_drawn(req: SweepPlotRequest) -> None:
+    """A flat-out sweep offers far more than any point serves: its offered-load line would press every curve onto the
+    axis, so each slice writes the offered load in a corner instead, the y axis is the throughputs', and the legend
+    names no line that is not drawn. At the table's own offered load (within OFFERED_OFF_SCALE times the throughput)
+    the line is drawn."""
+    from services.metrics.sweep_plots import OFFERED_COLOR, OFFERED_OFF_SCALE
+
+    top = max(rate for by in TABLE.values() for rate, _ in by.values())
+    flooded = [r.model_copy(update={"row": r.row.model_copy(update={"tokens_offered": 100 * top})})
+               for r in sweep_rows()]
+    assert 100 * top > OFFERED_OFF_SCALE * top
+    for request, drawn in ((req, True), (req.model_copy(update={"rows": flooded}), False)):
+        fig = pareto_figure(request)
+        for ax in fig.axes[:2]:
+            grey = [line for line in ax.get_lines() if to_hex(str(line.get_color())) == to_hex(OFFERED_COLOR)]
+            assert bool(grey) == drawn
+            written = [t.get_text() for t in ax.texts if t.get_text().startswith("offered load")]
+            assert bool(written) != drawn and ax.get_ylim()[1] < (1e9 if drawn else 2 * top)
+        labels = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert ("offered load" in labels) == drawn
