@@ -21,8 +21,9 @@ from services.orchestrator.acceptance import check_results, policy_findings
 from services.orchestrator.capacity import Capacity, estimate_capacity, serving_note
 from services.orchestrator.db import make_engine, session_factory, upgrade
 from services.orchestrator.jobs import EmbeddedRunner, ProcessRunner
+from services.orchestrator.models import TERMINAL
 from services.orchestrator.pipeline_clients import Pipeline
-from services.orchestrator.progress import DONE, Progress, ProgressFn
+from services.orchestrator.progress import Progress, ProgressFn
 from services.orchestrator.run_files import placement_path, result_csv_path
 from services.orchestrator.schemas import POLICY_SCENARIOS, ExperimentRequest, ExperimentSpec, Scenario
 from services.orchestrator.service import create_experiment, resolve_spec
@@ -195,7 +196,7 @@ def _execute(exp_id: str, out_dir: Path, label: str, sessions: Any, runner: Embe
                     for r in repo.runs_of(session=ses, exp_id=exp_id)}
             exp = repo.get_experiment(session=ses, exp_id=exp_id)
             finalizing = (exp is not None and exp.finalized_at is None and bool(runs)
-                          and all(st in DONE for _, _, st in runs.values()))
+                          and all(st in TERMINAL for _, _, st in runs.values()))
         return Progress(runs=runs, warmup_windows=warmup_windows, finalizing=finalizing)
 
     run_experiments(runner, sessions, [exp_id], None if progress is None else lambda: progress(snapshot()))

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from services.orchestrator.models import TERMINAL
+
 RunState = tuple[int, int | None, str]  # (next window, the run's windows or None until known, status)
-DONE = frozenset({"succeeded", "failed", "cancelled"})
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class _Printer:
             s.first = (k, now)
         frac = (k / n) if n else 0.0
         what = phase(state, warmup_windows)
-        done = status in DONE
+        done = status in TERMINAL  # a RunStatus is a str: its value is found
         due = (done or what != s.last_phase or frac - s.last_frac >= self.every
                or (status == "running" and now - s.last_print >= self.heartbeat_s))
         if not due:
