@@ -425,8 +425,8 @@ def _starting_frontier(r: _Run, plc: Placement, k0: int) -> Frontier:
     arch = r.spec.arch
     start = r.spec.thermal_init.model_dump(mode="json") if r.spec.thermal_init is not None else None
     frontier = Frontier(thermal=start, physical=PhysicalState(replicas=reps).model_dump(mode="json"),
-                  replicas=reps.model_dump(mode="json"), smoothed=None, telemetry=ambient_telemetry(arch),
-                  freq_ghz=initial_freqs(arch), bw_eff_factor=1.0, files=r.files.sizes())
+                        replicas=reps.model_dump(mode="json"), smoothed=None, telemetry=ambient_telemetry(arch),
+                        freq_ghz=initial_freqs(arch), bw_eff_factor=1.0, files=r.files.sizes())
     r.files.write_replica_state(reps)
     n_warm = min(arch.thermal.warmup_windows(r.spec.tas.tacs.window_ms), r.n)
     if n_warm:
