@@ -6,6 +6,7 @@ served + queued + shed). What each policy gains or loses is reported (docs/resul
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 
 import pytest
 
@@ -23,10 +24,8 @@ RATE_RPS = FLAT_OUT.rate_rps or 0.0
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
     tmp = tmp_path_factory.mktemp("hot")
-    wl = load_workload(REPO / DEFAULT.workload)
-    assert wl.serving is not None
-    wl = wl.model_copy(update={"serving": wl.serving.model_copy(update={
-        "rate_rps": RATE_RPS, "duration_ms": ARRIVALS_MS, "drain_ms": 0.0})})
+    wl = replace(FLAT_OUT, arrivals_ms=ARRIVALS_MS).workload_config(REPO / FLAT_OUT.workload)
+    assert wl.serving is not None and wl.serving.drain_ms == 0.0 and wl.serving.rate_rps == RATE_RPS
     res = run_local(arch=REPO / DEFAULT.arch, workload=wl, tas=REPO / DEFAULT.tas, out=tmp / "out",
                     scenarios=DEFAULT.scenarios, traces=False, warmup_ms=WARMUP_MS,
                     database_url=f"sqlite:///{tmp / 'db.sqlite3'}")
