@@ -61,8 +61,12 @@ browser:
 	    echo "make: no Chromium (apt-get install chromium, as root): the browser tests will skip"; \
 	  fi; }
 
+# The suite on every core (pytest-xdist, one worker per core; TEST_WORKERS=0 runs it in this process): tests of one
+# module on one worker, the tests that start processes, servers or browsers on one worker in turn
+# (tests/conftest.py, pytest_collection_modifyitems).
+TEST_WORKERS ?= auto
 test: venv browser
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 test-fast: venv
 	$(BIN)/python -m pytest -m "not cluster and not slow" $(PYTEST_ARGS)

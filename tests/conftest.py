@@ -23,10 +23,15 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CONFIGS = REPO / "configs"
 
 # Registered models (POST /v1/models) persist in a folder: the test session gets its own, never ./results/models.
-os.environ.setdefault("TASMOE_MODELS_DIR", tempfile.mkdtemp(prefix="tasmoe-models-"))
 # So does everything else written under the default results folder (the embedded run database
 # <results_dir>/tasmoe.sqlite3 of a command run without its own --out or TASMOE_DATABASE_URL): never ./results/.
-os.environ.setdefault("TASMOE_RESULTS_DIR", tempfile.mkdtemp(prefix="tasmoe-results-"))
+# Under pytest-xdist each worker gets folders of its own (the workers inherit the controller's environment): a folder
+# the user set stays theirs.
+_OWN_DIRS = "TASMOE_TEST_OWN_DIRS"
+for _name, _prefix in (("TASMOE_MODELS_DIR", "tasmoe-models-"), ("TASMOE_RESULTS_DIR", "tasmoe-results-")):
+    if _name not in os.environ or (os.environ.get(_OWN_DIRS) and os.environ.get("PYTEST_XDIST_WORKER")):
+        os.environ[_name] = tempfile.mkdtemp(prefix=_prefix)
+        os.environ[_OWN_DIRS] = "1"
 
 PG_URL = os.environ.get("TASMOE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TASMOE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -125,4 +130,33 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         print(f"\ntests left {', '.join(new)} in {_RESULTS}: write into tmp_path (TASMOE_RESULTS_DIR, --out)",
               file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# --- pytest-xdist (make test: -n auto --dist loadgroup) --------------------------------------------------------------
+
+# Modules whose tests start processes, servers or browsers and wait on them with timeouts: one worker runs them one
+# after another (as a serial run does), the other workers run everything else.
+_PROCESS_MODULES = frozenset({
+    "test_chaos", "test_cluster_celery", "test_broker_outage", "test_database_outage", "test_outage",
+    "test_kill_worker", "test_service_restart", "test_cluster", "test_compose", "test_dashboard_browser",
+    "test_docs_browser", "test_front_door", "test_client",
+})
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's xdist group: the process tests' one, else its module's (a module's module-scoped fixtures, such as
+    the hot chip's five runs, are then built once, on one worker). Without xdist the marks change nothing. Under
+    xdist the groups that hold a slow test go first (in their order), so that the longest ones do not start last and
+    leave one worker running alone at the end; the order within a group is kept."""
+    groups: dict[str, str] = {}
+    for item in items:
+        module = item.path.stem
+        group = ("processes" if module in _PROCESS_MODULES or item.get_closest_marker("cluster")
+                 else item.nodeid.split("::")[0])
+        groups[item.nodeid] = group
+        item.add_marker(pytest.mark.xdist_group(group))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        slow = {groups[i.nodeid] for i in items if i.get_closest_marker("slow")}
+        items.sort(key=lambda i: groups[i.nodeid] not in slow)  # stable: the collection order otherwise
 
