@@ -23,6 +23,8 @@ COMMANDS: dict[str, Command] = {
     "hotspot": Command("thermal", "HotSpot drop-in (grid model): tasmoe hotspot -c hotspot.config -p trace.ptrace "
                                   "-grid_layer_file stack.lcf -model_type grid -steady_file out.steady "
                                   "[-o out.ttrace] ...", settings=False),
+    "bound": Command("thermal", "the best spread: the lowest steady peak any placement of a run's power reaches, "
+                                "and how much of that work it holds under the first DVFS trip", settings=False),
     "lower": Command("lowering", "lowering: GEMM cost, tile ISA streams"),
     "compare": Command("metrics", "compare scenarios: reads DIR/<scenario>/<workload>.csv, writes comparison.csv and "
                                   "comparison.md, prints the Markdown table"),

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from pathlib import Path
 from typing import Any
 
 from services.commands import command_help
@@ -51,3 +53,45 @@ def register(sub: Any) -> None:
     )
     p.add_argument("hotspot_args", nargs="*", metavar="-name value", help="HotSpot's own options")
     p.set_defaults(func=_hotspot)
+    register_bound(sub)
+
+
+def _bound(args: argparse.Namespace) -> int:
+    from services.thermal import spread_bound_files
+
+    result = spread_bound_files.bound_of_results(Path(args.results), args.scenario, arch_path=Path(args.arch),
+                                                 under_c=args.under)
+    out = Path(args.out) if args.out else Path(args.results) / spread_bound_files.BOUND_FILE
+    spread_bound_files.write_bound(out, result)
+    print(spread_bound_files.bound_text(result), end="")
+    print(f"written: {out}")
+    return 0
+
+
+def _celsius(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a temperature in degC: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"not a finite temperature: {text!r}")
+    return value
+
+
+def register_bound(sub: Any) -> None:
+    p = sub.add_parser(
+        "bound", help=command_help("bound"),
+        description="Reads a scenario's power report in a results folder (<results>/<scenario>/*.power.json) and "
+                    "spreads its movable power (logic dynamic, DRAM access) over the chip's cores and vaults in the "
+                    "way that keeps the hottest core coolest (a linear programme over the thermal influence "
+                    "matrices, leakage at its own temperatures): no placement policy does better in steady state. "
+                    "Prints it beside the uniform spread and the share of the work that the best spread holds "
+                    "under the first DVFS trip; writes <results>/spread_bound.json.")
+    p.add_argument("--arch", required=True, help="the chip's architecture config (YAML or JSON) the run used")
+    p.add_argument("--results", required=True, help="the experiment's results folder")
+    p.add_argument("--scenario", default="unthrottled",
+                   help="whose power (default: unthrottled, the work at the top clock)")
+    p.add_argument("--under", type=_celsius, default=None, help="the temperature to hold (degC; default: the "
+                   "first DVFS trip)")
+    p.add_argument("--out", default=None, help="the JSON file to write (default: <results>/spread_bound.json)")
+    p.set_defaults(func=_bound)
