@@ -15,7 +15,8 @@ Two steps, both here:
   through a placeholder. An experiment without committed files renders as a short note saying how to produce it.
 
 Template syntax: a block ``<!-- experiment NAME: TITLE -->`` ... ``<!-- end experiment -->``; inside it ``{{configs}}``,
-``{{serving_table}}``, ``{{thermal_table}}``, ``{{throttling}}``, ``{{figures}}``, ``{{command}}``, ``{{fact KEY}}``
+``{{serving_table}}``, ``{{thermal_table}}``, ``{{throttling}}``, ``{{figures}}``, ``{{command}}``, ``{{bound}}`` (the
+best-spread bound, ``spread_bound.json``, computed at collect time from the unthrottled run's power), ``{{fact KEY}}``
 (a key of experiment.json, e.g. ``warmup_ms``; dotted for nested ones: ``serving.duration_ms``) and ``{{value
 SCENARIO COLUMN [FORMAT]}}`` (one cell of summary.csv, e.g. ``{{value baseline T_peak_logic .1f}}``). An unknown
 placeholder is an error.
@@ -50,6 +51,7 @@ PAGE = "results.md"
 DATA = "results"  # docs/results/<experiment>/
 FIGURES = "figures"  # docs/figures/<experiment>/
 COPIED = ("summary.csv", "comparison.md")
+BOUND_SCENARIO = "unthrottled"  # whose power the best-spread bound spreads (the work at the top clock): tasmoe bound
 FIGURE_KINDS = {  # plots/<kind>.png, in the page's order, with what each shows (services/metrics/plots.py)
     "temperature": "peak logic and DRAM temperature per scenario, and their series window by window",
     "performance": "served tokens per second, latency, bandwidth use and energy per token per scenario",
@@ -136,6 +138,18 @@ def collect(name: str, *, results_root: Path, docs: Path, say: Callable[[str], N
         if (out / f).is_file():
             shutil.copyfile(out / f, data / f)
     (data / "experiment.json").write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    if BOUND_SCENARIO in EXPERIMENTS[name].scenarios and not any((out / BOUND_SCENARIO).glob("*.power.json")):
+        say(f"{name}: no {BOUND_SCENARIO} power report in {out}: no best-spread bound")
+    elif BOUND_SCENARIO in EXPERIMENTS[name].scenarios:
+        from services.thermal.spread_bound_files import BOUND_FILE, bound_of_results, write_bound
+        from shared.errors import TasmoeError
+
+        try:
+            bound = bound_of_results(out, BOUND_SCENARIO, under_c=None, arch_path=REPO / EXPERIMENTS[name].arch)
+        except TasmoeError as exc:
+            raise DocsError(f"{out}: the best-spread bound: {exc}") from None
+        bound["arch"] = EXPERIMENTS[name].arch  # the repository's path, not this machine's
+        write_bound(data / BOUND_FILE, {**bound, **run_field(out, BOUND_SCENARIO, under_c=bound["under_c"])})
     figures = docs / FIGURES / name
     if figures.exists():
         shutil.rmtree(figures)
@@ -147,6 +161,39 @@ def collect(name: str, *, results_root: Path, docs: Path, say: Callable[[str], N
     say(f"{name}: {out} -> {data.relative_to(docs.parent)}/, {len(drawn)} figures -> "
         f"{figures.relative_to(docs.parent)}/")
     return True
+
+
+def run_field(out: Path, scenario: str, *, under_c: float) -> dict[str, float]:
+    """What the run's own core temperatures did, beside its best spread (every window of its window store,
+    ``runs/<scenario>/``): the hottest core of the time-mean field (°C, dt-weighted), the hottest core of each window
+    over time (mean, p50, p90, max °C; linear percentiles over windows) and the share of the time in which it was at or
+    above ``under_c`` (the bound's temperature, the first DVFS trip); the chip's power per window (mean, max W)."""
+    import numpy as np
+
+    from services.orchestrator import window_store
+    from services.orchestrator.run_files import run_dir_for
+
+    run = run_dir_for(out, scenario)
+    temps: list[list[float]] = []
+    dt: list[float] = []
+    power: list[float] = []
+    for chunk in window_store.iter_chunks(run):
+        for w in chunk:
+            temps.append(w["temps_core_c"])
+            dt.append(float(w["dt_ms"]))
+            power.append(float(w["power_w"]))
+    if not temps:
+        raise DocsError(f"{run}: no windows in the run's window store")
+    T, d, P = np.asarray(temps), np.asarray(dt), np.asarray(power)
+    hottest = T.max(axis=1)
+    return {"run_mean_field_peak_c": round(float((T * d[:, None]).sum(axis=0).max() / d.sum()), 4),
+            "run_hottest_mean_c": round(float((hottest * d).sum() / d.sum()), 4),
+            "run_hottest_p50_c": round(float(np.percentile(hottest, 50)), 4),
+            "run_hottest_p90_c": round(float(np.percentile(hottest, 90)), 4),
+            "run_hottest_max_c": round(float(hottest.max()), 4),
+            "run_share_at_or_above": round(float(d[hottest >= under_c].sum() / d.sum()), 4),
+            "run_power_mean_w": round(float((P * d).sum() / d.sum()), 4),
+            "run_power_max_w": round(float(P.max()), 4)}
 
 
 # --- render: docs/results.template.md + docs/results/ -> docs/results.md -------------------------------------------
@@ -253,6 +300,27 @@ def throttling_text(data: Path) -> str:
     return "No throttling line: this experiment has no `unthrottled` reference to measure the loss against."
 
 
+def bound_text(data: Path, args: str) -> str:
+    """``{{bound}}``: the best-spread bound's lines (``tasmoe bound``), as a list; ``{{bound KEY [FORMAT]}}``: one of
+    its numbers (``max_share`` as a percentage with ``%``)."""
+    from services.thermal.spread_bound_files import BOUND_FILE
+    from services.thermal.spread_bound_files import bound_text as text_of
+
+    path = data / BOUND_FILE
+    if not path.is_file():
+        raise DocsError(f"{{{{bound}}}}: no {path} (collected from a run with an {BOUND_SCENARIO} scenario)")
+    bound = json.loads(path.read_text(encoding="utf-8"))
+    parts = args.split()
+    if not parts:
+        return "\n".join(f"- {line}" for line in text_of(bound).splitlines())
+    if len(parts) > 2 or parts[0] not in bound or isinstance(bound[parts[0]], (list, dict, str)):
+        raise DocsError(f"{{{{bound {args}}}}}: expected KEY [FORMAT], KEY a number of {BOUND_FILE}")
+    value = bound[parts[0]]
+    if value is None:
+        return "all"
+    return format(float(value), parts[1] if len(parts) == 2 else "g")
+
+
 def figures_text(name: str, docs: Path) -> str:
     found = [k for k in FIGURE_KINDS if (docs / FIGURES / name / f"{k}.png").is_file()]
     if not found:
@@ -295,6 +363,7 @@ def render_block(name: str, title: str, body: str, docs: Path) -> str:
         "thermal_table": lambda _: table(rows, THERMAL_COLUMNS),
         "throttling": lambda _: throttling_text(data),
         "figures": lambda _: figures_text(name, docs),
+        "bound": lambda args: bound_text(data, args),
         "command": lambda _: COMMANDS[name],
         "fact": lambda args: _fact(facts, args),
         "value": lambda args: _value(rows, args),

@@ -76,9 +76,9 @@ def bound_text(b: dict[str, Any]) -> str:
     return (f"{b['scenario']}'s movable power: logic dynamic {b['logic_dynamic_w']:.1f} W, DRAM access "
             f"{b['dram_access_w']:.1f} W (besides: logic leakage {b['run_logic_leakage_w']:.1f} W in the run, "
             f"DRAM refresh and leakage {b['dram_static_w']:.1f} W)\n"
-            f"hottest core, steady: best spread {b['best_peak_c']:.1f} degC, uniform spread "
-            f"{b['uniform_peak_c']:.1f} degC; to hold: {b['under_c']:.1f} degC\n"
-            f"the most of this work any placement holds at {b['under_c']:.1f} degC (steady): {held}\n")
+            f"hottest core, steady: best spread {b['best_peak_c']:.1f} °C, uniform spread "
+            f"{b['uniform_peak_c']:.1f} °C; to hold: {b['under_c']:.1f} °C\n"
+            f"the most of this work any placement holds at {b['under_c']:.1f} °C (steady): {held}\n")
 
 
 __all__ = ["BOUND_FILE", "bound_json", "bound_of_results", "bound_text", "power_report_of", "write_bound"]

@@ -155,3 +155,13 @@ def test_the_findings_the_template_states_hold_in_the_committed_data() -> None:
     if "**TACS serves less than baseline flat out, and so does tas**" in text:
         for sc in ("tacs", "tas"):
             assert f(flat[sc]["ips"]) < f(flat["baseline"]["ips"]) < f(flat["unthrottled"]["ips"]), sc
+    if "**No placement keeps this chip at its top clock flat out.**" in text:
+        bound = json.loads((DOCS / rr.DATA / "flatout" / "spread_bound.json").read_text(encoding="utf-8"))
+        assert bound["best_peak_c"] > bound["under_c"] and bound["max_share"] is not None and bound["max_share"] < 1
+    if "**Space is not where the heat is.**" in text:
+        bound = json.loads((DOCS / rr.DATA / "flatout" / "spread_bound.json").read_text(encoding="utf-8"))
+        gap_space = bound["run_mean_field_peak_c"] - bound["best_peak_c"]
+        assert 0 <= gap_space < bound["run_hottest_p90_c"] - bound["run_mean_field_peak_c"]
+        assert bound["run_share_at_or_above"] >= 0.5  # "much of the run above the trip"
+        assert 1.5 <= bound["run_power_max_w"] / bound["run_power_mean_w"] <= 2.5  # "about twice its mean"
+
