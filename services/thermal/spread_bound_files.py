@@ -20,6 +20,8 @@ BOUND_FILE = "spread_bound.json"
 
 def power_report_of(results: Path, scenario: str) -> tuple[Path, PowerReport]:
     """The one power report of ``scenario`` in ``results`` (``<results>/<scenario>/<workload>.power.json``)."""
+    if not results.is_dir():
+        raise BadInput(f"--results: {results} is not a folder", field="results")
     folder = results / scenario
     if not folder.is_dir():
         raise BadInput(f"--scenario: {folder} is not a folder (no run of {scenario!r} in {results})",

@@ -123,6 +123,7 @@ def test_tasmoe_bound_writes_the_bound_of_a_results_folder(tmp_path: Path) -> No
 @pytest.mark.parametrize(("args", "field"), [
     (["--scenario", "nope"], "--scenario"),
     (["--under", "hot"], "--under"),
+    (["--results", "/nonexistent-results-folder"], "--results"),
 ])
 def test_tasmoe_bound_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], field: str) -> None:
     res, arch_file = _results(tmp_path, _arch())
