@@ -69,7 +69,7 @@ test: venv browser
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 test-fast: venv
-	$(BIN)/python -m pytest -m "not cluster and not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not cluster and not slow" $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .
