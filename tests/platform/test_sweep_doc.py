@@ -60,4 +60,7 @@ def test_the_capacity_findings_hold_in_the_committed_probes() -> None:
         default = {r["scenario"]: r for r in csv.DictReader(fh)}
     assert f"p99 TTFT is {ttft:.0f} ms at 256 against {float(default['baseline']['ttft_p99_ms']):.0f} ms" in page
     assert float(default["baseline"]["ttft_p99_ms"]) < ttft < 2000.0  # "near the 2 s limit"
+    served = {sc: int(probes[sc][4.0]["tokens_served"]) for sc in probes}  # "A caution for every flat-out comparison"
+    assert served["baseline"] > served["unthrottled"]
+    assert f"{served['baseline']} against {served['unthrottled']} in the probes above" in page
 
