@@ -44,7 +44,7 @@ def test_the_findings_hold_in_the_committed_sweep() -> None:
 
 
 def _probes(scenario: str) -> dict[float, dict[str, str]]:
-    with (DOCS / "results" / "capacity-chunk256" / f"{scenario}.csv").open(encoding="utf-8") as fh:
+    with (DOCS / "results" / "sweep-chunk" / f"capacity-{scenario}.csv").open(encoding="utf-8") as fh:
         return {round(float(r["rate_rps"]), 2): r for r in csv.DictReader(fh)}
 
 
