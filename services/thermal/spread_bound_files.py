@@ -74,7 +74,7 @@ def bound_text(b: dict[str, Any]) -> str:
     """What ``tasmoe bound`` prints (and docs/results.md quotes)."""
     share = b["max_share"]
     held = ("all of it, at any load the cores and vaults can draw" if share is None
-            else f"{100 * share:.1f} % of it")
+            else f"all of it, and up to {100 * share:.1f} % of it" if share >= 1 else f"{100 * share:.1f} % of it")
     return (f"{b['scenario']}'s movable power: logic dynamic {b['logic_dynamic_w']:.1f} W, DRAM access "
             f"{b['dram_access_w']:.1f} W (besides: logic leakage {b['run_logic_leakage_w']:.1f} W in the run, "
             f"DRAM refresh and leakage {b['dram_static_w']:.1f} W)\n"

@@ -131,3 +131,14 @@ def test_tasmoe_bound_refuses_bad_input_in_one_line(tmp_path: Path, args: list[s
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and field in lines[0] and "Traceback" not in done.stderr
+
+
+def test_the_text_says_how_much_of_the_work_is_held() -> None:
+    from services.thermal.spread_bound_files import bound_text
+
+    base = {"scenario": "unthrottled", "logic_dynamic_w": 1.0, "dram_access_w": 1.0, "run_logic_leakage_w": 1.0,
+            "dram_static_w": 1.0, "best_peak_c": 70.0, "uniform_peak_c": 72.0, "under_c": 80.0}
+    assert "holds at 80.0 °C (steady): 94.9 % of it" in bound_text({**base, "max_share": 0.9486})
+    assert "all of it, and up to 140.3 % of it" in bound_text({**base, "max_share": 1.403})
+    assert "all of it, at any load" in bound_text({**base, "max_share": None})
+
