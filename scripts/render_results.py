@@ -138,18 +138,8 @@ def collect(name: str, *, results_root: Path, docs: Path, say: Callable[[str], N
         if (out / f).is_file():
             shutil.copyfile(out / f, data / f)
     (data / "experiment.json").write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    if BOUND_SCENARIO in EXPERIMENTS[name].scenarios and not any((out / BOUND_SCENARIO).glob("*.power.json")):
-        say(f"{name}: no {BOUND_SCENARIO} power report in {out}: no best-spread bound")
-    elif BOUND_SCENARIO in EXPERIMENTS[name].scenarios:
-        from services.thermal.spread_bound_files import BOUND_FILE, bound_of_results, write_bound
-        from shared.errors import TasmoeError
-
-        try:
-            bound = bound_of_results(out, BOUND_SCENARIO, under_c=None, arch_path=REPO / EXPERIMENTS[name].arch)
-        except TasmoeError as exc:
-            raise DocsError(f"{out}: the best-spread bound: {exc}") from None
-        bound["arch"] = EXPERIMENTS[name].arch  # the repository's path, not this machine's
-        write_bound(data / BOUND_FILE, {**bound, **run_field(out, BOUND_SCENARIO, under_c=bound["under_c"])})
+    if BOUND_SCENARIO in EXPERIMENTS[name].scenarios:
+        collect_bound(name, out, data, say)
     figures = docs / FIGURES / name
     if figures.exists():
         shutil.rmtree(figures)
@@ -161,6 +151,24 @@ def collect(name: str, *, results_root: Path, docs: Path, say: Callable[[str], N
     say(f"{name}: {out} -> {data.relative_to(docs.parent)}/, {len(drawn)} figures -> "
         f"{figures.relative_to(docs.parent)}/")
     return True
+
+
+def collect_bound(name: str, out: Path, data: Path, say: Callable[[str], None]) -> None:
+    """``data/spread_bound.json``: the best spread of the unthrottled run's power (``tasmoe bound``) with the run's
+    own field beside it; a note instead when the folder has no unthrottled power report."""
+    from services.orchestrator.default_experiment import EXPERIMENTS
+    from services.thermal.spread_bound_files import BOUND_FILE, bound_of_results, write_bound
+    from shared.errors import TasmoeError
+
+    if not any((out / BOUND_SCENARIO).glob("*.power.json")):
+        say(f"{name}: no {BOUND_SCENARIO} power report in {out}: no best-spread bound")
+        return
+    try:
+        bound = bound_of_results(out, BOUND_SCENARIO, under_c=None, arch_path=REPO / EXPERIMENTS[name].arch)
+    except TasmoeError as exc:
+        raise DocsError(f"{out}: the best-spread bound: {exc}") from None
+    bound["arch"] = EXPERIMENTS[name].arch  # the repository's path, not this machine's
+    write_bound(data / BOUND_FILE, {**bound, **run_field(out, BOUND_SCENARIO, under_c=bound["under_c"])})
 
 
 def run_field(out: Path, scenario: str, *, under_c: float) -> dict[str, float]:
