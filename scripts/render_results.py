@@ -16,7 +16,9 @@ Two steps, both here:
 
 Template syntax: a block ``<!-- experiment NAME: TITLE -->`` ... ``<!-- end experiment -->``; inside it ``{{configs}}``,
 ``{{serving_table}}``, ``{{thermal_table}}``, ``{{throttling}}``, ``{{figures}}``, ``{{command}}``, ``{{bound}}`` (the
-best-spread bound, ``spread_bound.json``, computed at collect time from the unthrottled run's power), ``{{fact KEY}}``
+best-spread bound, ``spread_bound.json``, computed at collect time from the unthrottled run's power), ``{{capacity}}``
+(each scenario's SLO capacity, ``capacity.json``, collected from ``tasmoe capacity``'s folders under
+``results/capacity/<experiment>/<scenario>/``: ``scripts/results_capacity.py``), ``{{fact KEY}}``
 (a key of experiment.json, e.g. ``warmup_ms``; dotted for nested ones: ``serving.duration_ms``) and ``{{value
 SCENARIO COLUMN [FORMAT]}}`` (one cell of summary.csv, e.g. ``{{value baseline T_peak_logic .1f}}``). An unknown
 placeholder is an error.
@@ -43,6 +45,8 @@ from typing import Any
 
 if __package__ in {None, ""}:  # `python scripts/render_results.py` as well as `python -m scripts.render_results`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.results_capacity import CAPACITY_FILE, CapacityError, capacity_text, collect_capacity
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -84,20 +88,28 @@ def run_config(out: Path) -> dict[str, Any]:
     raise DocsError(f"{out}: no run log with the run's configs (runs/<scenario>/run.log)")
 
 
-def experiment_facts(name: str, out: Path) -> dict[str, Any]:
-    """What the page says about the configs the folder ran: the experiment's config files, checked against the run's
-    own snapshot of them (a folder run with other options is refused), and the numbers that describe the run."""
+def expected_configs(name: str) -> dict[str, Any]:
+    """The resolved configs the experiment runs (arch with its warm-up, tas, workload), as a run's log records them."""
     from services.orchestrator.default_experiment import EXPERIMENTS
     from services.orchestrator.local import with_warmup
     from shared.configs import load_arch, load_tas
 
     exp = EXPERIMENTS[name]
-    ran = run_config(out)
     arch = load_arch(REPO / exp.arch)
     if exp.warmup_ms is not None:
         arch = with_warmup(arch, exp.warmup_ms)
-    expected = {"arch": arch.model_dump(mode="json"), "tas": load_tas(REPO / exp.tas).model_dump(mode="json"),
-                "workload": exp.workload_config(REPO / exp.workload).model_dump(mode="json")}
+    return {"arch": arch.model_dump(mode="json"), "tas": load_tas(REPO / exp.tas).model_dump(mode="json"),
+            "workload": exp.workload_config(REPO / exp.workload).model_dump(mode="json")}
+
+
+def experiment_facts(name: str, out: Path) -> dict[str, Any]:
+    """What the page says about the configs the folder ran: the experiment's config files, checked against the run's
+    own snapshot of them (a folder run with other options is refused), and the numbers that describe the run."""
+    from services.orchestrator.default_experiment import EXPERIMENTS
+
+    exp = EXPERIMENTS[name]
+    ran = run_config(out)
+    expected = expected_configs(name)
     differ = [k for k, v in expected.items() if ran.get(k) != v]
     if differ:
         raise DocsError(f"{out} ran other {' and '.join(differ)} settings than the {name} experiment's "
@@ -131,6 +143,8 @@ def collect(name: str, *, results_root: Path, docs: Path, say: Callable[[str], N
                         f"run it again with `{COMMANDS[name]}`")
     facts = experiment_facts(name, out)
     data = docs / DATA / name
+    kept_capacity = (json.loads((data / CAPACITY_FILE).read_text(encoding="utf-8"))
+                     if (data / CAPACITY_FILE).is_file() else None)
     if data.exists():
         shutil.rmtree(data)
     data.mkdir(parents=True)
@@ -140,6 +154,11 @@ def collect(name: str, *, results_root: Path, docs: Path, say: Callable[[str], N
     (data / "experiment.json").write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     if BOUND_SCENARIO in EXPERIMENTS[name].scenarios:
         collect_bound(name, out, data, say)
+    try:
+        collect_capacity(name, results_root=results_root, data=data, scenarios=EXPERIMENTS[name].scenarios,
+                         expected=expected_configs(name), kept=kept_capacity, run_config=run_config, say=say)
+    except CapacityError as exc:
+        raise DocsError(str(exc)) from None
     figures = docs / FIGURES / name
     if figures.exists():
         shutil.rmtree(figures)
@@ -372,6 +391,7 @@ def render_block(name: str, title: str, body: str, docs: Path) -> str:
         "throttling": lambda _: throttling_text(data),
         "figures": lambda _: figures_text(name, docs),
         "bound": lambda args: bound_text(data, args),
+        "capacity": lambda args: capacity_text(data, args, [r["scenario"] for r in rows]),
         "command": lambda _: COMMANDS[name],
         "fact": lambda args: _fact(facts, args),
         "value": lambda args: _value(rows, args),
@@ -381,7 +401,10 @@ def render_block(name: str, title: str, body: str, docs: Path) -> str:
         what = m.group("what")
         if what not in fill:
             raise DocsError(f"{name}: unknown placeholder {m.group(0)} (known: {', '.join(fill)})")
-        return fill[what](m.group("args") or "")
+        try:
+            return fill[what](m.group("args") or "")
+        except CapacityError as exc:
+            raise DocsError(f"{name}: {exc}") from None
 
     return f"## {title}\n\n" + PLACEHOLDER.sub(sub, body)
 

@@ -60,6 +60,9 @@ class SloCapacity:
     tok_s: float | None
     probes: list[Probe] = field(default_factory=list)
     how: str = ""
+    scenario: str = "baseline"
+    duration_ms: float | None = None  # each probe's arrivals, ms
+    drain_ms: float | None = None  # each probe's drain, ms
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -178,7 +181,8 @@ def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | P
     if best is not None and all(p.met for p in done):
         how += "; every rate tried was met: the capacity is at least the highest (a bound)"
     tok_s = (best.tokens_offered / (duration_ms * 1e-3)) if best is not None else None
-    result = SloCapacity(rate_rps=best.rate_rps if best is not None else None, tok_s=tok_s, probes=done, how=how)
+    result = SloCapacity(rate_rps=best.rate_rps if best is not None else None, tok_s=tok_s, probes=done, how=how,
+                         scenario=scenario, duration_ms=duration_ms, drain_ms=drain_ms)
     out.mkdir(parents=True, exist_ok=True)
     (out / "slo_capacity.json").write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
     with (out / "slo_capacity.csv").open("w", encoding="utf-8", newline="") as fh:
