@@ -110,6 +110,13 @@ def _at_rate(workload: WorkloadConfig, rate_rps: float, duration_ms: float, drai
 ProbeRun = Callable[[WorkloadConfig, Path], LocalResult]
 
 
+def probe_paths(out: Path, rate_rps: float) -> tuple[Path, Path]:
+    """A probe's results folder ``<out>/probe-<rate>`` and the workload file it runs,
+    ``<out>/probe-<rate>.workload.json`` (one per rate: the rate's decimal point is not a suffix to replace)."""
+    where = out / f"probe-{rate_rps:.6g}"
+    return where, where.parent / f"{where.name}.workload.json"
+
+
 def _search(one: Callable[[float], Probe], lo: float, hi: float, probes: int) -> tuple[list[Probe], Probe | None]:
     """The probes in the order they ran and the best met. Up from ``lo``, doubling (never past ``hi``) while rates
     are met, then bisection in log rate between the last met and the first missed: an overloaded probe (slow to
@@ -156,11 +163,10 @@ def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | P
 
     def one(rate: float) -> Probe:
         wl = _at_rate(base, rate, duration_ms, drain_ms)
-        where = out / f"probe-{rate:.6g}"
+        where, wl_file = probe_paths(out, rate)
         if run is not None:
             res = run(wl, where)
         else:
-            wl_file = where.with_suffix(".workload.json")
             wl_file.parent.mkdir(parents=True, exist_ok=True)
             wl_file.write_text(wl.model_dump_json(), encoding="utf-8")
             res = run_local(arch=arch, workload=wl_file, tas=tas, out=where, scenarios=[scenario], traces=False,

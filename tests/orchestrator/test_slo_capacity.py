@@ -11,7 +11,7 @@ import pytest
 
 from services.cli import main as cli_main
 from services.orchestrator.local import LocalResult
-from services.orchestrator.slo_capacity import ProbeRun, judge, measure_slo_capacity
+from services.orchestrator.slo_capacity import ProbeRun, judge, measure_slo_capacity, probe_paths
 from shared.configs import WorkloadConfig
 from shared.errors import BadInput
 from tests.conftest import CONFIGS
@@ -98,3 +98,12 @@ def test_lo_above_hi_is_a_bad_input_naming_the_field(tmp_path: Path, capsys: pyt
     assert cli_main(["--log-level", "ERROR", "capacity", "--out", str(tmp_path), "--lo", "5", "--hi", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "lo_rps" in err[0]
+
+
+def test_each_probe_has_its_own_folder_and_workload_file(tmp_path: Path) -> None:
+    """Every rate's workload file is its own (the rate's decimal point is not a suffix: 2.18 and 2.28 once both
+    wrote probe-2.workload.json)."""
+    paths = [probe_paths(tmp_path, r) for r in (2.0, 2.181, 2.2776)]
+    assert len({w for w, _ in paths}) == len({f for _, f in paths}) == 3
+    for where, wl_file in paths:
+        assert wl_file.parent == where.parent and wl_file.name == f"{where.name}.workload.json"
