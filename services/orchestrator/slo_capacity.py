@@ -10,8 +10,10 @@ arrivals, and meets the SLO when
 - p99 TTFT and p99 TPOT over the requests are within ``serving.slo`` (MLPerf Inference's server-scenario rule).
 
 The capacity is the highest rate met: doubling from ``lo`` (at most to ``hi``) until a rate is missed, then bisection
-in log rate between the last met and the first missed with the runs left of ``probes``; each bisection halves the
-bracket's log ratio (from 2). Printed with the table of probes: how it was found. The
+in log rate between the last met and the first missed with the runs left of ``probes``, until they are one request
+apart. A run offers a whole number of requests over its arrivals (``round(rate · duration)``,
+services/workload/arrivals.py), so every rate tried is one: ``n / duration``; two rates that round to the same count
+would run the same requests, so the search never runs both. Printed with the table of probes: how it was found. The
 physical limit it is reported against is the DRAM roofline: the fraction of the chip's effective DRAM bandwidth the
 run used (``bw_util``): at a weights-bound load, the fraction of the roofline's tokens per second it reached.
 """
@@ -117,26 +119,34 @@ def probe_paths(out: Path, rate_rps: float) -> tuple[Path, Path]:
     return where, where.parent / f"{where.name}.workload.json"
 
 
-def _search(one: Callable[[float], Probe], lo: float, hi: float, probes: int) -> tuple[list[Probe], Probe | None]:
-    """The probes in the order they ran and the best met. Up from ``lo``, doubling (never past ``hi``) while rates
-    are met, then bisection in log rate between the last met and the first missed: an overloaded probe (slow to
-    simulate: its queues only grow) is run once, not at every step."""
+def requests_offered(rate_rps: float, duration_ms: float) -> int:
+    """The requests a run at ``rate_rps`` is offered over ``duration_ms`` of arrivals: ``round(rate · duration)``
+    (services/workload/arrivals.py), so the rate a run offers is a whole number of requests over its arrivals."""
+    return round(rate_rps * round(duration_ms * 1e6) * 1e-9)
+
+
+def _search(one: Callable[[int], Probe], lo: int, hi: int, probes: int) -> tuple[list[Probe], Probe | None]:
+    """The probes in the order they ran and the best met, in whole requests over the arrivals (``one(n)`` runs the
+    rate of ``n`` requests). Up from ``lo``, doubling (never past ``hi``) while met, then bisection in log rate
+    between the last met and the first missed until they are one request apart (two rates that round to the same
+    count would run the same requests): an overloaded probe (slow to simulate: its queues only grow) is run once,
+    not at every step."""
     done: list[Probe] = []
-    rate, best = lo, None
+    n, best, a = lo, None, lo
     while len(done) < probes:
-        p = one(rate)
+        p = one(n)
         done.append(p)
         if not p.met:
             break
-        best = p
-        if rate >= hi:
+        best, a = p, n
+        if n >= hi:
             return done, best
-        rate = min(2.0 * rate, hi)
+        n = min(2 * n, hi)
     if best is None:
         return done, None
-    a, b = best.rate_rps, rate
-    while len(done) < probes:
-        mid = math.sqrt(a * b)
+    b = n
+    while len(done) < probes and b - a > 1:
+        mid = min(b - 1, max(a + 1, round(math.sqrt(a * b))))
         p = one(mid)
         done.append(p)
         if p.met:
@@ -160,8 +170,14 @@ def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | P
     slo = _at_rate(base, lo_rps, duration_ms, drain_ms).serving
     assert slo is not None
     limits = (slo.slo.ttft_p99_ms, slo.slo.tpot_p99_ms)
+    lo_n, hi_n = max(1, requests_offered(lo_rps, duration_ms)), requests_offered(hi_rps, duration_ms)
+    if hi_n <= lo_n:
+        raise BadInput(f"hi_rps: {hi_rps:g} requests/s offers no more requests over {duration_ms:g} ms of arrivals "
+                       f"than lo_rps {lo_rps:g} ({lo_n}): a rate is a whole number of requests over the arrivals",
+                       field="hi_rps")
 
-    def one(rate: float) -> Probe:
+    def one(n: int) -> Probe:
+        rate = n / (duration_ms * 1e-3)  # n requests over the arrivals
         wl = _at_rate(base, rate, duration_ms, drain_ms)
         where, wl_file = probe_paths(out, rate)
         if run is not None:
@@ -179,9 +195,12 @@ def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | P
             on_probe(verdict)
         return verdict
 
-    done, best = _search(one, lo_rps, hi_rps, probes)
-    how = (f"doubling from {lo_rps:g} requests/s up to {hi_rps:g} until a rate is missed, then bisection in log "
-           f"rate; {len(done)} runs of {scenario}, each {duration_ms / 1e3:g} s of arrivals and "
+    done, best = _search(one, lo_n, hi_n, probes)
+    per = 1.0 / (duration_ms * 1e-3)  # requests/s of one request over the arrivals
+    how = (f"doubling from {lo_n * per:g} requests/s up to {hi_n * per:g} until a rate is missed, then bisection in "
+           f"log rate until the highest met and the lowest missed are one request apart (every rate a whole number "
+           f"of requests over the arrivals: steps of {per:g} requests/s); {len(done)} runs of {scenario}, each "
+           f"{duration_ms / 1e3:g} s of arrivals and "
            f"{drain_ms / 1e3:g} s of drain; met = no request shed, every request finished, p99 TTFT <= "
            f"{limits[0]:g} ms and p99 TPOT <= {limits[1]:g} ms")
     if best is not None and all(p.met for p in done):

@@ -54,12 +54,12 @@ def test_the_search_brackets_the_capacity_and_writes_how_it_was_found(tmp_path: 
     seen: list[float] = []
     res = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=0.1, hi_rps=10.0,
                                probes=9, run=_chip(1.3, seen))
-    # doubling from 0.1: 0.1 .. 0.8 met, 1.6 missed; then bisection of [0.8, 1.6] with the four runs left
+    # doubling from 0.1: 0.1 .. 0.8 met, 1.6 missed; then bisection of [0.8, 1.6] (16 and 32 requests over the
+    # 20 s of arrivals) with the four runs left: 23, 27, 25, 26 requests; 26 and 27 are one request apart
     assert seen[:5] == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6])
-    assert len(seen) == 9 and sum(r > 1.3 for r in seen) >= 1
-    assert res.rate_rps is not None and res.rate_rps <= 1.3
-    assert 1.3 / res.rate_rps <= 2 ** (1 / 2 ** 4)  # the bracket's log ratio halved four times
-    assert "doubling from 0.1" in res.how and "9 runs" in res.how
+    assert seen[5:] == pytest.approx([1.15, 1.35, 1.25, 1.3])
+    assert res.rate_rps == pytest.approx(1.3)
+    assert "doubling from 0.1" in res.how and "9 runs" in res.how and "one request apart" in res.how
     saved = json.loads((tmp_path / "slo_capacity.json").read_text())
     assert saved["rate_rps"] == res.rate_rps and len(saved["probes"]) == 9
     rates = [float(r["rate_rps"]) for r in csv.DictReader((tmp_path / "slo_capacity.csv").open())]
@@ -107,3 +107,22 @@ def test_each_probe_has_its_own_folder_and_workload_file(tmp_path: Path) -> None
     assert len({w for w, _ in paths}) == len({f for _, f in paths}) == 3
     for where, wl_file in paths:
         assert wl_file.parent == where.parent and wl_file.name == f"{where.name}.workload.json"
+
+
+def test_every_rate_tried_is_a_whole_number_of_requests_and_none_twice(tmp_path: Path) -> None:
+    """A rate offers round(rate x duration) requests; the search runs each count once and stops when the highest met
+    and the lowest missed are one request apart, however many runs it was allowed."""
+    seen: list[float] = []
+    res = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=2.0,
+                               hi_rps=2.378, probes=30, duration_ms=10_000.0, run=_chip(2.3, seen))
+    counts = [r * 10.0 for r in seen]
+    assert counts == pytest.approx([round(c) for c in counts]) and len(set(map(round, counts))) == len(seen)
+    assert res.rate_rps == pytest.approx(2.3) and 2.4 in [pytest.approx(r) for r in seen]
+    assert len(seen) < 30
+
+
+def test_a_range_narrower_than_one_request_is_refused_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(BadInput) as e:
+        measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=2.0, hi_rps=2.04,
+                             duration_ms=10_000.0, run=_chip(1.0, []))
+    assert e.value.field == "hi_rps"
