@@ -65,23 +65,38 @@ def _check_probe(probe_dir: Path, scenario: str, rate: float, expected: dict[str
 
 def _verdict(folder: Path, scenario: str, expected: dict[str, Any],
              run_config: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
-    """One scenario's search, its probes checked (module docstring)."""
+    """One scenario's search, its probes checked (module docstring). A rate is reported as the run offered it: a
+    whole number of requests over the arrivals (``requests_offered``), and two probes of the same count are one."""
+    from services.orchestrator.slo_capacity import requests_offered
+
     found = json.loads((folder / "slo_capacity.json").read_text(encoding="utf-8"))
-    probes = sorted(found.get("probes") or [], key=lambda p: float(p["rate_rps"]))
-    if not probes:
+    raw = sorted(found.get("probes") or [], key=lambda p: float(p["rate_rps"]))
+    if not raw:
         raise CapacityError(f"{folder}/slo_capacity.json has no probes")
-    for p in probes:
+    by_count: dict[int, dict[str, Any]] = {}
+    duration_ms = None
+    for p in raw:
         rate = float(p["rate_rps"])
-        _check_probe(folder / f"probe-{rate:.6g}", scenario, rate, expected, run_config)
+        probe_dir = folder / f"probe-{rate:.6g}"
+        _check_probe(probe_dir, scenario, rate, expected, run_config)
+        duration_ms = float(run_config(probe_dir)["workload"]["serving"]["duration_ms"])
+        n = requests_offered(rate, duration_ms)
+        same = by_count.get(n)
+        if same is not None and same["met"] != p["met"]:
+            raise CapacityError(f"{folder}: two probes of {n} requests, one met and one missed")
+        by_count[n] = {**p, "rate_rps": n / (duration_ms * 1e-3), "requests": n}
+    probes = [by_count[n] for n in sorted(by_count)]
     met = [p for p in probes if p["met"]]
-    best = max(met, key=lambda p: float(p["rate_rps"])) if met else None
-    missed = [float(p["rate_rps"]) for p in probes if not p["met"]
-              and (best is None or float(p["rate_rps"]) > float(best["rate_rps"]))]
-    if best is not None and found.get("rate_rps") != best["rate_rps"]:
+    best = met[-1] if met else None
+    missed = [p["rate_rps"] for p in probes if not p["met"] and (best is None or p["requests"] > best["requests"])]
+    top = [p for p in raw if p["met"]]
+    if (found.get("rate_rps") is None) != (best is None) or (
+            top and found.get("rate_rps") != max(float(p["rate_rps"]) for p in top)):
         raise CapacityError(f"{folder}/slo_capacity.json: its capacity is not its highest met probe")
-    return {"scenario": scenario, "rate_rps": found.get("rate_rps"), "tok_s": found.get("tok_s"),
+    tok_s = None if best is None or duration_ms is None else best["tokens_offered"] / (duration_ms * 1e-3)
+    return {"scenario": scenario, "rate_rps": None if best is None else best["rate_rps"], "tok_s": tok_s,
             "first_missed_rps": min(missed) if missed else None, "how": found.get("how", ""),
-            "best": best, "probes": probes}
+            "duration_ms": duration_ms, "best": best, "probes": probes, "runs": len(raw)}
 
 
 def collect_capacity(name: str, *, results_root: Path, data: Path, scenarios: tuple[str, ...],
@@ -129,7 +144,7 @@ def _bracket_pct(v: dict[str, Any]) -> float | None:
 
 def capacity_table(found: dict[str, dict[str, Any]], order: list[str]) -> str:
     head = ("| scenario | capacity req/s (highest met) | lowest missed req/s | output tok/s offered | goodput tok/s "
-            "| TTFT p99 ms | TPOT p99 ms | peak logic °C | DRAM bandwidth use | probes |")
+            "| TTFT p99 ms | TPOT p99 ms | peak logic °C | DRAM bandwidth use | runs |")
     rule = "|---|" + "---:|" * 9
     rows = []
     for sc in [s for s in order if s in found]:
@@ -138,7 +153,7 @@ def capacity_table(found: dict[str, dict[str, Any]], order: list[str]) -> str:
                     f"| {_num(v['tok_s'], '.1f')} | {_num(best.get('goodput_tok_s'), '.1f')} "
                     f"| {_num(best.get('ttft_p99_ms'), '.0f')} | {_num(best.get('tpot_p99_ms'), '.1f')} "
                     f"| {_num(best.get('T_peak_logic'), '.1f')} | {_num(best.get('bw_util'), '.2f')} "
-                    f"| {len(v['probes'])} |")
+                    f"| {v['runs']} |")
     hows = sorted({v["how"] for v in found.values()})
     how = "How each was found: " + " / ".join(hows) + "." if hows else ""
     return "\n".join([head, rule, *rows]) + ("\n\n" + how if how else "")

@@ -109,3 +109,13 @@ def test_committed_capacities_are_kept_only_for_the_same_configs(tmp_path: Path)
     stale = {**kept, "configs_sha256": "0" * 64}
     said = _collect(tmp_path / "empty", tmp_path / "third", kept=stale)
     assert not (tmp_path / "third" / rc.CAPACITY_FILE).exists() and "dropped" in said[-1]
+
+
+def test_rates_are_reported_as_the_requests_the_runs_offered(tmp_path: Path) -> None:
+    """2.2776 and 2.3274 requests/s over 10 s both offer 23 requests: one probe, reported at 2.3 requests/s."""
+    _search(tmp_path, "baseline", [(2.0, True), (2.378414, False), (2.181015, True), (2.277577, True),
+                                   (2.327450, True)], _expected())
+    _collect(tmp_path, tmp_path / "data")
+    v = json.loads((tmp_path / "data" / rc.CAPACITY_FILE).read_text(encoding="utf-8"))["scenarios"]["baseline"]
+    assert [p["requests"] for p in v["probes"]] == [20, 22, 23, 24] and v["runs"] == 5
+    assert (v["rate_rps"], v["first_missed_rps"]) == (pytest.approx(2.3), pytest.approx(2.4))
