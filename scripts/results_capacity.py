@@ -42,13 +42,24 @@ def configs_digest(expected: dict[str, Any]) -> str:
     return hashlib.sha256(canon.encode()).hexdigest()
 
 
+def scenario_config(expected: dict[str, Any], scenario: str) -> dict[str, Any]:
+    """The configs a run of ``scenario`` records: the experiment's, with the unthrottled reference's chip for
+    ``unthrottled`` (``shared.configs.arch.unthrottled``: no DVFS trips, no DTM limit)."""
+    if scenario != "unthrottled":
+        return expected
+    from shared.configs import ArchConfig
+    from shared.configs.arch import unthrottled
+
+    return {**expected, "arch": unthrottled(ArchConfig.model_validate(expected["arch"])).model_dump(mode="json")}
+
+
 def _check_probe(probe_dir: Path, scenario: str, rate: float, expected: dict[str, Any],
                  run_config: Callable[[Path], dict[str, Any]]) -> None:
     ran = run_config(probe_dir)
     if list(ran.get("scenarios", [])) != [scenario]:
         raise CapacityError(f"{probe_dir} ran the scenarios {ran.get('scenarios')}, not [{scenario!r}]")
     for key in ("arch", "tas"):
-        if ran.get(key) != expected[key]:
+        if ran.get(key) != scenario_config(expected, scenario)[key]:
             raise CapacityError(f"{probe_dir} ran another {key} config than the experiment's")
     want = json.loads(json.dumps(expected["workload"]))
     got_sv = (ran.get("workload") or {}).get("serving") or {}
@@ -143,8 +154,8 @@ def _bracket_pct(v: dict[str, Any]) -> float | None:
 
 
 def capacity_table(found: dict[str, dict[str, Any]], order: list[str]) -> str:
-    head = ("| scenario | capacity req/s (highest met) | lowest missed req/s | output tok/s offered | goodput tok/s "
-            "| TTFT p99 ms | TPOT p99 ms | peak logic °C | DRAM bandwidth use | runs |")
+    head = ("| scenario | capacity req/s (highest met) | lowest missed req/s | output tok/s asked (over the arrivals) "
+            "| goodput tok/s (whole run) | TTFT p99 ms | TPOT p99 ms | peak logic °C | DRAM bandwidth use | runs |")
     rule = "|---|" + "---:|" * 9
     rows = []
     for sc in [s for s in order if s in found]:
@@ -154,8 +165,11 @@ def capacity_table(found: dict[str, dict[str, Any]], order: list[str]) -> str:
                     f"| {_num(best.get('ttft_p99_ms'), '.0f')} | {_num(best.get('tpot_p99_ms'), '.1f')} "
                     f"| {_num(best.get('T_peak_logic'), '.1f')} | {_num(best.get('bw_util'), '.2f')} "
                     f"| {v['runs']} |")
-    hows = sorted({v["how"] for v in found.values()})
-    how = "How each was found: " + " / ".join(hows) + "." if hows else ""
+    by_how: dict[str, list[str]] = {}
+    for sc in [s for s in order if s in found] + sorted(set(found) - set(order)):
+        by_how.setdefault(found[sc]["how"].replace(f"runs of {sc},", "runs,"), []).append(sc)
+    how = "How each was found: " + "; ".join(f"{', '.join(scs)}: {h}" for h, scs in by_how.items()) + "." \
+        if by_how else ""
     return "\n".join([head, rule, *rows]) + ("\n\n" + how if how else "")
 
 

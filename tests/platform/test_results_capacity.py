@@ -33,7 +33,8 @@ def _search(root: Path, scenario: str, rates: list[tuple[float, bool]], expected
     for r, _ in rates:
         wl = json.loads(json.dumps(expected["workload"]))
         wl["serving"].update({"rate_rps": r, "duration_ms": 10000.0, "drain_ms": 10000.0})
-        config = {**expected, "workload": wl, "scenarios": [scenario], "seed": 42, **(change or {})}
+        config = {**rc.scenario_config(expected, scenario), "workload": wl, "scenarios": [scenario], "seed": 42,
+                  **(change or {})}
         log = folder / f"probe-{r:.6g}" / "runs" / scenario / "run.log"
         log.parent.mkdir(parents=True)
         log.write_text(f"2000-01-01 00:00:00,000 INFO tasmoe.runfile run=x config {json.dumps(config)}\n",

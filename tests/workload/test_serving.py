@@ -404,7 +404,7 @@ def test_sample_config() -> None:
     assert cfg.serving is not None and cfg.model_name == "mixtral-8x7b"
     assert cfg.serving.trace == "azure_llm_inference_2023_conv"
     assert (cfg.serving.duration_ms, cfg.serving.drain_ms) == (10_000.0, 10_000.0)
-    assert cfg.serving.rate_rps == 2.0  # the unthrottled chip's measured SLO capacity (the config says how)
+    assert cfg.serving.rate_rps == 2.3  # the unthrottled chip's measured SLO capacity (the config says how)
     assert (cfg.serving.slo.ttft_p99_ms, cfg.serving.slo.tpot_p99_ms) == (2000.0, 200.0)
     s = service.create_trace(service.TraceCache(2), SOURCES, cfg, 3.0)
-    assert s.n_requests == 20 and s.n_windows == 6667  # 2 requests/s over 10 s; (10 s + 10 s) / 3 ms
+    assert s.n_requests == 23 and s.n_windows == 6667  # 2.3 requests/s over 10 s; (10 s + 10 s) / 3 ms
