@@ -169,7 +169,8 @@ def _capacity(args: argparse.Namespace) -> int:
 
     res = measure_slo_capacity(arch=args.arch, workload=args.workload, tas=args.tas, out=Path(args.out),
                                lo_rps=args.lo, hi_rps=args.hi, probes=args.probes, duration_ms=args.duration_ms,
-                               drain_ms=args.drain_ms, scenario=args.scenario, on_probe=said)
+                               drain_ms=args.drain_ms, scenario=args.scenario, on_probe=said,
+                               sets=dict(args.set or []))
     print(res.line())
     print(f"probes: {Path(args.out) / 'slo_capacity.csv'}")
     return 0
@@ -196,8 +197,22 @@ def register_capacity(sub: Any) -> None:
                    help="simulated time of arrivals per probe, ms (default: %(default)s)")
     p.add_argument("--drain-ms", type=_positive, default=20_000.0,
                    help="simulated time after the arrivals in which the queue must empty, ms (default: %(default)s)")
+    p.add_argument("--set", action="append", type=_one_value, metavar="KEY=VALUE",
+                   help="replace one value of the arch, tas or workload config for every probe, e.g. --set "
+                        "arch.geometry.cooling.h_wmk2k=2777.8; repeatable")
     p.add_argument("--quiet", action="store_true", help="print the verdict only")
     p.set_defaults(func=_capacity)
+
+
+def _one_value(text: str) -> tuple[str, Any]:
+    """``--set KEY=VALUE`` of `tasmoe capacity` (argparse's type: a bad one is a usage error, exit 2)."""
+    try:
+        key, values = parse_set(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"{key}: one value per --set (a search runs one config), got {len(values)}")
+    return key, values[0]
 
 
 # --- tasmoe sweep: a sweep on a running orchestrator (--url) or embedded, its table and its Pareto figure ----------

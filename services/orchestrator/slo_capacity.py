@@ -26,13 +26,19 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from services.orchestrator.local import LocalResult, check_ok, run_local
 from services.orchestrator.schemas import Scenario
-from shared.configs import WorkloadConfig, load_workload
-from shared.errors import BadInput
+from shared.configs import WorkloadConfig, load_arch, load_tas, load_workload
+from shared.errors import BadInput, first_validation_error
 from shared.settings import Settings
+
+M = TypeVar("M", bound=BaseModel)
+SET_KINDS = ("arch", "tas", "workload")  # what ``--set KEY=VALUE`` may replace a value of
+SEARCH_KEYS = ("workload.serving.rate_rps", "workload.serving.duration_ms", "workload.serving.drain_ms")
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class SloCapacity:
     scenario: str = "baseline"
     duration_ms: float | None = None  # each probe's arrivals, ms
     drain_ms: float | None = None  # each probe's drain, ms
+    set: dict[str, Any] = field(default_factory=dict)  # the configs' values replaced (``--set``)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,6 +117,56 @@ def _at_rate(workload: WorkloadConfig, rate_rps: float, duration_ms: float, drai
 
 
 ProbeRun = Callable[[WorkloadConfig, Path], LocalResult]
+
+
+def check_sets(sets: dict[str, Any]) -> None:
+    """``--set`` keys start with ``arch.``, ``tas.`` or ``workload.`` and are not the search's own knobs."""
+    for key in sets:
+        if key.split(".", 1)[0] not in SET_KINDS or "." not in key:
+            raise BadInput(f"set: {key!r} must start with arch., tas. or workload.", field=f"set.{key}")
+        if key in SEARCH_KEYS:
+            raise BadInput(f"set: {key} is what the search sets (--lo/--hi, --duration-ms, --drain-ms)",
+                           field=f"set.{key}")
+
+
+def with_sets(model: M, kind: str, sets: dict[str, Any]) -> M:
+    """``model`` (the ``kind`` config) with the values of ``sets`` under ``kind.`` replaced, validated again; an
+    unknown key or a bad value is a `BadInput` naming ``set.<key>``."""
+    mine = {k[len(kind) + 1:]: v for k, v in sets.items() if k.startswith(kind + ".")}
+    if not mine:
+        return model
+    d = model.model_dump(mode="json")
+    for key, value in mine.items():
+        cur: Any = d
+        *sections, last = key.split(".")
+        for part in sections:
+            cur = cur.get(part) if isinstance(cur, dict) else None
+            if not isinstance(cur, dict):
+                raise BadInput(f"set: {kind}.{key}: {part!r} is not a section of the config", field=f"set.{kind}.{key}")
+        if last not in cur:
+            raise BadInput(f"set: {kind}.{key}: unknown key {last!r}", field=f"set.{kind}.{key}")
+        cur[last] = value
+    try:
+        return type(model).model_validate(d)
+    except ValidationError as exc:
+        fld, msg = first_validation_error(exc)
+        raise BadInput(f"set: {kind}.{fld}: {msg}", field=f"set.{kind}.{fld}") from None
+
+
+def _configs_with_sets(arch: str | Path, tas: str | Path, sets: dict[str, Any], out: Path
+                       ) -> tuple[str | Path, str | Path]:
+    """The arch and tas configs the probes run: the files given, or with ``--set`` values written to
+    ``<out>/arch.json`` / ``<out>/tas.json`` (the search's own record of what it ran)."""
+    paths: list[str | Path] = []
+    for kind, path, load in (("arch", arch, load_arch), ("tas", tas, load_tas)):
+        if not any(k.startswith(kind + ".") for k in sets):
+            paths.append(path)
+            continue
+        model = with_sets(load(path), kind, sets)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{kind}.json").write_text(model.model_dump_json(), encoding="utf-8")
+        paths.append(out / f"{kind}.json")
+    return paths[0], paths[1]
 
 
 def probe_paths(out: Path, rate_rps: float) -> tuple[Path, Path]:
@@ -159,14 +216,19 @@ def _search(one: Callable[[int], Probe], lo: int, hi: int, probes: int) -> tuple
 def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | Path, out: Path, lo_rps: float,
                          hi_rps: float, probes: int = 7, duration_ms: float = 20_000.0, drain_ms: float = 20_000.0,
                          scenario: Scenario = "baseline", settings: Settings | None = None,
-                         run: ProbeRun | None = None, on_probe: Callable[[Probe], None] | None = None) -> SloCapacity:
+                         run: ProbeRun | None = None, on_probe: Callable[[Probe], None] | None = None,
+                         sets: dict[str, Any] | None = None) -> SloCapacity:
     """Bisect the offered rate between ``lo_rps`` and ``hi_rps`` (see the module docstring); each probe's results
     folder is ``<out>/probe-<rate>``, and ``<out>/slo_capacity.json`` and ``slo_capacity.csv`` hold the verdict."""
     if not 0 < lo_rps < hi_rps:
         raise BadInput("lo_rps: 0 < lo < hi is needed", field="lo_rps")
     if not 2 <= probes <= 64:
         raise BadInput("probes: 2 (the two ends) to 64 runs", field="probes")
-    base = load_workload(workload)
+    sets = dict(sets or {})
+    check_sets(sets)
+    base = with_sets(load_workload(workload), "workload", sets)
+    if run is None:
+        arch, tas = _configs_with_sets(arch, tas, sets, out)
     slo = _at_rate(base, lo_rps, duration_ms, drain_ms).serving
     assert slo is not None
     limits = (slo.slo.ttft_p99_ms, slo.slo.tpot_p99_ms)
@@ -203,11 +265,13 @@ def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | P
            f"{duration_ms / 1e3:g} s of arrivals and "
            f"{drain_ms / 1e3:g} s of drain; met = no request shed, every request finished, p99 TTFT <= "
            f"{limits[0]:g} ms and p99 TPOT <= {limits[1]:g} ms")
+    if sets:
+        how += "; configs with " + ", ".join(f"{k} = {v}" for k, v in sets.items())
     if best is not None and all(p.met for p in done):
         how += "; every rate tried was met: the capacity is at least the highest (a bound)"
     tok_s = (best.tokens_offered / (duration_ms * 1e-3)) if best is not None else None
     result = SloCapacity(rate_rps=best.rate_rps if best is not None else None, tok_s=tok_s, probes=done, how=how,
-                         scenario=scenario, duration_ms=duration_ms, drain_ms=drain_ms)
+                         scenario=scenario, duration_ms=duration_ms, drain_ms=drain_ms, set=sets)
     out.mkdir(parents=True, exist_ok=True)
     (out / "slo_capacity.json").write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
     with (out / "slo_capacity.csv").open("w", encoding="utf-8", newline="") as fh:

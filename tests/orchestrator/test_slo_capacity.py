@@ -126,3 +126,55 @@ def test_a_range_narrower_than_one_request_is_refused_naming_the_field(tmp_path:
         measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=2.0, hi_rps=2.04,
                              duration_ms=10_000.0, run=_chip(1.0, []))
     assert e.value.field == "hi_rps"
+
+
+def test_a_set_value_reaches_every_probe_and_is_recorded(tmp_path: Path) -> None:
+    from services.orchestrator.slo_capacity import _configs_with_sets
+    from shared.configs import load_arch
+
+    seen_chunks: list[int] = []
+    chip = _chip(2.3, [])
+
+    def run(wl: WorkloadConfig, out: Path) -> LocalResult:
+        assert wl.serving is not None
+        seen_chunks.append(wl.serving.prefill_chunk)
+        return chip(wl, out)
+
+    sets = {"workload.serving.prefill_chunk": 256}
+    res = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=2.0, hi_rps=2.4,
+                               duration_ms=10_000.0, run=run, sets=sets)
+    assert seen_chunks and set(seen_chunks) == {256}
+    assert "workload.serving.prefill_chunk = 256" in res.how
+    assert json.loads((tmp_path / "slo_capacity.json").read_text())["set"] == sets
+    arch, tas = _configs_with_sets(CONFIGS / "arch_hbm_on_logic.yaml", CONFIGS / "tas_params_hbm_on_logic.yaml",
+                                   {"arch.geometry.cooling.h_wmk2k": 2777.8}, tmp_path / "air")
+    assert arch == tmp_path / "air" / "arch.json" and tas == CONFIGS / "tas_params_hbm_on_logic.yaml"
+    assert load_arch(arch).geometry.cooling.h_wmk2k == 2777.8
+
+
+@pytest.mark.parametrize(("sets", "field"), [
+    ({"arch.geometry.cooling.nope": 1}, "set.arch.geometry.cooling.nope"),
+    ({"arch.geometry.cooling.h_wmk2k": -1}, "set.arch.geometry.cooling.h_wmk2k"),
+    ({"workload.serving.rate_rps": 3}, "set.workload.serving.rate_rps"),
+    ({"seed": 3}, "set.seed"),
+])
+def test_a_bad_set_is_a_bad_input_naming_it(tmp_path: Path, sets: dict[str, object], field: str) -> None:
+    from services.orchestrator.slo_capacity import _configs_with_sets, check_sets, with_sets
+    from shared.configs import load_workload
+
+    with pytest.raises(BadInput) as e:
+        check_sets(sets)
+        with_sets(load_workload(SERVING), "workload", sets)
+        _configs_with_sets(CONFIGS / "arch_hbm_on_logic.yaml", CONFIGS / "tas_params_hbm_on_logic.yaml", sets,
+                           tmp_path)
+    assert e.value.field == field
+
+
+@pytest.mark.parametrize(("arg", "says"), [("x", "expected KEY=V1,V2"),
+                                           ("arch.geometry.cooling.h_wmk2k=1,2", "one value per --set")])
+def test_a_bad_set_flag_exits_2_in_one_line(arg: str, says: str, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["--log-level", "ERROR", "capacity", "--out", str(tmp_path), "--set", arg])
+    assert exit_info.value.code == 2
+    assert says in capsys.readouterr().err.strip().splitlines()[-1]
