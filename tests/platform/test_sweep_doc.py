@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
+
 from tests.conftest import REPO
 
 DOCS = REPO / "docs"
@@ -66,3 +68,53 @@ def test_the_capacity_findings_hold_in_the_committed_probes() -> None:
     assert served["baseline"] > served["unthrottled"]
     assert f"{served['baseline']} against {served['unthrottled']} in the probes above" in page
 
+
+
+def _cooling() -> dict[tuple[float, str], dict[str, str]]:
+    with (DOCS / "results" / "sweep-cooling" / "sweep.csv").open(encoding="utf-8") as fh:
+        return {(float(r["param:arch.geometry.cooling.h_wmk2k"]), r["scenario"]): r for r in csv.DictReader(fh)}
+
+
+def _per_token(r: dict[str, str]) -> float:
+    return 1e3 * float(r["energy_j"]) / int(r["tokens"])
+
+
+def test_the_cooling_table_is_the_committed_sweep() -> None:
+    rows, page = _cooling(), (DOCS / "sweep.md").read_text(encoding="utf-8")
+    for h in sorted({h for h, _ in rows}):
+        b, u = rows[(h, "baseline")], rows[(h, "unthrottled")]
+        e = " / ".join(f"{_per_token(rows[(h, s)]):.0f}" for s in ("baseline", "taps", "tacs", "tas", "unthrottled"))
+        line = (f"| {h:g} | {float(b['time_throttled_ms']):.0f} | {float(b['freq_avg_ghz']):.3f} | "
+                f"{float(b['T_peak_logic']):.1f} / {float(u['T_peak_logic']):.1f} | "
+                f"{float(b['tpot_p99_ms']):.0f} / {float(u['tpot_p99_ms']):.0f} | {e} |")
+        assert line in page, line
+
+
+def test_the_cooling_findings_hold_in_the_committed_sweep() -> None:
+    rows, f = _cooling(), float
+    air, hs = min(h for h, _ in rows), sorted({h for h, _ in rows})
+    assert len(rows) == 20 and all(r["param:arch.dtm.limit_c"] == "89" for r in rows.values())
+    offered = {f(r["tokens_offered"]) for r in rows.values()}  # "serves everything within the SLO at every cooling"
+    assert len(offered) == 1 and all(r["slo_met"] == "1" and f(r["tokens_served"]) in offered
+                                     and r["goodput_tok_s"] == rows[(air, "baseline")]["goodput_tok_s"]
+                                     for r in rows.values())
+    b, u = rows[(air, "baseline")], rows[(air, "unthrottled")]
+    assert f(b["time_throttled_ms"]) > 0.5 * f(b["sim_time_ms"]) and f(u["T_peak_logic"]) > 89.0  # "on air"
+    assert f(b["tpot_p99_ms"]) < 200.0
+    assert _per_token(b) < _per_token(u)  # "throttling saves energy on air"
+    gaps = [_per_token(rows[(h, "unthrottled")]) - _per_token(rows[(h, "baseline")]) for h in hs]
+    throttled = [f(rows[(h, "baseline")]["time_throttled_ms"]) for h in hs]
+    assert gaps == sorted(gaps, reverse=True) and abs(gaps[-1]) < 1.0 and throttled == sorted(throttled, reverse=True)
+    policies = [(h, s) for h in hs for s in ("baseline", "taps", "tacs", "tas")]  # "the lowest-energy throttled run"
+    front = min(policies, key=lambda k: _per_token(rows[k]))
+    assert front[0] == air
+    with (DOCS / "results" / "default" / "summary.csv").open(encoding="utf-8") as fh:
+        default = {r["scenario"]: r for r in csv.DictReader(fh)}
+    for sc, r in default.items():  # "the point at h 10000 is the default experiment"
+        for k in ("ips", "energy_j", "T_peak_logic", "ttft_p99_ms", "tpot_p99_ms", "time_throttled_ms"):
+            assert f(rows[(10000.0, sc)][k]) == pytest.approx(f(r[k]), rel=1e-8), (sc, k)  # summary.csv: 9 digits
+    for h in hs:  # "TACS acts only on air"
+        acts = any(rows[(h, "tacs")][k] != rows[(h, "baseline")][k] for k in ("energy_j", "T_peak_logic"))
+        assert acts == (h == air), h
+        if h != air:
+            assert rows[(h, "tas")]["energy_j"] == rows[(h, "taps")]["energy_j"], h
