@@ -437,16 +437,18 @@ def log_text(*, session: Session, exp_id: str, scenario: str | None = None) -> s
 # ------------------------------------------------------------------------------------------------------- sweeps
 
 
-def _set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
+def set_dotted(d: dict[str, Any], key: str, value: Any, *, where: str = "grid") -> None:
+    """``d`` (configs as JSON, by kind) with the value at the dotted ``key`` replaced; a key that names no existing
+    value is a `BadInput` naming ``<where>.<key>`` (a sweep's ``grid``, `tasmoe capacity`'s ``set``)."""
     parts = key.split(".")
     cur = d
     for p in parts[:-1]:
         nxt = cur.get(p)
         if not isinstance(nxt, dict):
-            raise BadInput(f"grid: {key!r}: {p!r} is not a section of the config", field=f"grid.{key}")
+            raise BadInput(f"{where}: {key!r}: {p!r} is not a section of the config", field=f"{where}.{key}")
         cur = nxt
     if parts[-1] not in cur:
-        raise BadInput(f"grid: {key!r}: unknown key {parts[-1]!r}", field=f"grid.{key}")
+        raise BadInput(f"{where}: {key!r}: unknown key {parts[-1]!r}", field=f"{where}.{key}")
     cur[parts[-1]] = value
 
 
@@ -470,7 +472,7 @@ def apply_point(base: ExperimentSpec, point: dict[str, Any]) -> ExperimentSpec:
             d["seed"] = value
             d["workload"]["routing"]["seed"] = value
         else:
-            _set_dotted(d, key, value)
+            set_dotted(d, key, value)
             if key == "workload.routing.seed":
                 d["seed"] = value
     try:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from services.orchestrator.local import LocalResult, check_ok, run_local
 from services.orchestrator.schemas import Scenario
+from services.orchestrator.service import set_dotted
 from shared.configs import WorkloadConfig, load_arch, load_tas, load_workload
 from shared.errors import BadInput, first_validation_error
 from shared.settings import Settings
@@ -130,24 +131,16 @@ def check_sets(sets: dict[str, Any]) -> None:
 
 
 def with_sets(model: M, kind: str, sets: dict[str, Any]) -> M:
-    """``model`` (the ``kind`` config) with the values of ``sets`` under ``kind.`` replaced, validated again; an
-    unknown key or a bad value is a `BadInput` naming ``set.<key>``."""
-    mine = {k[len(kind) + 1:]: v for k, v in sets.items() if k.startswith(kind + ".")}
+    """``model`` (the ``kind`` config) with the values of ``sets`` under ``kind.`` replaced (the sweep's dotted keys,
+    `service.set_dotted`), validated again; an unknown key or a bad value is a `BadInput` naming ``set.<key>``."""
+    mine = {k: v for k, v in sets.items() if k.startswith(kind + ".")}
     if not mine:
         return model
-    d = model.model_dump(mode="json")
+    d = {kind: model.model_dump(mode="json")}
     for key, value in mine.items():
-        cur: Any = d
-        *sections, last = key.split(".")
-        for part in sections:
-            cur = cur.get(part) if isinstance(cur, dict) else None
-            if not isinstance(cur, dict):
-                raise BadInput(f"set: {kind}.{key}: {part!r} is not a section of the config", field=f"set.{kind}.{key}")
-        if last not in cur:
-            raise BadInput(f"set: {kind}.{key}: unknown key {last!r}", field=f"set.{kind}.{key}")
-        cur[last] = value
+        set_dotted(d, key, value, where="set")
     try:
-        return type(model).model_validate(d)
+        return type(model).model_validate(d[kind])
     except ValidationError as exc:
         fld, msg = first_validation_error(exc)
         raise BadInput(f"set: {kind}.{fld}: {msg}", field=f"set.{kind}.{fld}") from None
