@@ -54,12 +54,14 @@ def scenario_config(expected: dict[str, Any], scenario: str) -> dict[str, Any]:
 
 
 def _check_probe(probe_dir: Path, scenario: str, rate: float, expected: dict[str, Any],
-                 run_config: Callable[[Path], dict[str, Any]]) -> None:
+                 run_config: Callable[[Path], dict[str, Any]]) -> float:
+    """Check one probe's run log against ``expected`` (`scenario_config`: the configs a run of ``scenario`` records);
+    its arrivals, ms."""
     ran = run_config(probe_dir)
     if list(ran.get("scenarios", [])) != [scenario]:
         raise CapacityError(f"{probe_dir} ran the scenarios {ran.get('scenarios')}, not [{scenario!r}]")
     for key in ("arch", "tas"):
-        if ran.get(key) != scenario_config(expected, scenario)[key]:
+        if ran.get(key) != expected[key]:
             raise CapacityError(f"{probe_dir} ran another {key} config than the experiment's")
     want = json.loads(json.dumps(expected["workload"]))
     got_sv = (ran.get("workload") or {}).get("serving") or {}
@@ -72,6 +74,7 @@ def _check_probe(probe_dir: Path, scenario: str, rate: float, expected: dict[str
                             "and drain)")
     if got_sv.get("rate_rps") is None or abs(float(got_sv["rate_rps"]) - rate) > 1e-9 * rate:
         raise CapacityError(f"{probe_dir} ran {got_sv.get('rate_rps')} requests/s, its verdict says {rate:g}")
+    return float(got_sv["duration_ms"])
 
 
 def _verdict(folder: Path, scenario: str, expected: dict[str, Any],
@@ -86,11 +89,10 @@ def _verdict(folder: Path, scenario: str, expected: dict[str, Any],
         raise CapacityError(f"{folder}/slo_capacity.json has no probes")
     by_count: dict[int, dict[str, Any]] = {}
     duration_ms = None
+    want = scenario_config(expected, scenario)
     for p in raw:
         rate = float(p["rate_rps"])
-        probe_dir = folder / f"probe-{rate:.6g}"
-        _check_probe(probe_dir, scenario, rate, expected, run_config)
-        duration_ms = float(run_config(probe_dir)["workload"]["serving"]["duration_ms"])
+        duration_ms = _check_probe(folder / f"probe-{rate:.6g}", scenario, rate, want, run_config)
         n = requests_offered(rate, duration_ms)
         same = by_count.get(n)
         if same is not None and same["met"] != p["met"]:
