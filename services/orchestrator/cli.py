@@ -206,10 +206,7 @@ def register_capacity(sub: Any) -> None:
 
 def _one_value(text: str) -> tuple[str, Any]:
     """``--set KEY=VALUE`` of `tasmoe capacity` (argparse's type: a bad one is a usage error, exit 2)."""
-    try:
-        key, values = parse_set(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    key, values = _grid_values(text)
     if len(values) != 1:
         raise argparse.ArgumentTypeError(f"{key}: one value per --set (a search runs one config), got {len(values)}")
     return key, values[0]
