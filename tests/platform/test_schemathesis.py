@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,14 @@ CHECKS = [c.not_a_server_error, c.status_code_conformance, c.content_type_confor
 
 
 
+def _closed_port() -> int:
+    """A loopback port nothing listens on: one the kernel just handed out and that was closed again."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
 def _app(service: str, tmp: Path) -> FastAPI:
     mod = importlib.import_module(f"services.{service}.app")
     # the models the workload operations register (``POST /v1/models`` with generated names: "0", "00", ...) go to
@@ -42,6 +51,10 @@ def _app(service: str, tmp: Path) -> FastAPI:
     settings = Settings(results_dir=tmp / service / "results", configs_dir=CONFIGS,
                         models_dir=tmp / service / "models")
     if service == "orchestrator":
+        # its submission checks ask the services at their URLs: a closed port, so that a cluster on the default ports
+        # (a developer's, or another test's) is never asked (each check could spend seconds running the cycle model)
+        closed = f"http://127.0.0.1:{_closed_port()}"
+        settings = settings.model_copy(update={f"{s}_url": closed for s in SERVICES if s != "orchestrator"})
         app: FastAPI = mod.create_app(settings, dispatcher=RecordingDispatcher())
         return app
     if service == "placement":  # as it runs: its peers (the thermal and workload services it asks) in process
