@@ -80,11 +80,12 @@ class DocsError(Exception):
 def run_config(out: Path) -> dict[str, Any]:
     """The resolved configs a results folder ran (arch, workload, tas, seed, scenarios ...), from the ``config``
     line every run writes at its start to ``runs/<scenario>/run.log``."""
+    from services.orchestrator.run_log import logged_config
+
     for log in sorted((out / "runs").glob("*/run.log")):
-        for line in log.read_text(encoding="utf-8").splitlines():
-            _, sep, body = line.partition(" config ")
-            if sep and body.startswith("{"):
-                return dict(json.loads(body))
+        ran = logged_config(log)
+        if ran is not None:
+            return ran
     raise DocsError(f"{out}: no run log with the run's configs (runs/<scenario>/run.log)")
 
 

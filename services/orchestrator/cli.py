@@ -187,7 +187,9 @@ def register_capacity(sub: Any) -> None:
                    help="a serving workload config; its serving.slo is the SLO (default: %(default)s)")
     p.add_argument("--tas", default="configs/tas_params_hbm_on_logic.yaml",
                    help="TAS parameters (default: %(default)s)")
-    p.add_argument("--out", default="results/capacity/", help="output folder (default: %(default)s)")
+    p.add_argument("--out", default="results/capacity/",
+                   help="output folder; a search run again into it reads the probes it finished there instead of "
+                        "running them again (default: %(default)s)")
     p.add_argument("--scenario", default="baseline", choices=ALL_SCENARIOS,
                    help="the scenario the probes run (default: %(default)s)")
     p.add_argument("--lo", type=_positive, default=0.25, help="lowest offered rate, requests/s (default: %(default)s)")

@@ -65,6 +65,22 @@ def with_warmup(arch: ArchConfig, warmup_ms: float) -> ArchConfig:
         raise BadInput(f"warmup_ms: {msg}", field="warmup_ms") from None
 
 
+def local_spec(*, arch: str | Path, workload: str | Path | WorkloadConfig, tas: str | Path,
+               scenarios: Sequence[Scenario] = POLICY_SCENARIOS, seed: int | None = None, windows: int | None = None,
+               traces: bool = True, events: bool = False, warmup_ms: float | None = None,
+               settings: Settings | None = None) -> ExperimentSpec:
+    """The experiment `run_local` runs for these arguments, resolved (the spec each run's log records)."""
+    s = orchestrator_settings(settings)
+    arch_cfg = load_arch(arch)
+    if warmup_ms is not None:
+        arch_cfg = with_warmup(arch_cfg, warmup_ms)
+    wl = workload if isinstance(workload, WorkloadConfig) else load_workload(workload)
+    req = ExperimentRequest(arch=arch_cfg, workload=wl, tas=load_tas(tas),
+                            scenarios=list(scenarios), seed=seed, windows=windows, traces=traces,
+                            events=events)
+    return resolve_spec(req, configs_dir=s.configs_dir)
+
+
 def run_local(*, arch: str | Path, workload: str | Path | WorkloadConfig, tas: str | Path, out: str | Path,
               scenarios: Sequence[Scenario] = POLICY_SCENARIOS, seed: int | None = None, windows: int | None = None,
               settings: Settings | None = None, clients: ServiceClients | None = None, traces: bool = True,
@@ -85,14 +101,8 @@ def run_local(*, arch: str | Path, workload: str | Path | WorkloadConfig, tas: s
     if epoch is not None:
         s = type(s).model_validate({**s.model_dump(), "epoch_windows": epoch})
     out_dir = Path(out)
-    arch_cfg = load_arch(arch)
-    if warmup_ms is not None:
-        arch_cfg = with_warmup(arch_cfg, warmup_ms)
-    wl = workload if isinstance(workload, WorkloadConfig) else load_workload(workload)
-    req = ExperimentRequest(arch=arch_cfg, workload=wl, tas=load_tas(tas),
-                            scenarios=list(scenarios), seed=seed, windows=windows, traces=traces,
-                            events=events)
-    spec = resolve_spec(req, configs_dir=s.configs_dir)
+    spec = local_spec(arch=arch, workload=workload, tas=tas, scenarios=scenarios, seed=seed, windows=windows,
+                      traces=traces, events=events, warmup_ms=warmup_ms, settings=s)
     url = database_url or s.effective_database_url
     engine = make_engine(url)
     sessions = session_factory(engine)

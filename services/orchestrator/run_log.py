@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from services.orchestrator.schemas import ExperimentSpec
 from shared.logging import TEXT_FORMAT, RunIdFilter, current_run_id
@@ -83,6 +84,18 @@ class RunLog:
         self.log.info("git revision %s", git_revision())
         self.log.info("versions %s", json.dumps(package_versions(), sort_keys=True))
         self.log.info("config %s", json.dumps(spec.model_dump(mode="json"), sort_keys=True))
+
+
+def logged_config(path: Path) -> dict[str, Any] | None:
+    """The resolved configs a run ran (the spec `RunLog.header` writes at the top of every attempt: arch, workload,
+    tas, seed, scenarios ...), from its ``run.log``; None when the file holds no config line."""
+    if not path.is_file():
+        return None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        _, sep, body = line.partition(" config ")
+        if sep and body.startswith("{"):
+            return dict(json.loads(body))
+    return None
 
 
 @contextmanager

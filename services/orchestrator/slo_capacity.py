@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,10 +31,13 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from services.orchestrator.local import LocalResult, check_ok, run_local
-from services.orchestrator.schemas import Scenario
+from services.orchestrator.local import LocalResult, check_ok, local_spec, run_local
+from services.orchestrator.run_files import result_csv_path
+from services.orchestrator.run_log import logged_config
+from services.orchestrator.schemas import ExperimentSpec, Scenario
 from services.orchestrator.service import set_dotted
 from shared.configs import WorkloadConfig, load_arch, load_tas, load_workload
+from shared.configs.arch import unthrottled
 from shared.errors import BadInput, first_validation_error
 from shared.settings import Settings
 
@@ -169,6 +173,30 @@ def probe_paths(out: Path, rate_rps: float) -> tuple[Path, Path]:
     return where, where.parent / f"{where.name}.workload.json"
 
 
+def finished_probe(where: Path, scenario: str, spec: ExperimentSpec) -> dict[str, str] | None:
+    """The result row of a probe an earlier search finished in ``where`` (an interrupted search run again with the
+    same ``--out`` reads it instead of running it again), or None when it did not finish. A finished probe whose run
+    log records other configs than ``spec`` (an earlier search of another chip, policy or workload in the same
+    folder) is refused, naming ``out``: its verdict would stand for configs it did not run."""
+    csv_path = result_csv_path(where, scenario, spec.workload.label)
+    if not csv_path.is_file():
+        return None
+    want = spec.model_copy(update={"arch": unthrottled(spec.arch)}) if scenario == "unthrottled" else spec
+    ran = logged_config(where / "runs" / scenario / "run.log")
+    if ran != want.model_dump(mode="json"):
+        raise BadInput(f"out: {where} holds a finished probe of other configs than this search's; search into "
+                       "another folder (or remove that one)", field="out")
+    with csv_path.open(encoding="utf-8") as fh:
+        return next(csv.DictReader(fh))
+
+
+def _clear_probe(where: Path) -> None:
+    """Remove what an unfinished probe left (its results folder and database): it runs again from the start."""
+    shutil.rmtree(where, ignore_errors=True)
+    for db in where.parent.glob(f"{where.name}.sqlite3*"):
+        db.unlink()
+
+
 def requests_offered(rate_rps: float, duration_ms: float) -> int:
     """The requests a run at ``rate_rps`` is offered over ``duration_ms`` of arrivals: ``round(rate · duration)``
     (services/workload/arrivals.py), so the rate a run offers is a whole number of requests over its arrivals."""
@@ -231,20 +259,27 @@ def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | P
                        f"than lo_rps {lo_rps:g} ({lo_n}): a rate is a whole number of requests over the arrivals",
                        field="hi_rps")
 
-    def one(n: int) -> Probe:
-        rate = n / (duration_ms * 1e-3)  # n requests over the arrivals
-        wl = _at_rate(base, rate, duration_ms, drain_ms)
-        where, wl_file = probe_paths(out, rate)
+    def _run_probe(wl: WorkloadConfig, where: Path, wl_file: Path) -> dict[str, str]:
         if run is not None:
             res = run(wl, where)
         else:
+            _clear_probe(where)
             wl_file.parent.mkdir(parents=True, exist_ok=True)
             wl_file.write_text(wl.model_dump_json(), encoding="utf-8")
             res = run_local(arch=arch, workload=wl_file, tas=tas, out=where, scenarios=[scenario], traces=False,
                             settings=settings, database_url=f"sqlite:///{where}.sqlite3")
         check_ok(res)
         with res.csvs[scenario].open(encoding="utf-8") as fh:
-            row = next(csv.DictReader(fh))
+            return next(csv.DictReader(fh))
+
+    def one(n: int) -> Probe:
+        rate = n / (duration_ms * 1e-3)  # n requests over the arrivals
+        wl = _at_rate(base, rate, duration_ms, drain_ms)
+        where, wl_file = probe_paths(out, rate)
+        row = None if run is not None else finished_probe(where, scenario, local_spec(
+            arch=arch, workload=wl, tas=tas, scenarios=[scenario], traces=False, settings=settings))
+        if row is None:
+            row = _run_probe(wl, where, wl_file)
         verdict = judge(rate, row, *limits)
         if on_probe is not None:
             on_probe(verdict)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from services.cli import main as cli_main
 from services.orchestrator.local import LocalResult
+from services.orchestrator.schemas import Scenario
 from services.orchestrator.slo_capacity import ProbeRun, judge, measure_slo_capacity, probe_paths
 from shared.configs import WorkloadConfig
 from shared.errors import BadInput
@@ -178,3 +180,77 @@ def test_a_bad_set_flag_exits_2_in_one_line(arg: str, says: str, tmp_path: Path,
         cli_main(["--log-level", "ERROR", "capacity", "--out", str(tmp_path), "--set", arg])
     assert exit_info.value.code == 2
     assert says in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def _run_local_writing_what_a_run_leaves(capacity_rps: float, ran: list[float]) -> Any:
+    """A stand-in for `run_local` that leaves what a finished run does: its result row at `result_csv_path` and the
+    ``config`` line of its run log (the resolved spec, the unthrottled chip for ``unthrottled``)."""
+    from services.orchestrator.local import local_spec
+    from services.orchestrator.run_files import result_csv_path
+    from shared.configs.arch import unthrottled
+
+    def fake(*, arch: Path, workload: Path, tas: Path, out: Path, scenarios: list[Scenario], **_: Any) -> LocalResult:
+        spec = local_spec(arch=arch, workload=workload, tas=tas, scenarios=scenarios, traces=False)
+        if scenarios == ["unthrottled"]:
+            spec = spec.model_copy(update={"arch": unthrottled(spec.arch)})
+        assert spec.workload.serving is not None and spec.workload.serving.rate_rps is not None
+        rate = spec.workload.serving.rate_rps
+        ran.append(rate)
+        log = out / "runs" / scenarios[0] / "run.log"
+        log.parent.mkdir(parents=True)
+        log.write_text(f"2026-01-01 INFO tasmoe.runfile run=x config {json.dumps(spec.model_dump(mode='json'))}\n",
+                       encoding="utf-8")
+        path = result_csv_path(out, scenarios[0], spec.workload.label)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        row = {**ROW, "tokens_queued": "0" if rate <= capacity_rps else "40"}
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(row))
+            w.writeheader()
+            w.writerow(row)
+        return LocalResult(experiment_id="x", out_dir=out, csvs={scenarios[0]: path},
+                           status={scenarios[0]: "succeeded"}, errors={}, windows={scenarios[0]: 1}, wall_s=0.0,
+                           compute_s={})
+
+    return fake
+
+
+@pytest.mark.parametrize("scenario", ["baseline", "unthrottled"])
+def test_a_search_run_again_reads_the_probes_it_finished_and_runs_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: str) -> None:
+    """An interrupted search (the terminal gone, a machine needed) run again into the same folder does not run again
+    the probes it finished; an unfinished probe's leftovers are removed and it runs from the start."""
+    import services.orchestrator.slo_capacity as sc
+
+    ran: list[float] = []
+    monkeypatch.setattr(sc, "run_local", _run_local_writing_what_a_run_leaves(2.3, ran))
+    kw: dict[str, Any] = {"arch": CONFIGS / "arch_hbm_on_logic.yaml", "workload": SERVING,
+                          "tas": CONFIGS / "tas_params_hbm_on_logic.yaml", "out": tmp_path, "lo_rps": 2.0,
+                          "hi_rps": 2.4, "duration_ms": 10_000.0, "scenario": scenario}
+    first = measure_slo_capacity(probes=2, **kw)
+    assert len(ran) == 2 and first.rate_rps == pytest.approx(2.0)
+    unfinished, _ = probe_paths(tmp_path, 2.2)  # the next probe the search will run, killed mid-run
+    (unfinished / "runs" / scenario).mkdir(parents=True)
+    (tmp_path / f"{unfinished.name}.sqlite3").write_text("half a run", encoding="utf-8")
+    again = measure_slo_capacity(probes=8, **kw)
+    assert [round(r, 6) for r in ran] == [2.0, 2.4, 2.2, 2.3]  # the first two not again; 2.2 from its start
+    assert [p.rate_rps for p in again.probes[:2]] == [p.rate_rps for p in first.probes]
+    assert again.rate_rps == pytest.approx(2.3) and [p.met for p in again.probes] == [True, False, True, True]
+    assert not (tmp_path / f"{unfinished.name}.sqlite3").exists()  # (its runs folder too: the stand-in makes it anew)
+
+
+def test_a_finished_probe_of_other_configs_is_refused_naming_out(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same folder searched again on another chip: its finished probes are not this search's, and are not read as
+    if they were."""
+    import services.orchestrator.slo_capacity as sc
+
+    ran: list[float] = []
+    monkeypatch.setattr(sc, "run_local", _run_local_writing_what_a_run_leaves(2.3, ran))
+    kw: dict[str, Any] = {"arch": CONFIGS / "arch_hbm_on_logic.yaml", "workload": SERVING,
+                          "tas": CONFIGS / "tas_params_hbm_on_logic.yaml", "out": tmp_path, "lo_rps": 2.0,
+                          "hi_rps": 2.4, "duration_ms": 10_000.0, "probes": 2}
+    measure_slo_capacity(**kw)
+    with pytest.raises(BadInput) as e:
+        measure_slo_capacity(**kw, sets={"arch.geometry.cooling.h_wmk2k": 2777.8})
+    assert e.value.field == "out" and "other configs" in str(e.value)
+    assert len(ran) == 2
