@@ -24,6 +24,7 @@ import csv
 import json
 import math
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -175,10 +176,17 @@ def probe_paths(out: Path, rate_rps: float) -> tuple[Path, Path]:
 
 def finished_probe(where: Path, scenario: str, spec: ExperimentSpec) -> dict[str, str] | None:
     """The result row of a probe an earlier search finished in ``where`` (an interrupted search run again with the
-    same ``--out`` reads it instead of running it again), or None when it did not finish. A finished probe whose run
-    log records other configs than ``spec`` (an earlier search of another chip, policy or workload in the same
-    folder) is refused, naming ``out``: its verdict would stand for configs it did not run."""
+    same ``--out`` reads it instead of running it again), or None when it did not finish (what it left is then
+    removed, `_clear_probe`). A folder holding anything else, a probe whose run log records other configs than
+    ``spec`` or another scenario's or workload's run (an earlier search of another chip, policy, scenario or workload
+    in the same folder), is refused, naming ``out``: its verdict would stand for configs it did not run, and it is
+    not this search's to remove."""
     csv_path = result_csv_path(where, scenario, spec.workload.label)
+    others = sorted({p.parent.name for p in where.glob("runs/*/run.log")} - {scenario}) + sorted(
+        str(p.relative_to(where)) for p in where.glob("*/*.csv") if p != csv_path)
+    if others:
+        raise BadInput(f"out: {where} holds runs this search did not make ({', '.join(others)}); search into another "
+                       "folder (or remove that one)", field="out")
     if not csv_path.is_file():
         return None
     want = spec.model_copy(update={"arch": unthrottled(spec.arch)}) if scenario == "unthrottled" else spec
@@ -259,6 +267,15 @@ def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | P
                        f"than lo_rps {lo_rps:g} ({lo_n}): a rate is a whole number of requests over the arrivals",
                        field="hi_rps")
 
+    def _probe_spec(wl: WorkloadConfig) -> ExperimentSpec:
+        # as the probe's run reads it: from its workload file (a YAML reader; an inline model's free-form config
+        # keeps what the file round trip makes of it)
+        with tempfile.TemporaryDirectory() as tmp:
+            wl_path = Path(tmp) / "workload.json"
+            wl_path.write_text(wl.model_dump_json(), encoding="utf-8")
+            return local_spec(arch=arch, workload=wl_path, tas=tas, scenarios=[scenario], traces=False,
+                              settings=settings)
+
     def _run_probe(wl: WorkloadConfig, where: Path, wl_file: Path) -> dict[str, str]:
         if run is not None:
             res = run(wl, where)
@@ -276,8 +293,7 @@ def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | P
         rate = n / (duration_ms * 1e-3)  # n requests over the arrivals
         wl = _at_rate(base, rate, duration_ms, drain_ms)
         where, wl_file = probe_paths(out, rate)
-        row = None if run is not None else finished_probe(where, scenario, local_spec(
-            arch=arch, workload=wl, tas=tas, scenarios=[scenario], traces=False, settings=settings))
+        row = None if run is not None else finished_probe(where, scenario, _probe_spec(wl))
         if row is None:
             row = _run_probe(wl, where, wl_file)
         verdict = judge(rate, row, *limits)

@@ -254,3 +254,21 @@ def test_a_finished_probe_of_other_configs_is_refused_naming_out(tmp_path: Path,
         measure_slo_capacity(**kw, sets={"arch.geometry.cooling.h_wmk2k": 2777.8})
     assert e.value.field == "out" and "other configs" in str(e.value)
     assert len(ran) == 2
+
+
+def test_a_search_of_another_scenario_into_the_same_folder_is_refused_and_removes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe folder holding another scenario's finished run is not this search's: refused naming out, and kept."""
+    import services.orchestrator.slo_capacity as sc
+
+    ran: list[float] = []
+    monkeypatch.setattr(sc, "run_local", _run_local_writing_what_a_run_leaves(2.3, ran))
+    kw: dict[str, Any] = {"arch": CONFIGS / "arch_hbm_on_logic.yaml", "workload": SERVING,
+                          "tas": CONFIGS / "tas_params_hbm_on_logic.yaml", "out": tmp_path, "lo_rps": 2.0,
+                          "hi_rps": 2.4, "duration_ms": 10_000.0, "probes": 2}
+    measure_slo_capacity(**kw)
+    kept = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(BadInput) as e:
+        measure_slo_capacity(**kw, scenario="unthrottled")
+    assert e.value.field == "out" and "runs/baseline" not in str(e.value) and "baseline" in str(e.value)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == kept and len(ran) == 2
