@@ -214,6 +214,13 @@ def _run_local_writing_what_a_run_leaves(capacity_rps: float, ran: list[float]) 
     return fake
 
 
+def _real_configs(out: Path) -> dict[str, Any]:
+    """A search of the hot chip's configs between 2 and 2.4 requests/s over 10 s of arrivals, into ``out``."""
+    return {"arch": CONFIGS / "arch_hbm_on_logic.yaml", "workload": SERVING,
+            "tas": CONFIGS / "tas_params_hbm_on_logic.yaml", "out": out, "lo_rps": 2.0, "hi_rps": 2.4,
+            "duration_ms": 10_000.0}
+
+
 @pytest.mark.parametrize("scenario", ["baseline", "unthrottled"])
 def test_a_search_run_again_reads_the_probes_it_finished_and_runs_the_rest(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: str) -> None:
@@ -223,9 +230,7 @@ def test_a_search_run_again_reads_the_probes_it_finished_and_runs_the_rest(
 
     ran: list[float] = []
     monkeypatch.setattr(sc, "run_local", _run_local_writing_what_a_run_leaves(2.3, ran))
-    kw: dict[str, Any] = {"arch": CONFIGS / "arch_hbm_on_logic.yaml", "workload": SERVING,
-                          "tas": CONFIGS / "tas_params_hbm_on_logic.yaml", "out": tmp_path, "lo_rps": 2.0,
-                          "hi_rps": 2.4, "duration_ms": 10_000.0, "scenario": scenario}
+    kw = {**_real_configs(tmp_path), "scenario": scenario}
     first = measure_slo_capacity(probes=2, **kw)
     assert len(ran) == 2 and first.rate_rps == pytest.approx(2.0)
     unfinished, _ = probe_paths(tmp_path, 2.2)  # the next probe the search will run, killed mid-run
@@ -246,9 +251,7 @@ def test_a_finished_probe_of_other_configs_is_refused_naming_out(tmp_path: Path,
 
     ran: list[float] = []
     monkeypatch.setattr(sc, "run_local", _run_local_writing_what_a_run_leaves(2.3, ran))
-    kw: dict[str, Any] = {"arch": CONFIGS / "arch_hbm_on_logic.yaml", "workload": SERVING,
-                          "tas": CONFIGS / "tas_params_hbm_on_logic.yaml", "out": tmp_path, "lo_rps": 2.0,
-                          "hi_rps": 2.4, "duration_ms": 10_000.0, "probes": 2}
+    kw = {**_real_configs(tmp_path), "probes": 2}
     measure_slo_capacity(**kw)
     with pytest.raises(BadInput) as e:
         measure_slo_capacity(**kw, sets={"arch.geometry.cooling.h_wmk2k": 2777.8})
@@ -263,9 +266,7 @@ def test_a_search_of_another_scenario_into_the_same_folder_is_refused_and_remove
 
     ran: list[float] = []
     monkeypatch.setattr(sc, "run_local", _run_local_writing_what_a_run_leaves(2.3, ran))
-    kw: dict[str, Any] = {"arch": CONFIGS / "arch_hbm_on_logic.yaml", "workload": SERVING,
-                          "tas": CONFIGS / "tas_params_hbm_on_logic.yaml", "out": tmp_path, "lo_rps": 2.0,
-                          "hi_rps": 2.4, "duration_ms": 10_000.0, "probes": 2}
+    kw = {**_real_configs(tmp_path), "probes": 2}
     measure_slo_capacity(**kw)
     kept = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     with pytest.raises(BadInput) as e:
