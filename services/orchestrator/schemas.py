@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
+from shared.configs.arch import unthrottled
 from shared.contracts.placement import Placement
 from shared.contracts.thermal import ThermalState
 
@@ -70,6 +71,13 @@ class ExperimentSpec(BaseModel):
     placement: Placement | None = None
     # the state named by arch.thermal.init "<name>.json", loaded from the configs directory at submission
     thermal_init: ThermalState | None = None
+
+    def for_scenario(self, scenario: str) -> ExperimentSpec:
+        """The spec a run of ``scenario`` runs (and its run log records): this one, on the chip without DVFS trips
+        and DTM limit for the ``unthrottled`` reference (`shared.configs.arch.unthrottled`)."""
+        if scenario != "unthrottled":
+            return self
+        return self.model_copy(update={"arch": unthrottled(self.arch)})
 
 
 class RunProgress(BaseModel):

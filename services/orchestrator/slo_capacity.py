@@ -38,7 +38,6 @@ from services.orchestrator.run_log import logged_config
 from services.orchestrator.schemas import ExperimentSpec, Scenario
 from services.orchestrator.service import set_dotted
 from shared.configs import WorkloadConfig, load_arch, load_tas, load_workload
-from shared.configs.arch import unthrottled
 from shared.errors import BadInput, first_validation_error
 from shared.settings import Settings
 
@@ -189,9 +188,8 @@ def finished_probe(where: Path, scenario: str, spec: ExperimentSpec) -> dict[str
                        "folder (or remove that one)", field="out")
     if not csv_path.is_file():
         return None
-    want = spec.model_copy(update={"arch": unthrottled(spec.arch)}) if scenario == "unthrottled" else spec
     ran = logged_config(where / "runs" / scenario / "run.log")
-    if ran != want.model_dump(mode="json"):
+    if ran != spec.for_scenario(scenario).model_dump(mode="json"):
         raise BadInput(f"out: {where} holds a finished probe of other configs than this search's; search into "
                        "another folder (or remove that one)", field="out")
     with csv_path.open(encoding="utf-8") as fh:

@@ -55,7 +55,6 @@ from services.orchestrator.run_log import RunLog, run_log
 from services.orchestrator.schemas import ExperimentSpec
 from services.orchestrator.settings import orchestrator_settings
 from shared.client import ServiceClients
-from shared.configs.arch import unthrottled
 from shared.contracts.events import PhysicalState
 from shared.contracts.placement import Placement
 from shared.contracts.thermal import ThermalState
@@ -208,8 +207,7 @@ def run_scenario(run_id: str, clients: ServiceClients, sessions: sessionmaker[Se
                                                           budget_s=budget, what=run_id)
     except DatabaseAway as exc:
         return RunOutcome(run_id, "unavailable", error=str(exc))
-    if scenario == "unthrottled":  # the reference: baseline on the chip without DVFS trips and DTM limit
-        spec = spec.model_copy(update={"arch": unthrottled(spec.arch)})
+    spec = spec.for_scenario(scenario)  # the unthrottled reference: baseline on the chip without DVFS trips and limit
     files = RunFiles(out_dir, scenario, traces=spec.traces, events=spec.events, logical=scenario == spec.scenarios[0])
     outage: _Outage | None = None
     with bind_run_id(run_id), run_log(files.run_dir / "run.log", run_id=run_id) as rlog, \
