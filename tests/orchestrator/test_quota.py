@@ -205,16 +205,19 @@ def test_http_concurrent_posts_hold_the_quota(quota_api: tuple[TestClient, fakes
         if r.status_code != 202:
             _assert_quota_refusal(r)
     assert len(dispatcher.submitted) == 4
+    # which four won the race is the scheduler's: free one share and take it with a known key, deterministically
+    assert api.post(f"/v1/experiments/{accepted[0].json()['id']}/cancel").status_code == 200
+    keyed = api.post("/v1/experiments", json=body, headers={"Idempotency-Key": "known"})
+    assert keyed.status_code == 202 and keyed.json()["created"] is True
     # a replay of a key that was accepted answers its experiment; a fresh key, a sweep, a plain POST are refused
-    keyed = next(i for i, r in enumerate(answers) if r.status_code == 202 and i % 2)
-    replay = api.post("/v1/experiments", json=body, headers={"Idempotency-Key": f"k-{keyed}"})
+    replay = api.post("/v1/experiments", json=body, headers={"Idempotency-Key": "known"})
     assert replay.status_code == 202 and replay.json()["created"] is False
-    assert replay.json()["id"] == answers[keyed].json()["id"]
+    assert replay.json()["id"] == keyed.json()["id"]
     _assert_quota_refusal(api.post("/v1/experiments", json=body, headers={"Idempotency-Key": "fresh"}))
     _assert_quota_refusal(api.post("/v1/experiments", json=body))
     sweep = {"base": body, "grid": {"seed": [1]}}
     _assert_quota_refusal(api.post("/v1/sweeps", json=sweep))
     # a cancelled run frees its share: the sweep's one run now fits
-    assert api.post(f"/v1/experiments/{accepted[0].json()['id']}/cancel").status_code == 200
+    assert api.post(f"/v1/experiments/{accepted[1].json()['id']}/cancel").status_code == 200
     assert api.post("/v1/sweeps", json=sweep).status_code == 202
-    assert len(dispatcher.submitted) == 5
+    assert len(dispatcher.submitted) == 6
