@@ -83,14 +83,21 @@ def _per_token(r: dict[str, str]) -> float:
     return 1e3 * float(r["energy_j"]) / int(r["tokens"])
 
 
+def _cells(g: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The cells the sweep tables share, from one point's rows by scenario: baseline's throttled time and mean
+    clock, the peaks and p99 TPOTs of baseline / unthrottled, the energy per token of every scenario."""
+    b, u = g["baseline"], g["unthrottled"]
+    return {"clock": f"{float(b['time_throttled_ms']):.0f} | {float(b['freq_avg_ghz']):.3f}",
+            "peak": f"{float(b['T_peak_logic']):.1f} / {float(u['T_peak_logic']):.1f}",
+            "tpot": f"{float(b['tpot_p99_ms']):.0f} / {float(u['tpot_p99_ms']):.0f}",
+            "energy": " / ".join(f"{_per_token(g[s]):.0f}" for s in ("baseline", "taps", "tacs", "tas", "unthrottled"))}
+
+
 def test_the_cooling_table_is_the_committed_sweep() -> None:
     rows, page = _cooling(), (DOCS / "sweep.md").read_text(encoding="utf-8")
     for h in sorted({h for h, _ in rows}):
-        b, u = rows[(h, "baseline")], rows[(h, "unthrottled")]
-        e = " / ".join(f"{_per_token(rows[(h, s)]):.0f}" for s in ("baseline", "taps", "tacs", "tas", "unthrottled"))
-        line = (f"| {h:g} | {float(b['time_throttled_ms']):.0f} | {float(b['freq_avg_ghz']):.3f} | "
-                f"{float(b['T_peak_logic']):.1f} / {float(u['T_peak_logic']):.1f} | "
-                f"{float(b['tpot_p99_ms']):.0f} / {float(u['tpot_p99_ms']):.0f} | {e} |")
+        c = _cells({sc: r for (h_, sc), r in rows.items() if h_ == h})
+        line = f"| {h:g} | {c['clock']} | {c['peak']} | {c['tpot']} | {c['energy']} |"
         assert line in page, line
 
 
@@ -147,13 +154,10 @@ def test_the_limit_table_is_the_committed_sweep() -> None:
     for h in (2777.8, 10000.0):
         for lim in (85.0, 89.0, 95.0):
             g = {sc: rows[(h, lim, sc)] for sc in (*POLICIES, "unthrottled")}
-            b, u = g["baseline"], g["unthrottled"]
+            c = _cells(g)
             em = " / ".join(f"{float(g[s]['time_emergency_ms']):.0f}" for s in POLICIES)
             q = " / ".join(g[s]["tokens_queued"] for s in POLICIES)
-            e = " / ".join(f"{_per_token(g[s]):.0f}" for s in (*POLICIES, "unthrottled"))
-            line = (f"| {h:g} | {lim:g} | {float(b['time_throttled_ms']):.0f} | {float(b['freq_avg_ghz']):.3f} | "
-                    f"{em} | {float(b['T_peak_logic']):.1f} / {float(u['T_peak_logic']):.1f} | "
-                    f"{float(b['tpot_p99_ms']):.0f} / {float(u['tpot_p99_ms']):.0f} | {q} | {e} |")
+            line = f"| {h:g} | {lim:g} | {c['clock']} | {em} | {c['peak']} | {c['tpot']} | {q} | {c['energy']} |"
             assert line in page, line
 
 
