@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +13,22 @@ import yaml
 
 from services.metrics.sweep_plots import pareto_front
 from services.orchestrator.slo_capacity import judge
+from services.workload.arrivals import load_arrival_trace, offered_requests
+from shared.configs import load_workload
 from tests.conftest import REPO
 
 DOCS = REPO / "docs"
+
+
+def _page() -> str:
+    """docs/sweep.md with its line breaks and indents as single spaces (the prose's sentences wrap)."""
+    return " ".join((DOCS / "sweep.md").read_text(encoding="utf-8").split())
+
+
+def _reference_trace(reference_dir: Path) -> list[dict[str, str]]:
+    """The Azure conversation trace's rows from the independent reference copy (../shared/reference/serving/)."""
+    with (reference_dir / "serving" / "azure_llm_inference_2023_conv.csv").open(encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
 
 
 def _rows() -> dict[tuple[int, str], dict[str, str]]:
@@ -163,10 +175,6 @@ def test_the_limit_table_is_the_committed_sweep() -> None:
             assert line in page, line
 
 
-def _page() -> str:
-    return " ".join((DOCS / "sweep.md").read_text(encoding="utf-8").split())
-
-
 def test_the_limit_findings_on_air_and_dram_hold_in_the_committed_sweep() -> None:
     rows, f, page = _limits(), float, _page()
     air, liquid, lims = 2777.8, 10000.0, (85.0, 89.0, 95.0)
@@ -283,11 +291,10 @@ def test_the_longer_arrivals_table_is_the_committed_probes_and_its_findings_hold
 def test_the_trace_facts_of_the_longer_arrivals_section_hold(reference_dir: Path) -> None:
     """"88 output and 535 prompt tokens a request on average, against 211 and 1155 over all 19366 requests"; the first
     45: "111 output tokens each on average, 4995 in all"; "a 217-token answer, the longest of the first 45"."""
-    with (reference_dir / "serving" / "azure_llm_inference_2023_conv.csv").open(encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
+    rows = _reference_trace(reference_dir)
     out = [int(r["GeneratedTokens"]) for r in rows]
     ctx = [int(r["ContextTokens"]) for r in rows]
-    page = " ".join((DOCS / "sweep.md").read_text(encoding="utf-8").split())
+    page = _page()
 
     def mean(xs: list[int]) -> float:
         return sum(xs) / len(xs)
@@ -344,9 +351,8 @@ def test_the_sustained_capacitys_request_facts_hold(reference_dir: Path) -> None
     """"the highest rate met over 30 s offers 23 requests, the trace's first 23, as the 2.3 requests/s over 10 s does,
     and 24 miss"; "the trace's 24th request has a 4085-token prompt"; "865 of the trace's 19366 requests (4 %) have
     prompts at least as long"."""
-    with (reference_dir / "serving" / "azure_llm_inference_2023_conv.csv").open(encoding="utf-8") as fh:
-        ctx = [int(r["ContextTokens"]) for r in csv.DictReader(fh)]
-    page = " ".join((DOCS / "sweep.md").read_text(encoding="utf-8").split())
+    ctx = [int(r["ContextTokens"]) for r in _reference_trace(reference_dir)]
+    page = _page()
     capacity = json.loads((DOCS / "results" / "default" / "capacity.json").read_text(encoding="utf-8"))["scenarios"]
     for sc in ("baseline", "unthrottled"):
         _, best, missed = _sustained(sc)
@@ -364,22 +370,23 @@ def test_request_24_alone_misses_the_ttft_and_its_window_holds_it_alone(referenc
     """"the window of the trace that holds only it ... gives a TTFT of 2382 ms (p99 TPOT 27 ms), baseline and
     unthrottled alike", from its committed workload and summary."""
     folder = DOCS / "results" / "capacity-long" / "request24"
-    serving = yaml.safe_load((folder / "workload_request24.yaml").read_text(encoding="utf-8"))["serving"]
-    with (reference_dir / "serving" / "azure_llm_inference_2023_conv.csv").open(encoding="utf-8") as fh:
-        stamps = [datetime.fromisoformat(r["TIMESTAMP"][:26]) for r in csv.DictReader(fh)]
-    since = [(t - stamps[0]).total_seconds() for t in stamps]
-    start, end = serving["start_s"], serving["start_s"] + serving["duration_ms"] / 1000.0
-    assert serving["rate_rps"] is None
-    assert serving["duration_ms"] == serving["drain_ms"] == 3000.0  # "3 s of arrivals and 3 s of drain"
-    assert [i for i, t in enumerate(since) if start <= t < end] == [23]  # the 24th request, alone
+    serving = load_workload(folder / "workload_request24.yaml").serving
+    assert serving is not None and serving.rate_rps is None
+    assert serving.duration_ms == serving.drain_ms == 3000.0  # "3 s of arrivals and 3 s of drain"
+    offered = offered_requests(serving)  # what the run offers: the trace's requests in [start_s, start_s + 3 s)
+    trace = _reference_trace(reference_dir)
+    i = int(np.searchsorted(load_arrival_trace(serving.trace).t_ns, round(serving.start_s * 1e9)))
+    assert i == 23 and offered.n == 1  # the 24th request, alone
+    assert (int(offered.prompt_tokens[0]), int(offered.output_tokens[0])) == (
+        int(trace[23]["ContextTokens"]), int(trace[23]["GeneratedTokens"]))
     with (folder / "summary.csv").open(encoding="utf-8") as fh:
         rows = {r["scenario"]: r for r in csv.DictReader(fh)}
     base, ref = rows["baseline"], rows["unthrottled"]
     for r in (base, ref):
         assert r["requests_done"] == "1" and r["tokens_offered"] == r["tokens_served"], r["scenario"]
-        assert float(r["ttft_p99_ms"]) > serving["slo"]["ttft_p99_ms"], r["scenario"]
+        assert float(r["ttft_p99_ms"]) > serving.slo.ttft_p99_ms, r["scenario"]
     assert base["ttft_p99_ms"] == ref["ttft_p99_ms"]  # "baseline and unthrottled alike"
-    page = " ".join((DOCS / "sweep.md").read_text(encoding="utf-8").split())
+    page = _page()
     said = f"gives a TTFT of {float(base['ttft_p99_ms']):.0f} ms (p99 TPOT {float(base['tpot_p99_ms']):.0f} ms)"
     assert said in page, said
     assert "3 s of arrivals and 3 s of drain" in page
