@@ -39,9 +39,10 @@ waiting or running at the end is in none of them, ``tokens_queued`` counts its t
   tokens not yet generated of the admitted, unfinished requests at the run's end).
 - ``goodput_tok_s``: output tokens per second of simulated time of the finished requests that met both SLO limits
   on their own (TTFT <= ``slo_ttft_p99_ms`` and, with >= 2 output tokens, TPOT <= ``slo_tpot_p99_ms``),
-  ``Σ output_tokens / (T/1000)``; ``slo_met``: 1 when ``ttft_p99_ms <= slo_ttft_p99_ms`` and ``tpot_p99_ms <=
-  slo_tpot_p99_ms`` (a run with no multi-token request has no TPOT to exceed), else 0 (also when no request
-  finished). Both are empty when the reduction is given no SLO.
+  ``Σ output_tokens / (T/1000)``; ``slo_met``: 1 when the run meets the SLO by the rule of shared/slo.py (the SLO
+  capacity search's too): ``tokens_shed`` and ``tokens_queued`` 0, ``ttft_p99_ms <= slo_ttft_p99_ms`` and
+  ``tpot_p99_ms <= slo_tpot_p99_ms`` (a run with no multi-token request has no TPOT to exceed), else 0 (also when no
+  request finished). Both are empty when the reduction is given no SLO.
 - ``tokens_unbalanced``: ``Σ_w |error_w|`` of the token balance of shared/token_balance.py, ``tokens_queued_w =
   tokens_queued_{w-1} + tokens_offered_w - tokens_completed_w - tokens_shed_w``: 0 when every window balances.
 
@@ -94,6 +95,7 @@ from shared.contracts.metrics import (
     check_workload_name,
 )
 from shared.errors import BadInput, first_validation_error
+from shared.slo import slo_misses
 from shared.token_balance import serving_columns, token_imbalance, windows_report_requests
 
 _SCALARS = ("t_start_ms", "dt_ms", "T_peak_logic", "T_peak_dram", "T_mean_logic", "T_mean_dram", "power_w",
@@ -368,8 +370,9 @@ def _serving_columns(p: ReducePartial, *, t_s: float, slo_ttft_p99_ms: float | N
     if slo_ttft_p99_ms is not None and slo_tpot_p99_ms is not None:
         met = (ttft_ms <= slo_ttft_p99_ms) & (~multi | (tpot_all_ms <= slo_tpot_p99_ms))
         out["goodput_tok_s"] = float(out_tok[met].sum()) / t_s
-        out["slo_met"] = int(ttft_p is not None and bool(ttft_p[1] <= slo_ttft_p99_ms)
-                             and (tpot_p is None or bool(tpot_p[1] <= slo_tpot_p99_ms)))
+        out["slo_met"] = int(not slo_misses(
+            tokens_shed=p.tokens_shed, tokens_queued=p.tokens_queued, ttft_p99_ms=out["ttft_p99_ms"],
+            tpot_p99_ms=out["tpot_p99_ms"], slo_ttft_ms=slo_ttft_p99_ms, slo_tpot_ms=slo_tpot_p99_ms))
     return out
 
 

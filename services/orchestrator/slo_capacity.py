@@ -3,11 +3,8 @@ workload's SLO, found by bisection over runs of the experiment itself (`tasmoe c
 
 A probe at rate ``r`` runs one scenario (baseline by default: what the chip does today, its DTM included) of the
 serving workload with ``serving.rate_rps = r``, arrivals over ``duration_ms`` and then ``drain_ms`` without
-arrivals, and meets the SLO when
-
-- no request was shed (the queue never overflowed),
-- every offered request finished within the run (nothing queued at its end: a run that cannot drain is overloaded),
-- p99 TTFT and p99 TPOT over the requests are within ``serving.slo`` (MLPerf Inference's server-scenario rule).
+arrivals, and meets the SLO ``serving.slo`` by the rule of shared/slo.py, the one the result row's ``slo_met`` is
+computed by: nothing shed, nothing still queued at the end, p99 TTFT and p99 TPOT within their limits.
 
 The capacity is the highest rate met: doubling from ``lo`` (at most to ``hi``) until a rate is missed, then bisection
 in log rate between the last met and the first missed with the runs left of ``probes``, until they are one request
@@ -40,6 +37,7 @@ from services.orchestrator.service import set_dotted
 from shared.configs import WorkloadConfig, load_arch, load_tas, load_workload
 from shared.errors import BadInput, first_validation_error
 from shared.settings import Settings
+from shared.slo import slo_misses
 
 M = TypeVar("M", bound=BaseModel)
 SET_KINDS = ("arch", "tas", "workload")  # what ``--set KEY=VALUE`` may replace a value of
@@ -96,15 +94,8 @@ def judge(rate_rps: float, row: dict[str, str], slo_ttft_ms: float, slo_tpot_ms:
     """A probe's verdict from its result row (the metrics service's CSV columns)."""
     shed, queued = int(float(row.get("tokens_shed") or 0)), int(float(row.get("tokens_queued") or 0))
     ttft, tpot = _float(row, "ttft_p99_ms"), _float(row, "tpot_p99_ms")
-    why = []
-    if shed:
-        why.append(f"{shed} tokens shed")
-    if queued:
-        why.append(f"{queued} tokens still queued at the end")
-    if ttft is None or ttft > slo_ttft_ms:
-        why.append(f"p99 TTFT {ttft if ttft is not None else 'n/a'} > {slo_ttft_ms:g} ms")
-    if tpot is not None and tpot > slo_tpot_ms:
-        why.append(f"p99 TPOT {tpot:.1f} > {slo_tpot_ms:g} ms")
+    why = slo_misses(tokens_shed=shed, tokens_queued=queued, ttft_p99_ms=ttft, tpot_p99_ms=tpot,
+                     slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
     return Probe(rate_rps=rate_rps, met=not why, why="; ".join(why),
                  tokens_offered=int(float(row.get("tokens_offered") or 0)),
                  tokens_served=int(float(row.get("tokens_served") or 0)), tokens_queued=queued, tokens_shed=shed,

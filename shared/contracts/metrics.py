@@ -142,7 +142,7 @@ class ResultRow(BaseModel):
     tokens_queued: int = 0  # at the run's end
     tokens_shed: int = 0
     goodput_tok_s: float | None = None  # output tokens/s of the finished requests within both SLO limits
-    slo_met: int | None = None  # 1: p99 TTFT and p99 TPOT within the SLO; empty: no SLO given
+    slo_met: int | None = None  # 1: the run meets the SLO (shared/slo.py); empty: no SLO given
     tokens_unbalanced: int = 0  # Σ over windows of |token balance error|; 0: every window balances
     # Σ dt over windows in which a core ran below its top DVFS step / in emergency clock modulation (arch.dtm); the
     # defaults also read a CSV written before these columns
@@ -222,8 +222,8 @@ class ReduceRequest(BaseModel):
     windows: list[WindowMetrics]
     # the windows before these, folded by POST /v1/reduce/fold (None: these are all the run's windows)
     partial: ReducePartial | None = None
-    # the serving SLO (ms), both or neither: goodput_tok_s counts the requests within both limits, slo_met compares
-    # the run's p99s with them; None: no SLO, those two columns are empty
+    # the serving SLO (ms), both or neither: goodput_tok_s counts the requests within both limits, slo_met is the
+    # run's verdict against them (shared/slo.py); None: no SLO, those two columns are empty
     slo_ttft_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     slo_tpot_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 

@@ -57,10 +57,19 @@ def _done(reqs: Sequence[tuple[int, tuple[int, int, int, int]]]) -> RequestsDone
                         output_tokens=[r[3] for _, r in reqs])
 
 
-def hand_made_run() -> list[WindowMetrics]:
+# the same run without r4 and r5 (none shed, none left at the end): the same finished requests, the queue drained
+DRAINED: dict[int, dict[str, Any]] = {
+    0: {**HAND[0], "requests_arrived": 3, "requests_shed": 0, "tokens_offered": 4 + 1 + 3, "tokens_shed": 0},
+    1: {**HAND[1], "requests_arrived": 0, "tokens_offered": 0, "tokens_queued": 2, "requests_waiting": 0},
+    2: {**HAND[2], "tokens_completed": 3, "tokens_queued": 1},
+    3: {**HAND[3], "tokens_completed": 1, "tokens_queued": 0, "requests_running": 0},
+}
+
+
+def hand_made_run(hand: dict[int, dict[str, Any]] = HAND) -> list[WindowMetrics]:
     out = []
     for w in synthetic_windows(4, "baseline", seed=1, dt_ms=2.0):
-        spec = dict(HAND[w.window])
+        spec = dict(hand[w.window])
         done = _done(spec.pop("done"))
         out.append(w.model_copy(update={**spec, "requests_done": done,
                                         "latencies_ms": [1.0] * int(spec["tokens_completed"])}))
@@ -100,9 +109,29 @@ def test_a_hand_made_run_without_slo() -> None:
     (1.99, 1.99, (4 + 1 + 2) / 8e-3, 1),  # the p99s are within, r3 is not: slo_met is on percentiles
 ])
 def test_goodput_and_slo_met(ttft: float, tpot: float, goodput: float, met: int) -> None:
+    drained = _reduce(hand_made_run(DRAINED), slo_ttft_p99_ms=ttft, slo_tpot_p99_ms=tpot)
+    assert (drained.tokens_shed, drained.tokens_queued, drained.tokens_unbalanced) == (0, 0, 0)
+    assert drained.goodput_tok_s == goodput
+    assert drained.slo_met == met
     row = _reduce(hand_made_run(), slo_ttft_p99_ms=ttft, slo_tpot_p99_ms=tpot)
-    assert row.goodput_tok_s == goodput
-    assert row.slo_met == met
+    assert (row.ttft_p99_ms, row.tpot_p99_ms, row.goodput_tok_s) == (
+        drained.ttft_p99_ms, drained.tpot_p99_ms, drained.goodput_tok_s)  # the same finished requests
+    assert row.slo_met == 0  # r4 shed and r5 unfinished: a run that left requests unanswered misses its SLO
+
+
+@pytest.mark.parametrize(("change", "met"), [({}, 1), ({"tokens_shed": 1}, 0), ({"tokens_queued": 1}, 0),
+                                             ({"ttft_p99_ms": None}, 0), ({"tpot_p99_ms": None}, 1)])
+def test_the_summary_and_the_capacity_search_judge_a_run_alike(change: dict[str, Any], met: int) -> None:
+    """One rule for "SLO met" (shared/slo.py): the result row's ``slo_met`` and `tasmoe capacity`'s verdict."""
+    from services.orchestrator.slo_capacity import judge
+
+    row = _reduce(hand_made_run(DRAINED), slo_ttft_p99_ms=2.0, slo_tpot_p99_ms=2.0).model_dump()
+    row.update(change)
+    csv_row = {k: "" if v is None else str(v) for k, v in row.items()}
+    verdict = judge(1.0, csv_row, 2.0, 2.0)
+    assert int(verdict.met) == met, verdict.why
+    if not change:
+        assert row["slo_met"] == 1
 
 
 def test_no_request_finished_in_a_served_run() -> None:
@@ -111,12 +140,12 @@ def test_no_request_finished_in_a_served_run() -> None:
     row = _reduce(ws, slo_ttft_p99_ms=1.0, slo_tpot_p99_ms=1.0)
     assert row.requests_done == 0 and row.ttft_p99_ms is None and row.tpot_p99_ms is None
     assert row.goodput_tok_s == 0.0 and row.slo_met == 0  # nothing finished: nothing met the SLO
-    one_token = hand_made_run()
-    one_token[1] = one_token[1].model_copy(update={"requests_done": RequestsDone.empty()})
-    one_token[2] = one_token[2].model_copy(update={"requests_done": RequestsDone.empty()})
-    one_token[3] = one_token[3].model_copy(update={"requests_done": RequestsDone.empty()})
-    row = _reduce(one_token, slo_ttft_p99_ms=1.0, slo_tpot_p99_ms=0.1)
-    assert row.tpot_p99_ms is None and row.slo_met == 1  # only r2 finished: no TPOT to exceed
+    idle = {"done": [], "tokens_completed": 0, "tokens_queued": 0}
+    only_r2 = {0: {"done": [(2, R2)], "requests_arrived": 1, "tokens_offered": 1, "tokens_completed": 1,
+                   "tokens_queued": 0}, 1: idle, 2: idle, 3: idle}
+    row = _reduce(hand_made_run(only_r2), slo_ttft_p99_ms=1.0, slo_tpot_p99_ms=0.1)
+    assert row.tokens_unbalanced == 0 and row.tokens_queued == 0
+    assert row.tpot_p99_ms is None and row.slo_met == 1  # only r2, of one token: no TPOT to exceed
 
 
 # --- fixed arrival -------------------------------------------------------------------------------------------------
@@ -354,10 +383,10 @@ def test_http_reduce_with_the_slo(settings: Settings) -> None:
         assert r.status_code == 200, r.text
         row = r.json()["row"]
         assert (row["goodput_tok_s"], row["slo_met"], row["tokens_offered"], row["tokens_unbalanced"]) == (
-            1250.0, 1, 21, 0)
+            1250.0, 0, 21, 0)  # the p99s are within, but r4 was shed and r5 is unfinished
         header, line = r.json()["csv"].splitlines()
         assert header.split(",") == list(ALL_COLUMNS)
-        assert line.endswith(",4,21,12,4,5,1250,1,0,0,0")  # then the throttling columns: 0
+        assert line.endswith(",4,21,12,4,5,1250,0,0,0,0")  # then the throttling columns: 0
         part = client.post("/v1/reduce/fold", json={"thot_c": 80.0, "windows": ws[:3]})
         assert part.status_code == 200, part.text
         r2 = client.post("/v1/reduce", json={**body, "windows": ws[3:], "partial": part.json()})
