@@ -8,8 +8,17 @@ completion, ms). The chip serves at most ``open_limit`` micro-batches at once (`
     capacity = open_limit · micro_batch / L            [tokens/s]
 
 exact for ``open_limit`` 1 (micro-batches are served one after the other and each takes ``L``), an upper bound
-otherwise (concurrent micro-batches share the experts' cores). The offered load is ``micro_batch /
-step_interval_ms``; a run is sustainable when ``offered / capacity < 1``.
+otherwise (concurrent micro-batches share the experts' cores and the vaults). The physical limit beside it is the
+DRAM-bandwidth roofline at the same batch:
+
+    roofline = micro_batch · n_vaults · vault_bw / bytes_mb            [tokens/s]
+
+with ``bytes_mb`` the DRAM bytes the lone micro-batch moved (its weights and KV reads: the physicalizer's
+``bytes_moved``) and the vaults' raw bandwidth (refresh takes a share of it in a run, ``bw_util`` against the
+bandwidth left): no schedule serves micro-batches that read as much faster than the vaults deliver the bytes. It
+is one micro-batch's routing (another touches other experts) and never below the exact capacity (the lone
+micro-batch moved ``bytes_mb`` in ``L``). With ``open_limit`` > 1 the capacity is the lower of the two bounds. The
+offered load is ``micro_batch / step_interval_ms``; a run is sustainable when ``offered / capacity < 1``.
 
 A serving workload (``workload.serving``) has no fixed micro-batch to time alone: the physicalizer's scheduler forms
 each one at run time from the requests it holds (prompt chunks and decode steps of any mix), so neither the capacity
@@ -45,18 +54,23 @@ def serving_note(spec: ExperimentSpec) -> str | None:
 class Capacity:
     makespan_ms: float  # one micro-batch alone on the chip, arrival to its last token
     open_limit: int  # micro-batches the chip serves at once
-    capacity_tok_s: float  # open_limit · micro_batch / makespan
+    capacity_tok_s: float  # min(open_limit · micro_batch / makespan, roofline); exact: the first alone
     offered_tok_s: float  # micro_batch / step_interval
     load: float  # offered / capacity
     exact: bool  # open_limit == 1: the capacity is exact, else an upper bound
+    bytes_mb: float = 0.0  # DRAM bytes the lone micro-batch moved
+    roofline_tok_s: float = math.inf  # micro_batch · raw vault bandwidth / bytes_mb
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     def line(self) -> str:
         bound = "" if self.exact else " (upper bound)"
+        roof = (f"; DRAM roofline {self.roofline_tok_s:.1f} tok/s ({self.bytes_mb / 1e9:.2f} GB read per micro-batch)"
+                if math.isfinite(self.roofline_tok_s) else "")
         return (f"capacity {self.capacity_tok_s:.1f} tok/s{bound} (one micro-batch takes {self.makespan_ms:.1f} ms, "
-                f"{self.open_limit} at once); offered {self.offered_tok_s:.1f} tok/s = {100 * self.load:.0f} % of it")
+                f"{self.open_limit} at once){roof}; offered {self.offered_tok_s:.1f} tok/s = {100 * self.load:.0f} % "
+                "of it")
 
 
 def first_token_window(pipe: Pipeline, spec: ExperimentSpec, *, max_windows: int,
@@ -119,14 +133,18 @@ def estimate_capacity(pipe: Pipeline, spec: ExperimentSpec) -> Capacity | None:
     if serving_note(spec) is not None:
         return None
     arch, wl = spec.arch, spec.workload
-    makespan = math.inf
+    makespan, bytes_mb = math.inf, 0.0
     for _, timing in _one_micro_batch(pipe, spec):
+        bytes_mb += timing.bytes_moved  # the first micro-batch's alone: the second arrives MAX_MAKESPAN_S later
         if _completed(timing, wl.sequence.micro_batch):
             makespan = max(timing.latencies_ms)
             break
     open_limit = arch.schedule.open_limit(arch.mesh.n_cores)
     mb = wl.sequence.micro_batch
-    cap = open_limit * mb / (makespan * 1e-3) if math.isfinite(makespan) else 0.0
+    bw_raw = arch.mesh.n_cores * arch.dram.vault_bw_gbps * 1e9  # B/s, one vault per core
+    roofline = mb * bw_raw / bytes_mb if math.isfinite(makespan) and bytes_mb > 0 else math.inf
+    cap = min(open_limit * mb / (makespan * 1e-3), roofline) if math.isfinite(makespan) else 0.0
     offered = mb / (wl.sequence.step_interval_ms * 1e-3)
     return Capacity(makespan_ms=makespan, open_limit=open_limit, capacity_tok_s=cap, offered_tok_s=offered,
-                    load=offered / cap if cap > 0 else math.inf, exact=open_limit == 1)
+                    load=offered / cap if cap > 0 else math.inf, exact=open_limit == 1, bytes_mb=bytes_mb,
+                    roofline_tok_s=roofline)

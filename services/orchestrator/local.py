@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 import threading
 import time
@@ -283,6 +284,15 @@ def files_lines(res: LocalResult) -> list[str]:
     return lines
 
 
+def roofline_line(rows: list[dict[str, str]], cap: Capacity) -> str | None:
+    """Each scenario's served tokens per second as a share of the DRAM roofline at the workload's batch (None: no
+    roofline, or no row). A run that ends with micro-batches in flight counts none of their tokens."""
+    if not rows or not math.isfinite(cap.roofline_tok_s) or cap.roofline_tok_s <= 0:
+        return None
+    shares = ", ".join(f"{r['scenario']} {100 * float(r['ips']) / cap.roofline_tok_s:.0f} %" for r in rows)
+    return f"served of the DRAM roofline ({cap.roofline_tok_s:.1f} tok/s): {shares}"
+
+
 def print_summary(res: LocalResult, stream: TextIO | None = None) -> None:
     stream = sys.stdout if stream is None else stream  # looked up per call (not bound at import)
     rows: list[dict[str, str]] = []
@@ -307,6 +317,9 @@ def print_summary(res: LocalResult, stream: TextIO | None = None) -> None:
         print(res.capacity_note, file=stream)
     if res.capacity is not None:
         print(res.capacity.line(), file=stream)
+        roof = roofline_line(rows, res.capacity)
+        if roof:
+            print(roof, file=stream)
         if rows and all(int(r["tokens"]) == 0 for r in rows):
             sim_ms = max(float(r["sim_time_ms"]) for r in rows)
             print(f"note: no token completed: the run ({sim_ms:g} ms simulated) is shorter than one micro-batch "

@@ -34,6 +34,11 @@ def test_default_load_is_below_capacity_and_the_backlog_stays_bounded(settings: 
         assert 0 < cap.makespan_ms < wl.sequence.step_interval_ms
         assert cap.offered_tok_s == wl.sequence.micro_batch / (wl.sequence.step_interval_ms * 1e-3)
         assert cap.load < 1.0, cap.line()
+        # the DRAM roofline: the lone micro-batch's bytes over the vaults' raw bandwidth; never below the exact capacity
+        assert cap.bytes_mb > 0 and "DRAM roofline" in cap.line()
+        bw_raw = arch.mesh.n_cores * arch.dram.vault_bw_gbps * 1e9
+        assert cap.roofline_tok_s == wl.sequence.micro_batch * bw_raw / cap.bytes_mb
+        assert cap.capacity_tok_s == wl.sequence.micro_batch / (cap.makespan_ms * 1e-3) <= cap.roofline_tok_s
         # the run itself, scheduled 50 windows a call (no thermal: the top DVFS step, as in the capacity)
         trace = pipe.create_trace(wl, window_ms)
         load = pipe.expert_load(trace, workload=wl, window_ms=window_ms)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,8 @@ import pytest
 from scripts.run_all import main as run_all_main
 from services.cli import main as cli_main
 from services.orchestrator import jobs
-from services.orchestrator.local import LocalResult, default_mapping_notes, run_local
+from services.orchestrator.capacity import Capacity
+from services.orchestrator.local import LocalResult, default_mapping_notes, roofline_line, run_local
 from services.orchestrator.settings import OrchestratorSettings
 from services.placement.default import default_placement
 from shared.client import ServiceClients
@@ -105,6 +108,16 @@ def test_a_run_shorter_than_a_micro_batch_says_why_no_token_completed(tmp_path: 
                      "baseline", "--quiet", "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert "note: no token completed: the run (6 ms simulated) is shorter than one micro-batch" in out
+    assert "DRAM roofline" in out and "served of the DRAM roofline" in out and "baseline 0 %" in out
+
+
+def test_the_roofline_line_gives_each_scenarios_share() -> None:
+    cap = Capacity(makespan_ms=10.0, open_limit=8, capacity_tok_s=1000.0, offered_tok_s=3200.0, load=3.2,
+                   exact=False, bytes_mb=1e9, roofline_tok_s=1000.0)
+    rows = [{"scenario": "baseline", "ips": "450"}, {"scenario": "unthrottled", "ips": "905.5"}]
+    assert roofline_line(rows, cap) == "served of the DRAM roofline (1000.0 tok/s): baseline 45 %, unthrottled 91 %"
+    assert roofline_line([], cap) is None
+    assert roofline_line(rows, replace(cap, roofline_tok_s=math.inf)) is None
 
 
 def test_the_default_mappings_notes_are_printed_with_the_summary(tmp_path: Path) -> None:
