@@ -66,3 +66,6 @@ def test_the_roofline_findings_hold_in_the_committed_run() -> None:
     assert (f"the logic die peaks at {float(b['T_peak_logic']):.2f} °C, below the first DVFS trip ({trip:g} °C)"
             in page)
     assert f"({float(b['power_avg_w']):.1f} W mean)" in page
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert (f"decode at a batch of 32 serves {100 * served / cap['roofline_tok_s']:.0f} % of the chip's "
+            f"DRAM-bandwidth roofline; refresh takes {100 * refresh:.1f} % of the vaults' time") in readme
