@@ -218,11 +218,12 @@ def test_the_limit_findings_on_the_policies_hold_in_the_committed_sweep() -> Non
             "tokens), tacs at 95 °C (2 tokens)") in page
     offered = int(rows[(air, 89.0, "baseline")]["tokens_offered"]) / (f(rows[(air, 89.0, "baseline")]["sim_time_ms"])
                                                                       / 1000)
-    for k in unfinished:  # "goodput 7 to 9 % below the offered load", and slo_met 1 over the finished requests
+    for k in unfinished:  # "goodput 7 to 9 % below the offered load"; they miss though their p99s are within
         r = rows[k]
         assert r["requests_done"] == "22" and rows[(air, k[1], "baseline")]["requests_done"] == "23", k  # "a request"
-        assert 0.91 * offered < f(r["goodput_tok_s"]) < 0.93 * offered and r["slo_met"] == "1", k
-        assert not judge(0.0, r, 2000.0, 200.0).met, k  # the capacity search's rule
+        assert 0.91 * offered < f(r["goodput_tok_s"]) < 0.93 * offered and r["slo_met"] == "0", k
+        assert f(r["ttft_p99_ms"]) <= 2000.0 and f(r["tpot_p99_ms"]) <= 200.0, k
+    assert "They miss the SLO (`slo_met` 0) though the p99s over their finished requests are within it" in page
     tacs, b85 = rows[(air, 85.0, "tacs")], rows[(air, 85.0, "baseline")]
     assert tacs["tokens_queued"] == "0"
     assert (f"**TACS on air at 85 °C spends {f(tacs['time_emergency_ms']):.0f} ms in the emergency clock modulation** "
@@ -392,3 +393,19 @@ def test_request_24_alone_misses_the_ttft_and_its_window_holds_it_alone(referenc
     assert "3 s of arrivals and 3 s of drain" in page
     rank = 0.99 * (24 - 1)  # numpy's linear percentile of 24 values: between the 23rd and 24th in rank order
     assert f"{100 * (rank - int(rank)):.0f} % of the way from the second-slowest TTFT to the slowest" in page
+
+
+def test_every_committed_rows_slo_met_is_the_one_rules_verdict() -> None:
+    """Each committed result row with an SLO (docs/results/**: MLPerf's 2 s / 200 ms of configs/workload_serving.yaml,
+    which every served experiment here keeps) has the ``slo_met`` of shared/slo.py, the capacity search's verdict."""
+    slo = load_workload(REPO / "configs" / "workload_serving.yaml").serving
+    assert slo is not None and (slo.slo.ttft_p99_ms, slo.slo.tpot_p99_ms) == (2000.0, 200.0)
+    checked = 0
+    for path in sorted((DOCS / "results").rglob("*.csv")):
+        with path.open(encoding="utf-8") as fh:
+            for i, r in enumerate(csv.DictReader(fh)):
+                if r.get("slo_met") in (None, ""):
+                    continue
+                assert r["slo_met"] == str(int(judge(0.0, r, 2000.0, 200.0).met)), (path.name, i)
+                checked += 1
+    assert checked >= 60
