@@ -14,6 +14,11 @@ go into it (that depends on the chip's timing). So a serving trace has two halve
   - a request's ``new_tokens`` sit at positions ``context, …, context + new_tokens − 1`` of its sequence; the token at
     position ``p`` reads ``keys_per_query(layer, p)`` cached keys (``p`` at a full-attention layer, as a fixed-arrival
     decode step with a context of ``p`` does; its own key and value are written) and writes one token's KV;
+  - the KV cache is read once per query block (``operators.attn.query_block`` = ``Q`` tokens of one request, from
+    its first new token): the block's first token reads its keys, each later token of the block only its own new
+    key (``min(keys, 1)``: the keys of consecutive positions are nested, or slide by one); ``Q`` = 1 (the default)
+    reads every token's keys, so a prompt chunk of ``n`` tokens reads its context ``n`` times. The FLOPs are every
+    query's, whatever ``Q``;
   - attention FLOPs per token are linear in the keys: ``a_l + b_l · keys``, ``a_l`` and ``b_l`` read off the model's
     decode WorkloadIR at two contexts (``keys_per_query`` 1 and 2; a layer whose keys do not vary, Mamba or a window
     of one, costs its one value); MLA is costed in its absorbed (decode) form for every token, which attends over
@@ -38,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from services.workload.arrivals import offered_requests
 from services.workload.ir import ModelConfig, build_ir
@@ -77,6 +83,15 @@ def keys_per_query(mc: ModelConfig, layer: int, pos: IntArray) -> IntArray:
         chunked: IntArray = np.where(pos > 0, (pos - 1) % mc.attention_chunk_size + 1, 0)
         return chunked
     return pos
+
+
+def keys_read_once_per_block(keys: IntArray, block_start: NDArray[np.bool_]) -> int:
+    """The keys a run of consecutive query positions reads from the KV cache when each query block reads the keys
+    its queries attend to once: ``keys[i]`` (`keys_per_query`) of the tokens that start a block, ``min(keys[i], 1)``
+    of the others. A query at position ``p`` attends to ``[p − keys, p)``; both ends never decrease from one position
+    to the next (full, sliding and chunked attention), so each later query of a block adds one key to what the block
+    reads, its predecessor's own (none at a Mamba layer, which reads no keys)."""
+    return int(np.where(block_start, keys, np.minimum(keys, 1)).sum())
 
 
 @dataclass(frozen=True)
@@ -130,6 +145,7 @@ class ServingPlan:
         self.stride = len(plan.slot_op)  # event-id slots of one micro-batch
         mc = plan.mc
         self.n_layers = mc.num_hidden_layers
+        self.query_block = plan.cfg.operators.attn.query_block
         self._mixer_layers: dict[str, list[int]] = {}  # layers by mixer: keys computed once per mixer
         for li, m in enumerate(mc.layer_mixers):
             self._mixer_layers.setdefault(m, []).append(li)
@@ -223,9 +239,16 @@ class ServingPlan:
         n_emit = int(np.count_nonzero(b.seqs.emits))
         first = np.cumsum(new) - new
         pos = np.repeat(ctx, new) + (np.arange(n_tok, dtype=np.int64) - np.repeat(first, new))  # each token's place
-        keys = np.zeros(self.n_layers, dtype=np.int64)  # keys read by the batch's tokens, per layer
+        # a token's first key read of its query block (query_block tokens of one sequence share one read of the keys
+        # they attend to: the block's first token reads its keys, each later one only its own new key)
+        within = np.arange(n_tok, dtype=np.int64) - np.repeat(first, new)
+        block_start = within % self.query_block == 0
+        keys = np.zeros(self.n_layers, dtype=np.int64)  # keys attended by the batch's tokens, per layer (FLOPs)
+        keys_read = np.zeros(self.n_layers, dtype=np.int64)  # keys read from the KV cache, per layer (bytes)
         for layers in self._mixer_layers.values():
-            keys[layers] = int(keys_per_query(plan.mc, layers[0], pos).sum())
+            kq = keys_per_query(plan.mc, layers[0], pos)
+            keys[layers] = int(kq.sum())
+            keys_read[layers] = keys_read_once_per_block(kq, block_start)
         tok = np.full(self.stride, n_tok, dtype=np.int64)
         tok[self._head_slots] = n_emit
         if len(plan.fc_slots):
@@ -233,7 +256,7 @@ class ServingPlan:
         flops = tok * c.slot_flops
         attn_layers = plan.slot_layer[self._attn_slots]
         flops[self._attn_slots] = n_tok * c.attn_base[attn_layers] + c.attn_per_key[attn_layers] * keys[attn_layers]
-        kv_read = keys * c.kv_bytes + n_seq * c.state_bytes
+        kv_read = keys_read * c.kv_bytes + n_seq * c.state_bytes
         kv_write = n_tok * c.kv_bytes + n_seq * c.state_bytes
         return tok, flops, kv_read, kv_write
 

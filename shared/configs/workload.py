@@ -51,6 +51,11 @@ class FcOperator(StrictModel):
 class AttnOperator(StrictModel):
     flop_per_token: PositiveFloat | None = None
     kv_bytes_per_token: PositiveFloat | None = None
+    # Query tokens of one sequence in a served micro-batch that share one read of the keys and values they attend
+    # to (the query block of a tiled attention kernel: FlashAttention-2 runs blocks of 128 query rows at head dim
+    # 128 on A100/H100, flash_fwd_launch_template.h). 1: every query token streams its keys from DRAM, as a decode
+    # step does; a prompt chunk then reads its context once per token. Serving only (services/workload/serving.py).
+    query_block: int = Field(default=1, ge=1, le=1 << 20, exclude_if=lambda v: v == 1)
 
 
 class OperatorsConfig(StrictModel):
@@ -170,6 +175,10 @@ class WorkloadConfig(StrictModel):
         to follow (``routing.locality`` repeats the choice of the same slot one micro-batch earlier, the same
         sequence only under fixed arrivals)."""
         if self.serving is None:
+            if self.operators.attn.query_block != 1:
+                raise _field_error("WorkloadConfig", ("operators", "attn", "query_block"), "query_block_serving",
+                                   "applies to served micro-batches (a serving section): a fixed-arrival "
+                                   "micro-batch's tokens each read their own context", self.operators.attn.query_block)
             return self
         if self.phase != "decode":
             raise _field_error("WorkloadConfig", ("phase",), "serving_phase",

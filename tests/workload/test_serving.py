@@ -20,7 +20,7 @@ from services.workload.arrivals import SERVING_TRACES_DIR, load_arrival_trace, o
 from services.workload.ir import ModelConfig, build_ir
 from services.workload.recorded import ReplayStream
 from services.workload.routing import RoutingStream
-from services.workload.serving import ServingPlan, key_costs, keys_per_query
+from services.workload.serving import ServingPlan, key_costs, keys_per_query, keys_read_once_per_block
 from services.workload.sources import WorkloadSources
 from services.workload.traces import ATTN, generate_logical_traces, iter_windows, make_plan, per_token_costs
 from shared.configs import ServingConfig, WorkloadConfig, load_workload
@@ -241,6 +241,62 @@ def test_kv_bytes_and_attention_grow_with_context(mixtral: ServingPlan) -> None:
     # the keys read: a token at position p reads p keys (the prompt chunk's tokens read the ones before them)
     keys = 100 + sum(100 + i for i in range(16))
     assert small[0] == 32 * keys * mixtral.costs.kv_bytes[0]
+
+
+def _kv_and_attn(sp: ServingPlan, seqs: list[tuple[int, int, int, bool]]) -> tuple[float, float, float]:
+    """KV bytes read, KV bytes written and attention FLOPs of one micro-batch of ``seqs``."""
+    c, m = rows_of(sp.rows([spec(0, 0, seqs)]))
+    kv = m["locality_hint"] == "kv"
+    return (m["bytes"][kv & (m["access"] == "read")].sum(), m["bytes"][kv & (m["access"] == "write")].sum(),
+            c["flops"][c["op_type"] == "attn"].sum())
+
+
+def test_a_query_block_reads_its_keys_once_and_changes_nothing_else() -> None:
+    """``operators.attn.query_block`` Q: a request's new tokens read the KV cache once per block of Q of them (the
+    block's first token its keys, each later one only its own new key); FLOPs, KV writes and decode unchanged."""
+    cfg = serving_cfg()
+    blocked = cfg.model_copy(update={"operators": cfg.operators.model_copy(update={
+        "attn": cfg.operators.attn.model_copy(update={"query_block": 128})})})
+    one, q128 = ServingPlan(make_plan(cfg, SOURCES)), ServingPlan(make_plan(blocked, SOURCES))
+    decode = [(0, 1, 900, True), (1, 1, 40, True)]
+    assert _kv_and_attn(one, decode) == _kv_and_attn(q128, decode)  # one query a request: nothing to share
+    chunk = [(0, 300, 1000, False), (1, 1, 40, True)]  # a 300-token chunk on 1000 cached tokens, and a decode step
+    r1, w1, f1 = _kv_and_attn(one, chunk)
+    r128, w128, f128 = _kv_and_attn(q128, chunk)
+    assert (w1, f1) == (w128, f128)
+    # full attention: blocks of 128, 128 and 44 tokens from positions 1000, 1128, 1256 read the keys before their
+    # first token and then one new key per later token; the decode step its 40 keys
+    keys = (1000 + 127) + (1128 + 127) + (1256 + 43) + 40
+    assert r128 == 32 * keys * one.costs.kv_bytes[0]
+    assert r1 == 32 * (sum(range(1000, 1300)) + 40) * one.costs.kv_bytes[0]
+    bad = serving_cfg().model_dump(mode="json")
+    bad.pop("serving")
+    bad["operators"] = {"attn": {"query_block": 128}}
+    with pytest.raises(ValidationError) as exc:
+        WorkloadConfig.model_validate(bad)
+    assert first_validation_error(exc.value)[0] == "operators.attn.query_block"  # fixed arrivals: no blocks
+    assert "query_block" not in json.dumps(cfg.model_dump(mode="json"))  # the default: every config's hash as before
+
+
+@pytest.mark.parametrize("block", [1, 3, 7, 64])
+def test_keys_read_once_per_block_is_the_union_of_the_blocks_keys(block: int) -> None:
+    """Against a brute force: the keys a block reads are the union of the intervals ``[p - keys, p)`` its queries
+    attend to, at full, sliding and chunked attention layers, for runs of positions from a nonzero context."""
+    mc = SOURCES.zoo.resolve_model("mixtral-8x7b")
+    n = mc.num_hidden_layers
+    mixed = ModelConfig.model_validate({**mc.model_dump(), "sliding_window": 5, "attention_chunk_size": 6,
+                                        "mixers": (["full_attention", "sliding_attention", "chunked_attention"]
+                                                   * n)[:n]})
+    for ctx, new in ((0, 20), (3, 17), (11, 40)):
+        pos = np.arange(ctx, ctx + new, dtype=np.int64)
+        starts = np.arange(new) % block == 0
+        for li in range(3):
+            kq = keys_per_query(mixed, li, pos)
+            union = 0
+            for b0 in range(0, new, block):
+                union += len(set().union(*(range(int(p - k), int(p)) for p, k in
+                                           zip(pos[b0:b0 + block], kq[b0:b0 + block], strict=True))))
+            assert keys_read_once_per_block(kq, starts) == union, (ctx, new, li)
 
 
 def test_event_ids_unique_deterministic_and_grouping_independent(mixtral: ServingPlan) -> None:
