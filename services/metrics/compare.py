@@ -14,8 +14,9 @@ identically. Scenarios appear in the canonical order baseline, taps, tacs, tas, 
 the others optional.
 
 With the ``unthrottled`` reference in the table, the Markdown also says what throttling costs and what each policy
-recovers of it (`throttling`): loss = ``x_unthrottled − x_baseline`` of the served rate (``goodput_tok_s`` when both
-rows have it, else ``ips``), recovered = ``(x_s − x_baseline) / loss``.
+recovers of it (`throttling`): loss = ``x_unthrottled − x_baseline`` of the served rate (`served_metric`:
+``goodput_tok_s`` when both rows have it and one meets its SLO, else ``ips``), recovered = ``(x_s − x_baseline) /
+loss``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import csv
 import io
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -74,6 +75,7 @@ class CompareTable:
     scenarios: tuple[str, ...]  # canonical order, baseline first
     values: dict[str, dict[str, float | None]]  # scenario -> metric -> value (None: empty in the row)
     deltas: dict[str, dict[str, float | None]]  # scenario -> metric -> delta (None: undefined)
+    slo_met: dict[str, int | None] = field(default_factory=dict)  # scenario -> the row's slo_met (not a table row)
 
 
 def _delta(x: float | None, base: float | None, kind: DeltaKind) -> float | None:
@@ -118,7 +120,8 @@ def compare(rows: Sequence[ResultRow], *, positions: Sequence[int] | None = None
     values = {s: {m: _value(getattr(by_scn[s], m)) for m, _, _ in COMPARE_METRICS} for s in order}
     base = values["baseline"]
     deltas = {s: {m: _delta(values[s][m], base[m], k) for m, _, k in COMPARE_METRICS} for s in order}
-    return CompareTable(workload=workload, scenarios=order, values=values, deltas=deltas)
+    return CompareTable(workload=workload, scenarios=order, values=values, deltas=deltas,
+                        slo_met={s: by_scn[s].slo_met for s in order})
 
 
 # a throttling loss below this fraction of the unthrottled rate is within a run's own noise: nothing to recover
@@ -148,12 +151,14 @@ ServedMetric = Literal["goodput_tok_s", "ips"]
 
 def served_metric(values: Iterable[Mapping[str, float | None]]) -> ServedMetric:
     """The served rate a throttling loss is measured in: ``goodput_tok_s`` (output tokens/s within the SLO) when
-    every one of ``values`` (rows, or a table's values per scenario) has it and one of them is above zero, else
-    ``ips`` (a run given no SLO, or a fixed-arrival run, has no goodput; an overloaded run, where no request meets
-    the SLO, is measured by what it serves)."""
+    every one of ``values`` (``goodput_tok_s`` and ``slo_met`` of rows) has it and one of them meets the SLO
+    (``slo_met`` 1, shared/slo.py), else ``ips``: a run given no SLO, or a fixed-arrival run, has no goodput, and
+    runs that all miss their SLO (overloaded: their queue grows) are measured by what they serve, not by the few
+    requests that happened to finish within the limits."""
     values = list(values)
     goodputs = [v.get("goodput_tok_s") for v in values]
-    return "goodput_tok_s" if all(g is not None for g in goodputs) and any(g for g in goodputs) else "ips"
+    met = any(v.get("slo_met") == 1 for v in values)
+    return "goodput_tok_s" if all(g is not None for g in goodputs) and met else "ips"
 
 
 def throttling(t: CompareTable, *, metric: ServedMetric | None = None) -> Throttling | None:
@@ -164,7 +169,7 @@ def throttling(t: CompareTable, *, metric: ServedMetric | None = None) -> Thrott
     if "unthrottled" not in t.scenarios:
         return None
     ref, base = t.values["unthrottled"], t.values["baseline"]
-    metric = metric or served_metric((ref, base))
+    metric = metric or served_metric({**t.values[s], "slo_met": t.slo_met.get(s)} for s in ("unthrottled", "baseline"))
     y, x = ref[metric], base[metric]
     if y is None or x is None:
         return None

@@ -11,7 +11,7 @@ Okabe-Ito set of `services.metrics.plots`):
   ones no other beats on both.
 
 Throughput is the served rate the throttling loss is measured in (`compare.served_metric`): ``goodput_tok_s``
-(output tokens/s of the requests within the SLO) when every row has it and one is above zero, else ``ips`` for all
+(output tokens/s of the requests within the SLO) when every row has it and one meets its SLO, else ``ips`` for all
 rows (one unit on one axis). The two slices shade the throttling loss at each value, ``unthrottled − baseline`` as
 `compare.throttling` defines it (from each point's own comparison table), so a policy's line inside the band shows
 how much of the loss it recovers; a thin grey line is the offered load (``tokens_offered`` over the run's time)
@@ -230,7 +230,7 @@ def sweep_figure_data(req: SweepPlotRequest) -> SweepFigure:
     """What the Pareto figure draws, computed and checked (errors name the field, e.g. ``rows[3].params.<key>``)."""
     rows = req.rows
     keys = _point_keys(rows)
-    metric = served_metric({"goodput_tok_s": r.row.goodput_tok_s} for r in rows)
+    metric = served_metric({"goodput_tok_s": r.row.goodput_tok_s, "slo_met": r.row.slo_met} for r in rows)
     y = np.array([getattr(r.row, metric) for r in rows], dtype=float)
     _finite(rows, y, metric)
     tokens = np.array([r.row.tokens for r in rows], dtype=float)

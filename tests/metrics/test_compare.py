@@ -130,8 +130,9 @@ def test_collect_from_results_folder(rows: list[ResultRow], tmp_path: Path) -> N
     assert "tas/" in ei.value.message
 
 
-def _with_rate(row: ResultRow, scenario: str, ips: float, goodput: float | None = None) -> ResultRow:
-    return row.model_copy(update={"scenario": scenario, "ips": ips, "goodput_tok_s": goodput})
+def _with_rate(row: ResultRow, scenario: str, ips: float, goodput: float | None = None,
+               slo_met: int | None = None) -> ResultRow:
+    return row.model_copy(update={"scenario": scenario, "ips": ips, "goodput_tok_s": goodput, "slo_met": slo_met})
 
 
 def test_throttling_loss_and_what_each_policy_recovers(rows: list[ResultRow]) -> None:
@@ -145,11 +146,16 @@ def test_throttling_loss_and_what_each_policy_recovers(rows: list[ResultRow]) ->
     assert th.recovered == {"taps": pytest.approx(0.25), "tas": pytest.approx(-0.125)}
     md = compare_markdown([t])
     assert "cost 40.00 (40.0 % of unthrottled)" in md and "taps 25 %, tas -12 %" in md
-    # served within the SLO, when both rows have it
-    served = [_with_rate(base, "baseline", 60.0, 30.0), _with_rate(base, "tacs", 60.0, 35.0),
-              _with_rate(base, "unthrottled", 100.0, 40.0)]
+    # served within the SLO, when both rows have it and one of them meets the SLO
+    served = [_with_rate(base, "baseline", 60.0, 30.0, 0), _with_rate(base, "tacs", 60.0, 35.0, 0),
+              _with_rate(base, "unthrottled", 100.0, 40.0, 1)]
     th = throttling(compare(served))
     assert th is not None and th.metric == "goodput_tok_s" and th.recovered == {"tacs": pytest.approx(0.5)}
+    # overloaded, a request or two within the limits: both rows miss their SLO, so the loss is in what they served
+    few = [_with_rate(base, "baseline", 77.0, 0.0, 0), _with_rate(base, "taps", 83.0, 5.33, 0),
+           _with_rate(base, "unthrottled", 100.3, 5.33, 0)]
+    th = throttling(compare(few))
+    assert th is not None and th.metric == "ips" and th.loss == pytest.approx(23.3)
     # overloaded: no request met the SLO anywhere, so the loss is in what the chip served
     flat = [_with_rate(base, "baseline", 41.7, 0.0), _with_rate(base, "tacs", 37.0, 0.0),
             _with_rate(base, "unthrottled", 44.3, 0.0)]

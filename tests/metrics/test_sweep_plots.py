@@ -54,7 +54,8 @@ def sweep_rows(*, goodput: bool = True, scenarios: tuple[str, ...] = SCENARIOS) 
         for s in scenarios:
             rate, mj = by[s]
             row = ResultRow(scenario=s, T_peak_logic=lim, ips=1.1 * rate, energy_j=mj * TOKENS / 1e3,
-                            goodput_tok_s=float(rate) if goodput else None, **COMMON)
+                            goodput_tok_s=float(rate) if goodput else None, slo_met=1 if goodput else None,
+                            **COMMON)
             rows.append(SweepRow(experiment=f"exp-{h:g}-{lim:g}", params={COOLING_KEY: h, LIMIT_KEY: lim}, row=row))
     return rows
 
