@@ -11,13 +11,16 @@ import numpy as np
 import pytest
 import yaml
 
+from services.metrics.compare import compare, throttling
 from services.metrics.sweep_plots import pareto_front
+from services.orchestrator.default_experiment import FLAT_OUT
 from services.orchestrator.slo_capacity import judge
 from services.workload.arrivals import load_arrival_trace, offered_requests
 from services.workload.serving import ServingPlan
 from services.workload.sources import WorkloadSources
 from services.workload.traces import make_plan
 from shared.configs import WorkloadConfig, load_workload
+from shared.contracts.metrics import ResultRow
 from shared.contracts.workload import MicroBatchSpec
 from tests.conftest import REPO
 
@@ -460,3 +463,49 @@ def test_request_24s_prefill_with_a_query_block_of_128() -> None:
     for name in ("README.md", "docs/results.template.md", "docs/results.md"):
         text = " ".join((REPO / name).read_text(encoding="utf-8").split())
         assert "less than a fifth of" in text and "`operators.attn.query_block` 1" in text, name
+
+
+def _summary(name: str) -> dict[str, dict[str, str]]:
+    with (DOCS / "results" / name / "summary.csv").open(encoding="utf-8") as fh:
+        return {r["scenario"]: r for r in csv.DictReader(fh)}
+
+
+def test_flat_out_with_a_query_block_of_128_is_its_committed_run() -> None:
+    """"Flat out with a tiled attention kernel": the table is the two committed summaries, the workload is the
+    flat-out experiment's but for the query block, and the findings hold in the rows (the loss and the recoveries
+    through `compare.throttling`, the metrics service's own)."""
+    wl = load_workload(DOCS / "results" / "flatout-qb128" / "workload_flatout_qb128.yaml")
+    flat = FLAT_OUT.workload_config()
+    assert wl.operators.attn.query_block == 128
+    assert wl.model_copy(update={"operators": flat.operators}) == flat
+    one, q128 = _summary("flatout"), _summary("flatout-qb128")
+    page, f = _page(), float
+    for sc in ("baseline", "taps", "tacs", "tas", "unthrottled"):
+        a, b = one[sc], q128[sc]
+        line = (f"| {sc} | {f(a['ips']):.1f} | {f(b['ips']):.1f} | {f(b['T_peak_logic']):.1f} | "
+                f"{f(b['T_peak_dram']):.1f} | {f(b['freq_avg_ghz']):.3f} | {f(b['time_throttled_ms']):.0f} | "
+                f"{1000 * f(b['energy_j']) / f(b['tokens']):.0f} |")
+        assert line in page, line
+        assert b["slo_met"] == "0" and int(b["tokens_queued"]) > 0, sc  # "no request meets the SLO flat out"
+    rows = [ResultRow.model_validate({k: (None if v == "" else v) for k, v in r.items()}) for r in q128.values()]
+    th = throttling(compare(rows))
+    assert th is not None and th.metric == "ips"
+    loss = th.unthrottled - th.baseline
+    assert f"throttling costs {loss:.1f} tok/s, {100 * loss / th.unthrottled:.1f} % of the unthrottled rate" in page
+    rec = {sc: th.recovered[sc] for sc in ("taps", "tacs", "tas")}
+    assert all(v is not None and v > 0 for v in rec.values())  # "every policy serves more than baseline here"
+    pct = {sc: f"{100 * v:.0f}" for sc, v in rec.items() if v is not None}
+    assert f"taps recovers {pct['taps']} %, tacs {pct['tacs']} % and tas {pct['tas']} %" in page
+    old = throttling(compare([ResultRow.model_validate({k: (None if v == "" else v) for k, v in r.items()})
+                              for r in one.values()]))
+    assert old is not None and f"where it cost {100 * (old.unthrottled - old.baseline) / old.unthrottled:.1f} %" in page
+    assert old.recovered["tacs"] is not None and old.recovered["tas"] is not None
+    assert old.recovered["tacs"] < 0 and old.recovered["tas"] < 0  # "tacs and tas lost throughput against baseline"
+    assert all(f(q128[sc]["freq_avg_ghz"]) < f(q128["baseline"]["freq_avg_ghz"]) for sc in ("taps", "tacs", "tas"))
+    served = [int(r["tokens_served"]) for r in q128.values()]
+    assert f"a scenario serves {min(served)} to {max(served)} tokens" in page
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert (f"flat out every policy serves more than baseline and the throttling loss is "
+            f"{100 * loss / th.unthrottled:.0f} % of the unthrottled rate") in readme
+    assert (f"without its limit the chip peaks at {f(q128['unthrottled']['T_peak_logic']):.1f} °C "
+            f"({f(one['unthrottled']['T_peak_logic']):.1f} °C with one read per query token)") in page
