@@ -437,9 +437,11 @@ def log_text(*, session: Session, exp_id: str, scenario: str | None = None) -> s
 # ------------------------------------------------------------------------------------------------------- sweeps
 
 
-def set_dotted(d: dict[str, Any], key: str, value: Any, *, where: str = "grid") -> None:
+def set_dotted(d: dict[str, Any], key: str, value: Any, *, where: str = "grid", source: Any = None) -> None:
     """``d`` (configs as JSON, by kind) with the value at the dotted ``key`` replaced; a key that names no existing
-    value is a `BadInput` naming ``<where>.<key>`` (a sweep's ``grid``, `tasmoe capacity`'s ``set``)."""
+    value is a `BadInput` naming ``<where>.<key>`` (a sweep's ``grid``, `tasmoe capacity`'s ``set``). ``source``: what
+    ``d`` was dumped from (a model, or a dict of models by kind): a field its JSON leaves out at its default
+    (``exclude_if``, so that every config's hash reads as before the field existed) is a key too."""
     parts = key.split(".")
     cur = d
     for p in parts[:-1]:
@@ -447,9 +449,17 @@ def set_dotted(d: dict[str, Any], key: str, value: Any, *, where: str = "grid") 
         if not isinstance(nxt, dict):
             raise BadInput(f"{where}: {key!r}: {p!r} is not a section of the config", field=f"{where}.{key}")
         cur = nxt
-    if parts[-1] not in cur:
+    if parts[-1] not in cur and not _declares(source, parts):
         raise BadInput(f"{where}: {key!r}: unknown key {parts[-1]!r}", field=f"{where}.{key}")
     cur[parts[-1]] = value
+
+
+def _declares(source: Any, parts: list[str]) -> bool:
+    """Whether the section of ``source`` at ``parts[:-1]`` is a model that declares the field ``parts[-1]``."""
+    obj = source
+    for p in parts[:-1]:
+        obj = obj.get(p) if isinstance(obj, dict) else getattr(obj, p, None)
+    return isinstance(obj, BaseModel) and parts[-1] in type(obj).model_fields
 
 
 def sweep_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -472,7 +482,7 @@ def apply_point(base: ExperimentSpec, point: dict[str, Any]) -> ExperimentSpec:
             d["seed"] = value
             d["workload"]["routing"]["seed"] = value
         else:
-            set_dotted(d, key, value)
+            set_dotted(d, key, value, source=base)
             if key == "workload.routing.seed":
                 d["seed"] = value
     try:

@@ -133,7 +133,7 @@ def with_sets(model: M, kind: str, sets: dict[str, Any]) -> M:
         return model
     d = {kind: model.model_dump(mode="json")}
     for key, value in mine.items():
-        set_dotted(d, key, value, where="set")
+        set_dotted(d, key, value, where="set", source={kind: model})
     try:
         return type(model).model_validate(d[kind])
     except ValidationError as exc:

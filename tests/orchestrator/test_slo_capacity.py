@@ -172,6 +172,28 @@ def test_a_bad_set_is_a_bad_input_naming_it(tmp_path: Path, sets: dict[str, obje
     assert e.value.field == field
 
 
+def test_a_set_reaches_a_field_the_configs_json_leaves_out_at_its_default() -> None:
+    """``operators.attn.query_block`` and ``schedule.expert_stripe`` are left out of a config's JSON at their default
+    (so its hash reads as before they existed); ``--set`` and a sweep's grid name them all the same."""
+    from services.orchestrator.schemas import ExperimentRequest
+    from services.orchestrator.service import apply_point, resolve_spec
+    from services.orchestrator.slo_capacity import with_sets
+    from shared.configs import load_arch, load_tas, load_workload
+
+    wl = load_workload(SERVING)
+    assert "query_block" not in wl.model_dump(mode="json")["operators"]["attn"]
+    assert with_sets(wl, "workload", {"workload.operators.attn.query_block": 128}).operators.attn.query_block == 128
+    arch = load_arch(CONFIGS / "arch_8x8_32x32x8.yaml")
+    assert "expert_stripe" not in arch.model_dump(mode="json")["schedule"]
+    spec = resolve_spec(ExperimentRequest(arch=arch, workload=wl, tas=load_tas(CONFIGS / "tas_params.yaml")),
+                        configs_dir=CONFIGS)
+    point = apply_point(spec, {"arch.schedule.expert_stripe": 8, "workload.operators.attn.query_block": 64})
+    assert point.arch.schedule.expert_stripe == 8 and point.workload.operators.attn.query_block == 64
+    with pytest.raises(BadInput) as e:
+        apply_point(spec, {"workload.operators.attn.query_blok": 64})
+    assert e.value.field == "grid.workload.operators.attn.query_blok"
+
+
 @pytest.mark.parametrize(("arg", "says"), [("x", "expected KEY=V1,V2"),
                                            ("arch.geometry.cooling.h_wmk2k=1,2", "one value per --set")])
 def test_a_bad_set_flag_exits_2_in_one_line(arg: str, says: str, tmp_path: Path,
