@@ -25,7 +25,7 @@ import csv
 import io
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -75,7 +75,7 @@ class CompareTable:
     scenarios: tuple[str, ...]  # canonical order, baseline first
     values: dict[str, dict[str, float | None]]  # scenario -> metric -> value (None: empty in the row)
     deltas: dict[str, dict[str, float | None]]  # scenario -> metric -> delta (None: undefined)
-    slo_met: dict[str, int | None] = field(default_factory=dict)  # scenario -> the row's slo_met (not a table row)
+    slo_met: dict[str, int | None]  # scenario -> the row's slo_met (not a row of the table: the served metric's)
 
 
 def _delta(x: float | None, base: float | None, kind: DeltaKind) -> float | None:
@@ -157,7 +157,7 @@ def served_metric(values: Iterable[Mapping[str, float | None]]) -> ServedMetric:
     requests that happened to finish within the limits."""
     values = list(values)
     goodputs = [v.get("goodput_tok_s") for v in values]
-    met = any(v.get("slo_met") == 1 for v in values)
+    met = any(v.get("slo_met") in (1, 1.0, "1") for v in values)  # a row, or a row read back from its CSV
     return "goodput_tok_s" if all(g is not None for g in goodputs) and met else "ips"
 
 

@@ -279,7 +279,7 @@ def sweep_figure_data(req: SweepPlotRequest) -> SweepFigure:
 def _metric_label(metric: ServedMetric) -> str:
     if metric == "goodput_tok_s":
         return "goodput [output tokens/s within the SLO]"
-    return "throughput ips [tokens/s] (the rows have no SLO: no goodput)"
+    return "throughput ips [tokens/s] (no run meets its SLO, or none has one)"
 
 
 def _name(key: str) -> str:

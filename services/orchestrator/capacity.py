@@ -13,10 +13,10 @@ DRAM-bandwidth roofline at the same batch:
 
     roofline = micro_batch · n_vaults · vault_bw / bytes_mb            [tokens/s]
 
-with ``bytes_mb`` the DRAM bytes the lone micro-batch moved (its weights and KV reads: the physicalizer's
-``bytes_moved``) and the vaults' raw bandwidth (refresh takes a share of it in a run, ``bw_util`` against the
-bandwidth left): no schedule serves micro-batches that read as much faster than the vaults deliver the bytes. It
-is one micro-batch's routing (another touches other experts) and never below the exact capacity (the lone
+with ``bytes_mb`` the DRAM bytes the lone micro-batch moved (the physicalizer's ``bytes_moved``: its weight and KV
+reads and its KV writes) and the vaults' raw bandwidth (refresh takes a share of it in a run, ``bw_util`` against
+the bandwidth left): no schedule serves micro-batches that move as much faster than the vaults deliver the bytes.
+It is one micro-batch's routing (another touches other experts) and never below the exact capacity (the lone
 micro-batch moved ``bytes_mb`` in ``L``). With ``open_limit`` > 1 the capacity is the lower of the two bounds. The
 offered load is ``micro_batch / step_interval_ms``; a run is sustainable when ``offered / capacity < 1``.
 
@@ -62,12 +62,16 @@ class Capacity:
     roofline_tok_s: float = math.inf  # micro_batch · raw vault bandwidth / bytes_mb
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """As a JSON object: a bound that is not finite (no micro-batch finished, no byte moved) is null."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
     def line(self) -> str:
         bound = "" if self.exact else " (upper bound)"
-        roof = (f"; DRAM roofline {self.roofline_tok_s:.1f} tok/s ({self.bytes_mb / 1e9:.2f} GB read per micro-batch)"
-                if math.isfinite(self.roofline_tok_s) else "")
+        roof = ""
+        if math.isfinite(self.roofline_tok_s):
+            binds = ", the bound that binds" if not self.exact and self.capacity_tok_s == self.roofline_tok_s else ""
+            roof = (f"; DRAM roofline {self.roofline_tok_s:.1f} tok/s ({self.bytes_mb / 1e9:.2f} GB moved per "
+                    f"micro-batch{binds})")
         return (f"capacity {self.capacity_tok_s:.1f} tok/s{bound} (one micro-batch takes {self.makespan_ms:.1f} ms, "
                 f"{self.open_limit} at once){roof}; offered {self.offered_tok_s:.1f} tok/s = {100 * self.load:.0f} % "
                 "of it")

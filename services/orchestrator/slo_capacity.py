@@ -11,8 +11,8 @@ in log rate between the last met and the first missed with the runs left of ``pr
 apart. A run offers a whole number of requests over its arrivals (``round(rate · duration)``,
 services/workload/arrivals.py), so every rate tried is one: ``n / duration``; two rates that round to the same count
 would run the same requests, so the search never runs both. Printed with the table of probes: how it was found. The
-physical limit it is reported against is the DRAM roofline: the fraction of the chip's effective DRAM bandwidth the
-run used (``bw_util``): at a weights-bound load, the fraction of the roofline's tokens per second it reached.
+probes carry each run's ``bw_util``, the fraction of the DRAM bandwidth left after refresh that it used; the DRAM
+roofline in tokens per second is the capacity estimate's (services/orchestrator/capacity.py), for a fixed batch.
 """
 
 from __future__ import annotations

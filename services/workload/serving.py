@@ -238,10 +238,10 @@ class ServingPlan:
         n_tok, n_seq = int(new.sum()), len(new)
         n_emit = int(np.count_nonzero(b.seqs.emits))
         first = np.cumsum(new) - new
-        pos = np.repeat(ctx, new) + (np.arange(n_tok, dtype=np.int64) - np.repeat(first, new))  # each token's place
+        within = np.arange(n_tok, dtype=np.int64) - np.repeat(first, new)  # each token's index in its request's run
+        pos = np.repeat(ctx, new) + within  # each token's place
         # a token's first key read of its query block (query_block tokens of one sequence share one read of the keys
         # they attend to: the block's first token reads its keys, each later one only its own new key)
-        within = np.arange(n_tok, dtype=np.int64) - np.repeat(first, new)
         block_start = within % self.query_block == 0
         keys = np.zeros(self.n_layers, dtype=np.int64)  # keys attended by the batch's tokens, per layer (FLOPs)
         keys_read = np.zeros(self.n_layers, dtype=np.int64)  # keys read from the KV cache, per layer (bytes)

@@ -53,8 +53,9 @@ class AttnOperator(StrictModel):
     kv_bytes_per_token: PositiveFloat | None = None
     # Query tokens of one sequence in a served micro-batch that share one read of the keys and values they attend
     # to (the query block of a tiled attention kernel: FlashAttention-2 runs blocks of 128 query rows at head dim
-    # 128 on A100/H100, flash_fwd_launch_template.h). 1: every query token streams its keys from DRAM, as a decode
-    # step does; a prompt chunk then reads its context once per token. Serving only (services/workload/serving.py).
+    # 128 on A100/H100, and 64 in the split-KV kernel a paged KV cache forces, flash_fwd_launch_template.h and
+    # flash_api.cpp). 1: every query token streams its keys from DRAM, as a decode step does; a prompt chunk then
+    # reads its context once per token. Serving only (services/workload/serving.py).
     query_block: int = Field(default=1, ge=1, le=1 << 20, exclude_if=lambda v: v == 1)
 
 
@@ -173,7 +174,8 @@ class WorkloadConfig(StrictModel):
     def _serving(self) -> WorkloadConfig:
         """Serving mode forms its micro-batches from requests: both phases at once, and no fixed slots for locality
         to follow (``routing.locality`` repeats the choice of the same slot one micro-batch earlier, the same
-        sequence only under fixed arrivals)."""
+        sequence only under fixed arrivals). ``operators.attn.query_block`` groups a served request's query tokens,
+        so it is refused without a serving section."""
         if self.serving is None:
             if self.operators.attn.query_block != 1:
                 raise _field_error("WorkloadConfig", ("operators", "attn", "query_block"), "query_block_serving",

@@ -40,7 +40,7 @@ def test_the_roofline_findings_hold_in_the_committed_run() -> None:
     bw_raw = arch.mesh.n_cores * arch.dram.vault_bw_gbps  # GB/s
     assert cap["roofline_tok_s"] == cap["capacity_tok_s"]  # the roofline binds, not the overlap bound
     assert abs(cap["roofline_tok_s"] - 32 * bw_raw * 1e9 / cap["bytes_mb"]) < 1e-6 * cap["roofline_tok_s"]
-    assert f"**The roofline is {cap['roofline_tok_s']:.1f} tok/s**: one micro-batch reads " \
+    assert f"**The roofline is {cap['roofline_tok_s']:.1f} tok/s**: one micro-batch moves " \
            f"{cap['bytes_mb'] / 1e9:.2f} GB" in page
     assert f"against {bw_raw:.1f} GB/s of vault bandwidth" in page
     b, u = rows["baseline"], rows["unthrottled"]

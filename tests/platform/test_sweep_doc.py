@@ -449,6 +449,10 @@ def test_request_24s_prefill_with_a_query_block_of_128() -> None:
     assert (f"Request 24's two chunks (2048 and 2037 tokens) then read {kv1:.0f} GB of KV cache, against "
             f"{other1:.0f} GB of all else they read") in page
     assert f"Read once per block of 128, the same chunks read {kv128:.2f} GB of KV cache" in page
+    q64 = q128.model_copy(update={"operators": q128.operators.model_copy(update={
+        "attn": q128.operators.attn.model_copy(update={"query_block": 64})})})
+    assert 1.8 < _prompt_reads_gb(q64)[0] / kv128 < 2.2  # "blocks of 64, twice the reads"
+    assert "takes blocks of 64, twice the reads" in page
     rows = {}
     for sub in (folder, folder / "query-block-128"):
         with (sub / "summary.csv").open(encoding="utf-8") as fh:
@@ -486,7 +490,8 @@ def test_flat_out_with_a_query_block_of_128_is_its_committed_run() -> None:
                 f"{f(b['T_peak_dram']):.1f} | {f(b['freq_avg_ghz']):.3f} | {f(b['time_throttled_ms']):.0f} | "
                 f"{1000 * f(b['energy_j']) / f(b['tokens']):.0f} |")
         assert line in page, line
-        assert b["slo_met"] == "0" and int(b["tokens_queued"]) > 0, sc  # "no request meets the SLO flat out"
+        assert b["slo_met"] == "0" and int(b["tokens_queued"]) > 0, sc  # "No run meets the SLO flat out"
+        assert b["requests_done"] == ("0" if sc in ("baseline", "tacs") else "1"), sc  # "each finished one request"
     rows = [ResultRow.model_validate({k: (None if v == "" else v) for k, v in r.items()}) for r in q128.values()]
     th = throttling(compare(rows))
     assert th is not None and th.metric == "ips"
