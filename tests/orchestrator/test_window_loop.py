@@ -8,6 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,7 @@ def test_crash_and_resume_is_byte_identical(db: Db, settings: Settings, clients:
     exp_id = _experiment(db, settings, tmp_path / "crash", scenarios=["tas"])
     run_id = repo.run_id_for(exp_id, "tas")
     # worker 1 "dies" right after committing the epoch that ends with window 3 (its lease stays held) ...
-    out1 = run_scenario(run_id, clients, db.sessions, owner="w1", lease_s=0.3, on_window=lambda _r, k, _n: k < 3)
+    out1 = run_scenario(run_id, clients, db.sessions, owner="w1", lease_s=600, on_window=lambda _r, k, _n: k < 3)
     assert out1.status == "stopped" and out1.windows_run == 4
     saved = repo.load_frontier(sessions=db.sessions, run_id=run_id, next_window=4)
     assert saved is not None and saved["thermal"] is not None and saved["physical"]["replicas"]
@@ -125,7 +126,10 @@ def test_crash_and_resume_is_byte_identical(db: Db, settings: Settings, clients:
     fresh = _clients(settings, epoch=3)
     try:
         assert run_scenario(run_id, fresh, db.sessions, owner="w2", lease_s=5).status == "leased"
-        time.sleep(0.4)
+        with db.sessions.begin() as s:  # w1's lease runs out (set in the past: no wall-clock race on a slow machine)
+            run = s.get(ScenarioRun, run_id)
+            assert run is not None and run.lease_owner == "w1" and run.lease_expires_at is not None
+            run.lease_expires_at = run.lease_expires_at - timedelta(seconds=601)
         out2 = run_scenario(run_id, fresh, db.sessions, owner="w2", lease_s=5)
     finally:
         fresh.close()
