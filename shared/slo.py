@@ -16,6 +16,11 @@ with the queue's overflow counted as unanswered. A limit is inclusive. Times in 
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+import numpy.typing as npt
+
 
 def slo_misses(*, tokens_shed: int, tokens_queued: int, ttft_p99_ms: float | None, tpot_p99_ms: float | None,
                slo_ttft_ms: float, slo_tpot_ms: float) -> list[str]:
@@ -30,3 +35,22 @@ def slo_misses(*, tokens_shed: int, tokens_queued: int, ttft_p99_ms: float | Non
     if tpot_p99_ms is not None and tpot_p99_ms > slo_tpot_ms:
         why.append(f"p99 TPOT {tpot_p99_ms:.1f} > {slo_tpot_ms:g} ms")
     return why
+
+
+def drain_to_judge_ms(t_arrival_ns: npt.ArrayLike, output_tokens: npt.ArrayLike, duration_ns: int, *,
+                      slo_ttft_ms: float, slo_tpot_ms: float) -> float:
+    """The shortest drain (simulated time without arrivals after the arrivals' ``duration_ns``) after which the rule
+    above judges every offered request by its latency, not by the run's length, ms.
+
+    A request arriving at ``a`` with ``o`` output tokens that meets both limits has its last token at
+    ``a + TTFT + (o - 1) * TPOT`` (TPOT is its decode time over ``o - 1``), at most its deadline
+    ``a + slo_ttft_ms + (o - 1) * slo_tpot_ms``. A run lasting until every deadline has passed, a drain of
+    ``max(deadline) - duration`` or more, leaves unfinished only requests that missed a limit on their own; after a
+    shorter drain a request still queued may yet have met both, and a miss on tokens still queued is undecided.
+    Rounded up to the ms."""
+    a_ms = np.asarray(t_arrival_ns, dtype=np.int64) / 1e6
+    o = np.asarray(output_tokens, dtype=np.int64)
+    if a_ms.size == 0:
+        return 0.0
+    deadline_ms = a_ms + slo_ttft_ms + np.maximum(o - 1, 0) * slo_tpot_ms
+    return float(max(0, math.ceil(float(deadline_ms.max()) - duration_ns / 1e6)))

@@ -164,8 +164,8 @@ def _capacity(args: argparse.Namespace) -> int:
     def said(p: Probe) -> None:
         if not args.quiet:
             verdict = "met" if p.met else f"missed: {p.why}"
-            print(f"  {p.rate_rps:.4g} requests/s: {p.tokens_served} of {p.tokens_offered} tokens served, p99 TTFT "
-                  f"{_ms(p.ttft_p99_ms)}, p99 TPOT {_ms(p.tpot_p99_ms)}; {verdict}", flush=True)
+            print(f"  {p.rate_rps:.4g} requests/s, {_s(p.drain_ms)} of drain: {p.tokens_served} of {p.tokens_offered} "
+                  f"tokens served, p99 TTFT {_ms(p.ttft_p99_ms)}, p99 TPOT {_ms(p.tpot_p99_ms)}; {verdict}", flush=True)
 
     res = measure_slo_capacity(arch=args.arch, workload=args.workload, tas=args.tas, out=Path(args.out),
                                lo_rps=args.lo, hi_rps=args.hi, probes=args.probes, duration_ms=args.duration_ms,
@@ -178,6 +178,10 @@ def _capacity(args: argparse.Namespace) -> int:
 
 def _ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.0f} ms"
+
+
+def _s(v: float | None) -> str:
+    return "n/a" if v is None else f"{v / 1e3:g} s"
 
 
 def register_capacity(sub: Any) -> None:
@@ -197,8 +201,10 @@ def register_capacity(sub: Any) -> None:
     p.add_argument("--probes", type=int, default=8, help="runs at most (default: %(default)s)")
     p.add_argument("--duration-ms", type=_positive, default=20_000.0,
                    help="simulated time of arrivals per probe, ms (default: %(default)s)")
-    p.add_argument("--drain-ms", type=_positive, default=20_000.0,
-                   help="simulated time after the arrivals in which the queue must empty, ms (default: %(default)s)")
+    p.add_argument("--drain-ms", type=_positive, default=None,
+                   help="simulated time after the arrivals in which the queue must empty, ms (default: per probe, the "
+                        "shortest after which every request's SLO deadline has passed, so that a request still "
+                        "queued has missed it)")
     p.add_argument("--set", action="append", type=_one_value, metavar="KEY=VALUE",
                    help="replace one value of the arch, tas or workload config for every probe, e.g. --set "
                         "arch.geometry.cooling.h_wmk2k=2777.8; repeatable")

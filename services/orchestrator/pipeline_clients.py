@@ -84,6 +84,7 @@ class TraceInfo:
     expert_bytes: float
     nonexpert_flops_per_step: float = 0.0
     nonexpert_bytes_per_step: float = 0.0
+    drain_to_judge_ms: float = 0.0  # serving: the drain after which the SLO judges every offered request, ms
 
 
 @dataclass(frozen=True)
@@ -319,7 +320,8 @@ class Pipeline:
                          moe_layers=list(r.moe_layers), tokens_total=r.tokens_total,
                          flops_per_token_expert=r.flops_per_token_expert, expert_bytes=float(r.expert_bytes),
                          nonexpert_flops_per_step=r.nonexpert_flops_per_step,
-                         nonexpert_bytes_per_step=r.nonexpert_bytes_per_step)
+                         nonexpert_bytes_per_step=r.nonexpert_bytes_per_step,
+                         drain_to_judge_ms=r.drain_to_judge_ms)
 
     def logical_windows(self, trace: TraceInfo, start: int, count: int, *, workload: WorkloadConfig,
                         window_ms: float) -> list[LogicalWindow]:

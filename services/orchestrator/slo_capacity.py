@@ -2,9 +2,16 @@
 workload's SLO, found by bisection over runs of the experiment itself (`tasmoe capacity`).
 
 A probe at rate ``r`` runs one scenario (baseline by default: what the chip does today, its DTM included) of the
-serving workload with ``serving.rate_rps = r``, arrivals over ``duration_ms`` and then ``drain_ms`` without
-arrivals, and meets the SLO ``serving.slo`` by the rule of shared/slo.py, the one the result row's ``slo_met`` is
-computed by: nothing shed, nothing still queued at the end, p99 TTFT and p99 TPOT within their limits.
+serving workload with ``serving.rate_rps = r``, arrivals over ``duration_ms`` and then a drain without arrivals,
+and meets the SLO ``serving.slo`` by the rule of shared/slo.py, the one the result row's ``slo_met`` is computed by:
+nothing shed, nothing still queued at the end, p99 TTFT and p99 TPOT within their limits.
+
+The drain is, unless ``drain_ms`` is given, the shortest that lets the rule judge every request the probe offers
+(``shared.slo.drain_to_judge_ms``, as the workload service computes it for the probe's workload: the last deadline,
+arrival + TTFT limit + the output's decode at the TPOT limit, after the arrivals end): a request still queued at the
+end has then missed a limit on its own. A drain given is run as given; a probe that misses on tokens still queued
+after a drain shorter than that says the drain may be why, and so does the verdict (the capacity found is then a
+lower bound).
 
 The capacity is the highest rate met: doubling from ``lo`` (at most to ``hi``) until a rate is missed, then bisection
 in log rate between the last met and the first missed with the runs left of ``probes``, until they are one request
@@ -30,6 +37,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from services.orchestrator.local import LocalResult, check_ok, local_spec, run_local
+from services.orchestrator.pipeline_clients import Pipeline
 from services.orchestrator.run_files import result_csv_path
 from services.orchestrator.run_log import logged_config
 from services.orchestrator.schemas import ExperimentSpec, Scenario
@@ -41,6 +49,7 @@ from shared.slo import slo_misses
 
 M = TypeVar("M", bound=BaseModel)
 SET_KINDS = ("arch", "tas", "workload")  # what ``--set KEY=VALUE`` may replace a value of
+JUDGE_WINDOW_MS = 3.0  # the window the drain's trace summary is asked at (the drain does not depend on it)
 SEARCH_KEYS = ("workload.serving.rate_rps", "workload.serving.duration_ms", "workload.serving.drain_ms")
 
 
@@ -60,6 +69,14 @@ class Probe:
     goodput_tok_s: float | None
     bw_util: float | None
     T_peak_logic: float | None
+    drain_ms: float | None = None  # the probe's drain, ms
+    drain_needed_ms: float | None = None  # the drain that judges its requests (shared.slo.drain_to_judge_ms), ms
+
+    @property
+    def drain_short(self) -> bool:
+        """A miss on tokens still queued after a drain shorter than its requests need: perhaps the drain's."""
+        return (not self.met and self.tokens_queued > 0 and None not in (self.drain_ms, self.drain_needed_ms)
+                and float(self.drain_ms or 0.0) < float(self.drain_needed_ms or 0.0))
 
 
 @dataclass
@@ -73,7 +90,7 @@ class SloCapacity:
     how: str = ""
     scenario: str = "baseline"
     duration_ms: float | None = None  # each probe's arrivals, ms
-    drain_ms: float | None = None  # each probe's drain, ms
+    drain_ms: float | None = None  # each probe's drain, ms (None: the drain that judges its requests, per probe)
     set: dict[str, Any] = field(default_factory=dict)  # the configs' values replaced (``--set``)
 
     def to_json(self) -> dict[str, Any]:
@@ -90,17 +107,23 @@ def _float(row: dict[str, str], key: str) -> float | None:
     return float(v) if v not in ("", None) else None
 
 
-def judge(rate_rps: float, row: dict[str, str], slo_ttft_ms: float, slo_tpot_ms: float) -> Probe:
-    """A probe's verdict from its result row (the metrics service's CSV columns)."""
+def judge(rate_rps: float, row: dict[str, str], slo_ttft_ms: float, slo_tpot_ms: float, *,
+          drain_ms: float | None = None, drain_needed_ms: float | None = None) -> Probe:
+    """A probe's verdict from its result row (the metrics service's CSV columns), after a drain of ``drain_ms`` where
+    ``drain_needed_ms`` judges its requests (either None: not said)."""
     shed, queued = int(float(row.get("tokens_shed") or 0)), int(float(row.get("tokens_queued") or 0))
     ttft, tpot = _float(row, "ttft_p99_ms"), _float(row, "tpot_p99_ms")
     why = slo_misses(tokens_shed=shed, tokens_queued=queued, ttft_p99_ms=ttft, tpot_p99_ms=tpot,
                      slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
+    if (queued and drain_ms is not None and drain_needed_ms is not None and drain_ms < drain_needed_ms):
+        why = [w + (f" (after {drain_ms / 1e3:g} s of drain, short of the {drain_needed_ms / 1e3:g} s that judges "
+                    "its requests: they may yet have met the SLO)") if "still queued" in w else w for w in why]
     return Probe(rate_rps=rate_rps, met=not why, why="; ".join(why),
                  tokens_offered=int(float(row.get("tokens_offered") or 0)),
                  tokens_served=int(float(row.get("tokens_served") or 0)), tokens_queued=queued, tokens_shed=shed,
                  ttft_p99_ms=ttft, tpot_p99_ms=tpot, goodput_tok_s=_float(row, "goodput_tok_s"),
-                 bw_util=_float(row, "bw_util"), T_peak_logic=_float(row, "T_peak_logic"))
+                 bw_util=_float(row, "bw_util"), T_peak_logic=_float(row, "T_peak_logic"),
+                 drain_ms=drain_ms, drain_needed_ms=drain_needed_ms)
 
 
 def _at_rate(workload: WorkloadConfig, rate_rps: float, duration_ms: float, drain_ms: float) -> WorkloadConfig:
@@ -113,6 +136,7 @@ def _at_rate(workload: WorkloadConfig, rate_rps: float, duration_ms: float, drai
 
 
 ProbeRun = Callable[[WorkloadConfig, Path], LocalResult]
+DrainToJudge = Callable[[WorkloadConfig], float]  # a probe's workload -> the drain that judges its requests, ms
 
 
 def check_sets(sets: dict[str, Any]) -> None:
@@ -194,6 +218,26 @@ def _clear_probe(where: Path) -> None:
         db.unlink()
 
 
+def drain_to_judge_ms(workload: WorkloadConfig, settings: Settings | None = None) -> float:
+    """The shortest drain after which the SLO judges every request ``workload`` offers, as the workload service
+    computes it (its trace summary's ``drain_to_judge_ms``, `shared.slo.drain_to_judge_ms`), ms."""
+    from services.orchestrator.settings import orchestrator_settings
+    from services.orchestrator.worker import compute_clients
+
+    with compute_clients(orchestrator_settings(settings), only=("workload",)) as cc:
+        return Pipeline(cc, run_key="capacity-drain").create_trace(workload, JUDGE_WINDOW_MS).drain_to_judge_ms
+
+
+def _drain_words(done: list[Probe], drain_ms: float | None, limits: tuple[float, float]) -> str:
+    """How long the probes drained, for the verdict's sentence."""
+    if drain_ms is not None:
+        return f"{drain_ms / 1e3:g} s of drain"
+    spans = sorted(p.drain_ms for p in done if p.drain_ms is not None)
+    span = f"{spans[0] / 1e3:g} s" if spans[0] == spans[-1] else f"{spans[0] / 1e3:g} to {spans[-1] / 1e3:g} s"
+    return (f"the drain that judges every request it offers (the last deadline, arrival + {limits[0]:g} ms + the "
+            f"output's decode at {limits[1]:g} ms a token, after the arrivals: {span})")
+
+
 def requests_offered(rate_rps: float, duration_ms: float) -> int:
     """The requests a run at ``rate_rps`` is offered over ``duration_ms`` of arrivals: ``round(rate · duration)``
     (services/workload/arrivals.py), so the rate a run offers is a whole number of requests over its arrivals."""
@@ -232,10 +276,11 @@ def _search(one: Callable[[int], Probe], lo: int, hi: int, probes: int) -> tuple
 
 
 def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | Path, out: Path, lo_rps: float,
-                         hi_rps: float, probes: int = 7, duration_ms: float = 20_000.0, drain_ms: float = 20_000.0,
+                         hi_rps: float, probes: int = 7, duration_ms: float = 20_000.0, drain_ms: float | None = None,
                          scenario: Scenario = "baseline", settings: Settings | None = None,
                          run: ProbeRun | None = None, on_probe: Callable[[Probe], None] | None = None,
-                         sets: dict[str, Any] | None = None) -> SloCapacity:
+                         sets: dict[str, Any] | None = None, drain_to_judge: DrainToJudge | None = None
+                         ) -> SloCapacity:
     """Bisect the offered rate between ``lo_rps`` and ``hi_rps`` (see the module docstring); each probe's results
     folder is ``<out>/probe-<rate>``, and ``<out>/slo_capacity.json`` and ``slo_capacity.csv`` hold the verdict."""
     if not 0 < lo_rps < hi_rps:
@@ -247,9 +292,10 @@ def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | P
     base = with_sets(load_workload(workload), "workload", sets)
     if run is None:
         arch, tas = _configs_with_sets(arch, tas, sets, out)
-    slo = _at_rate(base, lo_rps, duration_ms, drain_ms).serving
+    slo = _at_rate(base, lo_rps, duration_ms, drain_ms or 0.0).serving
     assert slo is not None
     limits = (slo.slo.ttft_p99_ms, slo.slo.tpot_p99_ms)
+    judge_drain = drain_to_judge or (lambda wl: drain_to_judge_ms(wl, settings))
     lo_n, hi_n = max(1, requests_offered(lo_rps, duration_ms)), requests_offered(hi_rps, duration_ms)
     if hi_n <= lo_n:
         raise BadInput(f"hi_rps: {hi_rps:g} requests/s offers no more requests over {duration_ms:g} ms of arrivals "
@@ -280,12 +326,14 @@ def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | P
 
     def one(n: int) -> Probe:
         rate = n / (duration_ms * 1e-3)  # n requests over the arrivals
-        wl = _at_rate(base, rate, duration_ms, drain_ms)
+        needed = judge_drain(_at_rate(base, rate, duration_ms, 0.0))
+        drain = needed if drain_ms is None else drain_ms
+        wl = _at_rate(base, rate, duration_ms, drain)
         where, wl_file = probe_paths(out, rate)
         row = None if run is not None else finished_probe(where, scenario, _probe_spec(wl))
         if row is None:
             row = _run_probe(wl, where, wl_file)
-        verdict = judge(rate, row, *limits)
+        verdict = judge(rate, row, *limits, drain_ms=drain, drain_needed_ms=needed)
         if on_probe is not None:
             on_probe(verdict)
         return verdict
@@ -295,13 +343,17 @@ def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | P
     how = (f"doubling from {lo_n * per:g} requests/s up to {hi_n * per:g} until a rate is missed, then bisection in "
            f"log rate until the highest met and the lowest missed are one request apart (every rate a whole number "
            f"of requests over the arrivals: steps of {per:g} requests/s); {len(done)} runs of {scenario}, each "
-           f"{duration_ms / 1e3:g} s of arrivals and "
-           f"{drain_ms / 1e3:g} s of drain; met = no request shed, every request finished, p99 TTFT <= "
-           f"{limits[0]:g} ms and p99 TPOT <= {limits[1]:g} ms")
+           f"{duration_ms / 1e3:g} s of arrivals and {_drain_words(done, drain_ms, limits)}; met = no request shed, "
+           f"every request finished, p99 TTFT <= {limits[0]:g} ms and p99 TPOT <= {limits[1]:g} ms")
     if sets:
         how += "; configs with " + ", ".join(f"{k} = {v}" for k, v in sets.items())
     if best is not None and all(p.met for p in done):
         how += "; every rate tried was met: the capacity is at least the highest (a bound)"
+    short = [p for p in done if p.drain_short]
+    if short:
+        how += ("; " + ", ".join(f"{p.rate_rps:g}" for p in short) + " requests/s missed on tokens still queued after "
+                "a drain short of the one that judges their requests: perhaps the drain's miss, not the chip's, so "
+                "the capacity is at least the one found (a bound)")
     tok_s = (best.tokens_offered / (duration_ms * 1e-3)) if best is not None else None
     result = SloCapacity(rate_rps=best.rate_rps if best is not None else None, tok_s=tok_s, probes=done, how=how,
                          scenario=scenario, duration_ms=duration_ms, drain_ms=drain_ms, set=sets)

@@ -42,6 +42,7 @@ from shared.contracts.workload import (
 )
 from shared.errors import BadInput, NotFound, TasmoeError
 from shared.lru import LRU
+from shared.slo import drain_to_judge_ms
 
 Phase = Literal["prefill", "decode"]
 
@@ -233,6 +234,9 @@ def trace_summary(entry: TraceEntry) -> TraceSummary:
             **common, "steps": 0, "micro_batch": 0, "tokens_total": output, "serving": True,
             "n_requests": off.n, "offered_prompt_tokens": prompt, "offered_output_tokens": output,
             "offered_rate_rps": off.offered_rate_rps, "rate_factor": off.rate_factor,
+            "drain_to_judge_ms": drain_to_judge_ms(off.t_arrival_ns, off.output_tokens, off.duration_ns,
+                                                   slo_ttft_ms=entry.serving.sv.slo.ttft_p99_ms,
+                                                   slo_tpot_ms=entry.serving.sv.slo.tpot_p99_ms),
             "mb_event_stride": entry.serving.stride})
     ne_flops, ne_bytes = plan.nonexpert_per_step()
     return TraceSummary.model_validate({

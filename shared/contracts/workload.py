@@ -127,6 +127,8 @@ class TraceSummary(BaseModel):
     offered_prompt_tokens: int = Field(default=0, ge=0, exclude_if=_zero)  # their prompt tokens
     offered_output_tokens: int = Field(default=0, ge=0, exclude_if=_zero)  # their output tokens (= tokens_total)
     offered_rate_rps: float = Field(default=0.0, ge=0, exclude_if=_zero)  # n_requests / duration
+    # the drain after which every offered request is judged by the SLO (``shared.slo.drain_to_judge_ms``), ms
+    drain_to_judge_ms: float = Field(default=0.0, ge=0, exclude_if=_zero)
     # offered rate / the trace's own: simulated arrival = (trace arrival - start_s) / rate_factor (1: its own pace)
     rate_factor: float = Field(default=0.0, ge=0, exclude_if=_zero)
     # event ids of micro-batch m (POST .../microbatches) are m * mb_event_stride + its slot: unique across the run

@@ -13,7 +13,7 @@ import pytest
 from services.cli import main as cli_main
 from services.orchestrator.local import LocalResult
 from services.orchestrator.schemas import Scenario
-from services.orchestrator.slo_capacity import ProbeRun, judge, measure_slo_capacity, probe_paths
+from services.orchestrator.slo_capacity import ProbeRun, judge, measure_slo_capacity, probe_paths, requests_offered
 from shared.configs import WorkloadConfig
 from shared.errors import BadInput
 from tests.conftest import CONFIGS
@@ -30,6 +30,11 @@ def test_a_probe_meets_the_slo_only_when_nothing_is_shed_or_left_and_both_p99s_a
                         ({"ttft_p99_ms": ""}, "p99 TTFT n/a")):
         p = judge(1.0, {**ROW, **change}, 2000, 200)
         assert not p.met and why in p.why, (change, p.why)
+
+
+def _drain(wl: WorkloadConfig) -> float:
+    """A stand-in for the workload service's drain that judges a probe's requests: 30 s."""
+    return 30_000.0
 
 
 def _chip(capacity_rps: float, seen: list[float]) -> ProbeRun:
@@ -55,7 +60,7 @@ def _chip(capacity_rps: float, seen: list[float]) -> ProbeRun:
 def test_the_search_brackets_the_capacity_and_writes_how_it_was_found(tmp_path: Path) -> None:
     seen: list[float] = []
     res = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=0.1, hi_rps=10.0,
-                               probes=9, run=_chip(1.3, seen))
+                               probes=9, run=_chip(1.3, seen), drain_to_judge=_drain)
     # doubling from 0.1: 0.1 .. 0.8 met, 1.6 missed; then bisection of [0.8, 1.6] (16 and 32 requests over the
     # 20 s of arrivals) with the four runs left: 23, 27, 25, 26 requests; 26 and 27 are one request apart
     assert seen[:5] == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6])
@@ -72,7 +77,7 @@ def test_the_search_brackets_the_capacity_and_writes_how_it_was_found(tmp_path: 
 def test_a_rate_range_that_does_not_bracket_says_so(tmp_path: Path, capacity: float, expect: float | None) -> None:
     seen: list[float] = []
     res = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=0.1, hi_rps=10.0,
-                               probes=16, run=_chip(capacity, seen))
+                               probes=16, run=_chip(capacity, seen), drain_to_judge=_drain)
     assert res.rate_rps == expect
     assert ("at least the highest (a bound)" in res.how) == (expect is not None)
     assert "below the lowest rate" in res.line() or expect is not None
@@ -82,7 +87,7 @@ def test_a_rate_range_that_does_not_bracket_says_so(tmp_path: Path, capacity: fl
 def test_a_workload_without_serving_is_refused_naming_the_field(tmp_path: Path) -> None:
     with pytest.raises(BadInput) as e:
         measure_slo_capacity(arch="unused", workload=CONFIGS / "workload_mixtral_8x7b.yaml", tas="unused",
-                             out=tmp_path, lo_rps=0.1, hi_rps=1.0, run=_chip(1.0, []))
+                             out=tmp_path, lo_rps=0.1, hi_rps=1.0, run=_chip(1.0, []), drain_to_judge=_drain)
     assert e.value.field == "workload.serving"
 
 
@@ -116,7 +121,8 @@ def test_every_rate_tried_is_a_whole_number_of_requests_and_none_twice(tmp_path:
     and the lowest missed are one request apart, however many runs it was allowed."""
     seen: list[float] = []
     res = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=2.0,
-                               hi_rps=2.378, probes=30, duration_ms=10_000.0, run=_chip(2.3, seen))
+                               hi_rps=2.378, probes=30, duration_ms=10_000.0, run=_chip(2.3, seen),
+                               drain_to_judge=_drain)
     counts = [r * 10.0 for r in seen]
     assert counts == pytest.approx([round(c) for c in counts]) and len(set(map(round, counts))) == len(seen)
     assert res.rate_rps == pytest.approx(2.3) and 2.4 in [pytest.approx(r) for r in seen]
@@ -126,7 +132,7 @@ def test_every_rate_tried_is_a_whole_number_of_requests_and_none_twice(tmp_path:
 def test_a_range_narrower_than_one_request_is_refused_naming_the_field(tmp_path: Path) -> None:
     with pytest.raises(BadInput) as e:
         measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=2.0, hi_rps=2.04,
-                             duration_ms=10_000.0, run=_chip(1.0, []))
+                             duration_ms=10_000.0, run=_chip(1.0, []), drain_to_judge=_drain)
     assert e.value.field == "hi_rps"
 
 
@@ -144,7 +150,7 @@ def test_a_set_value_reaches_every_probe_and_is_recorded(tmp_path: Path) -> None
 
     sets = {"workload.serving.prefill_chunk": 256}
     res = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=2.0, hi_rps=2.4,
-                               duration_ms=10_000.0, run=run, sets=sets)
+                               duration_ms=10_000.0, run=run, sets=sets, drain_to_judge=_drain)
     assert seen_chunks and set(seen_chunks) == {256}
     assert "workload.serving.prefill_chunk = 256" in res.how
     assert json.loads((tmp_path / "slo_capacity.json").read_text())["set"] == sets
@@ -295,3 +301,71 @@ def test_a_search_of_another_scenario_into_the_same_folder_is_refused_and_remove
         measure_slo_capacity(**kw, scenario="unthrottled")
     assert e.value.field == "out" and "runs/baseline" not in str(e.value) and "baseline" in str(e.value)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == kept and len(ran) == 2
+
+
+def _chip_seeing_drains(capacity_rps: float, drains: list[float]) -> ProbeRun:
+    chip = _chip(capacity_rps, [])
+
+    def run(wl: WorkloadConfig, out: Path) -> LocalResult:
+        assert wl.serving is not None
+        drains.append(wl.serving.drain_ms)
+        return chip(wl, out)
+
+    return run
+
+
+def test_each_probe_drains_until_its_requests_are_judged_unless_a_drain_is_given(tmp_path: Path) -> None:
+    """Without --drain-ms a probe runs the drain after which every request it offers is judged (here a stand-in:
+    1 s per request offered); the probes and the verdict say so."""
+    drains: list[float] = []
+    res = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path / "auto", lo_rps=2.0,
+                               hi_rps=2.4, duration_ms=10_000.0, run=_chip_seeing_drains(2.3, drains),
+                               drain_to_judge=lambda wl: 1e3 * requests_offered(wl.serving.rate_rps, 10_000.0)
+                               if wl.serving and wl.serving.rate_rps else 0.0)
+    assert drains == [1e3 * round(p.rate_rps * 10) for p in res.probes]
+    assert all(p.drain_ms == p.drain_needed_ms for p in res.probes) and res.drain_ms is None
+    assert "the drain that judges every request it offers" in res.how and "20 to 24 s" in res.how
+    assert not any("short of" in p.why for p in res.probes) and "(a bound)" not in res.how
+    saved = json.loads((tmp_path / "auto" / "slo_capacity.json").read_text())
+    assert [p["drain_ms"] for p in saved["probes"]] == drains
+
+    drains.clear()
+    given = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path / "given", lo_rps=2.0,
+                                 hi_rps=2.4, duration_ms=10_000.0, drain_ms=5_000.0,
+                                 run=_chip_seeing_drains(2.3, drains), drain_to_judge=_drain)
+    assert set(drains) == {5_000.0} and "5 s of drain" in given.how
+
+
+def test_a_miss_on_tokens_queued_after_a_drain_too_short_to_judge_says_the_drain_may_be_why(tmp_path: Path) -> None:
+    """A drain given shorter than the one that judges the requests: a probe missed on tokens still queued may have
+    met the SLO with a longer one, so its reason says so and the capacity found is a bound."""
+    res = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=2.0, hi_rps=2.4,
+                               duration_ms=10_000.0, drain_ms=10_000.0, run=_chip(2.3, []), drain_to_judge=_drain)
+    missed = [p for p in res.probes if not p.met]
+    assert missed and all("short of the 30 s that judges its requests" in p.why for p in missed)
+    assert all(p.drain_short for p in missed) and not any(p.drain_short for p in res.probes if p.met)
+    assert "perhaps the drain's miss" in res.how and "(a bound)" in res.how
+    long_enough = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path / "long",
+                                       lo_rps=2.0, hi_rps=2.4, duration_ms=10_000.0, drain_ms=30_000.0,
+                                       run=_chip(2.3, []), drain_to_judge=_drain)
+    assert not any(p.drain_short for p in long_enough.probes) and "perhaps" not in long_enough.how
+    p = judge(1.0, {**ROW, "ttft_p99_ms": "2500"}, 2000, 200, drain_ms=1.0, drain_needed_ms=2.0)
+    assert not p.drain_short and "short of" not in p.why  # nothing queued: the drain is not why
+
+
+def test_the_drain_to_judge_is_the_workload_services_for_the_probes_requests() -> None:
+    """The search asks the workload service (its trace summary) for the drain, and it is shared/slo.py's rule over
+    the requests the probe's workload offers."""
+    from services.orchestrator.slo_capacity import drain_to_judge_ms
+    from services.workload.arrivals import offered_requests
+    from shared.configs import load_workload
+    from shared.slo import drain_to_judge_ms as rule
+
+    wl = load_workload(SERVING)
+    assert wl.serving is not None
+    for rate in (0.5, 2.3):
+        probe = wl.model_copy(update={"serving": wl.serving.model_copy(update={"rate_rps": rate})})
+        assert probe.serving is not None
+        off = offered_requests(probe.serving)
+        want = rule(off.t_arrival_ns, off.output_tokens, off.duration_ns, slo_ttft_ms=2000.0, slo_tpot_ms=200.0)
+        assert drain_to_judge_ms(probe) == want > 0
