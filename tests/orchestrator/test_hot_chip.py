@@ -19,6 +19,9 @@ ARRIVALS_MS = 1500.0
 # the flatout experiment's load and warm start (services/orchestrator/default_experiment.py), cut to 1.5 s of arrivals
 WARMUP_MS = FLAT_OUT.warmup_ms or 0.0
 RATE_RPS = FLAT_OUT.rate_rps or 0.0
+# five scenarios of 2.5 s flat out, two at a time: 450-530 s on an idle 2-core machine, over pytest's 600 s when the
+# machine is shared (the fixture's setup counts against its first test's timeout)
+pytestmark = pytest.mark.timeout(1800)
 
 
 @pytest.fixture(scope="module")
