@@ -48,6 +48,12 @@ def core_domains(arch: ArchConfig) -> tuple[int, ...]:
     return tuple(all_d if d < 0 else d for d in dom)
 
 
+def vault_bw_raw_gbps(arch: ArchConfig) -> float:
+    """The vaults' raw bandwidth, GB/s: one vault per core (``mesh.n_cores × dram.vault_bw_gbps``), before refresh
+    takes its share (the DRAM roofline's bandwidth and ``bw_util_raw``'s denominator)."""
+    return arch.mesh.n_cores * arch.dram.vault_bw_gbps
+
+
 def attention_groups(arch: ArchConfig) -> tuple[int, int]:
     """``(groups, k)``: a micro-batch's non-expert work (attention, router, shared/dense FFN, head) is split over the
     ``k`` cores of group ``mb mod groups`` (cores ``g·k .. g·k + k − 1``); ``arch.schedule.attention == "all"``:

@@ -17,6 +17,7 @@ import pytest
 from scripts.full_load_steady import full_load
 from services.cli import main
 from services.thermal.power import compute_power_from_events
+from shared.chip import vault_bw_raw_gbps
 from shared.configs import ArchConfig, load_arch, load_tas
 from shared.contracts.events import ComputeEvents, MemoryEvents
 from shared.energy import KELVIN, T_LEAK_REF, EnergyModel, liao, spm_accesses
@@ -268,7 +269,7 @@ def test_full_load_power_and_steady_peak_as_documented(arch: ArchConfig) -> None
     assert b.logic_dynamic == pytest.approx(504.0, abs=0.1)  # mac_pj, all-in
     assert b.logic_leakage == pytest.approx(213.1, abs=0.1)
     _, h100_ctrl = h100_hbm_w(arch)
-    vault_tbps = arch.dram.vault_bw_gbps * arch.mesh.n_cores / 1e3
+    vault_tbps = vault_bw_raw_gbps(arch) / 1e3
     dma_w = 2 * (vault_tbps - H100_HBM_TBPS) * 1e12 / 8 * arch.power.spm_pj_per_access * 1e-12
     at_45c = load.logic_w - b.logic_leakage + h100_static_w(arch)
     assert at_45c - (b.dram_controller - h100_ctrl) - dma_w == pytest.approx(H100_TDP_W - h100_hbm_w(arch)[0],

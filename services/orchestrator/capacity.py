@@ -37,6 +37,7 @@ from typing import Any
 from services.orchestrator.epochs import initial_freqs, initial_replicas
 from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, RunData
 from services.orchestrator.schemas import ExperimentSpec
+from shared.chip import vault_bw_raw_gbps
 from shared.contracts.events import PhysicalState, WindowTiming
 
 MAX_MAKESPAN_S = 60.0  # simulated: a micro-batch that has not finished by then is reported as such
@@ -145,7 +146,7 @@ def estimate_capacity(pipe: Pipeline, spec: ExperimentSpec) -> Capacity | None:
             break
     open_limit = arch.schedule.open_limit(arch.mesh.n_cores)
     mb = wl.sequence.micro_batch
-    bw_raw = arch.mesh.n_cores * arch.dram.vault_bw_gbps * 1e9  # B/s, one vault per core
+    bw_raw = vault_bw_raw_gbps(arch) * 1e9  # B/s
     roofline = mb * bw_raw / bytes_mb if math.isfinite(makespan) and bytes_mb > 0 else math.inf
     cap = min(open_limit * mb / (makespan * 1e-3), roofline) if math.isfinite(makespan) else 0.0
     offered = mb / (wl.sequence.step_interval_ms * 1e-3)

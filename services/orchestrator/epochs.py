@@ -43,6 +43,7 @@ from services.orchestrator.pipeline_clients import (
     ThermalEpoch,
     TraceInfo,
 )
+from shared.chip import vault_bw_raw_gbps
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
 from shared.contracts.events import WindowTiming
 from shared.contracts.metrics import WindowMetrics
@@ -95,7 +96,7 @@ def build_window_metrics(*, window: int, t0_ns: int, t1_ns: int, snap: ThermalSn
     dram_means = [snap.mean_c[n] for n in dram_names if n in snap.mean_c]
     t_mean_logic = _mean(logic_means) if logic_means else _mean(snap.temps_core_c)
     t_mean_dram = _mean(dram_means) if dram_means else _mean(bank_flat or snap.temps_core_c)
-    bw_eff = arch.mesh.n_cores * arch.dram.vault_bw_gbps * max(snap.refresh.bw_eff_factor, 1e-9)
+    bw_eff = vault_bw_raw_gbps(arch) * max(snap.refresh.bw_eff_factor, 1e-9)
     return WindowMetrics(
         window=window, t_start_ms=t0_ns / 1e6, dt_ms=max(t1_ns - t0_ns, 1) / 1e6,
         temps_core_c=snap.temps_core_c, temps_bank_c=snap.temps_bank_c,

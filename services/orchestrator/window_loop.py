@@ -54,6 +54,7 @@ from services.orchestrator.run_files import RunFiles, WindowRows, power_json_pat
 from services.orchestrator.run_log import RunLog, run_log
 from services.orchestrator.schemas import ExperimentSpec
 from services.orchestrator.settings import orchestrator_settings
+from shared.chip import vault_bw_raw_gbps
 from shared.client import ServiceClients
 from shared.contracts.events import PhysicalState
 from shared.contracts.placement import Placement
@@ -513,7 +514,7 @@ def _finish(r: _Run, frontier: Frontier, pipe: Pipeline, t_start: float) -> RunO
             partial = pipe.reduce_fold(thot_c=thot, windows=last, partial=partial, chunk=i - 1)
         last = chunk
     red = pipe.reduce(scenario=r.scenario, workload=wl.label, thot_c=thot,
-                      bw_raw_gbps=spec.arch.mesh.n_cores * spec.arch.dram.vault_bw_gbps, windows=last,
+                      bw_raw_gbps=vault_bw_raw_gbps(spec.arch), windows=last,
                       partial=partial, slo=wl.serving.slo if wl.serving is not None else None)
     out_csv = result_csv_path(r.out_dir, r.scenario, wl.label)
     out_csv.parent.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ from services.orchestrator.pipeline_clients import EMPTY_OVERLAYS, Pipeline, Run
 from services.orchestrator.schemas import ExperimentRequest
 from services.orchestrator.service import resolve_spec
 from services.orchestrator.worker import compute_clients
+from shared.chip import vault_bw_raw_gbps
 from shared.configs import load_arch, load_tas, load_workload
 from shared.contracts.events import PhysicalState
 from shared.settings import Settings
@@ -36,7 +37,7 @@ def test_default_load_is_below_capacity_and_the_backlog_stays_bounded(settings: 
         assert cap.load < 1.0, cap.line()
         # the DRAM roofline: the lone micro-batch's bytes over the vaults' raw bandwidth; never below the exact capacity
         assert cap.bytes_mb > 0 and "DRAM roofline" in cap.line()
-        bw_raw = arch.mesh.n_cores * arch.dram.vault_bw_gbps * 1e9
+        bw_raw = vault_bw_raw_gbps(arch) * 1e9
         assert cap.roofline_tok_s == wl.sequence.micro_batch * bw_raw / cap.bytes_mb
         assert cap.capacity_tok_s == wl.sequence.micro_batch / (cap.makespan_ms * 1e-3) <= cap.roofline_tok_s
         # the run itself, scheduled 50 windows a call (no thermal: the top DVFS step, as in the capacity)

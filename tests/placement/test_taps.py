@@ -13,6 +13,7 @@ from services.placement.inputs import zipf_loads
 from services.placement.milp import solve_peak_milp
 from services.placement.placer import build_placement, replicas_help
 from services.placement.taps import build_problem, greedy, local_search
+from shared.chip import vault_bw_raw_gbps
 from shared.configs import ArchConfig, TasParams, WorkloadConfig
 from shared.configs.tas import TapsParams
 from shared.contracts.ids import parse_expert_id, weight_tensor_id
@@ -606,7 +607,7 @@ def test_taps_never_models_more_weight_streaming_than_the_vaults_deliver(arch_fi
 
     arch, wl = load_arch(CONFIGS / arch_file), load_workload(CONFIGS / workload_file)
     pb = build_problem(arch, wl, tas.taps, zipf_loads(32, 8), FLOPS, expert_bytes=BYTES, replicate_hot_k=0)
-    stream_bps = arch.mesh.n_cores * arch.dram.vault_bw_gbps * 1e9
+    stream_bps = vault_bw_raw_gbps(arch) * 1e9
     streamed = pb.m * BYTES * pb.steps_per_s
     noted = [n for n in pb.notes if "streamable step rate" in n]
     if bound:

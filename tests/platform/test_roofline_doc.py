@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 
+from shared.chip import vault_bw_raw_gbps
 from shared.configs import load_arch, load_workload
 from tests.conftest import CONFIGS, REPO
 
@@ -37,7 +38,7 @@ def test_the_roofline_workload_is_the_saturated_one_run_longer() -> None:
 def test_the_roofline_findings_hold_in_the_committed_run() -> None:
     arch, page, rows = load_arch(CONFIGS / "arch_hbm_on_logic.yaml"), _page(), _rows()
     cap = json.loads((DATA / "capacity.json").read_text(encoding="utf-8"))
-    bw_raw = arch.mesh.n_cores * arch.dram.vault_bw_gbps  # GB/s
+    bw_raw = vault_bw_raw_gbps(arch)  # GB/s
     assert cap["roofline_tok_s"] == cap["capacity_tok_s"]  # the roofline binds, not the overlap bound
     assert abs(cap["roofline_tok_s"] - 32 * bw_raw * 1e9 / cap["bytes_mb"]) < 1e-6 * cap["roofline_tok_s"]
     assert f"**The roofline is {cap['roofline_tok_s']:.1f} tok/s**: one micro-batch moves " \
