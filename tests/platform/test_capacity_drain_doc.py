@@ -42,3 +42,35 @@ def test_the_default_searchs_verdicts_and_the_probe_run_again_are_as_the_page_sa
     assert wl.serving is not None
     at = wl.model_copy(update={"serving": wl.serving.model_copy(update={"rate_rps": 2.4, "duration_ms": 10_000.0})})
     assert drain_to_judge_ms(at) == drain  # the workload service's drain for the default at 2.4 requests/s
+
+
+def _sweep_page() -> str:
+    return " ".join((REPO / "docs" / "sweep.md").read_text(encoding="utf-8").split())
+
+
+def test_the_query_block_128_capacity_is_as_docs_sweep_says() -> None:
+    """docs/sweep.md's capacity with a query block of 128 (docs/results/capacity-qb128/): each probe drained until
+    every request was judged, every rate tried met in both scenarios (so the capacity is a bound), the numbers of
+    the prose are the probes'."""
+    page = _sweep_page()
+    top: dict[str, dict[str, str]] = {}
+    for sc in ("baseline", "unthrottled"):
+        found = json.loads((DATA / "capacity-qb128" / sc / "slo_capacity.json").read_text(encoding="utf-8"))
+        assert found["set"] == {"workload.operators.attn.query_block": 128} and found["drain_ms"] is None
+        assert found["scenario"] == sc and found["duration_ms"] == 10_000.0
+        assert all(p["met"] and p["drain_ms"] == p["drain_needed_ms"] for p in found["probes"])
+        assert [p["rate_rps"] for p in found["probes"]] == pytest.approx([2.6, 3.0])
+        assert found["rate_rps"] == pytest.approx(3.0) and "(a bound)" in found["how"]
+        for p in found["probes"]:
+            assert f"{p['drain_ms'] / 1e3:.1f} s at {p['rate_rps']:g}" in page
+        with (DATA / "capacity-qb128" / sc / "probe-3.csv").open(encoding="utf-8") as fh:
+            top[sc] = next(csv.DictReader(fh))
+        best = found["probes"][-1]
+        assert top[sc]["ttft_p99_ms"] and float(top[sc]["ttft_p99_ms"]) == pytest.approx(best["ttft_p99_ms"])
+        assert int(float(top[sc]["tokens_served"])) == best["tokens_offered"] == 2826
+    b, u = top["baseline"], top["unthrottled"]
+    assert f"p99 TTFT {float(b['ttft_p99_ms']):.0f} ms (baseline) and {float(u['ttft_p99_ms']):.0f} ms" in page
+    assert f"p99 TPOT {float(b['tpot_p99_ms']):.0f} ms and {float(u['tpot_p99_ms']):.0f} ms" in page
+    throttled, peak = float(b["time_throttled_ms"]), float(b["T_peak_logic"])
+    assert f"throttles for {throttled:.0f} ms and peaks at {peak:.1f} °C" in page
+    assert float(u["time_throttled_ms"]) == 0 and f"reference peaks at {float(u['T_peak_logic']):.1f} °C" in page
