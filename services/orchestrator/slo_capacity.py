@@ -25,6 +25,7 @@ roofline in tokens per second is the capacity estimate's (services/orchestrator/
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import shutil
@@ -74,9 +75,9 @@ class Probe:
 
     @property
     def drain_short(self) -> bool:
-        """A miss on tokens still queued after a drain shorter than its requests need: perhaps the drain's."""
-        return (not self.met and self.tokens_queued > 0 and None not in (self.drain_ms, self.drain_needed_ms)
-                and float(self.drain_ms or 0.0) < float(self.drain_needed_ms or 0.0))
+        """A miss on tokens still queued after a drain shorter than its requests need, none shed: perhaps the
+        drain's (a shed request is lost whatever the drain)."""
+        return not self.met and _undecided(self.tokens_shed, self.tokens_queued, self.drain_ms, self.drain_needed_ms)
 
 
 @dataclass
@@ -107,6 +108,12 @@ def _float(row: dict[str, str], key: str) -> float | None:
     return float(v) if v not in ("", None) else None
 
 
+def _undecided(shed: int, queued: int, drain_ms: float | None, drain_needed_ms: float | None) -> bool:
+    """Tokens still queued, none shed, after a drain shorter than the one that judges the requests."""
+    return (not shed and queued > 0 and drain_ms is not None and drain_needed_ms is not None
+            and drain_ms < drain_needed_ms)
+
+
 def judge(rate_rps: float, row: dict[str, str], slo_ttft_ms: float, slo_tpot_ms: float, *,
           drain_ms: float | None = None, drain_needed_ms: float | None = None) -> Probe:
     """A probe's verdict from its result row (the metrics service's CSV columns), after a drain of ``drain_ms`` where
@@ -115,7 +122,7 @@ def judge(rate_rps: float, row: dict[str, str], slo_ttft_ms: float, slo_tpot_ms:
     ttft, tpot = _float(row, "ttft_p99_ms"), _float(row, "tpot_p99_ms")
     why = slo_misses(tokens_shed=shed, tokens_queued=queued, ttft_p99_ms=ttft, tpot_p99_ms=tpot,
                      slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
-    if (queued and drain_ms is not None and drain_needed_ms is not None and drain_ms < drain_needed_ms):
+    if drain_ms is not None and drain_needed_ms is not None and _undecided(shed, queued, drain_ms, drain_needed_ms):
         why = [w + (f" (after {drain_ms / 1e3:g} s of drain, short of the {drain_needed_ms / 1e3:g} s that judges "
                     "its requests: they may yet have met the SLO)") if "still queued" in w else w for w in why]
     return Probe(rate_rps=rate_rps, met=not why, why="; ".join(why),
@@ -225,7 +232,9 @@ def drain_to_judge_ms(workload: WorkloadConfig, settings: Settings | None = None
     from services.orchestrator.worker import compute_clients
 
     with compute_clients(orchestrator_settings(settings), only=("workload",)) as cc:
-        return Pipeline(cc, run_key="capacity-drain").create_trace(workload, JUDGE_WINDOW_MS).drain_to_judge_ms
+        # one Idempotency-Key per workload asked about
+        key = "capacity-drain-" + hashlib.sha256(workload.model_dump_json().encode()).hexdigest()[:16]
+        return Pipeline(cc, run_key=key).create_trace(workload, JUDGE_WINDOW_MS).drain_to_judge_ms
 
 
 def _drain_words(done: list[Probe], drain_ms: float | None, limits: tuple[float, float]) -> str:
@@ -352,8 +361,8 @@ def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | P
     short = [p for p in done if p.drain_short]
     if short:
         how += ("; " + ", ".join(f"{p.rate_rps:g}" for p in short) + " requests/s missed on tokens still queued after "
-                "a drain short of the one that judges their requests: perhaps the drain's miss, not the chip's, so "
-                "the capacity is at least the one found (a bound)")
+                "a drain short of the one that judges their requests: perhaps the drain's miss, not the chip's"
+                + (", so the capacity is at least the one found (a bound)" if best is not None else ""))
     tok_s = (best.tokens_offered / (duration_ms * 1e-3)) if best is not None else None
     result = SloCapacity(rate_rps=best.rate_rps if best is not None else None, tok_s=tok_s, probes=done, how=how,
                          scenario=scenario, duration_ms=duration_ms, drain_ms=drain_ms, set=sets)

@@ -43,7 +43,7 @@ import numpy as np
 
 from services.placement.geometry import MIB, ChipGeometry, adjacent_pairs, analytic_influence, check_h, hops_matrix
 from services.placement.shards import BankBook, check_fits, read_die_profile, shard_sizes, vault_copies
-from shared.chip import attention_share, stripe_groups
+from shared.chip import attention_share, stripe_groups, vault_bw_raw_gbps
 from shared.configs import ArchConfig, WorkloadConfig
 from shared.configs.tas import TapsParams
 from shared.contracts.ids import expert_id, parse_expert_id, weight_tensor_id
@@ -267,7 +267,7 @@ def build_problem(arch: ArchConfig, wl: WorkloadConfig, taps: TapsParams, expert
     flops, steps_per_s, cap = _sustainable_rates(flops, steps_per_s, taps.capacity.core_flops_tps, n, notes)
     flops, steps_per_s = _streamable_rates(
         flops, steps_per_s, inst_expert.shape[0] * float(expert_bytes) + nonexpert_bytes_per_step,
-        n * arch.dram.vault_bw_gbps * 1e9, notes)
+        vault_bw_raw_gbps(arch) * 1e9, notes)
     Hv = None if H_vault is None else check_h(H_vault, n)
     inst_copies = None
     vault_cap = math.inf
@@ -353,7 +353,7 @@ def _streamable_rates(flops: np.ndarray, steps_per_s: float, bytes_per_step: flo
                       notes: list[str]) -> tuple[np.ndarray, float]:
     """(instance FLOP/s, steps/s) within the DRAM bandwidth: every step streams ``bytes_per_step`` (each instance's
     whole copy of its expert's weights, decode's cost, and the non-expert bytes) from the vaults, whose sum is
-    ``stream_bps`` (bytes/s: cores x ``dram.vault_bw_gbps``). A step rate above ``stream_bps / bytes_per_step`` is
+    ``stream_bps`` (bytes/s: `shared.chip.vault_bw_raw_gbps`). A step rate above ``stream_bps / bytes_per_step`` is
     not one the chip can run (the roofline); like `_sustainable_rates`' FLOP bound, every rate is then scaled to a
     mean utilisation of 1/CAPACITY_HEADROOM of it, and the note says so. Without it a workload whose nominal step
     rate no chip reaches (a serving workload's ``sequence``, which its run does not use) is modelled as reading

@@ -369,3 +369,13 @@ def test_the_drain_to_judge_is_the_workload_services_for_the_probes_requests() -
         off = offered_requests(probe.serving)
         want = rule(off.t_arrival_ns, off.output_tokens, off.duration_ns, slo_ttft_ms=2000.0, slo_tpot_ms=200.0)
         assert drain_to_judge_ms(probe) == want > 0
+
+
+def test_a_miss_that_shed_tokens_is_not_the_drains_and_nothing_met_claims_no_bound(tmp_path: Path) -> None:
+    """A shed request is lost whatever the drain: such a miss is decided. A search that met nothing says it was
+    perhaps the drain, and claims no capacity."""
+    p = judge(1.0, {**ROW, "tokens_shed": "5", "tokens_queued": "7"}, 2000, 200, drain_ms=1.0, drain_needed_ms=2.0)
+    assert not p.met and not p.drain_short and "short of" not in p.why
+    res = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=2.0, hi_rps=2.4,
+                               duration_ms=10_000.0, drain_ms=10_000.0, run=_chip(1.0, []), drain_to_judge=_drain)
+    assert res.rate_rps is None and "perhaps the drain's miss" in res.how and "(a bound)" not in res.how

@@ -1,4 +1,4 @@
-"""docs/results.md's note on the default capacity search's drain holds in the committed data: the search's probes
+"""docs/sweep.md's note on the default capacity search's drain holds in the committed data: the search's probes
 (docs/results/default/capacity.json) and the unthrottled 2.4 requests/s probe run again with the drain that judges
 every request (docs/results/capacity-judge/unthrottled/). A re-run that changes them fails here until the page is
 rewritten."""
@@ -16,7 +16,7 @@ DATA = REPO / "docs" / "results"
 
 
 def _page() -> str:
-    return " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
+    return " ".join((REPO / "docs" / "sweep.md").read_text(encoding="utf-8").split())
 
 
 def test_the_default_searchs_verdicts_and_the_probe_run_again_are_as_the_page_says() -> None:
