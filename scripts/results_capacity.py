@@ -12,7 +12,10 @@ folders, rendered by the ``{{capacity ...}}`` placeholders of ``scripts/render_r
   brackets of the unthrottled reference and of baseline), ``{{capacity SCENARIO KEY [FORMAT]}}`` one number
   (``rate_rps``, ``first_missed_rps``, ``tok_s``, ``bracket_pct`` or a field of the met probe).
 
-A capacity is known to the probes' resolution only: the highest rate met and the lowest rate missed bracket it.
+A capacity is known to the probes' resolution only: the highest rate met and the lowest rate missed bracket it. A
+miss on tokens still queued after a drain shorter than the one that judges the probe's requests
+(``services.orchestrator.slo_capacity.Probe.drain_short``) decides nothing: it is listed as undecided, never taken as
+the lowest rate missed.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ def _verdict(folder: Path, scenario: str, expected: dict[str, Any],
              run_config: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
     """One scenario's search, its probes checked (module docstring). A rate is reported as the run offered it: a
     whole number of requests over the arrivals (``requests_offered``), and two probes of the same count are one."""
-    from services.orchestrator.slo_capacity import requests_offered
+    from services.orchestrator.slo_capacity import drain_left_it_undecided, requests_offered
 
     found = json.loads((folder / "slo_capacity.json").read_text(encoding="utf-8"))
     raw = sorted(found.get("probes") or [], key=lambda p: float(p["rate_rps"]))
@@ -101,14 +104,17 @@ def _verdict(folder: Path, scenario: str, expected: dict[str, Any],
     probes = [by_count[n] for n in sorted(by_count)]
     met = [p for p in probes if p["met"]]
     best = met[-1] if met else None
-    missed = [p["rate_rps"] for p in probes if not p["met"] and (best is None or p["requests"] > best["requests"])]
+    above = [p for p in probes if not p["met"] and (best is None or p["requests"] > best["requests"])]
+    undecided = [p["rate_rps"] for p in above if drain_left_it_undecided(p)]
+    missed = [p["rate_rps"] for p in above if not drain_left_it_undecided(p)]
     top = [p for p in raw if p["met"]]
     if (found.get("rate_rps") is None) != (best is None) or (
             top and found.get("rate_rps") != max(float(p["rate_rps"]) for p in top)):
         raise CapacityError(f"{folder}/slo_capacity.json: its capacity is not its highest met probe")
     tok_s = None if best is None or duration_ms is None else best["tokens_offered"] / (duration_ms * 1e-3)
     return {"scenario": scenario, "rate_rps": None if best is None else best["rate_rps"], "tok_s": tok_s,
-            "first_missed_rps": min(missed) if missed else None, "how": found.get("how", ""),
+            "first_missed_rps": min(missed) if missed else None, "undecided_rps": undecided,
+            "how": found.get("how", ""),
             "duration_ms": duration_ms, "best": best, "probes": probes, "runs": len(raw)}
 
 

@@ -114,6 +114,13 @@ def _undecided(shed: int, queued: int, drain_ms: float | None, drain_needed_ms: 
             and drain_ms < drain_needed_ms)
 
 
+def drain_left_it_undecided(probe: dict[str, Any]) -> bool:
+    """``Probe.drain_short`` of a probe read back from ``slo_capacity.json`` (a search written before probes recorded
+    their drains has no ``drain_needed_ms``: decided, as it was then)."""
+    return not probe.get("met") and _undecided(int(probe.get("tokens_shed") or 0), int(probe.get("tokens_queued") or 0),
+                                               probe.get("drain_ms"), probe.get("drain_needed_ms"))
+
+
 def judge(rate_rps: float, row: dict[str, str], slo_ttft_ms: float, slo_tpot_ms: float, *,
           drain_ms: float | None = None, drain_needed_ms: float | None = None) -> Probe:
     """A probe's verdict from its result row (the metrics service's CSV columns), after a drain of ``drain_ms`` where

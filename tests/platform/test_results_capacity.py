@@ -26,10 +26,11 @@ def _probe(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def _search(root: Path, scenario: str, rates: list[tuple[float, bool]], expected: dict[str, Any],
-            change: dict[str, Any] | None = None) -> None:
-    """A `tasmoe capacity` folder: slo_capacity.json and a probe folder with a run log per rate."""
+            change: dict[str, Any] | None = None, probe_change: dict[float, dict[str, Any]] | None = None) -> None:
+    """A `tasmoe capacity` folder: slo_capacity.json and a probe folder with a run log per rate (``probe_change``:
+    fields of a rate's probe replaced)."""
     folder = root / rc.CAPACITY_OUT / "default" / scenario
-    probes = [_probe({"rate": r, "met": m}) for r, m in rates]
+    probes = [{**_probe({"rate": r, "met": m}), **(probe_change or {}).get(r, {})} for r, m in rates]
     for r, _ in rates:
         wl = json.loads(json.dumps(expected["workload"]))
         wl["serving"].update({"rate_rps": r, "duration_ms": 10000.0, "drain_ms": 10000.0})
@@ -120,3 +121,17 @@ def test_rates_are_reported_as_the_requests_the_runs_offered(tmp_path: Path) -> 
     v = json.loads((tmp_path / "data" / rc.CAPACITY_FILE).read_text(encoding="utf-8"))["scenarios"]["baseline"]
     assert [p["requests"] for p in v["probes"]] == [20, 22, 23, 24] and v["runs"] == 5
     assert (v["rate_rps"], v["first_missed_rps"]) == (pytest.approx(2.3), pytest.approx(2.4))
+
+
+def test_a_miss_the_drain_left_undecided_is_not_the_lowest_missed(tmp_path: Path) -> None:
+    """2.4 requests/s left tokens queued, none shed, after 10 s of drain where 32 s judge its requests: undecided, so
+    the lowest rate missed is 2.6 (shed); a miss with the judging drain, or a shed one, decides."""
+    queued = {"why": "38 tokens still queued", "tokens_queued": 38, "tokens_served": 62, "ttft_p99_ms": 1500.0}
+    _search(tmp_path, "baseline", [(2.0, True), (2.4, False), (2.6, False), (2.8, False)], _expected(),
+            probe_change={2.4: {**queued, "drain_ms": 10000.0, "drain_needed_ms": 32000.0},
+                          2.6: {**queued, "tokens_queued": 0, "tokens_shed": 38, "drain_ms": 10000.0,
+                                "drain_needed_ms": 33000.0},
+                          2.8: {**queued, "drain_ms": 40000.0, "drain_needed_ms": 34000.0}})
+    _collect(tmp_path, tmp_path / "data")
+    v = json.loads((tmp_path / "data" / rc.CAPACITY_FILE).read_text(encoding="utf-8"))["scenarios"]["baseline"]
+    assert (v["rate_rps"], v["first_missed_rps"], v["undecided_rps"]) == (2.0, 2.6, [2.4])
