@@ -218,11 +218,28 @@ def finished_probe(where: Path, scenario: str, spec: ExperimentSpec) -> dict[str
     if not csv_path.is_file():
         return None
     ran = logged_config(where / "runs" / scenario / "run.log")
-    if ran != spec.for_scenario(scenario).model_dump(mode="json"):
-        raise BadInput(f"out: {where} holds a finished probe of other configs than this search's; search into "
-                       "another folder (or remove that one)", field="out")
+    want = spec.for_scenario(scenario).model_dump(mode="json")
+    if ran != want:
+        raise BadInput(f"out: {where} holds a finished probe of other configs than this search's"
+                       f"{_only_the_drain(ran, want)}; search into another folder (or remove that one)", field="out")
     with csv_path.open(encoding="utf-8") as fh:
         return next(csv.DictReader(fh))
+
+
+def _only_the_drain(ran: dict[str, Any] | None, want: dict[str, Any]) -> str:
+    """When a finished probe differs from this search's only in its drain (a search run before each probe drained
+    until its requests are judged, resumed without ``--drain-ms``): the words that say so and how to resume it."""
+    def drain(cfg: dict[str, Any] | None) -> Any:
+        return ((cfg or {}).get("workload") or {}).get("serving", {}).get("drain_ms")
+
+    if ran is None or drain(ran) == drain(want) or drain(ran) is None or drain(want) is None:
+        return ""
+    same = json.loads(json.dumps(ran))
+    same["workload"]["serving"]["drain_ms"] = drain(want)
+    if same != want:
+        return ""
+    return (f": only its drain differs, {float(drain(ran)) / 1e3:g} s against this search's "
+            f"{float(drain(want)) / 1e3:g} s (--drain-ms {float(drain(ran)):g} resumes it)")
 
 
 def _clear_probe(where: Path) -> None:

@@ -287,6 +287,24 @@ def test_a_finished_probe_of_other_configs_is_refused_naming_out(tmp_path: Path,
     assert len(ran) == 2
 
 
+def test_a_probe_that_differs_only_in_its_drain_is_refused_saying_how_to_resume_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search drained 10 s, resumed without --drain-ms (so drained until its requests are judged): the refusal
+    says that only the drain differs, and the flag that resumes it."""
+    import services.orchestrator.slo_capacity as sc
+
+    ran: list[float] = []
+    monkeypatch.setattr(sc, "run_local", _run_local_writing_what_a_run_leaves(2.3, ran))
+    kw = {**_real_configs(tmp_path), "probes": 2}
+    measure_slo_capacity(**kw, drain_ms=10_000.0)
+    with pytest.raises(BadInput) as e:
+        measure_slo_capacity(**kw, drain_to_judge=lambda wl: 32_000.0)
+    assert e.value.field == "out" and "only its drain differs, 10 s against this search's 32 s" in str(e.value)
+    assert "--drain-ms 10000 resumes it" in str(e.value) and len(ran) == 2
+    measure_slo_capacity(**kw, drain_ms=10_000.0)  # resumed as said: nothing runs again
+    assert len(ran) == 2
+
+
 def test_a_search_of_another_scenario_into_the_same_folder_is_refused_and_removes_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A probe folder holding another scenario's finished run is not this search's: refused naming out, and kept."""
