@@ -140,13 +140,25 @@ def judge(rate_rps: float, row: dict[str, str], slo_ttft_ms: float, slo_tpot_ms:
                  drain_ms=drain_ms, drain_needed_ms=drain_needed_ms)
 
 
-def _at_rate(workload: WorkloadConfig, rate_rps: float, duration_ms: float, drain_ms: float) -> WorkloadConfig:
+def _at_rate(workload: WorkloadConfig, rate_rps: float, duration_ms: float, drain_ms: float,
+             drain_judged: bool = False) -> WorkloadConfig:
+    """``workload`` offering ``rate_rps`` over ``duration_ms`` of arrivals, then ``drain_ms`` of drain, validated: a
+    value out of the serving config's bounds is a bad input naming it (``drain_judged``: the drain is the one that
+    judges the requests, not one given, and the error says so)."""
     sv = workload.serving
     if sv is None:
         raise BadInput("workload: the SLO capacity is measured on a serving workload (a `serving` section)",
                        field="workload.serving")
-    return workload.model_copy(update={"serving": sv.model_copy(
-        update={"rate_rps": rate_rps, "duration_ms": duration_ms, "drain_ms": drain_ms})})
+    knobs = {"rate_rps": rate_rps, "duration_ms": duration_ms, "drain_ms": drain_ms}
+    try:
+        checked = type(sv).model_validate({**sv.model_dump(), **knobs})
+    except ValidationError as exc:
+        fld, msg = first_validation_error(exc)
+        if fld == "drain_ms" and drain_judged:
+            msg = (f"the drain that judges every request at {rate_rps:g} requests/s, {drain_ms:g} ms, is out of "
+                   f"bounds ({msg}): give --drain-ms")
+        raise BadInput(f"{fld}: {msg}", field=fld) from None
+    return workload.model_copy(update={"serving": checked})
 
 
 ProbeRun = Callable[[WorkloadConfig, Path], LocalResult]
@@ -361,7 +373,7 @@ def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | P
         rate = n / (duration_ms * 1e-3)  # n requests over the arrivals
         needed = judge_drain(_at_rate(base, rate, duration_ms, 0.0))
         drain = needed if drain_ms is None else drain_ms
-        wl = _at_rate(base, rate, duration_ms, drain)
+        wl = _at_rate(base, rate, duration_ms, drain, drain_judged=drain_ms is None)
         where, wl_file = probe_paths(out, rate)
         row = None if run is not None else finished_probe(where, scenario, _probe_spec(wl))
         if row is None:

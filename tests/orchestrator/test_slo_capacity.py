@@ -397,3 +397,12 @@ def test_a_miss_that_shed_tokens_is_not_the_drains_and_nothing_met_claims_no_bou
     res = measure_slo_capacity(arch="unused", workload=SERVING, tas="unused", out=tmp_path, lo_rps=2.0, hi_rps=2.4,
                                duration_ms=10_000.0, drain_ms=10_000.0, run=_chip(1.0, []), drain_to_judge=_drain)
     assert res.rate_rps is None and "perhaps the drain's miss" in res.how and "(a bound)" not in res.how
+
+
+def test_a_judged_drain_out_of_the_configs_bounds_is_a_bad_input_saying_to_give_one(tmp_path: Path) -> None:
+    """A trace whose answers would take longer to judge than the serving config allows a drain (1e7 ms): the
+    search stops before running, naming drain_ms, and says --drain-ms sets one."""
+    with pytest.raises(BadInput) as e:
+        measure_slo_capacity(**{**_real_configs(tmp_path), "probes": 2}, drain_to_judge=lambda wl: 2e7,
+                             run=_chip(2.3, []))
+    assert e.value.field == "drain_ms" and "judges every request" in str(e.value) and "--drain-ms" in str(e.value)
