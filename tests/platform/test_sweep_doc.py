@@ -14,7 +14,7 @@ import yaml
 from services.metrics.compare import compare, throttling
 from services.metrics.sweep_plots import pareto_front
 from services.orchestrator.default_experiment import FLAT_OUT
-from services.orchestrator.slo_capacity import judge
+from services.orchestrator.slo_capacity import drain_to_judge_ms, judge
 from services.workload.arrivals import load_arrival_trace, offered_requests
 from services.workload.serving import ServingPlan
 from services.workload.sources import WorkloadSources
@@ -291,6 +291,13 @@ def test_the_longer_arrivals_table_is_the_committed_probes_and_its_findings_hold
             assert line in page, line
     liquid = [_long("liquid", sc) for sc in ("baseline", "unthrottled")]
     assert liquid[0]["tokens_served"] == liquid[1]["tokens_served"]  # "its run is baseline's, to the token"
+    # "not decided": tokens queued, none shed, after 10 s of drain where the requests' last deadline is 40.5 s on
+    wl = load_workload(REPO / "configs" / "workload_serving.yaml")
+    assert wl.serving is not None
+    at = wl.model_copy(update={"serving": wl.serving.model_copy(update={"rate_rps": 1.5, "duration_ms": 30_000.0})})
+    needed = drain_to_judge_ms(at)
+    assert needed > 10_000.0 and f"falls {needed / 1e3:.1f} s after the arrivals" in " ".join(page.split())
+    assert all(int(_long(c, sc)["tokens_shed"]) == 0 for c in ("air", "liquid") for sc in ("baseline", "unthrottled"))
     air = {sc: int(_long("air", sc)["tokens_served"]) for sc in ("baseline", "unthrottled")}
     more = air["unthrottled"] - air["baseline"]
     assert f"{more} output tokens more than baseline in 40 s\n  ({100 * more / air['baseline']:.1f} %)" in page
