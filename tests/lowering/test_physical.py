@@ -461,14 +461,18 @@ def test_rerouted_or_migrated_expert_takes_its_open_work_along(kind: str) -> Non
 
 
 def drain_from(lw: LogicalWindow, plc: Placement, ov: Overlays | None, st: PhysicalState, wms: float,
-               ) -> tuple[list[Result], PhysicalState]:
-    """From state ``st`` after window 0: window 1 with the overlay, then empty windows until nothing is carried."""
+               drain_ms: float = 1.0) -> tuple[list[Result], PhysicalState]:
+    """From state ``st`` after window 0: window 1 (``wms`` long) with the overlay, then empty windows of ``drain_ms``
+    until nothing is carried (a window's length is the physicalizer's argument: the work carried is in absolute time,
+    so longer drain windows drain the same work in fewer calls)."""
     out: list[Result] = []
-    k = 1
+    k, t0 = 1, int(lw.t0_ns + wms * 1e6)
     while True:
-        w = _next_empty(lw, k, wms)
-        out.append(physicalize_window(k, w, plc, ov if k == 1 else None, st, ARCH, F, wms, 1.0, n_layers=2))
-        st = out[-1][2]
+        ms = wms if k == 1 else drain_ms
+        w = LogicalWindow(trace_id="t", window=lw.window + k, t0_ns=t0, t1_ns=int(t0 + ms * 1e6),
+                          compute=lw.compute.empty(), memory=lw.memory.empty())
+        out.append(physicalize_window(k, w, plc, ov if k == 1 else None, st, ARCH, F, ms, 1.0, n_layers=2))
+        st, t0 = out[-1][2], w.t1_ns
         if _drained(st):
             return out, st
         k += 1
