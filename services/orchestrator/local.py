@@ -49,6 +49,7 @@ class LocalResult:
     ambient_c: float = 45.0
     capacity: Capacity | None = None  # the chip's capacity for the workload (services/orchestrator/capacity.py)
     capacity_note: str | None = None  # why there is none (a serving workload)
+    workload: WorkloadConfig | None = None  # the workload the runs served (its SLO and drain, for the summary)
 
     @property
     def ok(self) -> bool:
@@ -139,7 +140,7 @@ def run_local(*, arch: str | Path, workload: str | Path | WorkloadConfig, tas: s
             with compute_clients(s, apps) as cc:
                 res = _execute(exp_id, out_dir, spec.workload.label, sessions, _threads(cc, sessions, s), progress,
                                t0, ambient, warm)
-        return replace(res, capacity=cap, capacity_note=serving_note(spec))
+        return replace(res, capacity=cap, capacity_note=serving_note(spec), workload=spec.workload)
     finally:
         if procs is not None:
             procs.shutdown()
@@ -293,6 +294,32 @@ def roofline_line(rows: list[dict[str, str]], cap: Capacity) -> str | None:
     return f"served of the DRAM roofline ({cap.roofline_tok_s:.1f} tok/s): {shares}"
 
 
+def short_drain_note(workload: WorkloadConfig | None, rows: list[dict[str, str]],
+                     settings: Settings | None = None) -> str | None:
+    """When a served run ended with tokens still queued (none shed) before the SLO had judged every request it
+    offered: which scenarios, and that their ``slo_met`` 0 may be the run's length, not the chip's. The judging end is
+    the arrivals plus the drain after which every request is past its SLO deadline (the workload service's, as
+    ``tasmoe capacity`` drains, `slo_capacity.drain_to_judge_ms`); asked for only when some run left tokens queued."""
+    sv = None if workload is None else workload.serving
+    queued = [r for r in rows if int(float(r.get("tokens_queued") or 0)) > 0
+              and int(float(r.get("tokens_shed") or 0)) == 0 and r.get("sim_time_ms")]
+    if workload is None or sv is None or not queued:
+        return None
+    from services.orchestrator.slo_capacity import drain_to_judge_ms  # it imports this module
+
+    needed = drain_to_judge_ms(workload, settings)
+    judged_ms = sv.duration_ms + needed
+    short = [r for r in queued if float(r["sim_time_ms"]) < judged_ms]
+    if not short:
+        return None
+    ran_s = max(float(r["sim_time_ms"]) for r in short) / 1e3
+    who = "every scenario" if len(short) == len(rows) > 1 else ", ".join(r["scenario"] for r in short)
+    return (f"note: {who} ended with tokens still queued after {ran_s:g} s, "
+            f"before the SLO judges every request offered ({sv.duration_ms / 1e3:g} s of arrivals and "
+            f"{needed / 1e3:.1f} s of drain; workload.serving.drain_ms is {sv.drain_ms / 1e3:g} s): slo_met 0 may be "
+            "the run's length, not the chip's")
+
+
 def print_summary(res: LocalResult, stream: TextIO | None = None) -> None:
     stream = sys.stdout if stream is None else stream  # looked up per call (not bound at import)
     rows: list[dict[str, str]] = []
@@ -306,6 +333,9 @@ def print_summary(res: LocalResult, stream: TextIO | None = None) -> None:
         print(summary_table(rows), end="", file=stream)
         for line in default_mapping_notes(res):
             print(f"note: {line}", file=stream)
+        drain = short_drain_note(res.workload, rows)
+        if drain is not None:
+            print(drain, file=stream)
         cmp_md = res.out_dir / "comparison.md"  # the metrics service's table: its throttling line, when it has one
         if cmp_md.is_file():
             for line in cmp_md.read_text(encoding="utf-8").splitlines():

@@ -12,11 +12,17 @@ from scripts.run_all import main as run_all_main
 from services.cli import main as cli_main
 from services.orchestrator import jobs
 from services.orchestrator.capacity import Capacity
-from services.orchestrator.local import LocalResult, default_mapping_notes, roofline_line, run_local
+from services.orchestrator.local import (
+    LocalResult,
+    default_mapping_notes,
+    roofline_line,
+    run_local,
+    short_drain_note,
+)
 from services.orchestrator.settings import OrchestratorSettings
 from services.placement.default import default_placement
 from shared.client import ServiceClients
-from shared.configs import load_arch
+from shared.configs import load_arch, load_workload
 from shared.contracts.placement import PlacementMeta
 from shared.settings import Settings
 from tests.conftest import CONFIGS
@@ -109,6 +115,22 @@ def test_a_run_shorter_than_a_micro_batch_says_why_no_token_completed(tmp_path: 
     out = capsys.readouterr().out
     assert "note: no token completed: the run (6 ms simulated) is shorter than one micro-batch" in out
     assert "DRAM roofline" in out and "served of the DRAM roofline" in out and "baseline 0 %" in out
+
+
+def test_a_run_that_ends_before_its_requests_are_judged_says_so() -> None:
+    """The default workload (10 s of arrivals at 2.3 requests/s: its requests are judged 33.3 s after the arrivals)
+    cut to 20 s: a scenario left with tokens queued, none shed, is named; one that shed tokens (a miss whatever the
+    drain), one that ran until every request was judged, or a workload that is not served are not."""
+    wl = load_workload(CONFIGS / "workload_serving.yaml")
+    row = {"scenario": "baseline", "tokens_queued": "38", "tokens_shed": "0", "sim_time_ms": "20000"}
+    note = short_drain_note(wl, [row, {**row, "scenario": "taps", "tokens_shed": "5"}])
+    assert note is not None and note.startswith("note: baseline ended with tokens still queued after 20 s")
+    assert "10 s of arrivals and 33.3 s of drain; workload.serving.drain_ms is 10 s" in note and "taps" not in note
+    both = short_drain_note(wl, [row, {**row, "scenario": "taps"}])
+    assert both is not None and both.startswith("note: every scenario ended with tokens still queued")
+    assert short_drain_note(wl, [{**row, "sim_time_ms": "43400"}]) is None
+    assert short_drain_note(wl, [{**row, "tokens_queued": "0"}]) is None
+    assert short_drain_note(load_workload(CONFIGS / "workload_mixtral_8x7b.yaml"), [row]) is None
 
 
 def test_the_roofline_line_gives_each_scenarios_share() -> None:
