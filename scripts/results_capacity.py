@@ -178,7 +178,12 @@ def capacity_table(found: dict[str, dict[str, Any]], order: list[str]) -> str:
         by_how.setdefault(found[sc]["how"].replace(f"runs of {sc},", "runs,"), []).append(sc)
     how = "How each was found: " + "; ".join(f"{', '.join(scs)}: {h}" for h, scs in by_how.items()) + "." \
         if by_how else ""
-    return "\n".join([head, rule, *rows]) + ("\n\n" + how if how else "")
+    undecided = [f"{sc} at {', '.join(format(float(r), '.3g') for r in found[sc]['undecided_rps'])} requests/s"
+                 for sc in [s for s in order if s in found] if found[sc].get("undecided_rps")]
+    if undecided:
+        how += (" Missed but not decided (tokens still queued after a drain short of the one that judges their "
+                "requests; not taken as the lowest missed): " + "; ".join(undecided) + ".")
+    return "\n".join([head, rule, *rows]) + ("\n\n" + how.strip() if how else "")
 
 
 def throttling_sentence(found: dict[str, dict[str, Any]]) -> str:

@@ -214,13 +214,15 @@ def probe_paths(out: Path, rate_rps: float) -> tuple[Path, Path]:
     return where, where.parent / f"{where.name}.workload.json"
 
 
-def finished_probe(where: Path, scenario: str, spec: ExperimentSpec) -> dict[str, str] | None:
+def finished_probe(where: Path, scenario: str, spec: ExperimentSpec, *, drain_given: bool = True,
+                   drain_needed_ms: float | None = None) -> dict[str, str] | None:
     """The result row of a probe an earlier search finished in ``where`` (an interrupted search run again with the
     same ``--out`` reads it instead of running it again), or None when it did not finish (what it left is then
     removed, `_clear_probe`). A folder holding anything else, a probe whose run log records other configs than
     ``spec`` or another scenario's or workload's run (an earlier search of another chip, policy, scenario or workload
     in the same folder), is refused, naming ``out``: its verdict would stand for configs it did not run, and it is
-    not this search's to remove."""
+    not this search's to remove. ``drain_given`` / ``drain_needed_ms``: whether this search's drain is ``--drain-ms``
+    and the drain that judges the probe's requests, so that a refusal over the drain alone says how to resume."""
     csv_path = result_csv_path(where, scenario, spec.workload.label)
     others = sorted({p.parent.name for p in where.glob("runs/*/run.log")} - {scenario}) + sorted(
         str(p.relative_to(where)) for p in where.glob("*/*.csv") if p != csv_path)
@@ -233,25 +235,33 @@ def finished_probe(where: Path, scenario: str, spec: ExperimentSpec) -> dict[str
     want = spec.for_scenario(scenario).model_dump(mode="json")
     if ran != want:
         raise BadInput(f"out: {where} holds a finished probe of other configs than this search's"
-                       f"{_only_the_drain(ran, want)}; search into another folder (or remove that one)", field="out")
+                       f"{_only_the_drain(ran, want, drain_given, drain_needed_ms)}; search into another folder "
+                       "(or remove that one)", field="out")
     with csv_path.open(encoding="utf-8") as fh:
         return next(csv.DictReader(fh))
 
 
-def _only_the_drain(ran: dict[str, Any] | None, want: dict[str, Any]) -> str:
-    """When a finished probe differs from this search's only in its drain (a search run before each probe drained
-    until its requests are judged, resumed without ``--drain-ms``): the words that say so and how to resume it."""
+def _only_the_drain(ran: dict[str, Any] | None, want: dict[str, Any], drain_given: bool,
+                    drain_needed_ms: float | None) -> str:
+    """When a finished probe differs from this search's only in its drain: the words that say so and how to resume
+    it (a search that drained each probe until its requests were judged resumes without ``--drain-ms``; one of a
+    fixed drain, with that drain)."""
     def drain(cfg: dict[str, Any] | None) -> Any:
-        return ((cfg or {}).get("workload") or {}).get("serving", {}).get("drain_ms")
+        return (((cfg or {}).get("workload") or {}).get("serving") or {}).get("drain_ms")
 
-    if ran is None or drain(ran) == drain(want) or drain(ran) is None or drain(want) is None:
+    old, new = drain(ran), drain(want)
+    if ran is None or old is None or new is None or old == new:
         return ""
     same = json.loads(json.dumps(ran))
-    same["workload"]["serving"]["drain_ms"] = drain(want)
+    same["workload"]["serving"]["drain_ms"] = new
     if same != want:
         return ""
-    return (f": only its drain differs, {float(drain(ran)) / 1e3:g} s against this search's "
-            f"{float(drain(want)) / 1e3:g} s (--drain-ms {float(drain(ran)):g} resumes it)")
+    if drain_given and drain_needed_ms is not None and float(old) == drain_needed_ms:
+        how = "without --drain-ms (each probe drained until its requests are judged) resumes it"
+    else:
+        how = f"--drain-ms {float(old):.10g} resumes it, if every probe of that search drained as long"
+    return (f": only its drain differs, {float(old) / 1e3:.10g} s against this search's {float(new) / 1e3:.10g} s "
+            f"({how})")
 
 
 def _clear_probe(where: Path) -> None:
@@ -375,7 +385,8 @@ def measure_slo_capacity(*, arch: str | Path, workload: str | Path, tas: str | P
         drain = needed if drain_ms is None else drain_ms
         wl = _at_rate(base, rate, duration_ms, drain, drain_judged=drain_ms is None)
         where, wl_file = probe_paths(out, rate)
-        row = None if run is not None else finished_probe(where, scenario, _probe_spec(wl))
+        row = None if run is not None else finished_probe(where, scenario, _probe_spec(wl),
+                                                          drain_given=drain_ms is not None, drain_needed_ms=needed)
         if row is None:
             row = _run_probe(wl, where, wl_file)
         verdict = judge(rate, row, *limits, drain_ms=drain, drain_needed_ms=needed)

@@ -17,8 +17,8 @@ from tests.conftest import REPO
 
 # the flatout experiment's load and warm start (services/orchestrator/default_experiment.py), cut to 0.6 s of
 # arrivals: 200 windows, which also caps the warm-up pass at 200 windows (a warm start from the steady state of their
-# mean power). Baseline throttles within them and TACS acts; about a minute for the five scenarios on an idle 2-core
-# machine, against three for 1.5 s of arrivals (a flat-out window costs ~60 ms of loop time, a warm-up window ~30).
+# mean power). Baseline throttles within them and TACS acts: the five scenarios took 60 s on an idle 2-core machine
+# (pytest -n0), where 1.5 s of arrivals took 259 s in a whole-suite run beside the suite's other worker.
 ARRIVALS_MS = 600.0
 WARMUP_MS = FLAT_OUT.warmup_ms or 0.0
 RATE_RPS = FLAT_OUT.rate_rps or 0.0

@@ -133,6 +133,20 @@ def test_a_run_that_ends_before_its_requests_are_judged_says_so() -> None:
     assert short_drain_note(load_workload(CONFIGS / "workload_mixtral_8x7b.yaml"), [row]) is None
 
 
+def test_a_drain_the_workload_service_cannot_compute_leaves_a_note_not_a_crash(monkeypatch: pytest.MonkeyPatch
+                                                                                ) -> None:
+    import services.orchestrator.slo_capacity as sc
+    from shared.errors import BadInput
+
+    def refuse(*_: object, **__: object) -> float:
+        raise BadInput("workload: too many windows", field="workload")
+
+    monkeypatch.setattr(sc, "drain_to_judge_ms", refuse)
+    row = {"scenario": "baseline", "tokens_queued": "38", "tokens_shed": "0", "sim_time_ms": "20000"}
+    note = short_drain_note(load_workload(CONFIGS / "workload_serving.yaml"), [row])
+    assert note is not None and "unknown (workload: too many windows)" in note
+
+
 def test_the_roofline_line_gives_each_scenarios_share() -> None:
     cap = Capacity(makespan_ms=10.0, open_limit=8, capacity_tok_s=1000.0, offered_tok_s=3200.0, load=3.2,
                    exact=False, bytes_mb=1e9, roofline_tok_s=1000.0)

@@ -305,6 +305,22 @@ def test_a_probe_that_differs_only_in_its_drain_is_refused_saying_how_to_resume_
     assert len(ran) == 2
 
 
+def test_a_judged_drain_search_resumed_with_a_fixed_drain_is_told_to_drop_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other way round: probes drained until their requests were judged, resumed with --drain-ms: the refusal
+    says that resuming without --drain-ms reads them."""
+    import services.orchestrator.slo_capacity as sc
+
+    ran: list[float] = []
+    monkeypatch.setattr(sc, "run_local", _run_local_writing_what_a_run_leaves(2.3, ran))
+    kw = {**_real_configs(tmp_path), "probes": 2, "drain_to_judge": lambda wl: 32_000.0}
+    measure_slo_capacity(**kw)
+    with pytest.raises(BadInput) as e:
+        measure_slo_capacity(**kw, drain_ms=10_000.0)
+    assert "only its drain differs, 32 s against this search's 10 s" in str(e.value)
+    assert "without --drain-ms" in str(e.value) and len(ran) == 2
+
+
 def test_a_search_of_another_scenario_into_the_same_folder_is_refused_and_removes_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A probe folder holding another scenario's finished run is not this search's: refused naming out, and kept."""

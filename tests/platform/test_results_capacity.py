@@ -135,3 +135,6 @@ def test_a_miss_the_drain_left_undecided_is_not_the_lowest_missed(tmp_path: Path
     _collect(tmp_path, tmp_path / "data")
     v = json.loads((tmp_path / "data" / rc.CAPACITY_FILE).read_text(encoding="utf-8"))["scenarios"]["baseline"]
     assert (v["rate_rps"], v["first_missed_rps"], v["undecided_rps"]) == (2.0, 2.6, [2.4])
+    table = rc.capacity_text(tmp_path / "data", "", ["baseline"])
+    assert "| baseline | 2 | 2.6 |" in table and "Missed but not decided" in table
+    assert "baseline at 2.4 requests/s" in table
