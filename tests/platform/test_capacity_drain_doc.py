@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+from typing import Any
 
 import pytest
 
@@ -74,3 +75,82 @@ def test_the_query_block_128_capacity_is_as_docs_sweep_says() -> None:
     throttled, peak = float(b["time_throttled_ms"]), float(b["T_peak_logic"])
     assert f"throttles for {throttled:.0f} ms and peaks at {peak:.1f} °C" in page
     assert float(u["time_throttled_ms"]) == 0 and f"reference peaks at {float(u['T_peak_logic']):.1f} °C" in page
+
+
+def _verdicts(folder: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads((DATA / "capacity-qb128" / folder / "slo_capacity.json").read_text(
+        encoding="utf-8"))
+    assert found["set"] == {"workload.operators.attn.query_block": 128} and found["drain_ms"] is None
+    assert all(p["drain_ms"] == p["drain_needed_ms"] for p in found["probes"])  # each drained until judged
+    assert all(p["tokens_served"] == p["tokens_offered"] for p in found["probes"])  # "every probe served every token"
+    assert all("p99 TPOT" in p["why"] and "TTFT" not in p["why"] for p in found["probes"] if not p["met"])
+    return found
+
+
+def _row(folder: str) -> dict[str, str]:
+    with (DATA / "capacity-qb128" / folder / "summary.csv").open(encoding="utf-8") as fh:
+        return next(csv.DictReader(fh))
+
+
+def test_where_the_query_block_128_capacity_ends_is_as_docs_sweep_says() -> None:
+    """docs/sweep.md's searches upward with a query block of 128: the table is the probes' (and the two baseline
+    runs' rows), the brackets are theirs, and throttling costs no capacity the probes resolve."""
+    page = _sweep_page()
+    unthr, base = _verdicts("unthrottled-6.1to12"), _verdicts("baseline-6.1to12")
+    assert (unthr["scenario"], base["scenario"]) == ("unthrottled", "baseline")
+    at72 = _row("baseline-at-7.2")
+    assert at72["scenario"] == "baseline" and at72["slo_met"] == "1"
+    assert at72["tokens_served"] == at72["tokens_offered"] and at72["tokens_queued"] == "0"
+    by_rate: dict[float, dict[str, tuple[bool, float, float, float]]] = {}
+    for sc, found in (("unthrottled", unthr), ("baseline", base)):
+        for p in found["probes"]:
+            by_rate.setdefault(round(p["rate_rps"], 6), {})[sc] = (
+                p["met"], p["ttft_p99_ms"], p["tpot_p99_ms"], p["T_peak_logic"])
+    by_rate[7.2]["baseline"] = (True, float(at72["ttft_p99_ms"]), float(at72["tpot_p99_ms"]),
+                                float(at72["T_peak_logic"]))
+
+    def cells(v: tuple[bool, float, float, float] | None) -> str:
+        if v is None:
+            return "– | | | |"
+        return f"{'met' if v[0] else 'missed'} | {v[1]:.0f} | {v[2]:.0f} | {v[3]:.1f} |"
+
+    for rate in sorted(by_rate):
+        line = f"| {rate:g} | {cells(by_rate[rate].get('unthrottled'))} {cells(by_rate[rate].get('baseline'))}"
+        assert line in page, line
+    met_u = max(r for r, v in by_rate.items() if v.get("unthrottled", (False,))[0])
+    miss_u = min(r for r, v in by_rate.items() if "unthrottled" in v and not v["unthrottled"][0])
+    met_b = max(r for r, v in by_rate.items() if v.get("baseline", (False,))[0])
+    miss_b = min(r for r, v in by_rate.items() if "baseline" in v and not v["baseline"][0])
+    assert f"between {met_u:g} and {miss_u:g} requests/s unthrottled, between {met_b:g} and {miss_b:g} in" in page
+    assert met_b >= miss_u  # "baseline meets ... at 8.6 requests/s, where the unthrottled chip misses"
+    b86, u86 = (_row_of(f"{sc}-6.1to12/probe-8.6.summary.csv") for sc in ("baseline", "unthrottled"))
+    assert float(b86["tpot_p50_ms"]) > float(u86["tpot_p50_ms"])  # "not a faster throttled chip"
+    assert (f"median TPOT is {float(b86['tpot_p50_ms']):.0f} ms against the unthrottled chip's "
+            f"{float(u86['tpot_p50_ms']):.0f}") in page
+    assert f"DRAM peaks at {float(u86['T_peak_dram']):.1f} °C" in page
+    assert f"baseline's peaks at {float(b86['T_peak_dram']):.1f} °C" in page
+    assert float(b86["T_peak_dram"]) <= 85.0 < float(u86["T_peak_dram"])  # refresh doubles above 85 °C
+    peaks = [p["T_peak_logic"] for p in base["probes"]] + [float(at72["T_peak_logic"])]
+    assert f"baseline peaks at {min(peaks):.1f} to {max(peaks):.1f} °C, under the 89 °C limit" in page
+    assert max(peaks) <= 89.0
+    drains = [p["drain_ms"] for f in (unthr, base) for p in f["probes"]]
+    assert f"({min(drains) / 1e3:.1f} to {max(drains) / 1e3:.1f} s)" in page
+    six = _row("baseline-at-6")
+    assert six["slo_met"] == "1" and f"met, throttled for {float(six['time_throttled_ms']):.0f} ms" in page
+    assert all(p["met"] for p in _verdicts("unthrottled-3.1to6")["probes"])
+
+
+def _row_of(path: str) -> dict[str, str]:
+    with (DATA / "capacity-qb128" / path).open(encoding="utf-8") as fh:
+        return next(csv.DictReader(fh))
+
+
+def test_the_readme_says_the_capacity_more_than_triples_with_a_query_block_of_128() -> None:
+    """README: with a query block of 128 "the default arrivals' SLO capacity more than triples, throttled or not":
+    the lowest highest-met rate of the searches upward against the default experiment's capacities."""
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert "the default arrivals' SLO capacity more than triples, throttled or not" in readme
+    default = json.loads((DATA / "default" / "capacity.json").read_text(encoding="utf-8"))["scenarios"]
+    for sc in ("baseline", "unthrottled"):
+        tiled = _verdicts(f"{sc}-6.1to12")["rate_rps"]
+        assert tiled > 3 * default[sc]["rate_rps"], sc
