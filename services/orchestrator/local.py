@@ -5,6 +5,7 @@ scenario on the embedded pool, the compute services as in-process ASGI apps behi
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import sys
@@ -294,19 +295,31 @@ def roofline_line(rows: list[dict[str, str]], cap: Capacity) -> str | None:
     return f"served of the DRAM roofline ({cap.roofline_tok_s:.1f} tok/s): {shares}"
 
 
+JUDGE_WINDOW_MS = 3.0  # the window the drain's trace summary is asked at (the drain does not depend on it)
+
+
+def drain_to_judge_ms(workload: WorkloadConfig, settings: Settings | None = None) -> float:
+    """The shortest drain after which the SLO judges every request ``workload`` offers, as the workload service
+    computes it (its trace summary's ``drain_to_judge_ms``, `shared.slo.drain_to_judge_ms`), ms."""
+    from services.orchestrator.worker import compute_clients
+
+    with compute_clients(orchestrator_settings(settings), only=("workload",)) as cc:
+        # one Idempotency-Key per workload asked about
+        key = "capacity-drain-" + hashlib.sha256(workload.model_dump_json().encode()).hexdigest()[:16]
+        return Pipeline(cc, run_key=key).create_trace(workload, JUDGE_WINDOW_MS).drain_to_judge_ms
+
+
 def short_drain_note(workload: WorkloadConfig | None, rows: list[dict[str, str]],
                      settings: Settings | None = None) -> str | None:
     """When a served run ended with tokens still queued (none shed) before the SLO had judged every request it
     offered: which scenarios, and that their ``slo_met`` 0 may be the run's length, not the chip's. The judging end is
     the arrivals plus the drain after which every request is past its SLO deadline (the workload service's, as
-    ``tasmoe capacity`` drains, `slo_capacity.drain_to_judge_ms`); asked for only when some run left tokens queued."""
+    ``tasmoe capacity`` drains, `drain_to_judge_ms`); asked for only when some run left tokens queued."""
     sv = None if workload is None else workload.serving
     queued = [r for r in rows if int(float(r.get("tokens_queued") or 0)) > 0
               and int(float(r.get("tokens_shed") or 0)) == 0 and r.get("sim_time_ms")]
     if workload is None or sv is None or not queued:
         return None
-    from services.orchestrator.slo_capacity import drain_to_judge_ms  # it imports this module
-
     try:  # the offered requests alone decide it: asked of the arrivals without the run's drain, as the search asks
         needed = drain_to_judge_ms(workload.model_copy(update={"serving": sv.model_copy(update={"drain_ms": 0.0})}),
                                    settings)

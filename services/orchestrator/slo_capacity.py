@@ -25,7 +25,6 @@ roofline in tokens per second is the capacity estimate's (services/orchestrator/
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import math
 import shutil
@@ -37,8 +36,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from services.orchestrator.local import LocalResult, check_ok, local_spec, run_local
-from services.orchestrator.pipeline_clients import Pipeline
+from services.orchestrator.local import LocalResult, check_ok, drain_to_judge_ms, local_spec, run_local
 from services.orchestrator.run_files import result_csv_path
 from services.orchestrator.run_log import logged_config
 from services.orchestrator.schemas import ExperimentSpec, Scenario
@@ -50,7 +48,6 @@ from shared.slo import slo_misses
 
 M = TypeVar("M", bound=BaseModel)
 SET_KINDS = ("arch", "tas", "workload")  # what ``--set KEY=VALUE`` may replace a value of
-JUDGE_WINDOW_MS = 3.0  # the window the drain's trace summary is asked at (the drain does not depend on it)
 SEARCH_KEYS = ("workload.serving.rate_rps", "workload.serving.duration_ms", "workload.serving.drain_ms")
 
 
@@ -269,18 +266,6 @@ def _clear_probe(where: Path) -> None:
     shutil.rmtree(where, ignore_errors=True)
     for db in where.parent.glob(f"{where.name}.sqlite3*"):
         db.unlink()
-
-
-def drain_to_judge_ms(workload: WorkloadConfig, settings: Settings | None = None) -> float:
-    """The shortest drain after which the SLO judges every request ``workload`` offers, as the workload service
-    computes it (its trace summary's ``drain_to_judge_ms``, `shared.slo.drain_to_judge_ms`), ms."""
-    from services.orchestrator.settings import orchestrator_settings
-    from services.orchestrator.worker import compute_clients
-
-    with compute_clients(orchestrator_settings(settings), only=("workload",)) as cc:
-        # one Idempotency-Key per workload asked about
-        key = "capacity-drain-" + hashlib.sha256(workload.model_dump_json().encode()).hexdigest()[:16]
-        return Pipeline(cc, run_key=key).create_trace(workload, JUDGE_WINDOW_MS).drain_to_judge_ms
 
 
 def _drain_words(done: list[Probe], drain_ms: float | None, limits: tuple[float, float]) -> str:

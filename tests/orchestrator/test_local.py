@@ -135,13 +135,13 @@ def test_a_run_that_ends_before_its_requests_are_judged_says_so() -> None:
 
 def test_a_drain_the_workload_service_cannot_compute_leaves_a_note_not_a_crash(monkeypatch: pytest.MonkeyPatch
                                                                                 ) -> None:
-    import services.orchestrator.slo_capacity as sc
+    import services.orchestrator.local as local
     from shared.errors import BadInput
 
     def refuse(*_: object, **__: object) -> float:
         raise BadInput("workload: too many windows", field="workload")
 
-    monkeypatch.setattr(sc, "drain_to_judge_ms", refuse)
+    monkeypatch.setattr(local, "drain_to_judge_ms", refuse)
     row = {"scenario": "baseline", "tokens_queued": "38", "tokens_shed": "0", "sim_time_ms": "20000"}
     note = short_drain_note(load_workload(CONFIGS / "workload_serving.yaml"), [row])
     assert note is not None and "unknown (workload: too many windows)" in note

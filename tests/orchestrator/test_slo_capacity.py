@@ -390,7 +390,7 @@ def test_a_miss_on_tokens_queued_after_a_drain_too_short_to_judge_says_the_drain
 def test_the_drain_to_judge_is_the_workload_services_for_the_probes_requests() -> None:
     """The search asks the workload service (its trace summary) for the drain, and it is shared/slo.py's rule over
     the requests the probe's workload offers."""
-    from services.orchestrator.slo_capacity import drain_to_judge_ms
+    from services.orchestrator.local import drain_to_judge_ms
     from services.workload.arrivals import offered_requests
     from shared.configs import load_workload
     from shared.slo import drain_to_judge_ms as rule

@@ -21,7 +21,7 @@ def _page() -> str:
 
 
 def test_the_default_searchs_verdicts_and_the_probe_run_again_are_as_the_page_says() -> None:
-    from services.orchestrator.slo_capacity import drain_to_judge_ms
+    from services.orchestrator.local import drain_to_judge_ms
     from shared.configs import load_workload
 
     page = _page()

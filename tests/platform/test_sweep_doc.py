@@ -14,7 +14,8 @@ import yaml
 from services.metrics.compare import compare, throttling
 from services.metrics.sweep_plots import pareto_front
 from services.orchestrator.default_experiment import FLAT_OUT
-from services.orchestrator.slo_capacity import drain_to_judge_ms, judge
+from services.orchestrator.local import drain_to_judge_ms
+from services.orchestrator.slo_capacity import judge
 from services.workload.arrivals import load_arrival_trace, offered_requests
 from services.workload.serving import ServingPlan
 from services.workload.sources import WorkloadSources
