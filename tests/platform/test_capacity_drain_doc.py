@@ -45,15 +45,11 @@ def test_the_default_searchs_verdicts_and_the_probe_run_again_are_as_the_page_sa
     assert drain_to_judge_ms(at) == drain  # the workload service's drain for the default at 2.4 requests/s
 
 
-def _sweep_page() -> str:
-    return " ".join((REPO / "docs" / "sweep.md").read_text(encoding="utf-8").split())
-
-
 def test_the_query_block_128_capacity_is_as_docs_sweep_says() -> None:
     """docs/sweep.md's capacity with a query block of 128 (docs/results/capacity-qb128/): each probe drained until
     every request was judged, every rate tried met in both scenarios (so the capacity is a bound), the numbers of
     the prose are the probes'."""
-    page = _sweep_page()
+    page = _page()
     top: dict[str, dict[str, str]] = {}
     for sc in ("baseline", "unthrottled"):
         found = json.loads((DATA / "capacity-qb128" / sc / "slo_capacity.json").read_text(encoding="utf-8"))
@@ -87,18 +83,19 @@ def _verdicts(folder: str) -> dict[str, Any]:
     return found
 
 
-def _row(folder: str) -> dict[str, str]:
-    with (DATA / "capacity-qb128" / folder / "summary.csv").open(encoding="utf-8") as fh:
+def _row(path: str) -> dict[str, str]:
+    """The one result row of a CSV under docs/results/capacity-qb128/."""
+    with (DATA / "capacity-qb128" / path).open(encoding="utf-8") as fh:
         return next(csv.DictReader(fh))
 
 
 def test_where_the_query_block_128_capacity_ends_is_as_docs_sweep_says() -> None:
     """docs/sweep.md's searches upward with a query block of 128: the table is the probes' (and the two baseline
     runs' rows), the brackets are theirs, and throttling costs no capacity the probes resolve."""
-    page = _sweep_page()
+    page = _page()
     unthr, base = _verdicts("unthrottled-6.1to12"), _verdicts("baseline-6.1to12")
     assert (unthr["scenario"], base["scenario"]) == ("unthrottled", "baseline")
-    at72 = _row("baseline-at-7.2")
+    at72 = _row("baseline-at-7.2/summary.csv")
     assert at72["scenario"] == "baseline" and at72["slo_met"] == "1"
     assert at72["tokens_served"] == at72["tokens_offered"] and at72["tokens_queued"] == "0"
     by_rate: dict[float, dict[str, tuple[bool, float, float, float]]] = {}
@@ -123,7 +120,7 @@ def test_where_the_query_block_128_capacity_ends_is_as_docs_sweep_says() -> None
     miss_b = min(r for r, v in by_rate.items() if "baseline" in v and not v["baseline"][0])
     assert f"between {met_u:g} and {miss_u:g} requests/s unthrottled, between {met_b:g} and {miss_b:g} in" in page
     assert met_b >= miss_u  # "baseline meets ... at 8.6 requests/s, where the unthrottled chip misses"
-    b86, u86 = (_row_of(f"{sc}-6.1to12/probe-8.6.summary.csv") for sc in ("baseline", "unthrottled"))
+    b86, u86 = (_row(f"{sc}-6.1to12/probe-8.6.summary.csv") for sc in ("baseline", "unthrottled"))
     assert float(b86["tpot_p50_ms"]) > float(u86["tpot_p50_ms"])  # "not a faster throttled chip"
     assert (f"median TPOT is {float(b86['tpot_p50_ms']):.0f} ms against the unthrottled chip's "
             f"{float(u86['tpot_p50_ms']):.0f}") in page
@@ -135,14 +132,9 @@ def test_where_the_query_block_128_capacity_ends_is_as_docs_sweep_says() -> None
     assert max(peaks) <= 89.0
     drains = [p["drain_ms"] for f in (unthr, base) for p in f["probes"]]
     assert f"({min(drains) / 1e3:.1f} to {max(drains) / 1e3:.1f} s)" in page
-    six = _row("baseline-at-6")
+    six = _row("baseline-at-6/summary.csv")
     assert six["slo_met"] == "1" and f"met, throttled for {float(six['time_throttled_ms']):.0f} ms" in page
     assert all(p["met"] for p in _verdicts("unthrottled-3.1to6")["probes"])
-
-
-def _row_of(path: str) -> dict[str, str]:
-    with (DATA / "capacity-qb128" / path).open(encoding="utf-8") as fh:
-        return next(csv.DictReader(fh))
 
 
 def test_the_readme_says_the_capacity_more_than_triples_with_a_query_block_of_128() -> None:
