@@ -43,7 +43,7 @@ from shared.settings import Settings
 
 SIZES = (1, 2, 5, 64)
 # a mid-run start, a micro-batch in flight: its epoch of 64 completes it
-MID = {"default": 40, "saturated": 30, "serving": 40, "serving-groups": 40}
+MID = {"default": 40, "saturated": 30, "serving": 40, "serving-groups": 40, "serving-striped": 42}
 W_NS = 3_000_000
 # a small Mixtral-shaped model: its micro-batches take about one window on the 8 x 8 chip, so many of them form,
 # span window boundaries and complete within a reference run
@@ -56,7 +56,9 @@ SMALL_MOE = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "
 def serving_scenario(name: str, n_windows: int) -> dict[str, Any]:
     """``scenario``'s keys for a served run of ``n_windows`` windows: one request a window on average (seeded
     arrivals, prompts of 8-299 tokens, 1-23 output tokens), a budget of 256 tokens in chunks of 128, 8 running and
-    6 waiting at most; ``serving-groups``: attention on groups of 16 cores, four lanes."""
+    6 waiting at most; ``serving-groups``: attention on groups of 16 cores, four lanes; ``serving-striped``: every
+    routed expert striped over 2 cores (its pieces do not depend on the queues, so an epoch takes a waiting
+    micro-batch's lowering from the rows lowered in an earlier window while the queues move)."""
     from services.placement.default import default_placement as plc_of
     from shared.dvfs import top_freqs
 
@@ -68,6 +70,8 @@ def serving_scenario(name: str, n_windows: int) -> dict[str, Any]:
     if name == "serving-groups":
         arch = arch.model_copy(update={"schedule": arch.schedule.model_copy(update={"attention": "group",
                                                                                     "group_cores": 16})})
+    if name == "serving-striped":
+        arch = arch.model_copy(update={"schedule": arch.schedule.model_copy(update={"expert_stripe": 2})})
     cache = wsvc.TraceCache(2)
     summary = wsvc.create_trace(cache, WorkloadSources.packaged(), cfg, 3.0)
     placement = plc_of(arch, summary.moe_layers, summary.n_experts, cfg.tensors.weight_shard_mb, summary.expert_bytes)
@@ -119,7 +123,7 @@ def _sequential(name: str, sc: dict[str, Any], n: int) -> Reference:
     return Reference(name=name, sc=sc, windows=windows, states=states)
 
 
-@pytest.fixture(scope="module", params=["default", "saturated", "serving", "serving-groups"])
+@pytest.fixture(scope="module", params=["default", "saturated", "serving", "serving-groups", "serving-striped"])
 def ref(request: pytest.FixtureRequest) -> Reference:
     name = request.param
     n = MID[name] + max(SIZES)
@@ -173,6 +177,8 @@ def test_the_references_cover_what_they_claim(ref: Reference) -> None:
         sv = [s["serving"] for s in states]
         mid = sv[MID[ref.name] - 1]
         assert any(x >= 0 for x in mid["lanes"]) and mid["batches"]["mb_id"] and mid["waiting"]["request_id"]
+        if ref.name == "serving-striped":
+            assert {ep.policy for ep in ref.sc["placement"].experts.values()} == {"stripe"}
         lanes = 4 if ref.name == "serving-groups" else 1
         assert all(len(s["lanes"]) == lanes for s in sv)
         assert lanes == 1 or max(sum(x >= 0 for x in s["lanes"]) for s in sv) >= 2

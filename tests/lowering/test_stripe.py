@@ -78,3 +78,37 @@ def test_a_striped_expert_is_faster_than_one_core_when_weights_bound() -> None:
         ends[name] = len(res)
     assert ends["striped"] < ends["one"]
     assert N == 64
+
+
+def test_a_striped_row_does_not_depend_on_the_queues_and_a_replicated_one_does() -> None:
+    """`assign` splits a replicated expert's row over its replicas by the queues at the window start, and gives a
+    striped expert's row one piece per core of its stripe whatever the queues. The look-ahead's cache takes a row's
+    lowering from an earlier window only when its pieces cannot have changed, so it must mark the replicated row as
+    queue-dependent and the striped one not (a striped row marked so was lowered again every window)."""
+    from services.lowering.physical.assign import Pieces, Rows, assign
+    from services.lowering.physical.lookahead import _split_over_replicas
+    from shared.contracts.placement import ReplicaState
+
+    lw = small_window()
+    rows = Rows.from_logical(lw.compute)
+    plc = _striped(["L0E0"])
+    plc.experts["L0E1"] = ExpertPlacement(cores=[1, 2], policy="replicate")
+    chip, replicas = Chip.from_arch(ARCH), ReplicaState()
+    idle, queued = np.zeros(N), np.zeros(N)
+    queued[1] = 5e6  # core 1 busy for 5 ms: the replicated row's tokens go to core 2
+    quiet, busy = (assign(rows, plc, replicas, [], chip, ARCH, b, np.asarray(F)) for b in (idle, queued))
+
+    def pieces_of(p: Pieces, expert: int) -> list[tuple[int, int, float]]:
+        sel = np.flatnonzero((rows.layer[p.row] == 0) & (rows.expert[p.row] == expert))
+        return sorted(zip(p.row[sel].tolist(), p.core[sel].tolist(), p.tok_frac[sel].tolist(), strict=True))
+
+    striped_rows = np.flatnonzero((rows.layer == 0) & (rows.expert == 0)).tolist()
+    assert striped_rows
+    assert pieces_of(quiet, 0) == pieces_of(busy, 0) == [(r, c, 1.0) for r in striped_rows for c in GROUP]
+    assert pieces_of(quiet, 1) != pieces_of(busy, 1)
+    cores_of: dict[tuple[int, int], list[int]] = {}
+    assign(rows, plc, replicas, [], chip, ARCH, idle, np.asarray(F), cores_of)
+    multi = _split_over_replicas(rows, cores_of, plc)
+    l0 = rows.layer == 0
+    assert multi[l0 & (rows.expert == 1)].all() and not multi[l0 & (rows.expert == 0)].any()
+    assert not multi[~rows.is_expert].any()

@@ -25,7 +25,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from services.lowering.physical.assign import Pieces, Rows, assign
+from services.lowering.physical.assign import Pieces, Rows, assign, is_striped
 from services.lowering.physical.columns import LogicalMem, Strings
 from services.lowering.physical.cost import Cost, cost
 from services.lowering.physical.memory import MemRows, TensorTable, Traffic, prepare, row_bytes, traffic
@@ -33,6 +33,7 @@ from services.lowering.physical.overlays import Reroute
 from services.lowering.physical.schedule import PieceGroups, Schedule, Stages, schedule_groups
 from shared.chip import Chip
 from shared.configs.arch import ArchConfig
+from shared.contracts.ids import expert_id
 from shared.contracts.placement import Placement, ReplicaState
 from shared.energy import EnergyModel
 from shared.errors import BadInput
@@ -277,10 +278,7 @@ def _lower_rows(ctx: LoweringContext, replicas: ReplicaState, rows: Rows, sub: I
     exp_tr = traffic(mr, pieces, exp_idx, chip)
     split_bytes = row_bytes(mr, len(rows))[pieces.row] / pieces.k
     pc = cost(rows, pieces, exp_tr, exp_idx, split_bytes, chip, arch, ctx.em, ctx.freq, ctx.vault_bw)
-    ex = np.flatnonzero(rows.is_expert)
-    row_multi = np.zeros(len(rows), dtype=bool)
-    row_multi[ex] = [len(cores_of[(lv, e)]) > 1
-                     for lv, e in zip(rows.layer[ex].tolist(), rows.expert[ex].tolist(), strict=True)]
+    row_multi = _split_over_replicas(rows, cores_of, ctx.placement)
     return _scheduled(rows, pieces, mr, pc, piece_links(exp_tr, exp_idx, pieces, chip), row_multi,
                       backlog if row_multi.any() else None)
 
@@ -294,6 +292,18 @@ def _scheduled(rows: Rows, pieces: Pieces, mr: MemRows, pc: Cost, links: dict[in
     groups = PieceGroups.of(stages, p_stage, pieces.core, pc.dur_ns, order_key, links)
     return LoweredRows(rows=rows, pieces=pieces, mr=mr, pc=pc, stages=stages, p_stage=p_stage, order_key=order_key,
                        groups=groups, links=links, row_multi=row_multi, backlog=backlog)
+
+
+def _split_over_replicas(rows: Rows, cores_of: dict[tuple[int, int], list[int]], placement: Placement
+                         ) -> NDArray[np.bool_]:
+    """Per row: an expert row split over replicas by the queues at the window start (`assign`'s water-filling), so
+    its pieces depend on them. A striped expert's row is not: it has one piece per core of its stripe whatever the
+    queues, as a single-core expert's row has one."""
+    out = np.zeros(len(rows), dtype=bool)
+    ex = np.flatnonzero(rows.is_expert)
+    out[ex] = [len(cores_of[(lv, e)]) > 1 and not is_striped(expert_id(lv, e), placement)
+               for lv, e in zip(rows.layer[ex].tolist(), rows.expert[ex].tolist(), strict=True)]
+    return out
 
 
 def _checked_memory(lm: LogicalMem, msel: I64, ctx: LoweringContext) -> NDArray[np.bool_]:
