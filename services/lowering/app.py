@@ -20,10 +20,10 @@ from shared.contracts.events import (
 from shared.contracts.placement import Placement
 from shared.contracts.registry import Registered
 from shared.peers import peers_of, workload_microbatches
-from shared.service_app import ERROR_RESPONSES, create_service_app
+from shared.service_app import ERROR_RESPONSES, JsonRoute, create_service_app
 from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["lowering"])
+router = APIRouter(route_class=JsonRoute, tags=["lowering"])
 
 
 def _run_data(request: Request) -> service.RunData:

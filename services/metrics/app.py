@@ -33,10 +33,10 @@ from shared.contracts.metrics import (
     SweepPlotKind,
     SweepPlotRequest,
 )
-from shared.service_app import create_service_app
+from shared.service_app import JsonRoute, create_service_app
 from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["metrics"])
+router = APIRouter(route_class=JsonRoute, tags=["metrics"])
 
 
 @router.post("/reduce")

@@ -48,12 +48,12 @@ from shared.configs.workload import InlineModel
 from shared.db import database_outage, outage_text
 from shared.errors import BadInput, Conflict, DatabaseUnavailable, NotFound, TasmoeError, UpstreamError
 from shared.link_tokens import LinkTokens
-from shared.service_app import ErrorBody, create_service_app, install_database_errors, principal_of
+from shared.service_app import ErrorBody, JsonRoute, create_service_app, install_database_errors, principal_of
 from shared.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(tags=["orchestrator"], responses={
+router = APIRouter(route_class=JsonRoute, tags=["orchestrator"], responses={
     503: {"model": ErrorBody, "description": "The run-state database cannot be reached for now; see Retry-After"}})
 
 IdPath = Annotated[str, "experiment id"]

@@ -37,10 +37,10 @@ from shared.contracts.placement_api import (
 )
 from shared.contracts.registry import Registered
 from shared.peers import peers_of
-from shared.service_app import create_service_app, principal_of
+from shared.service_app import JsonRoute, create_service_app, principal_of
 from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["placement"])
+router = APIRouter(route_class=JsonRoute, tags=["placement"])
 
 
 def _owner(request: Request) -> str | None:

@@ -34,10 +34,10 @@ from shared.contracts.thermal import (
     WarmStartRequest,
 )
 from shared.errors import BadInput
-from shared.service_app import ERROR_RESPONSES, create_service_app
+from shared.service_app import ERROR_RESPONSES, JsonRoute, create_service_app
 from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["thermal"], responses=ERROR_RESPONSES)
+router = APIRouter(route_class=JsonRoute, tags=["thermal"], responses=ERROR_RESPONSES)
 # a vault's watt over its DRAM dies: one share per die (bank layer order, the die farthest from the sink first),
 # normalised; absent: evenly
 VAULT_DIES = Query(None, max_length=256, description="share of a vault's watt on each DRAM die (bank layer order: "

@@ -19,10 +19,10 @@ from shared.contracts.workload import (
     TraceSummary,
 )
 from shared.contracts.workload_api import IrRequest, MicroBatchesRequest, ModelRegistration, TraceRequest
-from shared.service_app import create_service_app
+from shared.service_app import JsonRoute, create_service_app
 from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["workload"])
+router = APIRouter(route_class=JsonRoute, tags=["workload"])
 
 
 def _cache(request: Request) -> service.TraceCache:

@@ -7,6 +7,7 @@ declares is sent a body of the wrong type.
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +19,9 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel, Field
 
 from services.root_app import create_root_app, create_service
-from shared import SERVICES, __version__
+from shared import SERVICES, __version__, json_codec
 from shared.errors import BadInput, Conflict, NotFound
+from shared.service_app import JsonRoute
 from shared.settings import Settings
 
 
@@ -32,8 +34,17 @@ class _ProbeBody(BaseModel):
     windows: int = Field(ge=1)
 
 
+class _Numbers(BaseModel):
+    x: float
+    n: int
+
+
 def _probe_router() -> APIRouter:
-    router = APIRouter(tags=["probe"])
+    router = APIRouter(route_class=JsonRoute, tags=["probe"])
+
+    @router.post("/probe/numbers")
+    def probe_numbers(body: _Numbers) -> dict[str, Any]:
+        return {"x": repr(body.x), "n": str(body.n)}
 
     @router.post("/probe/body")
     def probe_body(body: _ProbeBody) -> dict[str, int]:
@@ -142,6 +153,36 @@ def test_missing_and_malformed_body(service_app: tuple[str, FastAPI, TestClient]
     err = _error(resp)
     assert err["field"] is None
     assert err["message"].startswith("request body is not valid JSON")
+
+
+def test_a_json_body_is_parsed_by_orjson_and_what_it_refuses_as_before(
+        service_app: tuple[str, FastAPI, TestClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A route parses its body with `shared.json_codec.loads` (orjson; `JsonRoute`); what orjson refuses and the
+    standard library reads (the NaN token Python's json.dumps writes, an integer beyond 64 bits) is read as before."""
+    import shared.service_app as service_app_module
+
+    _, _, client = service_app
+    parsed: list[bytes] = []
+
+    def counting(data: bytes) -> Any:
+        parsed.append(data)
+        return json_codec.loads(data)
+
+    monkeypatch.setattr(service_app_module, "parse_json", counting)
+    for body, want in ((b'{"x": NaN, "n": 123456789012345678901234567890}',
+                        {"x": "nan", "n": "123456789012345678901234567890"}),
+                       (b'{"x": 0.1, "n": -9007199254740993}', {"x": "0.1", "n": "-9007199254740993"})):
+        resp = client.post("/v1/probe/numbers", content=body, headers={"content-type": "application/json"})
+        assert (resp.status_code, resp.json()) == (200, want)
+        assert parsed[-1] == body
+
+
+def test_every_service_route_is_a_json_route(service_app: tuple[str, FastAPI, TestClient]) -> None:
+    """Every route of a service's router reads its JSON body with orjson (the router's route_class)."""
+    name = service_app[0]
+    routes = importlib.import_module(f"services.{name}.app").router.routes
+    assert routes, name
+    assert [r.path for r in routes if not isinstance(r, JsonRoute)] == []
 
 
 @pytest.mark.parametrize(
