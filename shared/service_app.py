@@ -46,9 +46,9 @@ class OrjsonRequest(Request):
 
     Why: a control epoch's request body is megabytes of numbers (the physical state, the windows' deposits); at the
     default experiment's heavier loads the standard library's parse of it was the largest item of a run's CPU after
-    the physicalizer itself (py-spy). The values are the same; a body orjson refuses (the ``NaN``/``Infinity``
-    tokens, an integer beyond 64 bits, invalid JSON) is parsed by the standard library as before, so invalid JSON
-    raises the same ``json.JSONDecodeError`` and gets the same 422."""
+    the physicalizer itself (py-spy). The values are the same: a body orjson refuses (the ``NaN``/``Infinity``
+    tokens, invalid JSON) or would read differently (an integer beyond 64 bits) is parsed by the standard library
+    as before, so invalid JSON raises the same ``json.JSONDecodeError`` and gets the same 422."""
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):

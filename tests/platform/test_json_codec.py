@@ -27,6 +27,26 @@ def test_round_trip_matches_the_standard_library(value: object) -> None:
     assert json_codec.loads(json.dumps(value)) == value
 
 
+_any_integers = st.recursive(
+    st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(), children, max_size=5),
+    max_leaves=30)
+
+
+@given(_any_integers)
+def test_reads_what_the_standard_library_writes_integers_past_64_bits_too(value: object) -> None:
+    """orjson reads an integer past 64 bits as a float; `loads` reads it exactly, as ``json`` does."""
+    back = json_codec.loads(json.dumps(value))
+    assert back == value and json.dumps(back) == json.dumps(value)
+
+
+def test_integers_past_64_bits_are_exact() -> None:
+    text = b'{"n": 123456789012345678901234567890, "u": 18446744073709551616, "i": -9223372036854775809}'
+    assert json_codec.loads(text) == {"n": 123456789012345678901234567890, "u": 2**64, "i": -(2**63) - 1}
+    assert json_codec.loads(text.decode()) == json_codec.loads(memoryview(text)) == json.loads(text)
+    assert json_codec.loads(b'{"id": "12345678901234567890", "x": 0.1}') == {"id": "12345678901234567890", "x": 0.1}
+
+
 def test_floats_come_back_bit_for_bit() -> None:
     values = [0.1, 1e-5, 1e20, 1e16, 5e-324, 1.7976931348623157e308, -0.0, 2.5, 1 / 3]
     back = json_codec.loads(json_codec.dumps(values))

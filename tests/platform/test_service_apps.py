@@ -169,8 +169,9 @@ def test_a_json_body_is_parsed_by_orjson_and_what_it_refuses_as_before(
         return json_codec.loads(data)
 
     monkeypatch.setattr(service_app_module, "parse_json", counting)
-    for body, want in ((b'{"x": NaN, "n": 123456789012345678901234567890}',
-                        {"x": "nan", "n": "123456789012345678901234567890"}),
+    for body, want in ((b'{"x": NaN, "n": 1}', {"x": "nan", "n": "1"}),
+                       (b'{"x": 0.5, "n": 123456789012345678901234567890}',
+                        {"x": "0.5", "n": "123456789012345678901234567890"}),
                        (b'{"x": 0.1, "n": -9007199254740993}', {"x": "0.1", "n": "-9007199254740993"})):
         resp = client.post("/v1/probe/numbers", content=body, headers={"content-type": "application/json"})
         assert (resp.status_code, resp.json()) == (200, want)
