@@ -189,6 +189,35 @@ def test_the_references_cover_what_they_claim(ref: Reference) -> None:
         assert np.array_equal(queued, flow)  # the token balance, window by window
 
 
+def test_a_striped_epoch_reuses_expert_rows_lowered_under_other_queues(ref: Reference,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The striped reference's mid-run epoch takes expert rows from a base lowered in an earlier window, under other
+    queues (the test above checks it gives the bytes of window after window)."""
+    if ref.name != "serving-striped":
+        pytest.skip("the striped reference's claim")
+    import services.lowering.physical.lookahead as la
+
+    mapped_with: dict[int, np.ndarray] = {}  # id of a lowering -> the queues it was lowered under
+    reused: list[bool] = []
+    lower_rows, from_base = la._lower_rows, la.LookaheadCache.from_base
+
+    def lowering(*args: Any) -> la.LoweredRows:
+        out = lower_rows(*args)
+        mapped_with[id(out)] = args[8].copy()  # its backlog
+        return out
+
+    def taking(cache: la.LookaheadCache, event_ids: np.ndarray, backlog: np.ndarray) -> la.LoweredRows | None:
+        got = from_base(cache, event_ids, backlog)
+        if got is not None and cache.base is not None and got.rows.is_expert.any():
+            reused.append(not np.array_equal(mapped_with[id(cache.base)], backlog))
+        return got
+
+    monkeypatch.setattr(la, "_lower_rows", lowering)
+    monkeypatch.setattr(la.LookaheadCache, "from_base", taking)
+    _epoch(ref, MID[ref.name], max(SIZES))
+    assert any(reused)
+
+
 def test_an_epoch_without_events_or_state_answers_the_same_deposits(ref: Reference) -> None:
     out = _epoch(ref, 0, 5, events=False, return_state=False)
     assert out.state is None

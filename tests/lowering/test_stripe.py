@@ -95,7 +95,7 @@ def test_a_striped_row_does_not_depend_on_the_queues_and_a_replicated_one_does()
     plc.experts["L0E1"] = ExpertPlacement(cores=[1, 2], policy="replicate")
     chip, replicas = Chip.from_arch(ARCH), ReplicaState()
     idle, queued = np.zeros(N), np.zeros(N)
-    queued[1] = 5e6  # core 1 busy for 5 ms: the replicated row's tokens go to core 2
+    queued[[1, GROUP[0]]] = 5e6  # core 1 and a core of the stripe busy for 5 ms: the replicated row's tokens go to 2
     quiet, busy = (assign(rows, plc, replicas, [], chip, ARCH, b, np.asarray(F)) for b in (idle, queued))
 
     def pieces_of(p: Pieces, expert: int) -> list[tuple[int, int, float]]:
