@@ -137,24 +137,35 @@ def test_where_the_query_block_128_capacity_ends_is_as_docs_sweep_says() -> None
     assert all(p["met"] for p in _verdicts("unthrottled-3.1to6")["probes"])
 
 
-def test_the_refresh_counterfactual_is_as_docs_sweep_says() -> None:
-    """docs/sweep.md: the unthrottled probe at 8.6 requests/s run again with refresh held at 1x meets the SLO where
-    the probe missed it, on the probe's own workload (its rate, its judged drain, the query block of 128), every
-    token served; the page quotes its latencies against the probe's."""
+def test_the_seed_and_refresh_runs_at_8_6_are_as_docs_sweep_says() -> None:
+    """docs/sweep.md: the unthrottled probe at 8.6 requests/s and its arrivals run again with routing seed 43 and
+    with refresh held at 1x: the table is their rows, each on the probe's own workload (its rate, its judged drain,
+    the query block of 128), every token served; holding refresh lowers the median TPOT under both seeds, and the
+    verdict at 8.6 turns on the seed."""
     page = _page()
     probe = next(p for p in _verdicts("unthrottled-6.1to12")["probes"] if round(p["rate_rps"], 6) == 8.6)
-    missed, flat = _row("unthrottled-6.1to12/probe-8.6.summary.csv"), _row("unthrottled-8.6-refresh-1x/summary.csv")
-    assert not probe["met"] and missed["slo_met"] == "0"
-    assert flat["scenario"] == "unthrottled" and flat["slo_met"] == "1"
-    assert flat["tokens_served"] == flat["tokens_offered"] == missed["tokens_offered"] and flat["tokens_queued"] == "0"
-    assert float(flat["tpot_p99_ms"]) <= 200.0 < float(missed["tpot_p99_ms"])
-    work = json.loads((DATA / "capacity-qb128" / "unthrottled-8.6-refresh-1x" / "workload_qb128_8.6rps.json")
+    runs = {(42, "2× above 85 °C"): _row("unthrottled-6.1to12/probe-8.6.summary.csv"),
+            (42, "1×"): _row("unthrottled-8.6-seeds/seed42-refresh1x.summary.csv"),
+            (43, "2× above 85 °C"): _row("unthrottled-8.6-seeds/seed43.summary.csv"),
+            (43, "1×"): _row("unthrottled-8.6-seeds/seed43-refresh1x.summary.csv")}
+    assert not probe["met"]
+    for (seed, refresh), r in runs.items():
+        assert r["scenario"] == "unthrottled" and r["tokens_queued"] == "0"
+        assert r["tokens_served"] == r["tokens_offered"] == str(probe["tokens_offered"])
+        line = (f"| {seed} | {refresh} | {'met' if r['slo_met'] == '1' else 'missed'} | "
+                f"{float(r['ttft_p99_ms']):.0f} | {float(r['tpot_p50_ms']):.1f} | {float(r['tpot_p99_ms']):.1f} | "
+                f"{float(r['T_peak_dram']):.1f} |")
+        assert line in page, line
+    for seed in (42, 43):
+        full, flat = runs[(seed, "2× above 85 °C")], runs[(seed, "1×")]
+        assert float(flat["tpot_p50_ms"]) < float(full["tpot_p50_ms"])  # "a little in every request"
+        assert f"{1 - float(flat['tpot_p50_ms']) / float(full['tpot_p50_ms']):.1%}" in page.replace(" %", "%")
+    assert (runs[(42, "2× above 85 °C")]["slo_met"], runs[(43, "2× above 85 °C")]["slo_met"]) == ("0", "1")
+    work = json.loads((DATA / "capacity-qb128" / "unthrottled-8.6-seeds" / "workload_qb128_8.6rps.json")
                       .read_text(encoding="utf-8"))
-    assert (work["serving"]["rate_rps"], work["serving"]["drain_ms"]) == (8.6, probe["drain_ms"])
+    assert (work["serving"]["rate_rps"], work["serving"]["drain_ms"], work["routing"]["seed"]) == (
+        8.6, probe["drain_ms"], 42)
     assert work["operators"]["attn"]["query_block"] == 128
-    said = ", ".join(f"{what} {float(flat[col]):.0f} ms against {float(missed[col]):.0f}" for what, col in (
-        ("p99 TPOT", "tpot_p99_ms"), ("p99 TTFT", "ttft_p99_ms"), ("median TPOT", "tpot_p50_ms")))
-    assert f"{said}, every token served" in page
     assert "[95, 2.0]]" in (CONFIGS / "arch_hbm_on_logic.yaml").read_text(encoding="utf-8")  # the page's sed
 
 
