@@ -102,6 +102,13 @@ def is_striped(key: str, placement: Placement) -> bool:
     return ep is not None and ep.policy == "stripe"
 
 
+def splits_over_replicas(key: str, cores: list[int], placement: Placement) -> bool:
+    """`assign` water-fills the rows of expert instance ``key`` (on ``cores``) over its replicas by the queues at the
+    window start: it has several cores and is not striped. Its pieces then depend on the queues; a single-core or a
+    striped expert's do not."""
+    return len(cores) > 1 and not is_striped(key, placement)
+
+
 def attention_cores(mb: I64, arch: ArchConfig) -> tuple[I64, int]:
     """``(rows, k)`` matrix of the cores each micro-batch's non-expert work is split over, and k."""
     groups, k = attention_groups(arch)
@@ -171,11 +178,11 @@ def assign(rows: Rows, placement: Placement, replicas: ReplicaState, reroutes: l
         if len(cores) == 1:
             single_r.append(r)
             single_c.append(cores[0])
-        elif is_striped(expert_id(lv, e), placement):
+        elif splits_over_replicas(expert_id(lv, e), cores, placement):
+            multi.append((r, cores))
+        else:
             stripe_r.append(r)
             stripe_c.append(cores)
-        else:
-            multi.append((r, cores))
     sr = np.asarray(single_r, dtype=np.int64)
     sc = np.asarray(single_c, dtype=np.int64)
     p_row.append(sr)
@@ -247,4 +254,5 @@ def _reroute(p: Pieces, rows: Rows, reroutes: list[Reroute]) -> None:
         p.core = np.where(sel, rr.to_core, p.core)
 
 
-__all__ = ["PHASE", "Pieces", "Rows", "assign", "attention_cores", "expert_code", "is_striped", "water_fill"]
+__all__ = ["PHASE", "Pieces", "Rows", "assign", "attention_cores", "expert_code", "is_striped", "splits_over_replicas",
+           "water_fill"]

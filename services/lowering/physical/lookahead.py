@@ -25,7 +25,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from services.lowering.physical.assign import Pieces, Rows, assign, is_striped
+from services.lowering.physical.assign import Pieces, Rows, assign, splits_over_replicas
 from services.lowering.physical.columns import LogicalMem, Strings
 from services.lowering.physical.cost import Cost, cost
 from services.lowering.physical.memory import MemRows, TensorTable, Traffic, prepare, row_bytes, traffic
@@ -296,12 +296,11 @@ def _scheduled(rows: Rows, pieces: Pieces, mr: MemRows, pc: Cost, links: dict[in
 
 def _split_over_replicas(rows: Rows, cores_of: dict[tuple[int, int], list[int]], placement: Placement
                          ) -> NDArray[np.bool_]:
-    """Per row: an expert row split over replicas by the queues at the window start (`assign`'s water-filling), so
-    its pieces depend on them. A striped expert's row is not: it has one piece per core of its stripe whatever the
-    queues, as a single-core expert's row has one."""
+    """Per row: an expert row `assign` splits over replicas by the queues at the window start
+    (`splits_over_replicas`), so that its pieces depend on them."""
     out = np.zeros(len(rows), dtype=bool)
     ex = np.flatnonzero(rows.is_expert)
-    out[ex] = [len(cores_of[(lv, e)]) > 1 and not is_striped(expert_id(lv, e), placement)
+    out[ex] = [splits_over_replicas(expert_id(lv, e), cores_of[(lv, e)], placement)
                for lv, e in zip(rows.layer[ex].tolist(), rows.expert[ex].tolist(), strict=True)]
     return out
 
