@@ -40,6 +40,7 @@ class ErrorDetail(BaseModel):
 class ErrorBody(BaseModel):  # every 4xx/5xx answer; TasmoeError.body() builds this shape without pydantic
     error: ErrorDetail
 
+
 class OrjsonRequest(Request):
     """A request whose JSON body is parsed by orjson (`shared.json_codec.loads`) instead of the standard library's
     ``json.loads``, which Starlette's ``Request.json`` calls and FastAPI's route handler awaits for every JSON body.
