@@ -81,8 +81,9 @@ class Settings(BaseSettings):
                                               "hash (state_ref)")
     blas_threads: int = Field(default=1, ge=0, description="BLAS threads per process; 0 keeps the library's default")
     configs_dir: Path = Field(default=Path("configs"), description="where the default config files live")
-    traces_dir: Path | None = Field(default=None, description="recorded routing traces a workload's routing.trace "
-                                                               "may name; default <configs_dir>/traces")
+    traces_dir: Path | None = Field(default=None, description="recorded traces a workload may name: routing "
+                                                               "(routing.trace) and request arrivals "
+                                                               "(serving.trace); default <configs_dir>/traces")
     models_dir: Path | None = Field(default=None, description="registered models (POST /v1/models), one JSON file "
                                                                "each; default <results_dir>/models")
 

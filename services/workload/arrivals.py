@@ -1,5 +1,5 @@
-"""Arrivals of a serving workload (``WorkloadConfig.serving``): the packaged request traces
-(``serving_traces/<name>.csv``, named by ``serving.trace``; names only, never paths) and the requests one run is
+"""Arrivals of a serving workload (``WorkloadConfig.serving``): the request traces (`services.workload.arrival_files`:
+named by ``serving.trace``, names only, never paths) and the requests one run is
 offered: the trace from ``serving.start_s`` on, its arrival times divided by one factor (``rate_factor``) so that the
 first ``round(rate_rps · duration)`` of them fall in ``[0, duration)`` and the next one at its end (the run's mean rate
 is ``rate_rps`` up to that rounding, its shape the trace's); without ``rate_rps`` the trace's own times. Prompt and
@@ -8,58 +8,30 @@ output lengths are the trace's. Nothing here is random: the same config gives th
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 
+from services.workload.arrival_files import SERVING_TRACES_DIR, ArrivalFiles, ArrivalTrace
 from services.workload.routing import IntArray
 from shared.configs import ServingConfig
 from shared.contracts.workload import Requests
 from shared.errors import BadInput
 
-SERVING_TRACES_DIR = Path(__file__).resolve().parent / "serving_traces"
-
-
-@dataclass(frozen=True)
-class ArrivalTrace:
-    """A packaged arrival trace: one row per request in arrival order."""
-
-    name: str
-    t_ns: IntArray  # arrival, ns since the trace's first request
-    prompt_tokens: IntArray
-    output_tokens: IntArray
-    sha256: str  # of the file's bytes (in the trace id)
-
-
-def available_traces() -> list[str]:
-    return sorted(p.stem for p in SERVING_TRACES_DIR.glob("*.csv") if p.is_file())
+__all__ = ["SERVING_TRACES_DIR", "ArrivalTrace", "OfferedRequests", "load_arrival_trace", "offered_requests",
+           "requests_between"]
 
 
 @cache
+def _packaged() -> ArrivalFiles:
+    return ArrivalFiles()
+
+
 def load_arrival_trace(name: str) -> ArrivalTrace:
-    """The packaged trace ``name`` (``serving_traces/<name>.csv``: ``TIMESTAMP,ContextTokens,GeneratedTokens``);
-    `BadInput` (field ``serving.trace``) naming the available ones otherwise. Package data: parsed once a process."""
-    known = available_traces()
-    if name not in known:
-        raise BadInput(f"serving.trace {name!r}: no such packaged arrival trace; available: {', '.join(known)}",
-                       field="serving.trace")
-    path = SERVING_TRACES_DIR / f"{name}.csv"
-    data = path.read_bytes()
-    lines = data.decode("utf-8").splitlines()
-    if not lines or lines[0].strip() != "TIMESTAMP,ContextTokens,GeneratedTokens":
-        raise BadInput(f"{path.name}: header must be TIMESTAMP,ContextTokens,GeneratedTokens", field="serving.trace")
-    cols = np.asarray([ln.split(",") for ln in lines[1:] if ln.strip()], dtype=str)
-    stamps = cols[:, 0].astype("datetime64[ns]").astype(np.int64)
-    t_ns = stamps - stamps[0]
-    prompt, output = cols[:, 1].astype(np.int64), cols[:, 2].astype(np.int64)
-    if len(t_ns) < 2 or (np.diff(t_ns) <= 0).any() or (prompt < 1).any() or (output < 1).any():
-        raise BadInput(f"{path.name}: needs ascending distinct arrival times and positive lengths",
-                       field="serving.trace")
-    return ArrivalTrace(name=name, t_ns=t_ns, prompt_tokens=prompt, output_tokens=output,
-                        sha256=hashlib.sha256(data).hexdigest())
+    """The packaged trace ``name`` (``serving_traces/``); `BadInput` (field ``serving.trace``) naming the available
+    ones otherwise. A workload service looks in its traces folder first (`WorkloadSources.arrivals`)."""
+    return _packaged().load(name)
 
 
 @dataclass(frozen=True)
@@ -81,11 +53,12 @@ class OfferedRequests:
         return self.n * 1e9 / self.duration_ns
 
 
-def offered_requests(sv: ServingConfig) -> OfferedRequests:
-    """The requests arriving in ``[0, duration_ms)`` of the run (module docstring); `BadInput` naming the
-    ``serving.*`` field when the trace cannot give them (``start_s`` past its end, a run longer than what follows
-    ``start_s``, a rate asking for more requests than follow it, or for none)."""
-    tr = load_arrival_trace(sv.trace)
+def offered_requests(sv: ServingConfig, trace: ArrivalTrace | None = None) -> OfferedRequests:
+    """The requests arriving in ``[0, duration_ms)`` of the run (module docstring), from ``trace`` (default: the
+    packaged trace ``sv.trace`` names); `BadInput` naming the ``serving.*`` field when the trace cannot give them
+    (``start_s`` past its end, a run longer than what follows ``start_s``, a rate asking for more requests than follow
+    it, or for none, or for requests that all arrive at one instant)."""
+    tr = trace if trace is not None else load_arrival_trace(sv.trace)
     start_ns = round(sv.start_s * 1e9)
     D = round(sv.duration_ms * 1e6)
     if D < 1:
@@ -112,6 +85,10 @@ def offered_requests(sv: ServingConfig) -> OfferedRequests:
             raise BadInput(f"serving.rate_rps {sv.rate_rps:g} over {sv.duration_ms:g} ms asks for {n} requests; "
                            f"{sv.trace} has {len(tau) - 1} after start_s {sv.start_s:g} s (and the next one to end "
                            "the slice)", field="serving.rate_rps")
+        if tau[n] == 0:
+            raise BadInput(f"serving.rate_rps {sv.rate_rps:g} over {sv.duration_ms:g} ms asks for {n} requests; "
+                           f"in {sv.trace} they and the next one arrive at one instant after start_s {sv.start_s:g} s, "
+                           "so no rate spreads them (more requests, or another start_s)", field="serving.rate_rps")
         factor = float(tau[n]) / D  # request n (the first left out) arrives at the end of the run
         # floored, and below the end even where the float product rounds up to it
         t = np.minimum(np.floor(tau[:n] / factor), D - 1).astype(np.int64)

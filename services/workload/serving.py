@@ -139,7 +139,7 @@ class ServingPlan:
         if sv is None:
             raise BadInput("not a serving workload (no serving section)", field="serving")
         self.plan, self.sv = plan, sv
-        self.offered = offered_requests(sv)
+        self.offered = offered_requests(sv, plan.sources.arrivals.load(sv.trace))
         self.costs = key_costs(plan.cfg, plan.mc, plan)
         self.stream: RoutingStream | ReplayStream = plan.routing_stream()
         self.stride = len(plan.slot_op)  # event-id slots of one micro-batch

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from services.workload.arrivals import OfferedRequests, load_arrival_trace, offered_requests, requests_between
+from services.workload.arrivals import OfferedRequests, offered_requests, requests_between
 from services.workload.ir import ModelConfig, TransformerModel, build_ir
 from services.workload.recorded import RecordedRouting, ReplayStream, check_against_model, routing_stats
 from services.workload.routing import (
@@ -515,7 +515,7 @@ def iter_windows(cfg: WorkloadConfig, window_ms: float = DEFAULT_WINDOW_MS, *, t
     plan = make_plan(cfg, sources)
     tid = trace_id or trace_id_of(cfg, window_ms, plan.sources)
     if cfg.serving is not None:  # requests, no events (services.workload.serving)
-        offered = offered_requests(cfg.serving)
+        offered = offered_requests(cfg.serving, plan.sources.arrivals.load(cfg.serving.trace))
         w_ns = round(window_ms * 1e6)
         for k in range(serving_window_count(offered, window_ms, cfg.serving.drain_ms)):
             yield serving_window(offered, tid, k, w_ns)
@@ -615,5 +615,5 @@ def trace_id_of(cfg: WorkloadConfig, window_ms: float, sources: WorkloadSources 
     if cfg.routing.trace is not None:  # the replayed file's content, not only its name
         text += f"|routing_trace={(sources or WorkloadSources.packaged()).recorded.sha256(cfg.routing.trace)}"
     if cfg.serving is not None:  # likewise the arrival trace's
-        text += f"|serving_trace={load_arrival_trace(cfg.serving.trace).sha256}"
+        text += f"|serving_trace={(sources or WorkloadSources.packaged()).arrivals.load(cfg.serving.trace).sha256}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]

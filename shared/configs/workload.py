@@ -92,8 +92,10 @@ class ServingConfig(StrictModel):
     """Serving like a server: requests arrive from a recorded arrival trace and a continuous-batching scheduler (in the
     lowering service) forms the micro-batches at run time, prefill chunks and decode steps together.
 
-    - ``trace``: a packaged arrival trace by name (``services/workload/serving_traces/<name>.csv``; a name, never a
-      path): one row per request with its arrival time, prompt and output lengths.
+    - ``trace``: an arrival trace by name, never a path: a file of ``TASMOE_TRACES_DIR`` or a packaged one
+      (``services/workload/serving_traces/``), one row per request with its arrival time, prompt and output lengths,
+      in one of the published formats ``services/workload/arrival_files.py`` reads (Azure 2023 and 2024, BurstGPT,
+      Mooncake, or ``arrival_s,prompt_tokens,output_tokens``).
     - ``start_s``: where in the trace the run starts (trace seconds since its first request); ``duration_ms``: the
       arrivals' span: the requests arriving in ``[0, duration_ms)`` are offered; ``drain_ms``: simulated time after
       it with no arrival, in which the chip serves what is queued (0: the run ends with the arrivals). A run lasts
@@ -112,7 +114,7 @@ class ServingConfig(StrictModel):
     - ``slo``: `ServingSlo`.
     """
 
-    trace: str = Field(default="azure_llm_inference_2023_conv", min_length=1, max_length=64,
+    trace: str = Field(default="azure_llm_inference_2023_conv", min_length=1, max_length=128,
                        pattern=SERVING_TRACE_NAME)
     start_s: float = Field(default=0.0, ge=0, le=1e7)
     duration_ms: float = Field(gt=0, le=1e7)  # the arrivals' span: 1 ns .. ~2.8 h
