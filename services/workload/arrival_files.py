@@ -28,6 +28,7 @@ Times become integer nanoseconds since the trace's first request; lengths are ne
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from services.workload.routing import IntArray
+from services.workload.routing import FloatArray, IntArray
 from shared.errors import BadInput
 from shared.lru import LRU
 from shared.settings import Settings
@@ -45,6 +46,7 @@ from shared.settings import Settings
 SERVING_TRACES_DIR = Path(__file__).resolve().parent / "serving_traces"
 ARRIVAL_SUFFIXES = (".csv", ".jsonl")
 FIELD = "serving.trace"
+ARRIVAL_CACHE_MAX = 4  # parsed traces kept: a week of the 2024 Azure trace is ~10^7 requests, 3 int64 each
 
 AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT = ("Timestamp", "Request tokens", "Response tokens")
@@ -69,6 +71,10 @@ def _bad(path: Path, why: str) -> BadInput:
     return BadInput(f"{FIELD}: {path.name}: {why}", field=FIELD)
 
 
+MAX_TIME_S = 1e9  # ~32 years of trace: beyond it a time is not a trace's (and int64 ns would overflow)
+MAX_TOKENS = (1 << 31) - 1
+
+
 def _times_from_datetimes(path: Path, stamps: pa.ChunkedArray) -> IntArray:
     """ISO 8601 date-times to ns: naive ones as they are, ones with a UTC offset (every row, e.g. the 2024 Azure
     trace's ``+00:00``) in UTC."""
@@ -80,55 +86,77 @@ def _times_from_datetimes(path: Path, stamps: pa.ChunkedArray) -> IntArray:
     raise _bad(path, f"{AZURE[0]}: not ISO 8601 date-times, each with or each without a UTC offset")
 
 
-def _csv_header(path: Path) -> list[str]:
-    with path.open("rb") as fh:
-        first = fh.readline().decode("utf-8-sig", errors="replace")
-    return [c.strip() for c in first.rstrip("\r\n").split(",")]
+def _seconds_to_ns(path: Path, column: str, seconds: FloatArray) -> IntArray:
+    bad = ~np.isfinite(seconds) | (np.abs(seconds) > MAX_TIME_S)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise _bad(path, f"{column}: request {i + 1}: {float(seconds[i]):g} is not a time in seconds (finite, at "
+                         f"most {MAX_TIME_S:g})")
+    return np.rint(seconds * 1e9).astype(np.int64)
 
 
-def _read_csv_columns(path: Path, columns: tuple[str, ...], types: tuple[pa.DataType, ...]) -> list[pa.ChunkedArray]:
+def _read_csv_columns(path: Path, data: bytes, header: list[str], columns: tuple[str, ...],
+                      types: tuple[pa.DataType, ...]) -> list[pa.ChunkedArray]:
+    """``columns`` of the CSV ``data`` (its header ``header``, cells stripped), each with a value in every row."""
     try:
-        table = pa_csv.read_csv(path, convert_options=pa_csv.ConvertOptions(
-            include_columns=list(columns), column_types=dict(zip(columns, types, strict=True))))
-    except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeDecodeError) as exc:
+        table = pa_csv.read_csv(pa.BufferReader(data), read_options=pa_csv.ReadOptions(
+            skip_rows=1, column_names=header), convert_options=pa_csv.ConvertOptions(
+            include_columns=list(columns), column_types=dict(zip(columns, types, strict=True)),
+            strings_can_be_null=True))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowKeyError, UnicodeDecodeError) as exc:
         raise _bad(path, f"cannot read it: {str(exc).splitlines()[0]}") from None
-    return [table.column(c) for c in columns]
+    cols = [table.column(c) for c in columns]
+    for c, col in zip(columns, cols, strict=True):
+        if col.null_count:
+            row = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
+            raise _bad(path, f"{c}: request {row + 1}: no value (an empty cell, or NaN, NA, null)")
+    return cols
 
 
-def _int_column(col: pa.ChunkedArray) -> IntArray:
-    return np.asarray(col.to_numpy(), dtype=np.int64)
+def _read_csv(path: Path, data: bytes) -> tuple[str, IntArray, IntArray, IntArray]:
+    first = data.split(b"\n", 1)[0].decode("utf-8-sig", errors="replace")
+    header = [c.strip().strip('"').strip() for c in first.rstrip("\r").split(",")]
+    ints = (pa.int64(), pa.int64())
+    if tuple(header) == AZURE:
+        stamps, prompt, output = _read_csv_columns(path, data, header, AZURE, (pa.string(), *ints))
+        t = _times_from_datetimes(path, stamps)
+        fmt = "azure"
+    elif all(c in header for c in BURSTGPT) or all(c in header for c in LAB):
+        columns, fmt = (BURSTGPT, "burstgpt") if all(c in header for c in BURSTGPT) else (LAB, "lab")
+        secs, prompt, output = _read_csv_columns(path, data, header, columns, (pa.float64(), *ints))
+        t = _seconds_to_ns(path, columns[0], np.asarray(secs.to_numpy(), dtype=np.float64))
+    else:
+        raise _bad(path, f"unknown CSV header {','.join(header)[:120]!r}; the formats read: {','.join(AZURE)} "
+                         f"(Azure), {', '.join(BURSTGPT)} among BurstGPT's columns, {','.join(LAB)}")
+    return fmt, t, np.asarray(prompt.to_numpy(), dtype=np.int64), np.asarray(output.to_numpy(), dtype=np.int64)
 
 
-def _seconds_to_ns(col: pa.ChunkedArray) -> IntArray:
-    return np.rint(np.asarray(col.to_numpy(), dtype=np.float64) * 1e9).astype(np.int64)
-
-
-def _read_csv(path: Path) -> tuple[str, IntArray, IntArray, IntArray]:
-    header = _csv_header(path)
-    if tuple(header[:3]) == AZURE:
-        stamps, prompt, output = _read_csv_columns(path, AZURE, (pa.string(), pa.int64(), pa.int64()))
-        return "azure", _times_from_datetimes(path, stamps), _int_column(prompt), _int_column(output)
-    if all(c in header for c in BURSTGPT):
-        t, prompt, output = _read_csv_columns(path, BURSTGPT, (pa.float64(), pa.int64(), pa.int64()))
-        return "burstgpt", _seconds_to_ns(t), _int_column(prompt), _int_column(output)
-    if all(c in header for c in LAB):
-        t, prompt, output = _read_csv_columns(path, LAB, (pa.float64(), pa.int64(), pa.int64()))
-        return "lab", _seconds_to_ns(t), _int_column(prompt), _int_column(output)
-    raise _bad(path, f"unknown CSV header {','.join(header)[:120]!r}; the formats read: {','.join(AZURE)} (Azure), "
-                     f"{', '.join(BURSTGPT)} among BurstGPT's columns, {','.join(LAB)}")
+def _number(value: object, *, whole: bool, top: float) -> float | None:
+    """A JSON number (never a bool or a string), whole if asked, of at most ``top`` in size; None otherwise."""
+    if type(value) not in (int, float):
+        return None
+    v = float(value)  # type: ignore[arg-type]
+    if not np.isfinite(v) or abs(v) > top or (whole and not v.is_integer()):
+        return None
+    return v
 
 
 def _read_jsonl(path: Path, data: bytes) -> tuple[str, IntArray, IntArray, IntArray]:
-    rows: list[tuple[float, int, int]] = []
-    for i, line in enumerate(data.splitlines(), start=1):
+    rows: list[tuple[float, float, float]] = []
+    limits = ((False, MAX_TIME_S * 1e3), (True, MAX_TOKENS), (True, MAX_TOKENS))
+    for i, line in enumerate(data.removeprefix(b"\xef\xbb\xbf").splitlines(), start=1):
         if not line.strip():
             continue
         try:
             obj = orjson.loads(line)
-            rows.append((float(obj[MOONCAKE[0]]), int(obj[MOONCAKE[1]]), int(obj[MOONCAKE[2]])))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            raise _bad(path, f"line {i}: needs a JSON object with numbers {', '.join(MOONCAKE)} (Mooncake's "
-                             "format: timestamp in ms)") from None
+        except orjson.JSONDecodeError:
+            obj = None
+        vals = [_number(obj.get(k), whole=w, top=top) for k, (w, top) in zip(MOONCAKE, limits, strict=True)] \
+            if isinstance(obj, dict) else [None]
+        if any(v is None for v in vals):
+            raise _bad(path, f"line {i}: needs a JSON object with numbers {', '.join(MOONCAKE)} (Mooncake's format: "
+                             f"timestamp in ms, whole numbers of tokens)")
+        rows.append((vals[0], vals[1], vals[2]))  # type: ignore[arg-type]
     if not rows:
         raise _bad(path, "no requests")
     arr = np.asarray(rows, dtype=np.float64)
@@ -136,11 +164,11 @@ def _read_jsonl(path: Path, data: bytes) -> tuple[str, IntArray, IntArray, IntAr
         arr[:, 2].astype(np.int64)
 
 
-def read_arrival_trace(path: Path, name: str) -> ArrivalTrace:
-    """The arrival trace in ``path`` (module docstring for the formats); `BadInput` (field ``serving.trace``) naming
-    the file and what is wrong with it."""
-    data = path.read_bytes()
-    fmt, t, prompt, output = _read_jsonl(path, data) if path.suffix == ".jsonl" else _read_csv(path)
+def read_arrival_trace(path: Path, name: str, data: bytes | None = None) -> ArrivalTrace:
+    """The arrival trace in ``path`` (its bytes ``data`` if read already; module docstring for the formats);
+    `BadInput` (field ``serving.trace``) naming the file and what is wrong with it."""
+    data = path.read_bytes() if data is None else data
+    fmt, t, prompt, output = _read_jsonl(path, data) if path.suffix == ".jsonl" else _read_csv(path, data)
     dropped = 0
     if fmt == "burstgpt":  # its failed requests: "Response tokens are 0s" (BurstGPT's README)
         keep = output != 0
@@ -168,8 +196,8 @@ class ArrivalFiles:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ArrivalFiles:
-        """``TASMOE_TRACES_DIR`` (default ``<configs_dir>/traces``) of ``settings``."""
-        return cls(settings.effective_traces_dir())
+        """``TASMOE_TRACES_DIR`` (default ``<configs_dir>/traces``) and ``TASMOE_CACHE_SIZE`` of ``settings``."""
+        return cls(settings.effective_traces_dir(), min(settings.cache_size, ARRIVAL_CACHE_MAX))
 
     def dirs(self) -> list[Path]:
         return [self.traces_dir, SERVING_TRACES_DIR] if self.traces_dir is not None else [SERVING_TRACES_DIR]
@@ -199,12 +227,13 @@ class ArrivalFiles:
                        f"available: {', '.join(self.available()) or 'none'}", field=FIELD)
 
     def load(self, name: str) -> ArrivalTrace:
-        """The parsed trace ``name`` (cached)."""
+        """The parsed trace ``name`` (cached by the size and mtime of the file as it was read)."""
         p = self.path(name)
-        st = p.stat()
-        key = (str(p), st.st_size, st.st_mtime_ns)
-        hit = self._cache.get(key)
-        if hit is None:
-            hit = read_arrival_trace(p, name)
-            self._cache.put(key, hit)
+        with p.open("rb") as fh:
+            st = os.fstat(fh.fileno())
+            key = (str(p), st.st_size, st.st_mtime_ns)
+            hit = self._cache.get(key)
+            if hit is None:
+                hit = read_arrival_trace(p, name, fh.read())
+                self._cache.put(key, hit)
         return hit

@@ -1,9 +1,9 @@
 """Arrivals of a serving workload (``WorkloadConfig.serving``): the request traces (`services.workload.arrival_files`:
-named by ``serving.trace``, names only, never paths) and the requests one run is
-offered: the trace from ``serving.start_s`` on, its arrival times divided by one factor (``rate_factor``) so that the
-first ``round(rate_rps · duration)`` of them fall in ``[0, duration)`` and the next one at its end (the run's mean rate
-is ``rate_rps`` up to that rounding, its shape the trace's); without ``rate_rps`` the trace's own times. Prompt and
-output lengths are the trace's. Nothing here is random: the same config gives the same requests.
+named by ``serving.trace``, names only, never paths) and the requests one run is offered: the trace from
+``serving.start_s`` on, its arrival times divided by one factor (``rate_factor``) so that the first
+``round(rate_rps · duration)`` of them fall in ``[0, duration)`` and the next later arrival at its end (the run's mean
+rate is ``rate_rps`` up to that rounding, its shape the trace's); without ``rate_rps`` the trace's own times. Prompt
+and output lengths are the trace's. Nothing here is random: the same config gives the same requests.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def offered_requests(sv: ServingConfig, trace: ArrivalTrace | None = None) -> Of
     """The requests arriving in ``[0, duration_ms)`` of the run (module docstring), from ``trace`` (default: the
     packaged trace ``sv.trace`` names); `BadInput` naming the ``serving.*`` field when the trace cannot give them
     (``start_s`` past its end, a run longer than what follows ``start_s``, a rate asking for more requests than follow
-    it, or for none, or for requests that all arrive at one instant)."""
+    it, or for none, or for all the requests that follow it)."""
     tr = trace if trace is not None else load_arrival_trace(sv.trace)
     start_ns = round(sv.start_s * 1e9)
     D = round(sv.duration_ms * 1e6)
@@ -85,11 +85,14 @@ def offered_requests(sv: ServingConfig, trace: ArrivalTrace | None = None) -> Of
             raise BadInput(f"serving.rate_rps {sv.rate_rps:g} over {sv.duration_ms:g} ms asks for {n} requests; "
                            f"{sv.trace} has {len(tau) - 1} after start_s {sv.start_s:g} s (and the next one to end "
                            "the slice)", field="serving.rate_rps")
-        if tau[n] == 0:
-            raise BadInput(f"serving.rate_rps {sv.rate_rps:g} over {sv.duration_ms:g} ms asks for {n} requests; "
-                           f"in {sv.trace} they and the next one arrive at one instant after start_s {sv.start_s:g} s, "
-                           "so no rate spreads them (more requests, or another start_s)", field="serving.rate_rps")
-        factor = float(tau[n]) / D  # request n (the first left out) arrives at the end of the run
+        # the first arrival after request n - 1 falls at the end of the run: request n, or with repeated times (a
+        # trace of whole seconds) the first later one, so that no request of the slice is pushed to its end
+        j = int(np.searchsorted(tau, tau[n - 1], side="right"))
+        if j >= len(tau):
+            raise BadInput(f"serving.rate_rps {sv.rate_rps:g} over {sv.duration_ms:g} ms asks for {n} requests; in "
+                           f"{sv.trace} no request arrives after the last of them to end the slice (fewer requests, "
+                           "or an earlier start_s)", field="serving.rate_rps")
+        factor = float(tau[j]) / D
         # floored, and below the end even where the float product rounds up to it
         t = np.minimum(np.floor(tau[:n] / factor), D - 1).astype(np.int64)
     return OfferedRequests(t_arrival_ns=t, prompt_tokens=tr.prompt_tokens[i0:i0 + n].copy(),

@@ -4,7 +4,7 @@ the micro-batches a continuous-batching scheduler forms from them.
 The workload service owns what a micro-batch computes and reads; the lowering service's scheduler owns which requests
 go into it (that depends on the chip's timing). So a serving trace has two halves:
 
-- **Arrivals** (``services.workload.arrivals``): the packaged trace ``serving.trace`` from ``serving.start_s`` on,
+- **Arrivals** (``services.workload.arrivals``): the arrival trace ``serving.trace`` from ``serving.start_s`` on,
   its arrival times rescaled to ``serving.rate_rps``, its lengths unchanged. Window ``k`` carries the requests
   arriving in it (``LogicalWindow.requests``) and no events.
 - **Micro-batches** (`ServingPlan.rows`): for each ``MicroBatchSpec`` the events of a fixed-arrival micro-batch

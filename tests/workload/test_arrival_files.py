@@ -54,6 +54,13 @@ def _write(path: Path, lines: list[str]) -> Path:
      "mooncake", [0, 0, 3_052_000_000], [6755, 7319, 7234], [500, 490, 794], 0),
     ("lab.csv", ["arrival_s,prompt_tokens,output_tokens", "10.0,1,1", "10.000000001,2048,3"],
      "lab", [0, 1], [1, 2048], [1, 3], 0),
+    # a byte-order mark, Windows line ends, spaces and quotes around the header's names
+    ("spaced.csv", ['\ufeff"Timestamp", Model, Request tokens , Response tokens,Total tokens,Log Type\r',
+                    "3,ChatGPT,4,5,9,API log\r", "4,ChatGPT,6,7,13,API log\r"],
+     "burstgpt", [0, 1_000_000_000], [4, 6], [5, 7], 0),
+    ("bom.jsonl", ['\ufeff{"timestamp": 1.5, "input_length": 2, "output_length": 3.0}',
+                   '{"timestamp": 2, "input_length": 4, "output_length": 5}'],
+     "mooncake", [0, 500_000], [2, 4], [3, 5], 0),
 ])
 def test_each_published_format_is_read_as_published(tmp_path: Path, name: str, lines: list[str], fmt: str,
                                                     t_ns: list[int], prompt: list[int], output: list[int],
@@ -82,6 +89,17 @@ def test_the_packaged_trace_reads_as_numpy_parses_it() -> None:
     ("no_output.csv", ["TIMESTAMP,ContextTokens,GeneratedTokens", "2023-11-16 18:15:46,3,0", "2023-11-16 18:15:47,3,1"],
      "every output needs at least one token (request 1"),
     ("text.csv", ["arrival_s,prompt_tokens,output_tokens", "1,two,3", "2,3,4"], "cannot read it"),
+    ("short_row.csv", ["arrival_s,prompt_tokens,output_tokens", "1,2,3", "2,3"], "cannot read it"),
+    ("empty_cell.csv", ["arrival_s,prompt_tokens,output_tokens", "1,2,3", "2,,4"],
+     "prompt_tokens: request 2: no value"),
+    ("empty_time.csv", ["TIMESTAMP,ContextTokens,GeneratedTokens", ",3,1", "2023-11-16 18:15:47,3,1"],
+     "TIMESTAMP: request 1: no value"),
+    ("nan.csv", ["arrival_s,prompt_tokens,output_tokens", "nan,2,3", "2,3,4"],
+     "arrival_s: request 1: no value (an empty cell, or NaN"),
+    ("far.csv", ["Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type", "1,M,1,1,2,L",
+                 "1e300,M,1,1,2,L"], "Timestamp: request 2: 1e+300 is not a time in seconds"),
+    ("inf.csv", ["arrival_s,prompt_tokens,output_tokens", "1,2,3", "inf,3,4"],
+     "arrival_s: request 2: inf is not a time in seconds"),
     ("mixed.csv", ["TIMESTAMP,ContextTokens,GeneratedTokens", "2024-05-10 00:00:00+00:00,1,1",
                    "2024-05-10 00:00:01,1,1"],
      "each with or each without a UTC offset"),
@@ -91,6 +109,12 @@ def test_the_packaged_trace_reads_as_numpy_parses_it() -> None:
     ("bad.jsonl", ['{"timestamp": 0, "input_length": 1, "output_length": 1}', '{"timestamp": 1, "input_len": 1}'],
      "line 2: needs a JSON object with numbers timestamp, input_length, output_length"),
     ("broken.jsonl", ['{"timestamp": 0,'], "line 1:"),
+    ("text.jsonl", ['{"timestamp": "5", "input_length": 1, "output_length": 1}'], "line 1: needs a JSON object"),
+    ("bool.jsonl", ['{"timestamp": true, "input_length": 1, "output_length": 1}'], "line 1: needs a JSON object"),
+    ("half.jsonl", ['{"timestamp": 0, "input_length": 3.9, "output_length": 1}'], "whole numbers of tokens"),
+    ("huge.jsonl", ['{"timestamp": 0, "input_length": 100000000000000000000000, "output_length": 1}'], "line 1:"),
+    ("far.jsonl", ['{"timestamp": 1e300, "input_length": 1, "output_length": 1}'], "line 1:"),
+    ("list.jsonl", ['[0, 1, 1]'], "line 1: needs a JSON object"),
 ])
 def test_a_bad_file_is_an_error_naming_the_field_and_the_file(tmp_path: Path, name: str, lines: list[str],
                                                               words: str) -> None:
@@ -120,18 +144,25 @@ def test_names_are_looked_up_in_the_traces_folder_then_the_packaged_ones(tmp_pat
         load_arrival_trace("burst")
 
 
-def test_a_rate_cannot_spread_requests_that_arrive_at_one_instant(tmp_path: Path) -> None:
-    tr = read_arrival_trace(_write(tmp_path / "k.jsonl", [
-        '{"timestamp": 0, "input_length": 1, "output_length": 1}',
-        '{"timestamp": 0, "input_length": 1, "output_length": 1}',
-        '{"timestamp": 0, "input_length": 1, "output_length": 1}',
-        '{"timestamp": 40, "input_length": 1, "output_length": 1}']), "k")
-    with pytest.raises(BadInput) as exc:  # two requests and the one ending the slice, all at 0
-        offered_requests(ServingConfig(trace="k", duration_ms=1_000.0, rate_rps=2.0), tr)
-    assert exc.value.field == "serving.rate_rps" and "one instant" in exc.value.message
-    off = offered_requests(ServingConfig(trace="k", duration_ms=1_000.0, rate_rps=3.0), tr)
-    assert off.t_arrival_ns.tolist() == [0, 0, 0] and off.rate_factor == pytest.approx(40e6 / 1e9)
-    assert offered_requests(ServingConfig(trace="k", duration_ms=40.0), tr).n == 3  # at its own pace
+def test_repeated_times_are_rescaled_as_the_trace_has_them(tmp_path: Path) -> None:
+    """Whole-second times (BurstGPT's): the first arrival after the slice's last request ends the run, so a tie at
+    the cut is not pushed to the run's last nanosecond; a slice after which nothing arrives is refused."""
+    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{t},1,1" for t in (0, 1, 2, 3, 3, 3, 3, 4)]
+    tr = read_arrival_trace(_write(tmp_path / "ties.csv", rows), "ties")
+    off = offered_requests(ServingConfig(trace="ties", duration_ms=1_000.0, rate_rps=5.0), tr)
+    assert off.rate_factor == pytest.approx(4.0) and off.t_arrival_ns.tolist() == [0, 250_000_000, 500_000_000,
+                                                                                  750_000_000, 750_000_000]
+    inside = offered_requests(ServingConfig(trace="ties", duration_ms=1_000.0, rate_rps=2.0, start_s=3.0), tr)
+    assert inside.t_arrival_ns.tolist() == [0, 0] and inside.rate_factor == pytest.approx(1.0)  # 3 s -> 4 s
+    with pytest.raises(BadInput) as exc:  # requests 3..6 and nothing later than 3 s within the slice's reach
+        offered_requests(ServingConfig(trace="ties", duration_ms=1_000.0, rate_rps=1.0, start_s=4.0), tr)
+    assert exc.value.field == "serving.rate_rps"
+    rows = ["arrival_s,prompt_tokens,output_tokens"] + [f"{t},1,1" for t in (0, 5, 5, 5)]
+    flat = read_arrival_trace(_write(tmp_path / "flat.csv", rows), "flat")
+    with pytest.raises(BadInput) as exc:
+        offered_requests(ServingConfig(trace="flat", duration_ms=1_000.0, rate_rps=2.0), flat)
+    assert exc.value.field == "serving.rate_rps" and "no request arrives after the last of them" in exc.value.message
+    assert offered_requests(ServingConfig(trace="flat", duration_ms=1_000.0, rate_rps=1.0), flat).n == 1
 
 
 def _serving(trace: str, **serving: float) -> WorkloadConfig:
@@ -167,10 +198,10 @@ def test_the_trace_id_follows_the_arrival_files_content(tmp_path: Path) -> None:
     first = trace_id_of(cfg, 3.0, sources)
     rows = (tmp_path / "conv.csv").read_text(encoding="utf-8").splitlines()
     stamp, prompt, out = rows[1].split(",")
-    rows[1] = ",".join([stamp, str(int(prompt) + 1), out])  # one prompt a token longer
+    rows[1] = ",".join([stamp, str(int(prompt) + 1000), out])  # one prompt longer (and the file: not only its mtime)
     (tmp_path / "conv.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     assert trace_id_of(cfg, 3.0, sources) != first
     summary = service.create_trace(service.TraceCache(2), sources, cfg, 3.0)
     packaged = service.create_trace(service.TraceCache(2), WorkloadSources.packaged(), _serving(PACKAGED, rate_rps=2.0),
                                     3.0)
-    assert summary.offered_prompt_tokens == packaged.offered_prompt_tokens + 1
+    assert summary.offered_prompt_tokens == packaged.offered_prompt_tokens + 1000
