@@ -44,7 +44,7 @@ from services.orchestrator.settings import orchestrator_settings
 from shared import json_codec
 from shared.auth import redact_paths
 from shared.client import ServiceClients
-from shared.configs.workload import InlineModel
+from shared.configs.workload import WorkloadConfig
 from shared.db import database_outage, outage_text
 from shared.errors import BadInput, Conflict, DatabaseUnavailable, NotFound, TasmoeError, UpstreamError
 from shared.link_tokens import LinkTokens
@@ -108,19 +108,21 @@ def _check_clients(request: Request) -> ServiceClients:
     return clients
 
 
-def _check_model(request: Request, name: str | InlineModel) -> None:
-    """Ask the workload service whether it knows the model (422 naming ``workload.model`` if not). Embedded: the
-    runtime's in-process clients. Cluster (runs go to Celery workers): clients over ``TASMOE_WORKLOAD_URL`` built once,
-    without retries; when the workload service cannot be reached the check is skipped with a warning (the run
-    checks it again when it starts), so a submission never waits on or fails for a service that is down."""
+def _check_workload(request: Request, workload: WorkloadConfig, window_ms: float) -> None:
+    """Ask the workload service whether it knows the model and, for a workload that reads a trace (arrivals, recorded
+    routing), whether it can make the run's trace of it (422 naming the field if not: ``workload.model``,
+    ``workload.serving.start_s``, ...). Embedded: the runtime's in-process clients. Cluster (runs go to Celery
+    workers): clients over ``TASMOE_WORKLOAD_URL`` built once, without retries; when the workload service cannot be
+    reached the check is skipped with a warning (the run checks it again when it starts), so a submission never waits
+    on or fails for a service that is down."""
     rt = _rt(request)
     if rt.clients is not None:
-        Pipeline(rt.clients).check_model(name)
+        Pipeline(rt.clients).check_workload(workload, window_ms)
         return
     try:
-        Pipeline(_check_clients(request)).check_model(name)
+        Pipeline(_check_clients(request)).check_workload(workload, window_ms)
     except UpstreamError as exc:
-        log.warning("workload.model %r not checked at submission: %s", name, exc)
+        log.warning("workload %r not checked at submission: %s", workload.model_name, exc)
 
 
 FIRST_TOKEN_CHECK_S = 5.0  # wall time the submission may spend finding the first token's window (else unchecked)
@@ -167,7 +169,7 @@ def create_experiment(body: ExperimentRequest, request: Request, response: Respo
     if idempotency_key is None:  # refused early, before the costly checks (a keyed request may be a free replay)
         with rt.sessions() as s:
             service.check_quota(session=s, owner=who.name, new_runs=len(spec.scenarios), quota=quota)
-    _check_model(request, spec.workload.model)  # 422 now, not a failed run later
+    _check_workload(request, spec.workload, spec.tas.tacs.window_ms)  # 422 now, not a failed run later
     _check_windows(request, spec)
     exp_id, created = service.create_experiment(sessions=rt.sessions, spec=spec, settings=rt.settings,
                                                 idempotency_key=idempotency_key, owner=who.name, quota=quota)
@@ -577,7 +579,7 @@ def create_sweep(body: SweepRequest, request: Request, response: Response) -> Sw
     """A grid over dotted config keys: one experiment per point, one task per experiment-scenario."""
     rt = _rt(request)
     sweep_id, exp_ids = service.create_sweep(sessions=rt.sessions, req=body, settings=rt.settings,
-                                             check_model=lambda name: _check_model(request, name),
+                                             check_workload=lambda wl, ms: _check_workload(request, wl, ms),
                                              owner=principal_of(request).name, quota=_quota(request))
     for exp_id in exp_ids:
         rt.dispatcher.submit_experiment(exp_id)

@@ -121,8 +121,8 @@ def run_local(*, arch: str | Path, workload: str | Path | WorkloadConfig, tas: s
         upgrade(engine)
 
         def start(cc: ServiceClients) -> tuple[str, Capacity | None]:
-            # the model is checked before the experiment exists: an unknown one is one error, nothing created
-            Pipeline(cc).check_model(spec.workload.model)
+            # the model (and a trace's arrivals) are checked before the experiment exists: one error, nothing created
+            Pipeline(cc).check_workload(spec.workload, spec.tas.tacs.window_ms)
             exp_id, _ = create_experiment(sessions=sessions, spec=spec, settings=s, out_dir=out_dir,
                                           max_attempts=s.max_attempts)
             return exp_id, _capacity(cc, spec, exp_id, out_dir)

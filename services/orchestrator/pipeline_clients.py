@@ -294,6 +294,15 @@ class Pipeline:
                                              idempotency_key=idempotency_key)
         return resp.content
 
+    def check_workload(self, workload: WorkloadConfig, window_ms: float) -> None:
+        """`check_model`, and for a workload that reads a trace (its arrivals, ``serving``, or its recorded routing,
+        ``routing.trace``) that the workload service can make the run's trace of it: a `BadInput` naming the field
+        (``workload.serving.start_s``, ``workload.serving.trace``, ...) with the service's message otherwise. The
+        trace is made as the run makes it (the same id), so the run finds it made."""
+        self.check_model(workload.model)
+        if workload.serving is not None or workload.routing.trace is not None:
+            self._post("workload", "/v1/traces", TraceRequest, {"workload": workload, "window_ms": window_ms})
+
     def check_model(self, model: str | InlineModel) -> None:
         """The workload service knows the model (its zoo or a registered one), or builds the inline config.json;
         otherwise a `BadInput` naming ``workload.model`` (``workload.model.config.<key>`` for an inline config) with

@@ -36,7 +36,6 @@ from shared.auth import LOCAL
 from shared.configs import ArchConfig, TasParams, WorkloadConfig, load_config
 from shared.configs.base import StrictModel
 from shared.configs.loader import inline_model_file
-from shared.configs.workload import InlineModel
 from shared.contracts.metrics import RESULT_COLUMNS, WindowMetrics
 from shared.contracts.thermal import ThermalState
 from shared.errors import BadInput, Conflict, NotFound, QuotaExceeded, first_validation_error
@@ -511,18 +510,24 @@ def plan_sweep(req: SweepRequest, *, configs_dir: Path) -> tuple[list[dict[str, 
 
 
 def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings: Settings,
-                 check_model: Callable[[str | InlineModel], None] | None = None, owner: str = LOCAL,
+                 check_workload: Callable[[WorkloadConfig, float], None] | None = None, owner: str = LOCAL,
                  quota: RunQuota | None = None, out_dir: Path | None = None) -> tuple[str, list[str]]:
     """One experiment per grid point (sharing the sweep id); the sweep itself is a job row. Every point is checked
-    (`plan_sweep`; ``check_model`` on each model) before any experiment is created. The experiments and the job row
-    are inserted in one transaction, which charges all their runs (points x scenarios) to ``quota`` as
-    `create_experiment` does: the whole sweep is accepted or none of it. Point ``i``'s folder is
-    ``<out_dir>/p<i>`` (default ``out_dir``: ``<results_dir>/<sweep id>``)."""
+    (`plan_sweep`; ``check_workload`` on each distinct workload and control window) before any experiment is created.
+    The experiments and the job row are inserted in one transaction, which charges all their runs (points x
+    scenarios) to ``quota`` as `create_experiment` does: the whole sweep is accepted or none of it. Point ``i``'s
+    folder is ``<out_dir>/p<i>`` (default ``out_dir``: ``<results_dir>/<sweep id>``)."""
     points, specs = plan_sweep(req, configs_dir=settings.configs_dir)
-    distinct = {m if isinstance(m, str) else m.model_dump_json(): m for m in (sp.workload.model for sp in specs)}
-    for model in distinct.values():  # each model once (an inline one by its content)
-        if check_model is not None:
-            check_model(model)
+    checked: set[tuple[str, float]] = set()
+    for i, sp in enumerate(specs):  # each distinct workload once (a grid over the arch repeats one)
+        key = (sp.workload.canonical_json(), sp.tas.tacs.window_ms)
+        if check_workload is None or key in checked:
+            continue
+        checked.add(key)
+        try:
+            check_workload(sp.workload, sp.tas.tacs.window_ms)
+        except BadInput as exc:
+            raise BadInput(f"grid point {i} ({points[i]}): {exc.message}", field=exc.field) from None
     sweep_id = f"swp-{uuid.uuid4().hex[:12]}"
     folder = out_dir if out_dir is not None else settings.results_dir / sweep_id
     exp_ids = [new_experiment_id() for _ in specs]

@@ -277,7 +277,7 @@ def run_sweep_local(req: SweepRequest, *, out: Path, settings: Settings | None =
         upgrade(engine)
 
         def create(cc: ServiceClients) -> tuple[str, list[str]]:
-            return create_sweep(sessions=sessions, req=req, settings=s, check_model=Pipeline(cc).check_model,
+            return create_sweep(sessions=sessions, req=req, settings=s, check_workload=Pipeline(cc).check_workload,
                                 out_dir=out)
 
         def execute(cc: ServiceClients) -> SweepOutcome:

@@ -1,5 +1,6 @@
-"""Cross-field config checks at submission (issue 20): an unknown model, Thot not above the ambient, Thot not below
-Temg: one error naming the field, once, before anything is created (CLI exit 2 with one line; HTTP 422)."""
+"""Cross-field config checks at submission: an unknown model, arrivals the trace cannot give, Thot not above the
+ambient, Thot not below Temg: one error naming the field, once, before anything is created (CLI exit 2 with one line;
+HTTP 422)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from services.cli import main as cli_main
 from services.orchestrator.schemas import ExperimentRequest
 from services.orchestrator.service import resolve_spec
 from shared.errors import BadInput
+from shared.settings import Settings
 from tests.conftest import CONFIGS
 from tests.orchestrator.conftest import SMALL_WL
 
@@ -67,4 +69,44 @@ def test_tasmoe_run_refuses_an_unknown_model_once(tmp_path: Path, monkeypatch: p
     wl.write_text((CONFIGS / "workload_mixtral_8x7b.yaml").read_text().replace("mixtral-8x7b", "mixtral-8x8b"))
     _one_line_exit_2(capsys, ["--log-level", "ERROR", "run", "--workload", str(wl), "--windows", "2", "--quiet",
                               "--out", str(tmp_path / "o")], "workload.model: ")
+    assert not (tmp_path / "o").exists()
+
+
+def _serving(**serving: object) -> dict[str, object]:
+    return {"model": "mixtral-8x7b", "serving": {"duration_ms": 1000.0, "rate_rps": 2.0, **serving}}
+
+
+def test_http_submission_refuses_arrivals_the_trace_cannot_give(settings: Settings) -> None:
+    """A serving workload whose trace cannot give its arrivals is a 422 naming the field at submission, an experiment
+    or a sweep, and nothing is created (the workload service's own check, asked before anything exists)."""
+    from services.orchestrator.app import create_app
+    from services.workload.app import create_app as workload_app
+    from shared.client import ServiceClients
+    from tests.orchestrator import fakes
+
+    clients = ServiceClients(settings, asgi_apps={**fakes.build_apps(settings), "workload": workload_app(settings)})
+    with TestClient(create_app(settings, clients=clients)) as api:
+        for serving, field in (({"start_s": 99_999.0}, "workload.serving.start_s"),
+                               ({"trace": "no_such_trace"}, "workload.serving.trace"),
+                               ({"rate_rps": 1e5}, "workload.serving.rate_rps")):
+            r = api.post("/v1/experiments", json={"workload": _serving(**serving)})
+            assert r.status_code == 422 and r.json()["error"]["field"] == field, r.text
+        assert "azure_llm_inference_2023_conv" in api.post("/v1/experiments", json={"workload": _serving(
+            trace="nope")}).json()["error"]["message"]  # the trace is named with the ones there are
+        r = api.post("/v1/sweeps", json={"base": {"workload": _serving()},
+                                          "grid": {"workload.serving.rate_rps": [2.0, 1e5]}})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "workload.serving.rate_rps", r.text
+        assert r.json()["error"]["message"].startswith("grid point 1 (")
+        assert api.get("/v1/experiments").json()["total"] == 0
+    clients.close()
+
+
+def test_tasmoe_run_refuses_arrivals_the_trace_cannot_give_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TASMOE_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("TASMOE_DATABASE_URL", f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    wl = tmp_path / "wl.yaml"
+    wl.write_text("model: mixtral-8x7b\nserving: {trace: my_trace, duration_ms: 1000.0}\n")
+    _one_line_exit_2(capsys, ["--log-level", "ERROR", "run", "--workload", str(wl), "--quiet",
+                              "--out", str(tmp_path / "o")], "serving.trace 'my_trace': no such arrival trace")
     assert not (tmp_path / "o").exists()
