@@ -298,7 +298,7 @@ class Pipeline:
         """`check_model`, and for a workload that reads a trace (its arrivals, ``serving``, or its recorded routing,
         ``routing.trace``) that the workload service can make the run's trace of it: a `BadInput` naming the field
         (``workload.serving.start_s``, ``workload.serving.trace``, ...) with the service's message otherwise. The
-        trace is made as the run makes it (the same id), so the run finds it made."""
+        trace is made as the run makes it (the same id): a run on the same workload service finds it in its cache."""
         self.check_model(workload.model)
         if workload.serving is not None or workload.routing.trace is not None:
             self._post("workload", "/v1/traces", TraceRequest, {"workload": workload, "window_ms": window_ms})
