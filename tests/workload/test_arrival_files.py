@@ -80,6 +80,18 @@ def test_the_packaged_trace_reads_as_numpy_parses_it() -> None:
     assert tr.output_tokens.tolist() == [int(r[2]) for r in rows]
 
 
+@pytest.mark.parametrize(("name", "n", "span_s", "prompt_mean", "output_mean"), [
+    (PACKAGED, 19_366, 3501.7, 1155, 211), ("azure_llm_inference_2023_code", 8_819, 3435.9, 2048, 28)])
+def test_the_packaged_traces_are_the_published_samples(name: str, n: int, span_s: float, prompt_mean: int,
+                                                       output_mean: int) -> None:
+    """Each packaged trace is its published file, unchanged: the README's SHA-256 and figures."""
+    tr = load_arrival_trace(name)
+    readme = (SERVING_TRACES_DIR / "README.md").read_text(encoding="utf-8")
+    assert f"`{tr.sha256[:8]}…{tr.sha256[-8:]}`" in readme or f"`{tr.sha256[:8]}…{tr.sha256[-6:]}`" in readme
+    assert len(tr.t_ns) == n and round(tr.t_ns[-1] / 1e9, 1) == span_s and (np.diff(tr.t_ns) > 0).all()
+    assert round(tr.prompt_tokens.mean()) == prompt_mean and round(tr.output_tokens.mean()) == output_mean
+
+
 @pytest.mark.parametrize(("name", "lines", "words"), [
     ("odd.csv", ["time,in,out", "1,2,3", "2,3,4"], "unknown CSV header 'time,in,out'"),
     ("back.csv", ["arrival_s,prompt_tokens,output_tokens", "1,2,3", "0.5,2,3"],
@@ -129,7 +141,7 @@ def test_names_are_looked_up_in_the_traces_folder_then_the_packaged_ones(tmp_pat
                                     "5,ChatGPT,1,2,3,API log", "6,ChatGPT,1,2,3,API log"])
     _write(tmp_path / "kimi.jsonl", ['{"timestamp": 0, "input_length": 1, "output_length": 1}',
                                      '{"timestamp": 9, "input_length": 1, "output_length": 1}'])
-    assert files.available() == [PACKAGED, "burst", "kimi"]
+    assert files.available() == ["azure_llm_inference_2023_code", PACKAGED, "burst", "kimi"]
     assert files.load("burst").fmt == "burstgpt" and files.load("burst.csv").fmt == "burstgpt"
     assert files.load("kimi").fmt == "mooncake" and files.load(PACKAGED).sha256 == load_arrival_trace(PACKAGED).sha256
     for bad in ("../burst", "sub/burst", ".hidden", ""):
