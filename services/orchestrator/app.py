@@ -108,21 +108,23 @@ def _check_clients(request: Request) -> ServiceClients:
     return clients
 
 
-def _check_workload(request: Request, workload: WorkloadConfig, window_ms: float) -> None:
+def _check_workload(request: Request, workload: WorkloadConfig, window_ms: float) -> bool:
     """Ask the workload service whether it knows the model and, for a workload that reads a trace (arrivals, recorded
     routing), whether it can make the run's trace of it (422 naming the field if not: ``workload.model``,
     ``workload.serving.start_s``, ...). Embedded: the runtime's in-process clients. Cluster (runs go to Celery
     workers): clients over ``TASMOE_WORKLOAD_URL`` built once, without retries; when the workload service cannot be
     reached the check is skipped with a warning (the run checks it again when it starts), so a submission never waits
-    on or fails for a service that is down."""
+    on or fails for a service that is down. False when skipped."""
     rt = _rt(request)
     if rt.clients is not None:
         Pipeline(rt.clients).check_workload(workload, window_ms)
-        return
+        return True
     try:
         Pipeline(_check_clients(request)).check_workload(workload, window_ms)
     except UpstreamError as exc:
         log.warning("workload %r not checked at submission: %s", workload.model_name, exc)
+        return False
+    return True
 
 
 FIRST_TOKEN_CHECK_S = 5.0  # wall time the submission may spend finding the first token's window (else unchecked)
@@ -578,8 +580,14 @@ def get_config(name: str, request: Request) -> dict[str, Any]:
 def create_sweep(body: SweepRequest, request: Request, response: Response) -> SweepView:
     """A grid over dotted config keys: one experiment per point, one task per experiment-scenario."""
     rt = _rt(request)
+    reachable = True
+
+    def check(wl: WorkloadConfig, ms: float) -> None:  # once the workload service is out of reach, no more waits
+        nonlocal reachable
+        reachable = reachable and _check_workload(request, wl, ms)
+
     sweep_id, exp_ids = service.create_sweep(sessions=rt.sessions, req=body, settings=rt.settings,
-                                             check_workload=lambda wl, ms: _check_workload(request, wl, ms),
+                                             check_workload=check,
                                              owner=principal_of(request).name, quota=_quota(request))
     for exp_id in exp_ids:
         rt.dispatcher.submit_experiment(exp_id)

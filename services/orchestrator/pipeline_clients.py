@@ -212,6 +212,13 @@ class EpochTooLarge(Exception):
     cluster's shared settings): it is not sent, and the epoch is asked again with fewer windows."""
 
 
+def reads_a_trace(workload: WorkloadConfig) -> bool:
+    """Whether making ``workload``'s trace reads a file (arrivals, ``serving``; recorded routing, ``routing.trace``)
+    that may not give what the config asks: what `Pipeline.check_workload` asks the workload service beyond the
+    model."""
+    return workload.serving is not None or workload.routing.trace is not None
+
+
 class Pipeline:
     """Typed wrappers over the five services for one run (``run_key`` prefixes the idempotency keys)."""
 
@@ -297,11 +304,17 @@ class Pipeline:
     def check_workload(self, workload: WorkloadConfig, window_ms: float) -> None:
         """`check_model`, and for a workload that reads a trace (its arrivals, ``serving``, or its recorded routing,
         ``routing.trace``) that the workload service can make the run's trace of it: a `BadInput` naming the field
-        (``workload.serving.start_s``, ``workload.serving.trace``, ...) with the service's message otherwise. The
-        trace is made as the run makes it (the same id): a run on the same workload service finds it in its cache."""
+        (``workload.serving.start_s``, ``workload.serving.trace``, ...; the control window as the request names it,
+        ``tas.tacs.window_ms``) with the service's message otherwise."""
         self.check_model(workload.model)
-        if workload.serving is not None or workload.routing.trace is not None:
+        if not reads_a_trace(workload):
+            return
+        try:
             self._post("workload", "/v1/traces", TraceRequest, {"workload": workload, "window_ms": window_ms})
+        except BadInput as exc:
+            if exc.field == "window_ms":
+                raise BadInput(f"tas.tacs.window_ms: {exc.message}", field="tas.tacs.window_ms") from None
+            raise
 
     def check_model(self, model: str | InlineModel) -> None:
         """The workload service knows the model (its zoo or a registered one), or builds the inline config.json;

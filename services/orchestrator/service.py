@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.orchestrator import repository as repo
 from services.orchestrator import series, window_store
 from services.orchestrator.models import Experiment, RunStatus, ScenarioRun
+from services.orchestrator.pipeline_clients import reads_a_trace
 from services.orchestrator.run_files import power_reports, result_csv_path, run_dir_for
 from services.orchestrator.schemas import (
     ExperimentRequest,
@@ -518,14 +519,19 @@ def create_sweep(*, sessions: sessionmaker[Session], req: SweepRequest, settings
     scenarios) to ``quota`` as `create_experiment` does: the whole sweep is accepted or none of it. Point ``i``'s
     folder is ``<out_dir>/p<i>`` (default ``out_dir``: ``<results_dir>/<sweep id>``)."""
     points, specs = plan_sweep(req, configs_dir=settings.configs_dir)
-    checked: set[tuple[str, float]] = set()
-    for i, sp in enumerate(specs):  # each distinct workload once (a grid over the arch repeats one)
-        key = (sp.workload.canonical_json(), sp.tas.tacs.window_ms)
+    if quota is not None:  # refused early, before the checks below (it binds at the insert)
+        with sessions() as s:
+            check_quota(session=s, owner=owner, new_runs=sum(len(sp.scenarios) for sp in specs), quota=quota)
+    checked: set[str] = set()
+    for i, sp in enumerate(specs):  # each distinct check once: the model, or a trace-reading workload's trace
+        wl, ms = sp.workload, sp.tas.tacs.window_ms
+        model = wl.model if isinstance(wl.model, str) else wl.model.model_dump_json()
+        key = f"{wl.canonical_json()}|{ms!r}" if reads_a_trace(wl) else f"model|{model}"
         if check_workload is None or key in checked:
             continue
         checked.add(key)
         try:
-            check_workload(sp.workload, sp.tas.tacs.window_ms)
+            check_workload(wl, ms)
         except BadInput as exc:
             raise BadInput(f"grid point {i} ({points[i]}): {exc.message}", field=exc.field) from None
     sweep_id = f"swp-{uuid.uuid4().hex[:12]}"

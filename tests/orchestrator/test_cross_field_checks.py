@@ -5,6 +5,7 @@ HTTP 422)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -110,3 +111,61 @@ def test_tasmoe_run_refuses_arrivals_the_trace_cannot_give_once(tmp_path: Path, 
     _one_line_exit_2(capsys, ["--log-level", "ERROR", "run", "--workload", str(wl), "--quiet",
                               "--out", str(tmp_path / "o")], "serving.trace 'my_trace': no such arrival trace")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_control_window_the_trace_refuses_is_named_as_the_request_names_it(settings: Settings) -> None:
+    from services.orchestrator.pipeline_clients import Pipeline
+    from services.workload.app import create_app as workload_app
+    from shared.client import ServiceClients
+    from shared.configs import WorkloadConfig
+
+    clients = ServiceClients(settings, asgi_apps={"workload": workload_app(settings)})
+    wl = WorkloadConfig.model_validate(_serving(duration_ms=1e5))
+    with pytest.raises(BadInput) as exc:  # 10^7 windows of 10 us: more than a trace may have
+        Pipeline(clients).check_workload(wl, 0.01)
+    assert exc.value.field == "tas.tacs.window_ms"
+    Pipeline(clients).check_workload(wl, 3.0)
+    clients.close()
+
+
+def test_a_sweep_checks_each_model_once_and_each_trace_reading_workload_once(sqlite: Any,
+                                                                             settings: Settings) -> None:
+    from services.orchestrator.schemas import SweepRequest
+    from services.orchestrator.service import create_sweep
+    from shared.configs import WorkloadConfig
+
+    seen: list[tuple[str, float]] = []
+
+    def check(wl: WorkloadConfig, ms: float) -> None:
+        seen.append((wl.canonical_json(), ms))
+
+    fixed = SweepRequest.model_validate({"base": {"workload": SMALL_WL, "scenarios": ["baseline"]},
+                                         "grid": {"workload.sequence.micro_batch": [2, 4, 8],
+                                                  "arch.geometry.cooling.h_wmk2k": [5000.0, 10000.0]}})
+    create_sweep(sessions=sqlite.sessions, req=fixed, settings=settings, check_workload=check)
+    assert len(seen) == 1  # one model: a workload that reads no trace is checked for its model alone
+    seen.clear()
+    served = SweepRequest.model_validate({"base": {"workload": _serving(), "scenarios": ["baseline"]},
+                                          "grid": {"workload.serving.rate_rps": [1.0, 2.0],
+                                                   "arch.geometry.cooling.h_wmk2k": [5000.0, 10000.0]}})
+    create_sweep(sessions=sqlite.sessions, req=served, settings=settings, check_workload=check)
+    assert len(seen) == 2 and len(set(seen)) == 2  # each rate once, not once per cooling value
+
+
+def test_a_workload_service_out_of_reach_skips_the_checks_once(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """Cluster: with the workload service down, a submission is accepted unchecked (the run checks again when it
+    starts), and a sweep stops asking after the first refused connection."""
+    from services.orchestrator.app import create_app
+    from tests.orchestrator.fakes import RecordingDispatcher
+
+    settings = Settings(results_dir=tmp_path / "results", configs_dir=CONFIGS, workload_url="http://127.0.0.1:9")
+    disp = RecordingDispatcher()
+    with TestClient(create_app(settings, dispatcher=disp)) as api, caplog.at_level("WARNING"):
+        r = api.post("/v1/experiments", json={"workload": _serving(start_s=99_999.0), "scenarios": ["baseline"]})
+        assert r.status_code == 202, r.text
+        r = api.post("/v1/sweeps", json={"base": {"workload": _serving(), "scenarios": ["baseline"]},
+                                          "grid": {"workload.serving.rate_rps": [1.0, 2.0, 3.0]}})
+        assert r.status_code == 202, r.text
+    assert len(disp.submitted) == 4
+    assert sum("not checked at submission" in rec.getMessage() for rec in caplog.records) == 2
