@@ -178,3 +178,69 @@ def test_the_readme_says_the_capacity_more_than_triples_with_a_query_block_of_12
     for sc in ("baseline", "unthrottled"):
         tiled = _verdicts(f"{sc}-6.1to12")["rate_rps"]
         assert tiled > 3 * default[sc]["rate_rps"], sc
+
+
+def _sustained(folder: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads((DATA / "capacity-qb128" / "sustained-120s" / folder / "slo_capacity.json")
+                                       .read_text(encoding="utf-8"))
+    assert found["set"] == {"workload.operators.attn.query_block": 128} and found["drain_ms"] is None
+    assert found["duration_ms"] == 120_000.0
+    assert all(p["drain_ms"] == p["drain_needed_ms"] for p in found["probes"])  # each drained until judged
+    assert all(p["tokens_served"] == p["tokens_offered"] for p in found["probes"])  # "served every token"
+    return found
+
+
+def _sustained_row(folder: str, rate: float) -> dict[str, str]:
+    with (DATA / "capacity-qb128" / "sustained-120s" / folder / f"probe-{rate:g}.summary.csv").open(
+            encoding="utf-8") as fh:
+        return next(csv.DictReader(fh))
+
+
+def test_two_minutes_of_arrivals_with_a_query_block_of_128_are_as_docs_sweep_says() -> None:
+    """docs/sweep.md's search over 120 s of arrivals: the table is the probes' (and their result rows'), every rate
+    tried was met in both scenarios (both capacities bounds), and the prose's numbers are the data's."""
+    page = _page()
+    searches = {f: _sustained(f) for f in ("baseline", "unthrottled", "unthrottled-1.7to2")}
+    assert [searches[f]["scenario"] for f in searches] == ["baseline", "unthrottled", "unthrottled"]
+    assert all(p["met"] for f in searches.values() for p in f["probes"])  # "every rate tried was met"
+    assert all("(a bound)" in f["how"] for f in searches.values())
+    runs: dict[str, dict[float, tuple[str, dict[str, Any]]]] = {"unthrottled": {}, "baseline": {}}
+    for folder, found in searches.items():
+        for p in found["probes"]:
+            runs[found["scenario"]].setdefault(round(p["rate_rps"], 6), (folder, p))
+
+    def cells(sc: str, rate: float) -> str:
+        if rate not in runs[sc]:
+            return "– |  |  |  |  |" + ("  |" if sc == "baseline" else "")
+        folder, p = runs[sc][rate]
+        row = _sustained_row(folder, rate)
+        out = (f"met | {p['ttft_p99_ms']:.0f} | {float(row['tpot_p50_ms']):.1f} | {p['tpot_p99_ms']:.1f} | "
+               f"{p['T_peak_logic']:.1f} |")
+        return out + (f" {float(row['time_throttled_ms']) / 1e3:.1f} |" if sc == "baseline" else "")
+
+    for rate in sorted(set(runs["unthrottled"]) | set(runs["baseline"])):
+        line = " ".join(f"| {rate:g} | {round(120 * rate)} | {cells('unthrottled', rate)} {cells('baseline', rate)}"
+                        .split())
+        assert line in page, line
+    top_b, top_u = max(runs["baseline"]), max(runs["unthrottled"])
+    assert f"at least {top_b:g} requests/s for baseline and at least {top_u:.1f} for the unthrottled chip" in page
+    assert top_b < top_u
+    for rate in (0.6, 1.2):  # "baseline's p99 TPOT is above the unthrottled chip's"
+        b, u = runs["baseline"][rate][1], runs["unthrottled"][rate][1]
+        assert b["tpot_p99_ms"] > u["tpot_p99_ms"] and f"{b['tpot_p99_ms']:.1f} against {u['tpot_p99_ms']:.1f}" in page
+    for rate in (0.6, 1.2, 1.7):  # "and its median TPOT at 0.6 to 1.7"
+        b_row, u_row = _sustained_row("baseline", rate), _sustained_row("unthrottled", rate)
+        assert float(b_row["tpot_p50_ms"]) > float(u_row["tpot_p50_ms"]), rate
+    b17, u17 = runs["baseline"][1.7][1], runs["unthrottled"][1.7][1]
+    assert abs(b17["tpot_p99_ms"] - u17["tpot_p99_ms"]) < 1 and round(200 - b17["tpot_p99_ms"]) == 7
+    row = _sustained_row("baseline", 1.7)
+    throttled, span = float(row["time_throttled_ms"]) / 1e3, float(row["sim_time_ms"]) / 1e3
+    assert f"Throttled for {throttled:.1f} s of the {span:.0f} s" in page
+    assert f"mean clock is {float(row['freq_avg_ghz']):.3f} GHz" in page
+    peaks = [p["T_peak_logic"] for _, p in runs["baseline"].values()]
+    assert f"baseline peaks at {min(peaks):.1f} to {max(peaks):.1f} °C, under the 89 °C limit" in page
+    assert max(peaks) <= 89.0
+    hot = _sustained_row("unthrottled-1.7to2", top_u)
+    assert f"reaches {float(hot['T_peak_logic']):.1f} °C at {top_u:.1f} requests/s, and its DRAM " \
+        f"{float(hot['T_peak_dram']):.1f} °C" in page
+    assert max(p["ttft_p99_ms"] for sc in runs.values() for _, p in sc.values()) < 1000  # "under 1 s at every rate"
