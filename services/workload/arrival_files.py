@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from services.workload.routing import FloatArray, IntArray
+from services.workload.trace_folders import is_plain_name, names_in
 from shared.errors import BadInput
 from shared.lru import LRU
 from shared.settings import Settings
@@ -204,15 +205,11 @@ class ArrivalFiles:
 
     def available(self) -> list[str]:
         """The names a config may give (file names without their suffix), of every folder."""
-        names: set[str] = set()
-        for d in self.dirs():
-            if d.is_dir():
-                names.update(p.stem for p in d.iterdir() if p.suffix in ARRIVAL_SUFFIXES and p.is_file())
-        return sorted(names)
+        return names_in(self.dirs(), ARRIVAL_SUFFIXES, stem=True)
 
     def path(self, name: str) -> Path:
         """The file ``name`` names; `BadInput` (field ``serving.trace``) listing the available ones otherwise."""
-        if not name or "/" in name or "\\" in name or name.startswith("."):
+        if not is_plain_name(name):
             raise BadInput(f"serving.trace {name!r}: give a trace name (no path) in TASMOE_TRACES_DIR or a packaged "
                            "one", field=FIELD)
         files = [name] if name.endswith(ARRIVAL_SUFFIXES) else [name + s for s in ARRIVAL_SUFFIXES]

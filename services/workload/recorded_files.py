@@ -14,6 +14,7 @@ import hashlib
 from pathlib import Path
 
 from services.workload.recorded import RecordedRouting, read_routing
+from services.workload.trace_folders import is_plain_name, names_in
 from shared.errors import BadInput
 from shared.lru import LRU
 from shared.settings import Settings
@@ -42,15 +43,11 @@ class RecordedFiles:
         return [self.traces_dir, SAMPLES_DIR] if self.traces_dir is not None else [SAMPLES_DIR]
 
     def available(self) -> list[str]:
-        names: set[str] = set()
-        for d in self.dirs():
-            if d.is_dir():
-                names.update(p.name for p in d.iterdir() if p.suffix in TRACE_SUFFIXES and p.is_file())
-        return sorted(names)
+        return names_in(self.dirs(), TRACE_SUFFIXES)
 
     def path(self, name: str) -> Path:
         """The file ``name`` names; ``BadInput`` (field ``routing.trace``) listing the available ones otherwise."""
-        if not name or "/" in name or "\\" in name or name.startswith("."):
+        if not is_plain_name(name):
             raise BadInput(f"routing.trace {name!r}: give a file name (no path) in TASMOE_TRACES_DIR or the "
                            "samples", field="routing.trace")
         for d in self.dirs():
