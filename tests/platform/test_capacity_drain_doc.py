@@ -231,6 +231,8 @@ def test_two_minutes_of_arrivals_with_a_query_block_of_128_are_as_docs_sweep_say
     for rate in (0.6, 1.2, 1.7):  # "and its median TPOT at 0.6 to 1.7"
         b_row, u_row = _sustained_row("baseline", rate), _sustained_row("unthrottled", rate)
         assert float(b_row["tpot_p50_ms"]) > float(u_row["tpot_p50_ms"]), rate
+    b03, u03 = (float(_sustained_row(sc, 0.3)["tpot_p50_ms"]) for sc in ("baseline", "unthrottled"))
+    assert b03 < u03 and f"at 0.3 its median is lower ({b03:.1f} against {u03:.1f} ms)" in page
     b17, u17 = runs["baseline"][1.7][1], runs["unthrottled"][1.7][1]
     assert abs(b17["tpot_p99_ms"] - u17["tpot_p99_ms"]) < 1 and round(200 - b17["tpot_p99_ms"]) == 7
     row = _sustained_row("baseline", 1.7)
