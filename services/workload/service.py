@@ -182,6 +182,10 @@ class TraceCache:
         """The entry kept under its id: the first one (its routing may be computed already), else ``entry``."""
         return self._items.keep(entry.trace_id, entry)
 
+    def find(self, trace_id: str) -> TraceEntry | None:
+        """The entry kept under ``trace_id``, or None."""
+        return self._items.get(trace_id)
+
     def get(self, trace_id: str) -> TraceEntry:
         entry = self._items.get(trace_id)
         if entry is None:
@@ -202,9 +206,14 @@ def _prefixed(exc: TasmoeError, prefix: str) -> TasmoeError:
 def create_trace(cache: TraceCache, sources: WorkloadSources, cfg: WorkloadConfig,
                  window_ms: float) -> TraceSummary:
     """Validate the workload against its model, cache it, return the summary (routing is computed lazily); the
-    model and a replayed routing file are found in ``sources`` (the app's)."""
+    model and a replayed routing file are found in ``sources`` (the app's). A trace already kept under its id (a
+    content hash: the config, the window and the files it reads) is answered from the cache, unbuilt: the cache keeps
+    the first entry of an id anyway, so a second build would be thrown away."""
     try:
         tid = trace_id_of(cfg, window_ms, sources)
+        kept = cache.find(tid)
+        if kept is not None:
+            return trace_summary(kept)
         plan = make_plan(cfg, sources)
         serving = ServingPlan(plan) if cfg.serving is not None else None
         entry = TraceEntry(trace_id=tid, cfg=cfg, window_ms=float(window_ms), plan=plan, serving=serving)

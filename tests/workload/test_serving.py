@@ -464,3 +464,20 @@ def test_sample_config() -> None:
     assert (cfg.serving.slo.ttft_p99_ms, cfg.serving.slo.tpot_p99_ms) == (2000.0, 200.0)
     s = service.create_trace(service.TraceCache(2), SOURCES, cfg, 3.0)
     assert s.n_requests == 23 and s.n_windows == 6667  # 2.3 requests/s over 10 s; (10 s + 10 s) / 3 ms
+
+
+def test_a_trace_already_kept_is_answered_from_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its id is a content hash, and the cache keeps the first entry of an id: a second POST builds nothing."""
+    cache = service.TraceCache(4)
+    cfg = serving_cfg(rate_rps=5.0, duration_ms=1_000.0)
+    first = service.create_trace(cache, SOURCES, cfg, 7.0)
+    built: list[WorkloadConfig] = []
+
+    def counted(c: WorkloadConfig, s: WorkloadSources | None = None) -> Any:
+        built.append(c)
+        return make_plan(c, s)
+
+    monkeypatch.setattr(service, "make_plan", counted)
+    assert service.create_trace(cache, SOURCES, cfg, 7.0) == first and not built
+    other = service.create_trace(cache, SOURCES, cfg, 3.0)  # another window: another trace, built
+    assert other.trace_id != first.trace_id and len(built) == 1
