@@ -302,7 +302,7 @@ def test_throttling_falls_in_the_busy_spells_as_docs_sweep_says() -> None:
     assert sum(b["ms"] for b in bins) == pytest.approx(float(row["sim_time_ms"]))
     assert sum(b["throttled_ms"] for b in bins) == pytest.approx(float(row["time_throttled_ms"]))
     idle = [b for b in bins if b["running_to"] == 0]
-    light = [b for b in bins if 1 <= b["running_from"] and b["running_to"] <= 50]
+    light = [b for b in bins if b["running_from"] >= 1 and b["running_to"] <= 50]
     busy = [b for b in bins if b["running_from"] > 50]
     assert sum(b["throttled_ms"] for b in idle) == 0
 
