@@ -1,9 +1,10 @@
 """When a served run throttles: its time, throttled time and mean clock by the number of requests running.
 
-A p99 of time per output token is set by the requests decoded in the run's busiest spells, when the batch is
-largest and each decode step longest. Whether throttling falls in those spells or is spread over the run is what
-this table says: each window of the run's own record (``<results>/runs/<scenario>/windows.jsonl.gz``, every window;
-the series beside the figures merges them) goes to the bin of the requests running at its end
+A p99 of time per output token is expected to be set by the requests decoded in the run's busiest spells, when the
+batch is largest and each decode step longest. Whether throttling falls in those spells or is spread over the run is
+what this table says: each window of the run's own record (``<results>/runs/<scenario>/windows.jsonl.gz``, every
+window; the merged series written for the figures would average busy and idle windows together) goes to the bin of
+the requests running at its end
 (``requests_running``; bins of ``--bin`` requests, 0 on its own), and each bin sums the windows' time, the time
 with any core below its top step (``cores_throttled > 0``, as the result row's ``time_throttled_ms``) and the
 time-weighted mean clock over the cores (GHz).
@@ -17,8 +18,9 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+import zlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +67,14 @@ class RunLoad:
     @classmethod
     def read(cls, run_dir: Path) -> RunLoad:
         """Every window of a run folder (``runs/<scenario>/``), read a thousand at a time."""
-        if not (run_dir / window_store.WINDOWS_FILE).is_file():
-            raise BadInput(f"results: {run_dir} holds no {window_store.WINDOWS_FILE}", field="results")
-        parts = [cls.of(chunk) for chunk in window_store.iter_chunks(run_dir)]
+        if not (run_dir / window_store.WINDOWS_FILE).is_file() or window_store.count(run_dir) == 0:
+            raise BadInput(f"results: {run_dir} holds no windows ({window_store.WINDOWS_FILE} with its "
+                           f"{window_store.INDEX_FILE})", field="results")
+        try:
+            parts = [cls.of(chunk) for chunk in window_store.iter_chunks(run_dir)]
+        except (KeyError, TypeError, ValueError, zlib.error, OSError) as exc:
+            raise BadInput(f"results: {run_dir / window_store.WINDOWS_FILE} is not a readable window store "
+                           f"({type(exc).__name__}: {exc})", field="results") from None
         return cls(*(np.concatenate([getattr(p, f) for p in parts]) if parts else np.array([])
                      for f in ("running", "dt_ms", "throttled", "clock_ghz")))
 
@@ -91,12 +98,15 @@ def clock_by_load(load: RunLoad, bin_width: int = 10) -> list[LoadBin]:
 
 
 def write_bins(bins: Sequence[LoadBin], out: Path) -> None:
+    """The bins as CSV, one row each (times in ms to the microsecond, clocks in GHz to six decimals: fixed point,
+    so that the times add up to the run's whatever its length)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=[f for f in LoadBin.__dataclass_fields__])
+        w = csv.DictWriter(fh, fieldnames=[f.name for f in fields(LoadBin)])
         w.writeheader()
         for b in bins:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in asdict(b).items()})
+            w.writerow({k: (f"{v:.6f}".rstrip("0").rstrip(".") if isinstance(v, float) else v)
+                        for k, v in asdict(b).items()})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,6 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--bin", type=int, default=10, help="requests running per bin (default: 10)")
     ap.add_argument("--out", required=True, type=Path, help="the CSV to write")
     args = ap.parse_args(argv)
+    if args.bin < 1:  # before reading the windows (tens of seconds for a long run)
+        print(f"error: bin: {args.bin} requests; a bin holds at least one", file=sys.stderr)
+        return 2
     try:
         bins = clock_by_load(RunLoad.read(args.results / "runs" / args.scenario), args.bin)
     except BadInput as exc:

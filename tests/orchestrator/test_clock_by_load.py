@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scripts.clock_by_load import RunLoad, clock_by_load, main
+from scripts.clock_by_load import RunLoad, clock_by_load, main, write_bins
 from services.orchestrator import window_store
 from shared.errors import BadInput
 
@@ -61,6 +61,31 @@ def test_the_cli_writes_the_table_and_a_missing_run_is_one_line_and_exit_2(tmp_p
     assert main(["--results", str(tmp_path), "--scenario", "tacs", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "results:" in err[0] and "windows.jsonl.gz" in err[0]
+    assert main(["--results", str(tmp_path / "nowhere"), "--scenario", "baseline", "--bin", "0", "--out",
+                 str(out)]) == 2  # refused before any window is read
+    assert "bin: 0" in capsys.readouterr().err
     with pytest.raises(BadInput, match="bin"):
         clock_by_load(RunLoad.of(WINDOWS), bin_width=0)
     assert clock_by_load(RunLoad(*(np.array([]) for _ in range(4)))) == []
+
+
+def test_a_store_without_its_index_or_with_a_broken_window_is_refused_naming_it(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "tas"
+    _store(run, WINDOWS)
+    (run / window_store.INDEX_FILE).unlink()
+    with pytest.raises(BadInput, match="holds no windows"):
+        RunLoad.read(run)
+    broken = tmp_path / "runs" / "taps"
+    _store(broken, [{"requests_running": 3}])  # no dt_ms
+    with pytest.raises(BadInput, match="not a readable window store"):
+        RunLoad.read(broken)
+
+
+def test_long_runs_write_times_in_fixed_point(tmp_path: Path) -> None:
+    """A bin of more than 10^6 ms (a run of about 17 minutes) keeps its digits: the times add up to the run's."""
+    load = RunLoad(running=np.array([5, 5]), dt_ms=np.array([1_234_567.125, 3.0]), throttled=np.array([True, False]),
+                   clock_ghz=np.array([1.5, 2.0]))
+    write_bins(clock_by_load(load), tmp_path / "t.csv")
+    with (tmp_path / "t.csv").open(encoding="utf-8") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert (row["ms"], row["throttled_ms"]) == ("1234570.125", "1234567.125")
