@@ -328,6 +328,47 @@ def test_throttling_falls_in_the_busy_spells_as_docs_sweep_says() -> None:
     assert "1.83" in (CONFIGS / "arch_hbm_on_logic.yaml").read_text(encoding="utf-8")  # the top step the page names
 
 
+def test_the_policies_at_two_requests_per_second_are_as_docs_sweep_says() -> None:
+    """docs/sweep.md: at 2.0 requests/s over two minutes, the four scenarios' rows (the same arrivals and drain), the
+    verdicts the page reads from them (TACS met, TAPS missed by more than baseline), and the prose's numbers."""
+    page = _page()
+    folders = {"baseline": "baseline-2.0to2.4", "taps": "taps-2.0to2.4", "tacs": "tacs-at-2.0",
+               "unthrottled": "unthrottled-1.7to2"}
+    rows = {sc: _sustained_row(f, 2.0) for sc, f in folders.items()}
+    assert {r["scenario"] for r in rows.values()} == set(rows) and {sc: r["scenario"] for sc, r in rows.items()} == {
+        sc: sc for sc in rows}
+    assert len({(r["tokens_offered"], r["sim_time_ms"]) for r in rows.values()}) == 1  # same arrivals and drain
+    assert all(r["tokens_served"] == r["tokens_offered"] and r["tokens_queued"] == "0" for r in rows.values())
+    for sc, r in rows.items():
+        e = float(r["energy_j"]) / float(r["tokens_served"]) * 1e3
+        line = (f"| {sc} | {'met' if r['slo_met'] == '1' else 'missed'} | {float(r['ttft_p99_ms']):.0f} | "
+                f"{float(r['tpot_p50_ms']):.1f} | {float(r['tpot_p99_ms']):.1f} | {float(r['T_peak_logic']):.1f} | "
+                f"{float(r['time_throttled_ms']) / 1e3:.1f} | {float(r['freq_avg_ghz']):.3f} | {e:.0f} |")
+        assert line in page, line
+    assert _sustained("taps-2.0to2.4")["probes"][0]["met"] is False  # the search's verdict, the row's slo_met
+    tpot = {sc: float(r["tpot_p99_ms"]) for sc, r in rows.items()}
+    assert tpot["tacs"] <= 200 < tpot["baseline"] < tpot["taps"]
+    assert (f"TACS's p99 TPOT is {tpot['tacs']:.1f} ms against baseline's {tpot['baseline']:.1f}, TAPS's "
+            f"{tpot['taps']:.1f}") in page
+    assert f"A margin of {200 - tpot['tacs']:.1f} ms with one seed" in page
+    b, t = rows["baseline"], rows["tacs"]
+    assert t["migrations"] == "0" and any(t[k] != b[k] for k in ("tpot_p50_ms", "tpot_p99_ms", "energy_j"))
+    assert (f"as long as baseline ({float(t['time_throttled_ms']) / 1e3:.1f} s against "
+            f"{float(b['time_throttled_ms']) / 1e3:.1f})") in page
+    assert f"{t['freq_avg_ghz'][:5]}" == f"{b['freq_avg_ghz'][:5]}"  # "at the same mean clock" (to 1 MHz)
+    assert float(t["tpot_p50_ms"]) > float(b["tpot_p50_ms"])
+    assert f"median TPOT is higher ({float(t['tpot_p50_ms']):.1f} against {float(b['tpot_p50_ms']):.1f} ms)" in page
+    throttled = {sc: float(r["time_throttled_ms"]) for sc, r in rows.items() if sc != "unthrottled"}
+    ttft = {sc: float(r["ttft_p99_ms"]) for sc, r in rows.items()}
+    assert min(throttled, key=lambda sc: throttled[sc]) == "taps" and min(ttft, key=lambda sc: ttft[sc]) == "taps"
+    assert max(tpot, key=lambda sc: tpot[sc]) == "taps"
+    per_token = {sc: float(r["energy_j"]) / float(r["tokens_served"]) for sc, r in rows.items()}
+    throttled_e = [per_token[sc] for sc in ("baseline", "taps", "tacs")]
+    assert max(throttled_e) / min(throttled_e) - 1 < 0.002 and all(x < per_token["unthrottled"] for x in throttled_e)
+    saved = sorted(1 - x / per_token["unthrottled"] for x in throttled_e)
+    assert f"{saved[0] * 100:.1f} to {saved[-1] * 100:.1f} % under" in page
+
+
 def test_the_long_prompts_of_the_two_minute_probes_are_the_traces() -> None:
     """docs/sweep.md: the trace's prompts of 4,000 tokens and more come from its 24th request on, 11 of them by the
     240th and 12 by the 288th (the requests the two-minute probes offer)."""
