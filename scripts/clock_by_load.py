@@ -79,10 +79,15 @@ class RunLoad:
                      for f in ("running", "dt_ms", "throttled", "clock_ghz")))
 
 
-def clock_by_load(load: RunLoad, bin_width: int = 10) -> list[LoadBin]:
-    """The bins of a run's windows by requests running (0, then 1..w, w+1..2w, ...), empty bins left out."""
+def check_bin_width(bin_width: int) -> None:
+    """A bin holds at least one request (`BadInput` naming ``bin`` otherwise)."""
     if bin_width < 1:
         raise BadInput(f"bin: {bin_width} requests; a bin holds at least one", field="bin")
+
+
+def clock_by_load(load: RunLoad, bin_width: int = 10) -> list[LoadBin]:
+    """The bins of a run's windows by requests running (0, then 1..w, w+1..2w, ...), empty bins left out."""
+    check_bin_width(bin_width)
     running, dt, throttled, clock = load.running, load.dt_ms, load.throttled.astype(bool), load.clock_ghz
     which = np.where(running == 0, 0, (running - 1) // bin_width + 1)  # bin 0: none running; k: (k-1)w+1 .. kw
     bins = []
@@ -116,10 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--bin", type=int, default=10, help="requests running per bin (default: 10)")
     ap.add_argument("--out", required=True, type=Path, help="the CSV to write")
     args = ap.parse_args(argv)
-    if args.bin < 1:  # before reading the windows (tens of seconds for a long run)
-        print(f"error: bin: {args.bin} requests; a bin holds at least one", file=sys.stderr)
-        return 2
     try:
+        check_bin_width(args.bin)  # before reading the windows (tens of seconds for a long run)
         bins = clock_by_load(RunLoad.read(args.results / "runs" / args.scenario), args.bin)
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
