@@ -182,19 +182,14 @@ def test_the_readme_says_the_capacity_more_than_triples_with_a_query_block_of_12
 
 
 def _sustained(folder: str) -> dict[str, Any]:
-    found: dict[str, Any] = json.loads((DATA / "capacity-qb128" / "sustained-120s" / folder / "slo_capacity.json")
-                                       .read_text(encoding="utf-8"))
-    assert found["set"] == {"workload.operators.attn.query_block": 128} and found["drain_ms"] is None
+    """A two-minute search's verdicts (docs/results/capacity-qb128/sustained-120s/<folder>/)."""
+    found = _verdicts(f"sustained-120s/{folder}")
     assert found["duration_ms"] == 120_000.0
-    assert all(p["drain_ms"] == p["drain_needed_ms"] for p in found["probes"])  # each drained until judged
-    assert all(p["tokens_served"] == p["tokens_offered"] for p in found["probes"])  # "served every token"
     return found
 
 
 def _sustained_row(folder: str, rate: float) -> dict[str, str]:
-    with (DATA / "capacity-qb128" / "sustained-120s" / folder / f"probe-{rate:g}.summary.csv").open(
-            encoding="utf-8") as fh:
-        return next(csv.DictReader(fh))
+    return _row(f"sustained-120s/{folder}/probe-{rate:g}.summary.csv")
 
 
 SUSTAINED = {"baseline": "baseline", "unthrottled": "unthrottled", "unthrottled-1.7to2": "unthrottled",
